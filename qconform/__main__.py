@@ -1,0 +1,3 @@
+from qconform.cli import main
+
+main()
