@@ -77,6 +77,15 @@ class Family:
     #: f32, qRow, pRows); the full strict file schema is built from them.
     input_schema: dict = field(default_factory=dict)
     expected_schema: dict = field(default_factory=dict)
+    #: ``solve(input) -> expected``: the spec's answer for one case input, decoded
+    #: from and encoded to the vector JSON. The generator builds inputs and calls it;
+    #: the ``reference`` adapter calls the very same function, so the spec is
+    #: consulted in exactly one way. Invalid inputs give ``{"error": CODE}``.
+    solve: Callable[[dict], dict] | None = None
+    #: names of ``expected`` fields that describe the case rather than answer it
+    #: (tie gaps, decision margins): an adapter may omit them, the harness reads them
+    #: to classify a divergence as ``precision`` and never compares them.
+    margins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_rule_ids(self.rules)

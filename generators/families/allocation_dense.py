@@ -1,0 +1,437 @@
+"""Vector family ``allocation_dense``: exact dyadic24 counts of a whole row (R03-R06, R09).
+
+Each case hands the implementation one row, as FP32 / FP64 weights or as FP32
+logits plus a draft temperature, and expects the exact largest-remainder
+counts (ties to the lowest ID), the number of tickets after the floors, and how
+near the ticket decision is to a tie. ``fp64_may_differ`` says whether the
+design's FP64 recipe may legitimately differ (a near-tie, result class
+``precision``); the generator runs that recipe on every case and flags the
+cases where it really does differ. Also home of the row encodings shared by
+``allocation_sparse``, ``allocation_invalid`` and ``proposal_chain``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Iterator, Sequence
+
+from qconform.generators.encoding import encode_blob, encode_f32, encode_rational, f32_bits, f64_bits
+from qconform.generators.registry import Case, Family, Group, Note
+from qconform.generators.schemas import closed_object as closed
+from qconform.generators.schemas import blob_schema
+from qconform.spec.allocation import allocate_dense
+from qconform.spec.allocation_fp64 import (
+    allocate_dense_fp64,
+    fp64_error_bound,
+    fp64_may_differ,
+    fp64_sum_overflows,
+    max_quota,
+)
+from qconform.spec.constants import M, VOCAB
+from qconform.spec.errors import SpecError
+from qconform.spec.floats import F32_MAX, F32_NEG_INF, round_to_f32
+from qconform.spec.weights import weights_from_f32, weights_from_f64, weights_from_logits
+
+RULES = ("R03", "R04", "R05", "R06", "R09")
+
+NOTES = {
+    "EXACT_TIE": Note(
+        "EDGE_CASE",
+        "Fractional parts tie exactly at the ticket threshold (tie_gap = 0): the lowest token ID wins (R06).",
+        "Catches ties broken by highest ID, by sort instability or by thread order.",
+    ),
+    "FP64_DIFFERS": Note(
+        "NUMERICAL",
+        "A near-tie that the design's FP64 recipe (sequential FP64 sum, fl(w/W)*M, largest FP64 remainders) "
+        "decides differently from the exact rule. The exact counts are normative.",
+        "An FP64 implementation that returns the FP64 counts here is classified 'precision', not 'fail' "
+        "(fp64_may_differ is true).",
+    ),
+    "FP64_NEAR_TIE": Note(
+        "NUMERICAL",
+        "tie_gap <= 2 * fp64_error_bound, so FP64 arithmetic may legitimately differ; the FP64 recipe happens to agree.",
+        "A divergence here is classified 'precision'; an exact implementation must match.",
+    ),
+    "FLOOR_TO_ZERO": Note(
+        "EDGE_CASE",
+        "Positive weights whose quota floors to zero; some get no ticket and end with count 0 (R04, R06).",
+        "Catches implementations that force a minimum count of 1 or renormalize after dropping.",
+    ),
+    "SINGLE_SUPPORT": Note(
+        "EDGE_CASE",
+        "Exactly one token has positive weight: it gets all M counts.",
+        "Catches degenerate-row handling and division by a zero remainder count.",
+    ),
+    "MASKED_LOGITS": Note(
+        "FUNCTIONALITY",
+        "-inf logits are masks before the softmax (R05): weight exactly 0, count 0.",
+        "Catches NaN from -inf - max, or masks that still receive a ticket.",
+    ),
+    "OVERFLOW_TO_MASK": Note(
+        "NUMERICAL",
+        "A finite logit whose FP32 quotient by a tiny temperature overflows to -inf: IEEE gives weight 0.",
+        "Catches implementations that compute (logit - max) / T in another order or in higher precision.",
+    ),
+    "SUBNORMAL_WEIGHTS": Note(
+        "NUMERICAL",
+        "Subnormal FP32 weights, taken at their exact values.",
+        "Catches flush-to-zero (FTZ/DAZ) of weights, which changes q.",
+    ),
+    "FP32_MAX_WEIGHTS": Note(
+        "NUMERICAL",
+        "Weights near the FP32 maximum: their FP32 sum overflows to +inf.",
+        "Catches an FP32 accumulator for W (FP64 or exact arithmetic is required).",
+    ),
+    "FP64_WEIGHTS": Note(
+        "FUNCTIONALITY",
+        "Weights given as FP64, taken at their exact values.",
+        "Catches a silent rounding of FP64 weights to FP32 before allocation.",
+    ),
+    "FP64_SUM_OVERFLOW": Note(
+        "NUMERICAL",
+        "FP64 weights whose FP64 sum overflows: the FP64 recipe must refuse (INCONSISTENT_ALLOCATION); "
+        "the exact counts are normative.",
+        "An FP64 implementation that refuses here is classified 'precision' (fp64_may_differ is true).",
+    ),
+    "NEGATIVE_ZERO": Note(
+        "EDGE_CASE",
+        "-0.0 weights are zero weights, not negative ones (R05).",
+        "Catches a sign-bit test that refuses -0.0 or a zero test that misses it.",
+    ),
+    "PRODUCTION_VOCAB": Note(
+        "FUNCTIONALITY",
+        "A row over the production vocabulary V = 129280.",
+        "Catches index width, accumulation and partial-selection problems that small rows hide.",
+    ),
+    "UNIFORM": Note(
+        "EDGE_CASE",
+        "All weights equal: every fractional part ties, so the lowest IDs take the tickets.",
+        "Catches tie breaking that is not by lowest ID.",
+    ),
+    "DOMINANT_TOKEN": Note(
+        "EDGE_CASE",
+        "One token holds almost all the mass; the others are far below one count.",
+        "Catches precision loss when quotas differ by many orders of magnitude.",
+    ),
+    "LOGIT_PIPELINE": Note(
+        "FUNCTIONALITY",
+        "Weights from logits in the one stated FP32 order: z / T, minus the max, exp rounded once (R05).",
+        "Catches a different order of operations, an unrounded or fast exp, or a missing max shift; "
+        "exp_margin_ulp bounds how far a hardware exp may err and still round the same.",
+    ),
+    "RANDOM_ROW": Note(
+        "BASIC",
+        "A random row from a fixed generator seed.",
+        "General agreement with the rule.",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class RowSource:
+    """A row as handed to the implementation: ``dtype`` "f32" / "f64" weights, or
+    "logits" (FP32) with a temperature."""
+
+    dtype: str
+    bits: list[int]
+    temperature: int | None = None
+
+    @classmethod
+    def f32(cls, values: Sequence[float]) -> "RowSource":
+        return cls("f32", [f32_bits(x) for x in values])
+
+    @classmethod
+    def f64(cls, values: Sequence[float]) -> "RowSource":
+        return cls("f64", [f64_bits(x) for x in values])
+
+    @classmethod
+    def logits(cls, values: Sequence[float], temperature: float) -> "RowSource":
+        return cls("logits", [f32_bits(x) for x in values], f32_bits(temperature))
+
+    def input_json(self) -> dict:
+        if self.dtype == "logits":
+            return {"logits": encode_blob("f32", self.bits), "temperature": encode_f32(self.temperature)}
+        return {"weights": encode_blob(self.dtype, self.bits)}
+
+
+@dataclass(frozen=True)
+class ResolvedRow:
+    """The exact weights of a row, the weight bits an FP64 recipe would see, and
+    the extra expected fields of a logits row."""
+
+    weights: list[Fraction]
+    weight_bits: list[int]
+    weight_dtype: str
+    logit_fields: dict
+
+
+def resolve(source: RowSource) -> ResolvedRow:
+    """Exact weights of a row source (SpecError if the spec refuses it)."""
+    if source.dtype == "f32":
+        return ResolvedRow(weights_from_f32(source.bits), source.bits, "f32", {})
+    if source.dtype == "f64":
+        return ResolvedRow(weights_from_f64(source.bits), source.bits, "f64", {})
+    logit = weights_from_logits(source.bits, source.temperature)
+    fields = {"weights": encode_blob("f32", logit.weights_f32), "exp_margin_ulp": encode_rational(logit.exp_margin_ulp)}
+    return ResolvedRow(logit.weights, logit.weights_f32, "f32", fields)
+
+
+def fp64_fields(weight_bits: list[int], dtype: str, weights: Sequence[Fraction], tie_gap: Fraction) -> dict:
+    """``fp64_error_bound`` and ``fp64_may_differ`` of an allocation over ``weights``
+    (with bit patterns ``weight_bits`` of ``dtype``).
+
+    The bound uses the row's largest quota; the FP64 recipe may also differ when
+    its FP64 sum overflows (it then refuses).
+    """
+    n = len(weights)
+    quota = max_quota(weights)
+    may_differ = fp64_may_differ(tie_gap, n, quota) or fp64_sum_overflows(weight_bits, dtype)
+    return {"fp64_error_bound": encode_rational(fp64_error_bound(n, quota)), "fp64_may_differ": may_differ}
+
+
+def numeric_flags(flags: tuple[str, ...], tie_gap: Fraction, fp64_counts: list[int] | None,
+                  exact_counts: list[int], may_differ: bool) -> tuple[str, ...]:
+    """``flags`` plus EXACT_TIE, FP64_DIFFERS or FP64_NEAR_TIE, from the tie gap and from
+    running the FP64 recipe; a divergence outside the theorem's bound is a generator error."""
+    if fp64_counts != exact_counts:
+        if not may_differ:
+            raise AssertionError("FP64 recipe differs although tie_gap > 2 * Delta")
+        flags += ("FP64_DIFFERS",)
+    elif may_differ:
+        flags += ("FP64_NEAR_TIE",)
+    if tie_gap == 0:
+        flags += ("EXACT_TIE",)
+    return tuple(dict.fromkeys(flags))
+
+
+def run_fp64(call, *args) -> list[int] | None:
+    """The FP64 recipe's counts, or None when it refuses."""
+    try:
+        return call(*args)
+    except SpecError:
+        return None
+
+
+def dense_case(name: str, comment: str, flags: tuple[str, ...], source: RowSource) -> Case:
+    row = resolve(source)
+    alloc = allocate_dense(row.weights)
+    fp64 = fp64_fields(row.weight_bits, row.weight_dtype, row.weights, alloc.tie_gap)
+    fp64_counts = run_fp64(allocate_dense_fp64, row.weight_bits, row.weight_dtype)
+    flags = numeric_flags(flags, alloc.tie_gap, fp64_counts, alloc.counts, fp64["fp64_may_differ"])
+    expected = {
+        "counts": encode_blob("u32", alloc.counts),
+        "remaining": alloc.remaining,
+        "tie_gap": encode_rational(alloc.tie_gap),
+        **fp64,
+        **row.logit_fields,
+    }
+    return Case(name=name, comment=comment, rules=RULES, flags=flags, input=source.input_json(), expected=expected)
+
+
+def exact_f32(x: Fraction) -> int:
+    """FP32 bits of a value that must be exactly representable."""
+    bits = round_to_f32(x)
+    if weights_from_f32([bits])[0] != x:
+        raise AssertionError(f"{x} is not an FP32 value")
+    return bits
+
+
+def fp64_near_tie_row(rng: random.Random, larger_first: bool) -> list[int]:
+    """A row whose exact quotas of two tokens differ from a half-integer tie by
+    about 1e-10, below FP64's resolution of the sum.
+
+    Weights a > b are half-integers, whole-number fillers make a + b + fillers
+    = 2^24 exactly, and one tiny weight c << 2^-29 makes W = 2^24 + c. FP64's sum
+    rounds c away, so FP64 sees fractional parts exactly 1/2 for a and b and
+    gives the ticket to the lower ID; exactly, Q = w * M / W = w (1 - c / W + ...),
+    so the smaller weight keeps the larger fractional part and wins.
+    """
+    a = Fraction(rng.randrange(1 << 21, 1 << 22)) + Fraction(1, 2)
+    b = Fraction(rng.randrange(1 << 20, 1 << 21)) + Fraction(1, 2)
+    fillers = []
+    rest = (1 << 24) - a - b
+    while rest > 0:
+        part = min(rest, Fraction(rng.randrange(1 << 20, 1 << 22)))
+        fillers.append(part)
+        rest -= part
+    tiny = Fraction(rng.randrange(1, 1 << 10), 1 << rng.randrange(40, 60))
+    row = fillers + [tiny]
+    rng.shuffle(row)
+    cut = rng.randrange(len(row) + 1)
+    pair = [a, b] if larger_first else [b, a]
+    row = row[:cut] + [pair[0]] + row[cut:]
+    cut2 = rng.randrange(cut + 1, len(row) + 1)
+    row = row[:cut2] + [pair[1]] + row[cut2:]
+    return [exact_f32(x) for x in row]
+
+
+def fp64_flip_rows(seed: int, wanted: int, larger_first: bool) -> list[list[int]]:
+    """Deterministic search over near-tie constructions: keep the first ``wanted``
+    rows where the FP64 recipe differs (``larger_first``) or agrees (not)."""
+    rng = random.Random(seed)
+    found = []
+    while len(found) < wanted:
+        bits = fp64_near_tie_row(rng, larger_first)
+        differs = allocate_dense(weights_from_f32(bits)).counts != allocate_dense_fp64(bits, "f32")
+        if differs == larger_first:
+            found.append(bits)
+    return found
+
+
+def log_uniform(rng: random.Random, size: int, octaves: int) -> list[float]:
+    """Positive FP32-exact weights in (2^-octaves, 1]: a random 24-bit significand times a
+    random power of two. Integer draws only, so no libm result enters a vector."""
+    return [math.ldexp(rng.getrandbits(23) | 1 << 23, -23 - rng.randrange(octaves)) for _ in range(size)]
+
+
+def uniform_logits(rng: random.Random, size: int, bound: int) -> list[float]:
+    """FP32-exact logits uniform on the 2^-16 grid in [-bound, bound) (integer draws only)."""
+    return [rng.randrange(-bound << 16, bound << 16) / 65536 for _ in range(size)]
+
+
+def basic_cases() -> Iterator[Case]:
+    rng = random.Random(0xA11D)
+    yield dense_case("uniform-v3", "Three equal weights: M/3 each, the single ticket goes to token 0.",
+                     ("UNIFORM",), RowSource.f32([1.0] * 3))
+    yield dense_case("uniform-v6", "Six equal weights: four tickets go to tokens 0-3.",
+                     ("UNIFORM",), RowSource.f32([0.5] * 6))
+    yield dense_case("uniform-v1000", "1000 equal weights.", ("UNIFORM",), RowSource.f32([3.0] * 1000))
+    yield dense_case("dominant-v16", "One token has weight 1, fifteen have 2^-30.", ("DOMINANT_TOKEN", "FLOOR_TO_ZERO"),
+                     RowSource.f32([2.0**-30] * 7 + [1.0] + [2.0**-30] * 8))
+    yield dense_case("random-v64", "Random positive weights.", ("RANDOM_ROW",), RowSource.f32(log_uniform(rng, 64, 12)))
+    yield dense_case("random-v257-zeros", "Random weights, a third of them zero.", ("RANDOM_ROW",),
+                     RowSource.f32([0.0 if rng.random() < 1 / 3 else rng.uniform(0, 4) for _ in range(257)]))
+    yield dense_case("negative-zero", "-0.0 weights are zero: count 0.", ("NEGATIVE_ZERO",),
+                     RowSource.f32([-0.0, 1.0, -0.0, 3.0]))
+
+
+def tie_cases() -> Iterator[Case]:
+    yield dense_case("pair-tie", "Weights 1, 1, 1, 2, 2: the fractional parts of the equal pairs tie.",
+                     (), RowSource.f32([1.0, 1.0, 1.0, 2.0, 2.0]))
+    yield dense_case("tie-high-ids", "Equal weights at the highest IDs compete with a lower-ID tie partner.",
+                     (), RowSource.f32([7.0, 5.0, 5.0, 1.0, 5.0, 5.0]))
+    rng = random.Random(0x71E)
+    row = log_uniform(rng, 40, 9)
+    row[31] = row[3]
+    row[17] = row[9]
+    yield dense_case("random-with-duplicates", "Random weights with two duplicated values.", ("RANDOM_ROW",),
+                     RowSource.f32(row))
+
+
+def fp64_cases() -> Iterator[Case]:
+    for index, bits in enumerate(fp64_flip_rows(0xF64F11, 3, larger_first=True)):
+        yield dense_case(f"fp64-flip-{index}",
+                         "Near-tie below FP64 resolution: FP64 sees an exact tie and picks the lower ID; "
+                         "exactly, the higher-ID token has the larger fractional part.", (), RowSource("f32", bits))
+    for index, bits in enumerate(fp64_flip_rows(0xF64A6E, 2, larger_first=False)):
+        yield dense_case(f"fp64-near-tie-agrees-{index}",
+                         "The same near-tie construction, ordered so that FP64's ID tie break agrees.", (),
+                         RowSource("f32", bits))
+
+
+def edge_cases() -> Iterator[Case]:
+    yield dense_case("support-1-v1", "A one-token row.", ("SINGLE_SUPPORT",), RowSource.f32([0.25]))
+    yield dense_case("support-1-v9", "One positive weight among zeros.", ("SINGLE_SUPPORT",),
+                     RowSource.f32([0.0] * 5 + [2.0**-100] + [0.0] * 3))
+    yield dense_case("floor-to-zero", "Tiny weights beside large ones: quotas below 1, most get count 0.",
+                     ("FLOOR_TO_ZERO",), RowSource.f32([1.0, 2.0**-25, 3 * 2.0**-26, 2.0**-40, 0.5, 2.0**-24, 2.0**-23]))
+    yield dense_case("subnormal-only", "Only subnormal weights (exact values, no flush to zero).",
+                     ("SUBNORMAL_WEIGHTS",), RowSource("f32", [0x00000001, 0x00000002, 0x00000003, 0x007FFFFF, 0x00400000]))
+    yield dense_case("subnormal-beside-normal", "Subnormal weights beside normal ones floor to zero.",
+                     ("SUBNORMAL_WEIGHTS", "FLOOR_TO_ZERO"), RowSource("f32", [0x00000001, 0x3F800000, 0x007FFFFF, 0x00800000]))
+    yield dense_case("fp32-max-uniform", "Four weights at the FP32 maximum: an FP32 sum overflows.",
+                     ("FP32_MAX_WEIGHTS", "UNIFORM"), RowSource("f32", [F32_MAX] * 4))
+    yield dense_case("fp32-max-mixed", "Weights near the FP32 maximum with a small one.",
+                     ("FP32_MAX_WEIGHTS", "FLOOR_TO_ZERO"), RowSource.f32([3.0e38, 1.0, 2.5e38, 1.5e38]))
+
+
+def fp64_weight_cases() -> Iterator[Case]:
+    rng = random.Random(0xF640)
+    yield dense_case("f64-random-v32", "Random FP64 weights with full 53-bit significands.", ("FP64_WEIGHTS", "RANDOM_ROW"),
+                     RowSource.f64([rng.uniform(0.0, 1.0) for _ in range(32)]))
+    yield dense_case("f64-not-f32", "FP64 weights that differ from their FP32 roundings: 1 + 2^-40 vs 1.",
+                     ("FP64_WEIGHTS",), RowSource.f64([1.0 + 2.0**-40, 1.0, 1.0]))
+    yield dense_case("f64-subnormal", "FP64 subnormal weights beside 2^-1000.", ("FP64_WEIGHTS", "SUBNORMAL_WEIGHTS"),
+                     RowSource.f64([5e-324, 2.0**-1000, 1e-310, 2.0**-1000]))
+    yield dense_case("f64-sum-overflow", "FP64 weights near the FP64 maximum: the FP64 sum overflows.",
+                     ("FP64_WEIGHTS", "FP64_SUM_OVERFLOW"), RowSource.f64([1.5e308, 1.0e308, 1.0, 0.5e308]))
+
+
+def logit_cases() -> Iterator[Case]:
+    rng = random.Random(0x1061)
+    yield dense_case("logits-v8-t1", "Random logits at T = 1.", ("LOGIT_PIPELINE",),
+                     RowSource.logits(uniform_logits(rng, 8, 4), 1.0))
+    yield dense_case("logits-ties-t0.7", "Equal logits give equal weights: an exact tie at T = 0.7.",
+                     ("LOGIT_PIPELINE",), RowSource.logits([1.5, 0.25, 1.5, 1.5, -3.0], 0.7))
+    logits = uniform_logits(rng, 32, 6)
+    for v in (0, 5, 6, 31):
+        logits[v] = -math.inf
+    yield dense_case("logits-masked", "Four -inf masks, including the first and last IDs.",
+                     ("LOGIT_PIPELINE", "MASKED_LOGITS"), RowSource.logits(logits, 1.3))
+    yield dense_case("logits-one-unmasked", "Every logit but one is -inf: that token gets M.",
+                     ("LOGIT_PIPELINE", "MASKED_LOGITS", "SINGLE_SUPPORT"),
+                     RowSource("logits", [F32_NEG_INF] * 6 + [f32_bits(-7.5)] + [F32_NEG_INF], f32_bits(1.0)))
+    yield dense_case("logits-overflow-to-mask", "T = 2^-140: every negative logit / T overflows to -inf.",
+                     ("LOGIT_PIPELINE", "OVERFLOW_TO_MASK", "SINGLE_SUPPORT"),
+                     RowSource.logits([-1.0, 0.0, -0.5, -2.0], 2.0**-140))
+    yield dense_case("logits-underflow", "Logits spread over 200 at T = 1: many weights round to 0 or subnormals.",
+                     ("LOGIT_PIPELINE", "FLOOR_TO_ZERO", "SUBNORMAL_WEIGHTS"),
+                     RowSource.logits([-float(i) * 1.7 for i in range(64)], 1.0))
+    yield dense_case("logits-v4096", "4096 random logits at T = 0.9.", ("LOGIT_PIPELINE", "RANDOM_ROW"),
+                     RowSource.logits(uniform_logits(rng, 4096, 5), 0.9))
+
+
+def production_row(seed: int) -> list[int]:
+    """A softmax-like FP32 row over V = 129280, spread over 26 binades (shared with allocation_sparse)."""
+    return [f32_bits(x) for x in log_uniform(random.Random(seed), VOCAB, 26)]
+
+
+PRODUCTION_SEED = 0x129280
+
+
+def production_cases() -> Iterator[Case]:
+    yield dense_case("v129280-softmax", "Softmax-like weights over the production vocabulary.",
+                     ("PRODUCTION_VOCAB", "RANDOM_ROW"), RowSource("f32", production_row(PRODUCTION_SEED)))
+    yield dense_case("v129280-uniform", "Uniform weights over V = 129280: M mod V = 100096 tickets go to IDs 0..100095.",
+                     ("PRODUCTION_VOCAB", "UNIFORM"), RowSource.f32([1.0] * VOCAB))
+
+
+def build() -> Iterator[Group]:
+    yield Group("basic", "Uniform, dominant and random rows.", RULES, list(basic_cases()))
+    yield Group("exact_ties", "Fractional parts that tie exactly, decided by the lowest ID.", RULES, list(tie_cases()))
+    yield Group("fp64_near_ties", "Near-ties below FP64 resolution, found by a deterministic search; exact is normative.",
+                RULES, list(fp64_cases()))
+    yield Group("edges", "Single support, floors to zero, subnormal and FP32-maximum weights.", RULES, list(edge_cases()))
+    yield Group("fp64_weights", "FP64 input weights.", RULES, list(fp64_weight_cases()))
+    yield Group("logits", "Weights from logits and a draft temperature (R05), masks included.", RULES, list(logit_cases()))
+    yield Group("production_vocab", "Rows over V = 129280.", RULES, list(production_cases()))
+
+
+WEIGHTS_BLOB = {"$ref": "#/$defs/blob", "properties": {"dtype": {"enum": ["f32", "f64"]}}}
+ROW_INPUTS = [
+    {"weights": WEIGHTS_BLOB},
+    {"logits": blob_schema("f32"), "temperature": {"$ref": "#/$defs/f32"}},
+]
+COUNT = {"type": "integer", "minimum": 0, "maximum": M}
+FP64_FIELDS = {"fp64_error_bound": {"$ref": "#/$defs/rational"}, "fp64_may_differ": {"type": "boolean"}}
+LOGIT_FIELDS = {"weights": blob_schema("f32"), "exp_margin_ulp": {"$ref": "#/$defs/rational"}}
+DENSE_FIELDS = {
+    "counts": blob_schema("u32"),
+    "remaining": COUNT,
+    "tie_gap": {"$ref": "#/$defs/rational"},
+    **FP64_FIELDS,
+}
+
+FAMILY = Family(
+    name="allocation_dense",
+    description="Exact dense dyadic24 allocation (R06): floor plus largest remainders of M*w/W, ties to the lowest ID.",
+    rules=RULES,
+    notes=NOTES,
+    margins=("remaining", "tie_gap", "fp64_error_bound", "fp64_may_differ", "exp_margin_ulp"),
+    build=build,
+    input_schema={"oneOf": [closed(fields) for fields in ROW_INPUTS]},
+    expected_schema={"oneOf": [closed(DENSE_FIELDS), closed({**DENSE_FIELDS, **LOGIT_FIELDS})]},
+)

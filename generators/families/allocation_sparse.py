@@ -1,0 +1,207 @@
+"""Vector family ``allocation_sparse``: exact top-k dyadic24 rows (R06, R07, R29).
+
+Each case hands one row (weights, or logits plus a temperature) and k. The
+implementation selects the global top-k support on the weights (ties to the
+lowest ID), normalizes within it, allocates M counts on it by the exact
+largest-remainder rule and drops zero counts (R07). Expected: the positive
+entries (ids, counts), the selected support, the ticket count, the tie and
+selection gaps, and the FP64 near-tie bound over the support.
+"""
+
+from __future__ import annotations
+
+import random
+from fractions import Fraction
+from typing import Iterator
+
+from qconform.generators.encoding import encode_blob, encode_rational, f32_bits
+from qconform.generators.families.allocation_dense import (
+    COUNT,
+    FP64_FIELDS,
+    LOGIT_FIELDS,
+    NOTES as DENSE_NOTES,
+    PRODUCTION_SEED,
+    ROW_INPUTS,
+    ResolvedRow,
+    RowSource,
+    exact_f32,
+    fp64_fields,
+    fp64_flip_rows,
+    numeric_flags,
+    production_row,
+    resolve,
+    run_fp64,
+    log_uniform,
+    uniform_logits,
+)
+from qconform.generators.registry import Case, Family, Group, Note
+from qconform.generators.schemas import closed_object as closed
+from qconform.generators.schemas import blob_schema
+from qconform.spec.allocation import allocate_sparse
+from qconform.spec.allocation_fp64 import allocate_dense_fp64
+from qconform.spec.floats import F32_NEG_INF
+
+RULES = ("R04", "R05", "R06", "R07")
+
+SHARED_NOTES = ("EXACT_TIE", "FP64_DIFFERS", "FP64_NEAR_TIE", "MASKED_LOGITS", "LOGIT_PIPELINE", "PRODUCTION_VOCAB",
+                "RANDOM_ROW")
+
+NOTES = {
+    **{name: DENSE_NOTES[name] for name in SHARED_NOTES},
+    "K_ONE": Note(
+        "EDGE_CASE",
+        "k = 1: the single heaviest token (lowest ID among equals) gets all M counts.",
+        "Catches an off-by-one in the selection size.",
+    ),
+    "K_EQUALS_V": Note(
+        "EDGE_CASE",
+        "k = V: the sparse row equals the dense allocation, zero counts dropped.",
+        "Catches a selection that drops a token when nothing is excluded.",
+    ),
+    "SELECTION_TIE": Note(
+        "EDGE_CASE",
+        "Equal weights straddle the k-th place (selection_gap = 0): the lowest IDs are selected (R07, R30).",
+        "Catches top-k tie breaking by highest ID, by sort instability or by shard order.",
+    ),
+    "SUPPORT_FLOORS_TO_ZERO": Note(
+        "EDGE_CASE",
+        "A selected token's quota within the support floors to zero and gets no ticket: it is dropped from the row (R07).",
+        "Catches sparse rows that keep zero counts (noncanonical) or force them to 1.",
+    ),
+    "ZERO_WEIGHT_SELECTED": Note(
+        "EDGE_CASE",
+        "Fewer than k weights are positive: zero-weight tokens fill the support (lowest IDs) and are dropped.",
+        "Catches rows that list zero-weight tokens or refuse k above the positive count.",
+    ),
+    "SUPPORT_NORMALIZATION": Note(
+        "FUNCTIONALITY",
+        "The excluded mass is large, so normalizing within the support differs visibly from global normalization (R07).",
+        "Catches allocation of M * w / W_global on the support (the counts would not sum to M) or renormalization of "
+        "rounded global probabilities.",
+    ),
+    "R29_SUPPORT": Note(
+        "FUNCTIONALITY",
+        "k = 16, 32 or 64 at V = 129280: the development screens and the initial sparse candidate (R29).",
+        "Catches selection or allocation that only works at small V or small k.",
+    ),
+}
+
+
+def sparse_case(name: str, comment: str, flags: tuple[str, ...], source: RowSource, k: int,
+                row: ResolvedRow | None = None) -> Case:
+    """One case; ``row`` is ``resolve(source)`` when the caller already has it."""
+    row = resolve(source) if row is None else row
+    alloc = allocate_sparse(row.weights, k)
+    support_bits = [row.weight_bits[v] for v in alloc.support]
+    support_weights = [row.weights[v] for v in alloc.support]
+    fp64 = fp64_fields(support_bits, row.weight_dtype, support_weights, alloc.tie_gap)
+    # The FP64 recipe selects the same support (weights compare exactly); run it there.
+    support_counts = dict(zip(alloc.ids, alloc.counts))
+    exact_counts = [support_counts.get(v, 0) for v in alloc.support]
+    fp64_counts = run_fp64(allocate_dense_fp64, support_bits, row.weight_dtype)
+    flags = numeric_flags(flags, alloc.tie_gap, fp64_counts, exact_counts, fp64["fp64_may_differ"])
+    if alloc.selection_gap == 0:
+        flags += ("SELECTION_TIE",)
+    expected = {
+        "ids": encode_blob("i32", alloc.ids),
+        "counts": encode_blob("u32", alloc.counts),
+        "support": encode_blob("i32", alloc.support),
+        "remaining": alloc.remaining,
+        "tie_gap": encode_rational(alloc.tie_gap),
+        "selection_gap": encode_rational(alloc.selection_gap),
+        **fp64,
+        **row.logit_fields,
+    }
+    rules = RULES + (("R29",) if "R29_SUPPORT" in flags else ())
+    return Case(name=name, comment=comment, rules=rules, flags=flags, input={**source.input_json(), "k": k},
+                expected=expected)
+
+
+def size_cases() -> Iterator[Case]:
+    rng = random.Random(0x5BA5E)
+    row = RowSource.f32(log_uniform(rng, 16, 9))
+    yield sparse_case("k1-v16", "k = 1 over 16 random weights.", ("K_ONE", "RANDOM_ROW"), row, 1)
+    yield sparse_case("k16-v16", "k = V = 16.", ("K_EQUALS_V", "RANDOM_ROW"), row, 16)
+    yield sparse_case("k8-v64", "k = 8 over 64 random weights.", ("RANDOM_ROW", "SUPPORT_NORMALIZATION"),
+                      RowSource.f32(log_uniform(rng, 64, 3)), 8)
+    yield sparse_case("k40-v300", "k = 40 over 300 random weights.", ("RANDOM_ROW",),
+                      RowSource.f32(log_uniform(rng, 300, 14)), 40)
+
+
+def tie_cases() -> Iterator[Case]:
+    yield sparse_case("selection-tie", "Weights 5, 3, 3, 3, 1, 3 with k = 2: of the four 3s, ID 1 is selected.", (),
+                      RowSource.f32([5.0, 3.0, 3.0, 3.0, 1.0, 3.0]), 2)
+    yield sparse_case("selection-tie-high-first", "Ties at the k-th place where the tied IDs straddle a heavier token.",
+                      (), RowSource.f32([0.5, 2.0, 0.5, 4.0, 0.5, 0.5]), 3)
+    yield sparse_case("allocation-tie-in-support", "Three equal weights in a k = 3 support: the ticket goes to the lowest ID.",
+                      (), RowSource.f32([0.1, 2.0, 0.2, 2.0, 2.0, 0.3]), 3)
+
+
+def drop_cases() -> Iterator[Case]:
+    yield sparse_case("support-floors-to-zero", "A support member of weight 2^-40 beside weight 1 gets count 0.",
+                      ("SUPPORT_FLOORS_TO_ZERO",), RowSource.f32([2.0**-40, 1.0, 2.0**-45, 0.5, 2.0**-41]), 3)
+    yield sparse_case("zero-weights-selected", "Two positive weights, k = 4: zero-weight IDs 0 and 2 fill the support.",
+                      ("ZERO_WEIGHT_SELECTED",), RowSource.f32([0.0, 2.0, 0.0, 1.0, 0.0]), 4)
+
+
+def logit_cases() -> Iterator[Case]:
+    rng = random.Random(0x70C)
+    logits = uniform_logits(rng, 64, 4)
+    for v in (1, 2, 40, 63):
+        logits[v] = float("-inf")
+    yield sparse_case("logits-masked-k8", "k = 8 from 64 logits with four masks at T = 0.8.",
+                      ("LOGIT_PIPELINE", "MASKED_LOGITS"), RowSource.logits(logits, 0.8), 8)
+    yield sparse_case("logits-k-above-unmasked", "k = 5 but only 3 logits are unmasked: masked IDs fill the support.",
+                      ("LOGIT_PIPELINE", "MASKED_LOGITS", "ZERO_WEIGHT_SELECTED"),
+                      RowSource("logits", [F32_NEG_INF, f32_bits(1.0), F32_NEG_INF, f32_bits(2.0), f32_bits(1.0)]
+                                + [F32_NEG_INF] * 3, f32_bits(1.0)), 5)
+    yield sparse_case("logits-equal-at-k", "Equal logits at the k-th place.", ("LOGIT_PIPELINE",),
+                      RowSource.logits([0.5, 3.0, 0.5, 0.5, 2.0, 0.5], 1.0), 3)
+
+
+def fp64_cases() -> Iterator[Case]:
+    bits = fp64_flip_rows(0x5F64, 1, larger_first=True)[0]
+    extra = [exact_f32(Fraction(1, 1 << 100))] * 3
+    yield sparse_case("fp64-flip-in-support", "An FP64 near-tie row as the support, three tiny weights excluded.", (),
+                      RowSource("f32", extra[:1] + bits + extra[1:]), len(bits))
+
+
+def production_cases() -> Iterator[Case]:
+    source = RowSource("f32", production_row(PRODUCTION_SEED))
+    row = resolve(source)
+    for k in (16, 32, 64):
+        yield sparse_case(f"v129280-k{k}", f"Top-{k} of a softmax-like row over V = 129280.",
+                          ("PRODUCTION_VOCAB", "R29_SUPPORT"), source, k, row)
+
+
+def build() -> Iterator[Group]:
+    yield Group("support_size", "k = 1, k < V and k = V.", RULES, list(size_cases()))
+    yield Group("ties", "Selection and allocation ties, decided by the lowest ID.", RULES, list(tie_cases()))
+    yield Group("dropped_entries", "Support members that end with count 0 are dropped.", RULES, list(drop_cases()))
+    yield Group("logits", "Top-k rows from logits (R05).", RULES, list(logit_cases()))
+    yield Group("fp64_near_ties", "An FP64 near-tie inside the support.", RULES, list(fp64_cases()))
+    yield Group("production_vocab", "k = 16, 32, 64 at V = 129280 (R29).", RULES + ("R29",), list(production_cases()))
+
+
+SPARSE_FIELDS = {
+    "ids": blob_schema("i32"),
+    "counts": blob_schema("u32"),
+    "support": blob_schema("i32"),
+    "remaining": COUNT,
+    "tie_gap": {"$ref": "#/$defs/rational"},
+    "selection_gap": {"$ref": "#/$defs/rational"},
+    **FP64_FIELDS,
+}
+K = {"type": "integer", "minimum": 1}
+
+FAMILY = Family(
+    name="allocation_sparse",
+    description="Exact sparse top-k dyadic24 allocation (R07): select the global support, normalize within it, "
+    "allocate M, drop zero counts.",
+    rules=RULES + ("R29",),
+    notes=NOTES,
+    margins=("remaining", "tie_gap", "selection_gap", "fp64_error_bound", "fp64_may_differ", "exp_margin_ulp"),
+    build=build,
+    input_schema={"oneOf": [closed({**fields, "k": K}) for fields in ROW_INPUTS]},
+    expected_schema={"oneOf": [closed(SPARSE_FIELDS), closed({**SPARSE_FIELDS, **LOGIT_FIELDS})]},
+)

@@ -1,0 +1,244 @@
+"""Vector family ``categorical_sampling``: the proposal rule over dyadic24 q rows (R03, R04, R07, R08).
+
+Each case hands a q row and a list of 24-bit draws; the expected tokens are the
+first (global) IDs whose cumulative count is strictly greater than each draw.
+Draws sit at 0, M - 1 and on both sides of every cumulative boundary. Also home
+of the qRow codec (docs/vector-format.md, "Rows") used by the other families.
+"""
+
+from __future__ import annotations
+
+import random
+from itertools import accumulate
+from typing import Iterator
+
+from qconform.generators.encoding import EncodingError, decode_blob, encode_blob
+from qconform.generators.registry import Case, Family, Group, Note
+from qconform.generators.schemas import closed_object as closed
+from qconform.spec.constants import M, VOCAB
+from qconform.spec.errors import SpecError, refuse
+from qconform.spec.qrow import QRow
+from qconform.spec.sampling import sample_qrow
+
+
+def encode_qrow(row: QRow) -> dict:
+    """The JSON object of a q row: dense counts, or sparse ids and counts."""
+    if row.ids is None:
+        return {"representation": "dense", "counts": encode_blob("u32", row.counts)}
+    return {"representation": "sparse", "ids": encode_blob("i32", row.ids), "counts": encode_blob("u32", row.counts)}
+
+
+def decode_qrow(obj: dict, vocab: int) -> QRow:
+    """The q row of a JSON object over ``vocab`` tokens; SpecError if the row is not legal."""
+    if obj.get("representation") == "dense":
+        counts, _ = decode_blob(obj["counts"], "u32")
+        if len(counts) != vocab:
+            raise refuse("BAD_SHAPE", f"dense q row has {len(counts)} counts, vocabulary is {vocab}")
+        return QRow.dense(counts)
+    if obj.get("representation") == "sparse":
+        ids, _ = decode_blob(obj["ids"], "i32")
+        counts, _ = decode_blob(obj["counts"], "u32")
+        return QRow.sparse(vocab, ids, counts)
+    raise EncodingError(f"q row representation {obj.get('representation')!r} is not dense or sparse")
+
+
+NOTES = {
+    "EXTREME_DRAW": Note(
+        "EDGE_CASE",
+        "The draws 0 and M - 1 = 2^24 - 1.",
+        "Catches an off-by-one at either end of the draw range.",
+    ),
+    "CUMULATIVE_BOUNDARY": Note(
+        "EDGE_CASE",
+        "Draws C_v - 1 and C_v for every cumulative count C_v < M: the token changes exactly there.",
+        "Catches '>=' instead of '>' (the draw C_v must pick the next token) and inclusive prefix-sum off-by-ones.",
+    ),
+    "ZERO_COUNT": Note(
+        "EDGE_CASE",
+        "Tokens with zero count, including first and last; they own no draw and are never chosen (R04).",
+        "Catches a sampler that can land on a zero-count token at a boundary.",
+    ),
+    "SPARSE_GLOBAL_ID": Note(
+        "FUNCTIONALITY",
+        "A sparse row: the answer is the global token ID, not the index within the support (R07).",
+        "Catches returning the support index.",
+    ),
+    "SINGLE_SUPPORT": Note(
+        "EDGE_CASE",
+        "All M counts on one token: every draw picks it.",
+        "Catches degenerate-row handling.",
+    ),
+    "PRODUCTION_VOCAB": Note(
+        "FUNCTIONALITY",
+        "A row over the production vocabulary V = 129280.",
+        "Catches index width and prefix-sum precision problems that small rows hide.",
+    ),
+    "RANDOM_ROW": Note(
+        "BASIC",
+        "A random row and random draws from a fixed generator seed.",
+        "General agreement with the rule.",
+    ),
+    "INVALID_ROW": Note(
+        "MALFORMED_INPUT",
+        "A row that is not a legal dyadic24 row; it must be refused before sampling (R03, R19).",
+        "Catches a sampler that samples from a row with the wrong total or a noncanonical support.",
+    ),
+}
+
+RULES = ("R03", "R04", "R07", "R08")
+
+
+def boundary_draws(counts: list[int]) -> list[int]:
+    """0, M - 1, and C_v - 1, C_v for every cumulative count C_v in (0, M)."""
+    draws = {0, M - 1}
+    for cumulative in accumulate(counts):
+        if 0 < cumulative < M:
+            draws.update((cumulative - 1, cumulative))
+    return sorted(draws)
+
+
+def solve(case_input: dict) -> dict:
+    """The spec's answer to one input: the token each draw picks, or the row's refusal."""
+    try:
+        row = decode_qrow(case_input["row"], case_input["vocab"])
+        return {"tokens": [sample_qrow(row, u) for u in case_input["draws"]]}
+    except SpecError as error:
+        return {"error": error.code}
+
+
+def sampling_case(name: str, comment: str, flags: tuple[str, ...], row: QRow, draws: list[int]) -> Case:
+    case_input = {"vocab": row.vocab, "row": encode_qrow(row), "draws": draws}
+    return Case(name=name, comment=comment, rules=RULES, flags=flags, input=case_input, expected=solve(case_input))
+
+
+def random_counts(rng: random.Random, size: int, zeros: int) -> list[int]:
+    """``size`` counts summing to M with ``zeros`` random zero entries."""
+    live = sorted(rng.sample(range(size), size - zeros))
+    cuts = sorted(rng.sample(range(1, M), len(live) - 1))
+    parts = [b - a for a, b in zip([0] + cuts, cuts + [M])]
+    counts = [0] * size
+    for token, part in zip(live, parts):
+        counts[token] = part
+    return counts
+
+
+def boundary_cases() -> Iterator[Case]:
+    rows = {
+        "dense-v4": ([M // 4, M // 2, 0, M // 4], "Dense V = 4 with a zero-count token in the middle."),
+        "dense-v5-zero-ends": ([0, 3, M - 10, 7, 0], "Dense V = 5, zero counts at both ends, tiny neighbours."),
+        "dense-v3-count-1": ([1, M - 2, 1], "Counts of 1 at both ends: each owns exactly one draw."),
+        "dense-v2-halves": ([M // 2, M // 2], "Two halves: the draw M/2 picks token 1."),
+    }
+    for name, (counts, comment) in rows.items():
+        row = QRow.dense(counts)
+        flags = ("EXTREME_DRAW", "CUMULATIVE_BOUNDARY") + (("ZERO_COUNT",) if 0 in counts else ())
+        yield sampling_case(name, comment, flags, row, boundary_draws(counts))
+
+
+def sparse_cases() -> Iterator[Case]:
+    row = QRow.sparse(16, [2, 7, 15], [M // 8, M // 2, 3 * M // 8])
+    yield sampling_case("sparse-v16-k3", "Sparse support {2, 7, 15} over V = 16.",
+                        ("SPARSE_GLOBAL_ID", "CUMULATIVE_BOUNDARY", "EXTREME_DRAW"), row,
+                        boundary_draws(list(row.counts)))
+    row = QRow.sparse(VOCAB, [0, 64639, 64640, VOCAB - 1], [5, M // 2, M // 2 - 10, 5])
+    yield sampling_case("sparse-v129280-edges", "Sparse support at the first, last and TP2 shard-edge IDs.",
+                        ("SPARSE_GLOBAL_ID", "PRODUCTION_VOCAB", "CUMULATIVE_BOUNDARY", "EXTREME_DRAW"),
+                        row, boundary_draws(list(row.counts)))
+    rng = random.Random(0x5A3B1E)
+    ids = sorted(rng.sample(range(VOCAB), 32))
+    row = QRow.sparse(VOCAB, ids, random_counts(rng, 32, 0))
+    yield sampling_case("sparse-v129280-k32", "Sparse k = 32 (the initial candidate, R29) over V = 129280.",
+                        ("SPARSE_GLOBAL_ID", "PRODUCTION_VOCAB", "CUMULATIVE_BOUNDARY", "EXTREME_DRAW"),
+                        row, boundary_draws(list(row.counts)))
+
+
+def single_support_cases() -> Iterator[Case]:
+    draws = [0, 1, M // 2, M - 1]
+    yield sampling_case("sparse-support-1", "Sparse row with the single ID 9 of V = 10.",
+                        ("SINGLE_SUPPORT", "SPARSE_GLOBAL_ID", "EXTREME_DRAW"), QRow.sparse(10, [9], [M]), draws)
+    yield sampling_case("dense-support-1-last", "Dense V = 6 with all mass on the last token.",
+                        ("SINGLE_SUPPORT", "ZERO_COUNT", "EXTREME_DRAW"), QRow.dense([0] * 5 + [M]), draws)
+    yield sampling_case("dense-support-1-first", "Dense V = 6 with all mass on token 0.",
+                        ("SINGLE_SUPPORT", "ZERO_COUNT", "EXTREME_DRAW"), QRow.dense([M] + [0] * 5), draws)
+
+
+def production_dense_case() -> Case:
+    """A dense V = 129280 row: a few hundred live tokens spread over the vocabulary."""
+    rng = random.Random(0xD0C5)
+    counts = [0] * VOCAB
+    live = sorted(rng.sample(range(1, VOCAB - 1), 300)) + [VOCAB - 1]
+    for token, count in zip(live, random_counts(rng, len(live), 0)):
+        counts[token] = count
+    row = QRow.dense(counts)
+    boundaries = boundary_draws(counts)
+    draws = sorted(set(boundaries[:40] + boundaries[-40:] + [rng.randrange(M) for _ in range(40)]))
+    return sampling_case("dense-v129280", "Dense V = 129280 row, zero counts on token 0 and most tokens.",
+                         ("PRODUCTION_VOCAB", "ZERO_COUNT", "CUMULATIVE_BOUNDARY", "EXTREME_DRAW"), row, draws)
+
+
+def random_cases() -> Iterator[Case]:
+    rng = random.Random(0xCA7E6)
+    for index, (size, zeros) in enumerate([(8, 0), (8, 3), (64, 20), (64, 0), (33, 16)]):
+        row = QRow.dense(random_counts(rng, size, zeros))
+        draws = sorted(rng.randrange(M) for _ in range(16))
+        flags = ("RANDOM_ROW",) + (("ZERO_COUNT",) if zeros else ())
+        yield sampling_case(f"random-v{size}-{index}", f"Random dense row, V = {size}, {zeros} zero counts.",
+                            flags, row, draws)
+
+
+def invalid_case(name: str, comment: str, vocab: int, row: dict) -> Case:
+    case_input = {"vocab": vocab, "row": row, "draws": [0]}
+    expected = solve(case_input)
+    assert "error" in expected, f"invalid case {name} was accepted by the spec"
+    return Case(name=name, comment=comment, rules=("R03", "R07", "R19"), flags=("INVALID_ROW",), result="invalid",
+                input=case_input, expected=expected)
+
+
+def invalid_cases() -> Iterator[Case]:
+    def dense(counts: list[int]) -> dict:
+        return {"representation": "dense", "counts": encode_blob("u32", counts)}
+
+    def sparse(ids: list[int], counts: list[int]) -> dict:
+        return {"representation": "sparse", "ids": encode_blob("i32", ids), "counts": encode_blob("u32", counts)}
+
+    yield invalid_case("dense-sum-m-minus-1", "Counts sum to M - 1.", 3, dense([M // 2, M // 2 - 1, 0]))
+    yield invalid_case("dense-sum-m-plus-1", "Counts sum to M + 1.", 3, dense([M // 2, M // 2, 1]))
+    yield invalid_case("sparse-unsorted", "Sparse IDs not ascending.", 8, sparse([5, 2], [M // 2, M // 2]))
+    yield invalid_case("sparse-duplicate-id", "A duplicated sparse ID.", 8, sparse([2, 2], [M // 2, M // 2]))
+    yield invalid_case("sparse-duplicate-zero", "A duplicated sparse ID whose second count is zero.", 8,
+                       sparse([2, 2], [M, 0]))
+    yield invalid_case("sparse-zero-count", "A sparse entry with count zero (noncanonical support).", 8,
+                       sparse([1, 2], [M, 0]))
+    yield invalid_case("sparse-id-out-of-range", "A sparse ID equal to the vocabulary size.", 8,
+                       sparse([3, 8], [M // 2, M // 2]))
+    yield invalid_case("sparse-negative-id", "A negative sparse ID.", 8, sparse([-1, 3], [M // 2, M // 2]))
+
+
+def build() -> Iterator[Group]:
+    yield Group("boundaries", "Small dense rows with every cumulative boundary drawn.", RULES, list(boundary_cases()))
+    yield Group("sparse_rows", "Sparse rows: global IDs returned.", RULES, list(sparse_cases()))
+    yield Group("single_support", "Rows whose whole mass is on one token.", RULES, list(single_support_cases()))
+    yield Group("production_vocab", "A dense row over V = 129280.", RULES, [production_dense_case()])
+    yield Group("random_rows", "Random rows and draws.", RULES, list(random_cases()))
+    yield Group("invalid_rows", "Illegal rows, refused before any draw.", ("R03", "R07", "R19"),
+                list(invalid_cases()))
+
+
+ROW_ERRORS = ["WRONG_TOTAL_MASS", "BAD_SPARSE_SUPPORT", "TOKEN_OUT_OF_RANGE", "BAD_SHAPE", "NOT_DYADIC24"]
+DRAWS = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": M - 1}}
+
+FAMILY = Family(
+    name="categorical_sampling",
+    description="The proposal rule (R08): first token whose cumulative count exceeds the 24-bit draw.",
+    rules=("R03", "R04", "R07", "R08", "R19"),
+    notes=NOTES,
+    build=build,
+    solve=solve,
+    input_schema=closed({"vocab": {"type": "integer", "minimum": 1}, "row": {"$ref": "#/$defs/qRow"}, "draws": DRAWS}),
+    expected_schema={
+        "oneOf": [
+            closed({"tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}}}),
+            closed({"error": {"enum": ROW_ERRORS}}),
+        ]
+    },
+)

@@ -1,0 +1,240 @@
+"""Vector family ``distribution``: the exact law of one round at small vocabularies (R09, R11).
+
+Each case gives q and p rows per prefix (the tokens already accepted in the
+round) and expects the exact law of the emitted sequence, the first-token law
+with the ABI's 32-bit draws and with a real uniform, the target, and the
+quantization deviation with its proven bound. A statistical harness check
+compares empirical frequencies with ``emitted_law``; an exact implementation
+can reproduce every field.
+
+Prefix keys: ``""`` for the empty prefix, else the token IDs joined by commas
+(``"0"``, ``"3,1"``). ``q`` holds every prefix of length ``< depth``, ``p`` every
+prefix of length ``<= depth`` (length ``depth``: the bonus row).
+"""
+
+from __future__ import annotations
+
+import random
+from fractions import Fraction
+from itertools import product
+from typing import Callable, Iterator
+
+from qconform.generators.encoding import decode_rational, encode_rational
+from qconform.generators.families.categorical_sampling import decode_qrow, encode_qrow
+from qconform.generators.registry import Case, Family, Group, Note
+from qconform.generators.schemas import closed_object as closed
+from qconform.spec.constants import M
+from qconform.spec.distribution import (
+    Prefix,
+    first_token_law,
+    first_token_law_real_uniform,
+    quantization_deviation,
+    round_deviation,
+    round_law,
+)
+from qconform.spec.qrow import QRow
+
+RULES = ("R08", "R09", "R11")
+
+
+def prefix_key(prefix: Prefix) -> str:
+    """``""`` or the comma-joined token IDs."""
+    return ",".join(str(token) for token in prefix)
+
+
+def parse_prefix(key: str) -> Prefix:
+    return tuple(int(token) for token in key.split(",")) if key else ()
+
+
+def prefixes(vocab: int, max_length: int) -> list[Prefix]:
+    """Every prefix of length 0..max_length, shortest first."""
+    return [p for n in range(max_length + 1) for p in product(range(vocab), repeat=n)]
+
+
+def decode_law_input(obj: dict) -> tuple[int, int, dict[Prefix, QRow], dict[Prefix, list[Fraction]]]:
+    """(vocab, depth, q by prefix, p by prefix) of a case input."""
+    vocab = obj["vocab"]
+    q = {parse_prefix(k): decode_qrow(row, vocab) for k, row in obj["q"].items()}
+    p = {parse_prefix(k): [decode_rational(x) for x in row] for k, row in obj["p"].items()}
+    return vocab, obj["depth"], q, p
+
+
+NOTES = {
+    "Q_EQUALS_P": Note("BASIC", "q = p: every draft is accepted, the round emits K drafts and a bonus.",
+                       "Baseline: the law is the product of the rows."),
+    "POOR_Q": Note("FUNCTIONALITY", "q far from p; the first token is still distributed as p (R09).",
+                   "Catches a verifier whose output law depends on q."),
+    "Q_ZERO_WHERE_P_POSITIVE": Note(
+        "EDGE_CASE", "q has zero counts where p > 0: those tokens come only from the residual (R04).",
+        "Catches a residual that misses tokens q never proposes."),
+    "P_ZERO_WHERE_Q_POSITIVE": Note(
+        "EDGE_CASE", "p = 0 where q > 0: such drafts are always rejected.",
+        "Catches acceptance of zero-target drafts."),
+    "NON_DYADIC_TARGET": Note(
+        "EDGE_CASE", "p is not dyadic (thirds, fifths): 32-bit draws cannot represent it exactly, so the "
+        "first-token law deviates from p by a nonzero amount below the stated bound.",
+        "Documents the quantization deviation instead of pretending it is zero."),
+    "PREFIX_DEPENDENT": Note(
+        "FUNCTIONALITY", "Depth 2 with q and p rows that depend on the accepted prefix (Markov-conditioned, R01).",
+        "Catches verifying a later position against the wrong row."),
+    "RANDOM_ROWS": Note("BASIC", "Random rows from a fixed generator seed.", "General agreement."),
+}
+
+
+def dyadic_q(counts: list[int]) -> QRow:
+    assert sum(counts) == M
+    return QRow.dense(counts)
+
+
+def fractions(*values: int | Fraction | str) -> list[Fraction]:
+    return [Fraction(v) for v in values]
+
+
+def rationals(values: list[Fraction]) -> list[str]:
+    return [encode_rational(v) for v in values]
+
+
+def solve(case_input: dict) -> dict:
+    """The spec's exact laws and deviations for one input."""
+    vocab, depth, q, p = decode_law_input(case_input)
+    deviation = quantization_deviation(vocab, depth, q, p)
+    round_dev = round_deviation(vocab, depth, q, p)
+    return {
+        "emitted_law": [
+            {"tokens": list(tokens), "probability": encode_rational(probability)}
+            for tokens, probability in round_law(vocab, depth, q, p).items()
+        ],
+        "first_token_law": rationals(first_token_law(vocab, depth, q, p)),
+        "first_token_law_real_uniform": rationals(first_token_law_real_uniform(vocab, depth, q, p)),
+        "target": rationals(p[()]),
+        "tv_deviation": encode_rational(deviation.tv),
+        "deviation_bound": encode_rational(deviation.bound),
+        "round_tv_deviation": encode_rational(round_dev.tv),
+        "round_deviation_bound": encode_rational(round_dev.bound),
+    }
+
+
+def law_case(name: str, comment: str, flags: tuple[str, ...], vocab: int, depth: int,
+             q: Callable[[Prefix], QRow], p: Callable[[Prefix], list[Fraction]]) -> Case:
+    """A case whose q and p are tabulated over every prefix the round can reach."""
+    case_input = {
+        "vocab": vocab,
+        "depth": depth,
+        "q": {prefix_key(k): encode_qrow(q(k)) for k in prefixes(vocab, depth - 1)},
+        "p": {prefix_key(k): rationals(p(k)) for k in prefixes(vocab, depth)},
+    }
+    return Case(name=name, comment=comment, rules=RULES, flags=flags, input=case_input, expected=solve(case_input))
+
+
+def depth1_cases() -> Iterator[Case]:
+    half = M // 2
+    quarter = M // 4
+    uniform4 = fractions("1/4", "1/4", "1/4", "1/4")
+    yield law_case("q-equals-p-v2", "q = p = (1/2, 1/2).", ("Q_EQUALS_P",), 2, 1,
+                   lambda _: dyadic_q([half, half]), lambda _: fractions("1/2", "1/2"))
+    yield law_case("poor-q-v4", "q puts 7/8 on token 3, p puts 1/10 there.", ("POOR_Q",), 4, 1,
+                   lambda _: dyadic_q([M // 16, M // 16, 0, 7 * M // 8]),
+                   lambda pre: fractions("3/10", "3/10", "3/10", "1/10") if pre == () else uniform4)
+    yield law_case("q-zero-where-p-positive-v4", "q on {0, 1} only, p on all four tokens.",
+                   ("Q_ZERO_WHERE_P_POSITIVE",), 4, 1, lambda _: dyadic_q([half, half, 0, 0]),
+                   lambda pre: fractions("1/8", "1/8", "3/8", "3/8") if pre == () else uniform4)
+    yield law_case("p-zero-where-q-positive-v3", "q uniform-ish, p(2) = 0.", ("P_ZERO_WHERE_Q_POSITIVE",), 3, 1,
+                   lambda _: dyadic_q([quarter, quarter, half]),
+                   lambda pre: fractions("1/3", "2/3", 0) if pre == () else fractions("1/3", "1/3", "1/3"))
+    yield law_case("non-dyadic-thirds-v3", "p = (1/3, 1/3, 1/3), q = (1/2, 1/4, 1/4).", ("NON_DYADIC_TARGET",), 3, 1,
+                   lambda _: dyadic_q([half, quarter, quarter]), lambda _: fractions("1/3", "1/3", "1/3"))
+    yield law_case("point-mass-q-v5", "q all on token 4, p(4) = 1/5 and fifths elsewhere.",
+                   ("POOR_Q", "Q_ZERO_WHERE_P_POSITIVE", "NON_DYADIC_TARGET"), 5, 1,
+                   lambda _: dyadic_q([0, 0, 0, 0, M]), lambda _: fractions(*["1/5"] * 5))
+
+
+def depth2_cases() -> Iterator[Case]:
+    half, quarter = M // 2, M // 4
+    yield law_case("q-equals-p-v2-d2", "q = p = (1/2, 1/2) at every prefix.", ("Q_EQUALS_P",), 2, 2,
+                   lambda _: dyadic_q([half, half]), lambda _: fractions("1/2", "1/2"))
+
+    def markov_q(prefix: Prefix) -> QRow:
+        if not prefix:
+            return dyadic_q([half, quarter, quarter])
+        return dyadic_q([0, half, half]) if prefix[-1] == 0 else dyadic_q([3 * quarter, quarter, 0])
+
+    def markov_p(prefix: Prefix) -> list[Fraction]:
+        last = prefix[-1] if prefix else None
+        return {
+            None: fractions("1/3", "1/2", "1/6"),
+            0: fractions("1/5", "2/5", "2/5"),
+            1: fractions("1/7", "4/7", "2/7"),
+            2: fractions(0, "1/2", "1/2"),
+        }[last]
+
+    yield law_case("markov-v3-d2", "q and p conditioned on the last accepted token; non-dyadic p.",
+                   ("PREFIX_DEPENDENT", "NON_DYADIC_TARGET", "Q_ZERO_WHERE_P_POSITIVE", "P_ZERO_WHERE_Q_POSITIVE"),
+                   3, 2, markov_q, markov_p)
+    yield law_case("poor-q-v4-d2", "q concentrated on the token p likes least at both positions.",
+                   ("POOR_Q", "PREFIX_DEPENDENT"), 4, 2,
+                   lambda pre: dyadic_q([0, 0, M // 8, 7 * M // 8]) if not pre else dyadic_q([M, 0, 0, 0]),
+                   lambda pre: fractions("2/5", "3/10", "1/5", "1/10") if len(pre) < 2 else fractions(*["1/4"] * 4))
+
+
+def random_cases() -> Iterator[Case]:
+    rng = random.Random(0xD157)
+
+    def random_q(vocab: int) -> QRow:
+        cuts = sorted(rng.randrange(M + 1) for _ in range(vocab - 1))
+        return dyadic_q([b - a for a, b in zip([0] + cuts, cuts + [M])])
+
+    def random_p(vocab: int) -> list[Fraction]:
+        weights = [rng.randint(0, 9) for _ in range(vocab)]
+        weights[rng.randrange(vocab)] += 1
+        return [Fraction(w, sum(weights)) for w in weights]
+
+    for vocab, depth in ((8, 1), (6, 1), (4, 2)):
+        q_table = {prefix: random_q(vocab) for prefix in prefixes(vocab, depth - 1)}
+        p_table = {prefix: random_p(vocab) for prefix in prefixes(vocab, depth)}
+        yield law_case(f"random-v{vocab}-d{depth}", f"Random rows, V = {vocab}, depth {depth}.", ("RANDOM_ROWS",),
+                       vocab, depth, q_table.__getitem__, p_table.__getitem__)
+
+
+def build() -> Iterator[Group]:
+    yield Group("depth1", "Depth-1 rounds.", RULES, list(depth1_cases()))
+    yield Group("depth2", "Depth-2 rounds with prefix-dependent rows.", RULES + ("R01",), list(depth2_cases()))
+    yield Group("random", "Random rows.", RULES, list(random_cases()))
+
+
+RATIONALS = {"type": "array", "items": {"$ref": "#/$defs/rational"}}
+PREFIX_KEYS = {"pattern": r"^(?:[0-9]+(?:,[0-9]+)*)?$"}
+
+FAMILY = Family(
+    name="distribution",
+    description="The exact law of one round's emitted tokens at small vocabularies, and its quantization deviation.",
+    rules=("R01", "R08", "R09", "R11"),
+    notes=NOTES,
+    build=build,
+    solve=solve,
+    input_schema=closed(
+        {
+            "vocab": {"type": "integer", "minimum": 2, "maximum": 64},
+            "depth": {"type": "integer", "minimum": 1},
+            "q": {"type": "object", "propertyNames": PREFIX_KEYS, "additionalProperties": {"$ref": "#/$defs/qRow"}},
+            "p": {"type": "object", "propertyNames": PREFIX_KEYS, "additionalProperties": RATIONALS},
+        }
+    ),
+    expected_schema=closed(
+        {
+            "emitted_law": {
+                "type": "array",
+                "items": closed({
+                    "tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1},
+                    "probability": {"$ref": "#/$defs/rational"},
+                }),
+            },
+            "first_token_law": RATIONALS,
+            "first_token_law_real_uniform": RATIONALS,
+            "target": RATIONALS,
+            "tv_deviation": {"$ref": "#/$defs/rational"},
+            "deviation_bound": {"$ref": "#/$defs/rational"},
+            "round_tv_deviation": {"$ref": "#/$defs/rational"},
+            "round_deviation_bound": {"$ref": "#/$defs/rational"},
+        }
+    ),
+)

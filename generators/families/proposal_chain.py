@@ -1,0 +1,226 @@
+"""Vector family ``proposal_chain``: the worker's side of a round, end to end (R01, R05-R08, R15, R22, R35).
+
+Each case hands the RNG identity, the fixed depth K, the last committed token
+``x_0``, the draft temperature, the support policy, K rows of base logits and
+the low-rank Markov factors. The implementation must produce, position by
+position: the Markov bias from the previous token, the weights
+(``weights_from_logits``), the dyadic24 counts (dense or top-k), the proposal
+draw at ``proposal_key(identity, i)``, and the sampled token that conditions
+the next row. Expected: the K tokens, the K q rows, the draws (counter words
+and u24), and per row the exp margin and tie gap.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Iterator
+
+from qconform.generators.encoding import encode_blob, encode_f32, encode_rational, encode_u64, encode_word, f32_bits
+from qconform.generators.families.categorical_sampling import encode_qrow
+from qconform.generators.registry import Case, Family, Group, Note
+from qconform.generators.schemas import closed_object as closed
+from qconform.generators.schemas import blob_schema
+from qconform.spec.constants import DEPTH, M
+from qconform.spec.floats import F32_NEG_INF
+from qconform.spec.markov import markov_bias_f32
+from qconform.spec.proposal import (
+    ProposalInput,
+    ProposalResult,
+    SupportPolicy,
+    proposal_chain,
+    proposal_row,
+)
+from qconform.spec.rng_abi import RngIdentity
+
+RULES = ("R01", "R05", "R06", "R08", "R15", "R22", "R35")
+
+NOTES = {
+    "PREFIX_CONDITIONED": Note(
+        "FUNCTIONALITY",
+        "Row 2 would have different counts had x_1 been another token of positive q: q depends on the sampled "
+        "prefix through the Markov bias (R01, R15).",
+        "Catches a q that is not conditioned on the sampled prefix (rows computed from the committed prefix only, "
+        "or from a peer's own choice of token, R22).",
+    ),
+    "NO_MARKOV": Note(
+        "BASIC",
+        "All-zero Markov factors: every row depends only on its base logits.",
+        "Control case separating logit/allocation errors from Markov errors.",
+    ),
+    "DENSE_CHAIN": Note("BASIC", "Dense q rows.", "General agreement with the chain."),
+    "TOP_K_CHAIN": Note(
+        "FUNCTIONALITY",
+        "Top-k sparse q rows (R07); the support may change from row to row.",
+        "Catches a support chosen once per round instead of per conditioned row.",
+    ),
+    "MASKED_LOGITS": Note(
+        "FUNCTIONALITY",
+        "Some base logits are -inf masks; the bias is added to them and they stay masked (R05).",
+        "Catches -inf + bias turning into NaN or a finite logit.",
+    ),
+    "POSITION_WRAP": Note(
+        "EDGE_CASE",
+        "The anchor is 2^32 - 2: the draw positions anchor + i - 1 wrap modulo 2^32.",
+        "Catches 64-bit or signed positions in counter word 0.",
+    ),
+    "SEED_HIGH_WORD": Note(
+        "EDGE_CASE",
+        "The 64-bit seed has high bits set (key word 1 nonzero).",
+        "Catches a seed truncated to 32 bits.",
+    ),
+    "TEMPERATURE": Note(
+        "FUNCTIONALITY",
+        "Draft temperature other than 1.",
+        "Catches the temperature applied after the bias shift, to the target instead, or not at all.",
+    ),
+}
+
+
+def random_matrix(rng: random.Random, rows: int, cols: int, scale: float) -> list[list[int]]:
+    """FP32 entries uniform on a 2^-16 grid in [-2 scale, 2 scale) (integer draws only, no libm)."""
+    return [[f32_bits(scale * rng.randrange(-1 << 17, 1 << 17) / 65536) for _ in range(cols)] for _ in range(rows)]
+
+
+def prefix_conditioned(inp: ProposalInput, result: ProposalResult) -> bool:
+    """Whether row 2 would have other counts for some other token x_1 of positive q."""
+    if len(result.rows) < 2:
+        return False
+    first = result.rows[0].q
+    second = result.rows[1].q
+    for token, _ in first.support():
+        if token == result.tokens[0]:
+            continue
+        bias = markov_bias_f32(token, inp.markov_left, inp.markov_right)
+        alternative = proposal_row(inp.base_logits[1], bias, inp.temperature_bits, inp.support)[0]
+        if alternative != second:
+            return True
+    return False
+
+
+def chain_case(name: str, comment: str, flags: tuple[str, ...], inp: ProposalInput) -> Case:
+    result = proposal_chain(inp)
+    if prefix_conditioned(inp, result):
+        flags += ("PREFIX_CONDITIONED",)
+    vocab = len(inp.markov_left)
+    rank = len(inp.markov_right)
+    support = {"policy": "dense"} if inp.support.k is None else {"policy": "top_k", "k": inp.support.k}
+    ident = inp.identity
+    case_input = {
+        "seed": encode_u64(ident.seed),
+        "generation": ident.generation,
+        "round": ident.round,
+        "anchor": ident.anchor,
+        "depth": len(inp.base_logits),
+        "last_committed_token": inp.last_committed_token,
+        "temperature": encode_f32(inp.temperature_bits),
+        "support": support,
+        "base_logits": encode_blob("f32", [b for row in inp.base_logits for b in row], [len(inp.base_logits), vocab]),
+        "markov": {
+            "left": encode_blob("f32", [b for row in inp.markov_left for b in row], [vocab, rank]),
+            "right": encode_blob("f32", [b for row in inp.markov_right for b in row], [rank, vocab]),
+        },
+    }
+    expected = {
+        "tokens": result.tokens,
+        "rows": [encode_qrow(row.q) for row in result.rows],
+        "draws": [
+            {"position": row.draw.position, "counter": [encode_word(w) for w in row.draw.counter], "u24": row.draw.u24}
+            for row in result.rows
+        ],
+        "exp_margin_ulp": [encode_rational(row.exp_margin_ulp) for row in result.rows],
+        "tie_gap": [encode_rational(row.tie_gap) for row in result.rows],
+    }
+    return Case(name=name, comment=comment, rules=RULES + (("R07",) if inp.support.k else ()),
+                flags=tuple(dict.fromkeys(flags)), input=case_input, expected=expected)
+
+
+def make_input(seed: int, vocab: int, rank: int, markov_scale: float, temperature: float, support: SupportPolicy,
+               identity: RngIdentity, masks: int = 0) -> ProposalInput:
+    """A deterministic chain input: Gaussian base logits and Markov factors from ``seed``."""
+    rng = random.Random(seed)
+    logits = random_matrix(rng, DEPTH, vocab, 2.0)
+    for row in logits:
+        for v in rng.sample(range(vocab), masks):
+            row[v] = F32_NEG_INF
+    left = random_matrix(rng, vocab, rank, markov_scale)
+    right = random_matrix(rng, rank, vocab, markov_scale)
+    last = rng.randrange(vocab)
+    return ProposalInput(logits, left, right, last, f32_bits(temperature), support, identity)
+
+
+def chain_cases() -> Iterator[Case]:
+    ident = RngIdentity(seed=20240607, generation=1, round=3, anchor=1000)
+    yield chain_case("dense-v32-r2", "Dense rows over V = 32, rank-2 Markov head, T = 1.", ("DENSE_CHAIN",),
+                     make_input(0xC4A1, 32, 2, 1.5, 1.0, SupportPolicy.dense(), ident))
+    yield chain_case("dense-v256-r4-t0.6", "Dense rows over V = 256, rank 4, T = 0.6.", ("DENSE_CHAIN", "TEMPERATURE"),
+                     make_input(0xC4A2, 256, 4, 1.0, 0.6, SupportPolicy.dense(), ident))
+    yield chain_case("topk16-v512-r4", "Top-16 rows over V = 512.", ("TOP_K_CHAIN",),
+                     make_input(0xC4A3, 512, 4, 1.2, 1.0, SupportPolicy.top_k(16), ident))
+    yield chain_case("topk32-v1024-r8-t1.7", "Top-32 rows (the initial sparse candidate) over V = 1024, T = 1.7.",
+                     ("TOP_K_CHAIN", "TEMPERATURE"),
+                     make_input(0xC4A4, 1024, 8, 0.8, 1.7, SupportPolicy.top_k(32), ident))
+    yield chain_case("dense-v64-masked", "Dense rows with eight masked base logits per row.",
+                     ("DENSE_CHAIN", "MASKED_LOGITS"),
+                     make_input(0xC4A5, 64, 3, 1.5, 1.0, SupportPolicy.dense(), ident, masks=8))
+    yield chain_case("dense-v48-no-markov", "Zero Markov factors: rows are independent of the prefix.",
+                     ("DENSE_CHAIN", "NO_MARKOV"),
+                     make_input(0xC4A6, 48, 2, 0.0, 1.0, SupportPolicy.dense(), ident))
+
+
+def identity_cases() -> Iterator[Case]:
+    wrap = RngIdentity(seed=7, generation=2, round=9, anchor=(1 << 32) - 2)
+    yield chain_case("anchor-wraps", "Anchor 2^32 - 2: positions 2^32 - 2, 2^32 - 1, 0, 1, 2.",
+                     ("DENSE_CHAIN", "POSITION_WRAP"),
+                     make_input(0xC4B1, 16, 2, 2.0, 1.0, SupportPolicy.dense(), wrap))
+    high = RngIdentity(seed=0xFEDCBA9876543210, generation=0xFFFFFFFF, round=0, anchor=5)
+    yield chain_case("seed-high-word", "A seed above 2^32 and the largest generation.",
+                     ("TOP_K_CHAIN", "SEED_HIGH_WORD"),
+                     make_input(0xC4B2, 128, 2, 2.0, 1.0, SupportPolicy.top_k(8), high))
+
+
+def build() -> Iterator[Group]:
+    yield Group("chains", "Depth-5 chains, dense and top-k, Markov-conditioned.", RULES, list(chain_cases()))
+    yield Group("rng_identity", "Chains that pin the draw keys.", RULES, list(identity_cases()))
+
+
+WORD = {"$ref": "#/$defs/word32"}
+RATIONALS = {"type": "array", "items": {"$ref": "#/$defs/rational"}}
+SUPPORT = {
+    "oneOf": [
+        closed({"policy": {"const": "dense"}}),
+        closed({"policy": {"const": "top_k"}, "k": {"type": "integer", "minimum": 1}}),
+    ]
+}
+DRAW = closed({
+    "position": {"type": "integer", "minimum": 0},
+    "counter": {"type": "array", "items": WORD, "minItems": 4, "maxItems": 4},
+    "u24": {"type": "integer", "minimum": 0, "maximum": M - 1},
+})
+
+FAMILY = Family(
+    name="proposal_chain",
+    description="The worker's proposal chain: Markov bias, weights, counts and the PROPOSAL draw, row by row (R01).",
+    rules=RULES + ("R07",),
+    notes=NOTES,
+    margins=("tie_gap", "exp_margin_ulp"),
+    build=build,
+    input_schema=closed({
+        "seed": {"$ref": "#/$defs/u64"},
+        "generation": {"type": "integer", "minimum": 0},
+        "round": {"type": "integer", "minimum": 0},
+        "anchor": {"type": "integer", "minimum": 0},
+        "depth": {"type": "integer", "minimum": 1},
+        "last_committed_token": {"type": "integer", "minimum": 0},
+        "temperature": {"$ref": "#/$defs/f32"},
+        "support": SUPPORT,
+        "base_logits": blob_schema("f32"),
+        "markov": closed({"left": blob_schema("f32"), "right": blob_schema("f32")}),
+    }),
+    expected_schema=closed({
+        "tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+        "rows": {"type": "array", "items": {"$ref": "#/$defs/qRow"}},
+        "draws": {"type": "array", "items": DRAW},
+        "exp_margin_ulp": RATIONALS,
+        "tie_gap": RATIONALS,
+    }),
+)
