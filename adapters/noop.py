@@ -1,0 +1,30 @@
+"""The ``noop`` adapter: does no work, so a run against it measures the harness alone.
+
+Every case is answered ``{"error": "NOOP"}``: a well-formed refusal (docs/shim-protocol.md),
+so each case goes through the whole path (protocol, output checks, comparison) and is
+judged like any refusal: a ``fail`` for a valid case or an invalid one (wrong code),
+whatever the runner's policy says for an ``acceptable`` case; never ``error``. A run
+against ``noop`` with an ``error`` verdict is a harness bug.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from qconform.generators.registry import FAMILY_MODULES
+from qconform.harness.adapter import Adapter, Capabilities, Outcome, PrecisionProfile
+
+NOOP_CODE = "NOOP"
+
+
+class NoopAdapter(Adapter):
+    name = "noop"
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(families=FAMILY_MODULES, injected_draws=True, devices=("cpu", "cuda"))
+
+    def precision(self) -> PrecisionProfile:
+        return PrecisionProfile(notes="answers nothing: every case is refused with error code NOOP")
+
+    def run_batch(self, family: str, inputs: Sequence[dict]) -> list[Outcome]:
+        return [{"error": NOOP_CODE} for _ in inputs]

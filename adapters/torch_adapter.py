@@ -1,0 +1,270 @@
+"""The ``torch`` adapter: the harness's view of the independent torch candidate.
+
+This module is glue only: it decodes a case ``input`` (docs/formats/) into tensors,
+calls the kernels of :mod:`qconform.adapters.torch_candidate`, and encodes their
+answer. Like the kernels, it never imports ``qconform.spec`` or
+``qconform.generators``: the candidate must be an independent implementation,
+and even its JSON codec is its own.
+
+Mutants (:mod:`qconform.adapters.torch_mutants`) reuse this adapter with one
+kernel function replaced by a seeded bug.
+"""
+
+from __future__ import annotations
+
+import base64
+from fractions import Fraction
+from typing import Callable, Sequence
+
+import torch
+
+from qconform.adapters.torch_candidate import allocation, philox, proposal, sampling, verification, weights
+from qconform.adapters.torch_candidate.errors import CandidateError
+from qconform.harness.adapter import Adapter, AdapterError, Capabilities, Outcome, PrecisionProfile
+
+MAX_REQUESTS = 4
+DOMAINS = {"PROPOSAL": philox.PROPOSAL, "ACCEPT": philox.ACCEPT, "CORRECTION": philox.CORRECTION}
+DOMAIN_NAMES = {code: name for name, code in DOMAINS.items()}
+TORCH_DTYPES = {"f32": torch.float32, "f64": torch.float64, "i32": torch.int32, "u32": torch.int64,
+                "u64": torch.int64, "u8": torch.uint8}
+
+
+# --- the adapter's own codec (docs/vector-format.md) --------------------------------------
+
+
+def blob_tensor(blob: dict, device: str) -> torch.Tensor:
+    """A typed blob as a tensor: floats keep their dtype, u32 widens to int64."""
+    data = bytearray(base64.b64decode(blob["b64"]))
+    dtype = blob["dtype"]
+    if dtype == "u32":
+        raw = torch.frombuffer(data, dtype=torch.int32).to(torch.int64) & 0xFFFFFFFF if data else torch.zeros(0, dtype=torch.int64)
+    elif data:
+        raw = torch.frombuffer(data, dtype=TORCH_DTYPES[dtype]).clone()
+    else:
+        raw = torch.zeros(0, dtype=TORCH_DTYPES[dtype])
+    return raw.reshape(blob["shape"]).to(device)
+
+
+def encode_ints(dtype: str, values: torch.Tensor) -> dict:
+    """32-bit integers (or FP32 bit patterns) as a little-endian blob of ``dtype``."""
+    flat = values.detach().to("cpu", torch.int64).reshape(-1)
+    data = flat.to(torch.int32).numpy().astype("<i4").tobytes()
+    return {"dtype": dtype, "shape": list(values.shape), "b64": base64.b64encode(data).decode("ascii")}
+
+
+def word(value: int) -> str:
+    return f"0x{value & 0xFFFFFFFF:08x}"
+
+
+def f32_scalar(obj: dict) -> float:
+    """The FP32 value of ``{"f32": "0x........"}``."""
+    return torch.tensor([int(obj["f32"], 16)], dtype=torch.int64).to(torch.int32).view(torch.float32).item()
+
+
+def q_row_counts(row: dict, vocab: int, device: str) -> torch.Tensor:
+    """One q row (dense or sparse dyadic24 counts) as int64 dense counts ``[V]``, refused
+    unless it is legal: exact sum M (R03), sparse IDs in range, strictly ascending, with
+    positive counts (R07, R19)."""
+    counts = blob_tensor(row["counts"], device)
+    if row["representation"] == "dense":
+        if counts.numel() != vocab:
+            raise CandidateError("BAD_SHAPE", f"dense q row has {counts.numel()} counts for vocabulary {vocab}")
+        dense = counts
+    else:
+        ids = blob_tensor(row["ids"], device).to(torch.int64)
+        if ids.numel() != counts.numel():
+            raise CandidateError("BAD_SHAPE", "sparse q row has unequal ids and counts")
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+            raise CandidateError("TOKEN_OUT_OF_RANGE", "sparse id outside the vocabulary")
+        if bool((ids[1:] <= ids[:-1]).any()) or bool((counts <= 0).any()):
+            raise CandidateError("BAD_SPARSE_SUPPORT", "sparse ids must ascend strictly with positive counts")
+        dense = torch.zeros(vocab, dtype=torch.int64, device=device)
+        dense[ids] = counts
+    if int(dense.sum()) != allocation.M:
+        raise CandidateError("WRONG_TOTAL_MASS", f"q counts sum to {int(dense.sum())}, not M")
+    return dense
+
+
+def q_rows_dense(rows: Sequence[dict], vocab: int, device: str) -> torch.Tensor:
+    """q rows as int64 dense counts ``[n, V]``."""
+    return torch.stack([q_row_counts(row, vocab, device) for row in rows])
+
+
+def p_rows_f64(obj: dict, device: str) -> torch.Tensor:
+    """Target rows as FP64 weights ``[R, V]`` (rational rows are rounded: not exact)."""
+    if "weights" in obj:
+        return blob_tensor(obj["weights"], device).to(torch.float64)
+    rows = [[Fraction(*map(int, v.split("/"))) for v in row] for row in obj["probabilities"]]
+    if any(sum(row) != 1 for row in rows):
+        raise CandidateError("BAD_TARGET_ROW", "a target row does not sum to exactly 1")
+    return torch.tensor([[float(v) for v in row] for row in rows], dtype=torch.float64, device=device)
+
+
+def q_row_json(counts: torch.Tensor | None, ids: torch.Tensor | None) -> dict:
+    if ids is None:
+        return {"representation": "dense", "counts": encode_ints("u32", counts)}
+    keep = counts > 0
+    return {"representation": "sparse", "ids": encode_ints("i32", ids[keep]), "counts": encode_ints("u32", counts[keep])}
+
+
+# --- one function per family ---------------------------------------------------------------
+
+
+def rng_abi(inp: dict, device: str) -> dict:
+    if "counter" in inp:
+        counter = torch.tensor([[int(w, 16) for w in inp["counter"]]], dtype=torch.int64, device=device)
+        key = torch.tensor([[int(w, 16) for w in inp["key"]]], dtype=torch.int64, device=device)
+        return {"output": [word(w) for w in philox.philox4x32_10(counter, key)[0].tolist()]}
+    key = philox.seed_keys([int(inp["seed"])], device)
+    if "depth" in inp:
+        return rng_schedule(inp, key, device)
+    fields = [inp["position"], inp["round"], inp["generation"]]
+    if any(not 0 <= f < 1 << 32 for f in fields):
+        raise CandidateError("BAD_RNG_FIELD", "position, round and generation are 32-bit words")
+    pos, rnd, gen = (torch.tensor([f], dtype=torch.int64, device=device) for f in fields)
+    counter = philox.counter_words(pos, rnd, gen, DOMAINS[inp["domain"]], inp["draw_counter"])
+    out = philox.philox4x32_10(counter, key)[0].tolist()
+    return {"key": [word(w) for w in key[0].tolist()], "counter": [word(w) for w in counter[0].tolist()],
+            "output": [word(w) for w in out], "u24": out[0] >> 8, "u32": out[0]}
+
+
+def rng_schedule(inp: dict, key: torch.Tensor, device: str) -> dict:
+    """Every draw key of a round: K proposal, K acceptance and K + 1 correction positions."""
+    depth, anchor = inp["depth"], inp["anchor"]
+    rnd = torch.tensor([[inp["round"]]], dtype=torch.int64, device=device)
+    gen = torch.tensor([[inp["generation"]]], dtype=torch.int64, device=device)
+
+    def draws(domain: int, count: int, value: Callable[[torch.Tensor], torch.Tensor]) -> list[dict]:
+        pos = (anchor + torch.arange(count, device=device, dtype=torch.int64)[None, :]) & 0xFFFFFFFF
+        counters, word0 = philox.draw_word0(key, pos, rnd, gen, domain)
+        return [{"position": int(pos[0, i]), "counter": [word(w) for w in counters[0, i].tolist()],
+                 "value": int(value(word0)[0, i])} for i in range(count)]
+
+    return {"proposal": draws(philox.PROPOSAL, depth, philox.u24_of),
+            "accept": draws(philox.ACCEPT, depth, philox.u32_of),
+            "correction": draws(philox.CORRECTION, depth + 1, philox.u32_of)}
+
+
+def categorical_sampling(inp: dict, device: str) -> dict:
+    counts = q_row_counts(inp["row"], inp["vocab"], device)
+    draws = torch.tensor(inp["draws"], dtype=torch.int64, device=device)
+    return {"tokens": sampling.sample_counts(counts.expand(len(inp["draws"]), -1), draws).tolist()}
+
+
+def row_weights(inp: dict, device: str) -> tuple[torch.Tensor, dict]:
+    """Validated weights ``[1, V]`` of an allocation input, and the answer fields they add
+    (the FP32 weights computed from a logits row)."""
+    if "weights" in inp:
+        w = blob_tensor(inp["weights"], device)[None, :]
+        if w.shape[-1] == 0:
+            raise CandidateError("EMPTY_ROW", "weight row has no entries")
+        weights.validate_weights(w)
+        return w, {}
+    logits = blob_tensor(inp["logits"], device)[None, :]
+    w = weights.logits_to_weights(logits, f32_scalar(inp["temperature"]), None)
+    return w, {"weights": encode_ints("f32", w[0].view(torch.int32))}
+
+
+def allocation_dense(inp: dict, device: str) -> dict:
+    w, extra = row_weights(inp, device)
+    counts = allocation.largest_remainder_counts(w)
+    return {"counts": encode_ints("u32", counts[0]), **extra}
+
+
+def allocation_sparse(inp: dict, device: str) -> dict:
+    k = inp["k"]
+    vocab = (inp["weights"] if "weights" in inp else inp["logits"])["shape"][0]
+    if not 1 <= k <= vocab:
+        raise CandidateError("BAD_SUPPORT_SIZE", f"k = {k}")
+    w, extra = row_weights(inp, device)
+    support = allocation.top_k_support(w, k)
+    counts = allocation.largest_remainder_counts(w.gather(1, support))
+    row = q_row_json(counts[0], support[0])
+    return {"ids": row["ids"], "counts": row["counts"], "support": encode_ints("i32", support[0]), **extra}
+
+
+def allocation_invalid(inp: dict, device: str) -> dict:
+    return allocation_sparse(inp, device) if "k" in inp else allocation_dense(inp, device)
+
+
+def proposal_chain(inp: dict, device: str) -> dict:
+    base = blob_tensor(inp["base_logits"], device)
+    left = blob_tensor(inp["markov"]["left"], device)
+    right = blob_tensor(inp["markov"]["right"], device)
+    support = inp["support"]
+    top_k = support["k"] if support["policy"] == "top_k" else None
+    result = proposal.propose([int(inp["seed"])], inp["generation"], inp["round"], inp["anchor"],
+                              inp["last_committed_token"], base[None], f32_scalar(inp["temperature"]),
+                              (left, right), top_k)
+    depth = base.shape[0]
+    if result.sparse is None:
+        rows = [q_row_json(result.counts[0, i], None) for i in range(depth)]
+    else:
+        rows = [q_row_json(result.sparse.counts[0, i], result.sparse.ids[0, i]) for i in range(depth)]
+    draws = [{"position": int(result.counters[0, i, 0]), "counter": [word(w) for w in result.counters[0, i].tolist()],
+              "u24": int(result.u24[0, i])} for i in range(depth)]
+    return {"tokens": result.tokens[0].tolist(), "rows": rows, "draws": draws}
+
+
+def verification_round(inp: dict, device: str) -> dict:
+    vocab, requests = inp["vocab"], inp["requests"]
+    if len(requests) > MAX_REQUESTS:
+        raise CandidateError("BAD_SHAPE", f"{len(requests)} requests; the batch bound is {MAX_REQUESTS} (R27)")
+    depth = len(requests[0]["draft_tokens"])
+    if any(len(r["draft_tokens"]) != depth for r in requests):
+        raise CandidateError("BAD_SHAPE", "requests of one batch must share the depth")
+    q = torch.stack([q_rows_dense(r["q_rows"], vocab, device) for r in requests])
+    p = torch.stack([p_rows_f64(r["p_rows"], device) for r in requests])
+    drafts = torch.tensor([r["draft_tokens"] for r in requests], dtype=torch.int64, device=device)
+    result = verification.verify_round(
+        [int(r["seed"]) for r in requests], [r["generation"] for r in requests], [r["round"] for r in requests],
+        [r["anchor"] for r in requests], drafts, q, p,
+        [r.get("stop_tokens", []) for r in requests], [r.get("budget") for r in requests],
+    )
+    return {"requests": [
+        {"accepted": out.accepted, "emitted": out.emitted,
+         "draws": [{"domain": DOMAIN_NAMES[d.domain], "position": d.position, "draw_counter": d.draw_counter,
+                    "u32": d.u32, "decision": d.decision, "token": d.token} for d in out.draws]}
+        for out in result.outcomes()
+    ]}
+
+
+FAMILIES: dict[str, Callable[[dict, str], dict]] = {
+    "rng_abi": rng_abi,
+    "categorical_sampling": categorical_sampling,
+    "allocation_dense": allocation_dense,
+    "allocation_sparse": allocation_sparse,
+    "allocation_invalid": allocation_invalid,
+    "proposal_chain": proposal_chain,
+    "verification_round": verification_round,
+}
+
+
+class TorchAdapter(Adapter):
+    """The torch candidate: FP64 allocation, FP64 ratios and residuals, Philox in torch."""
+
+    name = "torch"
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(families=tuple(FAMILIES), injected_draws=True, devices=("cpu", "cuda"))
+
+    def precision(self) -> PrecisionProfile:
+        return PrecisionProfile(
+            fp64_allocation=True,
+            exp_ulp="1/1048576",  # FP64 exp rounded once to FP32: double rounding within 2^-20 ulp
+            ratio_margin="1/1099511627776",  # 2^-40: FP64 row sums and products
+            residual_margin="1/1099511627776",
+            notes="FP64 allocation (R06), FP64 exp rounded to FP32, FP64 acceptance ratio and residual CDF.",
+        )
+
+    def run_batch(self, family: str, inputs: Sequence[dict]) -> list[Outcome]:
+        solve = FAMILIES[family]
+        outcomes: list[Outcome] = []
+        for inp in inputs:
+            try:
+                outcomes.append(solve(inp, self.device))
+            except CandidateError as refusal:
+                outcomes.append({"error": refusal.code})
+            except (KeyError, ValueError, IndexError, RuntimeError) as exc:
+                outcomes.append(AdapterError(f"torch candidate could not run the case: {type(exc).__name__}: {exc}"))
+        return outcomes

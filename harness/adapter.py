@@ -1,0 +1,114 @@
+"""The adapter interface: how an implementation under test plugs into qconform.
+
+An adapter is handed batches of case ``input`` objects of one vector family (never
+``expected``) and answers, per case, an output encoded exactly like the family's
+``expected`` object (docs/formats/<family>.md), an ``{"error": CODE}`` refusal, or
+an "unimplemented" status. Every adapter, in-process or not, is driven through the
+same JSON-lines shim protocol (docs/shim-protocol.md) from a child process, so a
+crash, hang or ``os._exit`` in the implementation cannot take the harness down.
+
+Third-party adapters register a factory under the entry-point group
+``qconform.adapters`` (see docs/adapters.md).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+ENTRY_POINT_GROUP = "qconform.adapters"
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an adapter can do.
+
+    ``families``: vector families it runs (others are ``unsupported``);
+    ``injected_draws``: whether it takes its random draws from the RNG ABI
+    (docs/rng-abi.md), which is what makes draw-for-draw checks possible;
+    ``devices``: devices it runs on (``cpu``, ``cuda``...).
+    """
+
+    families: tuple[str, ...]
+    injected_draws: bool = True
+    devices: tuple[str, ...] = ("cpu",)
+
+    def to_json(self) -> dict:
+        return {"families": list(self.families), "injected_draws": self.injected_draws,
+                "devices": list(self.devices)}
+
+
+@dataclass(frozen=True)
+class PrecisionProfile:
+    """Declared numerical margins. A divergence is ``precision`` only when it lies
+    inside the case's own recorded margin AND inside this profile; otherwise ``fail``.
+
+    * ``fp64_allocation``: allocates counts in FP64 (design's recommendation, R06);
+      may differ from the exact allocation where the case says ``fp64_may_differ``.
+    * ``exp_ulp``: its exp may misround weights from logits; divergence allowed where
+      the case's ``exp_margin_ulp`` is below this many ulps (0 = exact exp required).
+    * ``ratio_margin``: acceptance decisions computed approximately; divergence
+      allowed where the case's acceptance margin |u/2^32 - p/q| is below it.
+    * ``residual_margin``: correction/bonus draws computed approximately; allowed
+      where the case's draw margin is below it.
+    Margins are strings holding exact rationals ("num/den"), never floats.
+    """
+
+    fp64_allocation: bool = False
+    exp_ulp: str = "0/1"
+    ratio_margin: str = "0/1"
+    residual_margin: str = "0/1"
+    notes: str = ""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Unimplemented:
+    """The adapter declares it lacks this operation (BoGo's exit 89)."""
+
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class AdapterError:
+    """The adapter failed on this case (crash, garbage); becomes ``error``."""
+
+    message: str
+
+
+Outcome = dict | Unimplemented | AdapterError
+
+
+@dataclass
+class AdapterConfig:
+    name: str
+    capabilities: Capabilities
+    precision: PrecisionProfile
+    device: str = "cpu"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Adapter(ABC):
+    """Base class of in-process adapters."""
+
+    #: registry name, e.g. ``torch``
+    name: str = "abstract"
+
+    def __init__(self, device: str = "cpu") -> None:
+        self.device = device
+
+    @abstractmethod
+    def capabilities(self) -> Capabilities: ...
+
+    @abstractmethod
+    def precision(self) -> PrecisionProfile: ...
+
+    @abstractmethod
+    def run_batch(self, family: str, inputs: Sequence[dict]) -> list[Outcome]:
+        """Run one batch of case inputs of ``family``; one outcome per input, in order."""
+
+    def config(self) -> AdapterConfig:
+        return AdapterConfig(self.name, self.capabilities(), self.precision(), self.device)

@@ -1,0 +1,347 @@
+"""The JSON-lines shim protocol (docs/shim-protocol.md), both directions.
+
+Every implementation under test is a child process that reads one JSON request per
+line on stdin and writes one JSON reply per line on stdout. This module holds the
+message vocabulary and the checks a harness applies to what comes back: a reply
+that breaks the protocol becomes a :class:`ProtocolError` (whole request) or an
+:class:`AdapterError` (one case), never an exception the harness run dies of.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import fields
+from functools import lru_cache
+from typing import Any, Callable
+
+from qconform.harness.adapter import (
+    AdapterConfig,
+    AdapterError,
+    Capabilities,
+    Outcome,
+    PrecisionProfile,
+    Unimplemented,
+)
+
+PROTOCOL_VERSION = 1
+OPS = ("get_config", "run", "shutdown")
+ENTRY_STATUSES = ("ok", "unimplemented", "error")
+#: keys of a ``get_config`` answer's ``config``; any other key lands in ``extra``
+CONFIG_KEYS = ("name", "protocol", "capabilities", "precision", "device")
+CAPABILITY_KEYS = ("families", "injected_draws", "devices")
+PRECISION_KEYS = tuple(f.name for f in fields(PrecisionProfile))
+MARGIN_KEYS = ("exp_ulp", "ratio_margin", "residual_margin")
+#: blob dtype -> item size in bytes (docs/vector-format.md)
+BLOB_ITEM_SIZE = {"u8": 1, "i32": 4, "u32": 4, "f32": 4, "u64": 8, "f64": 8}
+#: how much of an offending reply an error message quotes
+QUOTE_CHARS = 200
+
+
+class ProtocolError(ValueError):
+    """A message that breaks docs/shim-protocol.md; the text says how."""
+
+
+class AdapterStartError(RuntimeError):
+    """The adapter could not be started or its ``get_config`` failed.
+
+    This is a configuration problem of the user (wrong name, wrong command, a
+    shim that does not speak the protocol), so it is the one failure that the
+    harness raises instead of recording as a per-case ``error``.
+    """
+
+
+class NonFinite(str):
+    """Stands for a ``NaN`` / ``Infinity`` token, which strict JSON forbids."""
+
+
+def encode_message(message: dict) -> bytes:
+    """One protocol line: compact strict JSON (no NaN), UTF-8, newline-terminated."""
+    return (json.dumps(message, separators=(",", ":"), allow_nan=False) + "\n").encode("utf-8")
+
+
+def quote(data: bytes | str) -> str:
+    """A short printable excerpt of ``data`` for error messages."""
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    text = text.rstrip("\n")
+    return repr(text if len(text) <= QUOTE_CHARS else text[:QUOTE_CHARS] + "...")
+
+
+def decode_line(line: bytes, what: str = "reply") -> dict:
+    """Parse one protocol line into a JSON object.
+
+    ``NaN``/``Infinity`` tokens are kept as :class:`NonFinite` markers so that only
+    the case holding one is refused (see :func:`check_output`), not the whole reply.
+    """
+    try:
+        message = json.loads(line.decode("utf-8"), parse_constant=NonFinite)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProtocolError(f"{what} is not JSON ({exc}): {quote(line)}") from None
+    if not isinstance(message, dict):
+        raise ProtocolError(f"{what} is not a JSON object: {quote(line)}")
+    return message
+
+
+# --- get_config ------------------------------------------------------------------
+
+
+def config_to_json(config: AdapterConfig) -> dict:
+    """The ``config`` object of a ``get_config`` answer."""
+    return {
+        **config.extra,
+        "name": config.name,
+        "protocol": PROTOCOL_VERSION,
+        "capabilities": config.capabilities.to_json(),
+        "precision": config.precision.to_json(),
+        "device": config.device,
+    }
+
+
+def _expect(value: Any, kind: type | tuple[type, ...], where: str) -> Any:
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise ProtocolError(f"{where} must be {getattr(kind, '__name__', kind)}, got {value!r}")
+    return value
+
+
+def _string_list(value: Any, where: str) -> tuple[str, ...]:
+    _expect(value, list, where)
+    for item in value:
+        _expect(item, str, f"an item of {where}")
+    return tuple(value)
+
+
+def _check_margin(text: Any, where: str) -> str:
+    _expect(text, str, where)
+    num, slash, den = text.partition("/")
+    if not slash or not num.isdigit() or not den.isdigit() or int(den) == 0:
+        raise ProtocolError(f"{where} must be a nonnegative rational 'num/den', got {text!r}")
+    return text
+
+
+def parse_capabilities(obj: Any) -> Capabilities:
+    _expect(obj, dict, "config.capabilities")
+    unknown = sorted(set(obj) - set(CAPABILITY_KEYS))
+    if unknown:
+        raise ProtocolError(f"config.capabilities has unknown keys {unknown}")
+    if "families" not in obj:
+        raise ProtocolError("config.capabilities.families is missing")
+    return Capabilities(
+        families=_string_list(obj["families"], "config.capabilities.families"),
+        injected_draws=_expect(obj.get("injected_draws", True), bool, "config.capabilities.injected_draws"),
+        devices=_string_list(obj.get("devices", ["cpu"]), "config.capabilities.devices"),
+    )
+
+
+def parse_precision(obj: Any) -> PrecisionProfile:
+    """A precision profile; missing keys take the exact defaults, unknown keys are refused."""
+    _expect(obj, dict, "config.precision")
+    unknown = sorted(set(obj) - set(PRECISION_KEYS))
+    if unknown:
+        raise ProtocolError(f"config.precision has unknown keys {unknown}; known: {list(PRECISION_KEYS)}")
+    values: dict[str, Any] = {}
+    if "fp64_allocation" in obj:
+        values["fp64_allocation"] = _expect(obj["fp64_allocation"], bool, "config.precision.fp64_allocation")
+    for key in MARGIN_KEYS:
+        if key in obj:
+            values[key] = _check_margin(obj[key], f"config.precision.{key}")
+    if "notes" in obj:
+        values["notes"] = _expect(obj["notes"], str, "config.precision.notes")
+    return PrecisionProfile(**values)
+
+
+def parse_config(obj: Any) -> AdapterConfig:
+    """Validate a ``get_config`` answer's ``config`` into an :class:`AdapterConfig`."""
+    _expect(obj, dict, "config")
+    for key in CONFIG_KEYS[:4]:
+        if key not in obj:
+            raise ProtocolError(f"config.{key} is missing")
+    if obj["protocol"] != PROTOCOL_VERSION:
+        raise ProtocolError(f"config.protocol is {obj['protocol']!r}; this harness speaks {PROTOCOL_VERSION}")
+    return AdapterConfig(
+        name=_expect(obj["name"], str, "config.name"),
+        capabilities=parse_capabilities(obj["capabilities"]),
+        precision=parse_precision(obj["precision"]),
+        device=_expect(obj.get("device", "cpu"), str, "config.device"),
+        extra={k: v for k, v in obj.items() if k not in CONFIG_KEYS},
+    )
+
+
+# --- run: outcomes <-> entries -------------------------------------------------------
+
+
+def outcome_to_entry(outcome: Outcome) -> dict:
+    """The protocol entry of one outcome (``ok`` / ``unimplemented`` / ``error``)."""
+    if isinstance(outcome, Unimplemented):
+        return {"status": "unimplemented", "reason": outcome.reason}
+    if isinstance(outcome, AdapterError):
+        return {"status": "error", "message": outcome.message}
+    return {"status": "ok", "output": outcome}
+
+
+def entry_to_outcome(entry: Any, check: Callable[[dict], str | None]) -> Outcome:
+    """One entry of a ``run`` answer as an outcome; a malformed entry is an AdapterError.
+
+    ``check(output)`` returns why an ``ok`` output is malformed, or None.
+    """
+    if not isinstance(entry, dict) or entry.get("status") not in ENTRY_STATUSES:
+        return AdapterError(f"malformed output entry (needs status ok|unimplemented|error): {quote(repr(entry))}")
+    status = entry["status"]
+    if status == "unimplemented":
+        reason = entry.get("reason", "")
+        return Unimplemented(reason if isinstance(reason, str) else repr(reason))
+    if status == "error":
+        message = entry.get("message")
+        return AdapterError(f"adapter reported: {message if isinstance(message, str) else repr(message)}")
+    if "output" not in entry:
+        return AdapterError("malformed output entry: status ok without an output")
+    output = entry["output"]
+    if not isinstance(output, dict):
+        return AdapterError(f"output must be a JSON object, got {type(output).__name__}: {quote(repr(output))}")
+    problem = check(output)
+    return AdapterError(f"malformed output: {problem}") if problem else output
+
+
+# --- output checks ------------------------------------------------------------------
+
+
+def blob_problem(blob: dict, where: str) -> str | None:
+    """Why a typed blob is inconsistent (dtype, shape, byte count), or None."""
+    dtype, shape, b64 = blob.get("dtype"), blob.get("shape"), blob.get("b64")
+    if set(blob) != {"dtype", "shape", "b64"}:
+        return f"blob at {where} must have exactly dtype, shape, b64; has {sorted(blob)}"
+    if dtype not in BLOB_ITEM_SIZE:
+        return f"blob at {where} has unknown dtype {dtype!r} (known: {sorted(BLOB_ITEM_SIZE)})"
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+        return f"blob at {where} has shape {shape!r}, not a list of nonnegative integers"
+    try:
+        size = len(base64.b64decode(b64, validate=True)) if isinstance(b64, str) else -1
+    except binascii.Error as exc:
+        return f"blob at {where} has invalid base64: {exc}"
+    count = 1
+    for dim in shape:
+        count *= dim
+    if size != count * BLOB_ITEM_SIZE[dtype]:
+        return f"blob at {where} holds {size} bytes; shape {shape} of {dtype} needs {count * BLOB_ITEM_SIZE[dtype]}"
+    return None
+
+
+def encoding_problem(value: Any, where: str = "output") -> str | None:
+    """The first non-finite number or inconsistent blob inside ``value``, or None."""
+    if isinstance(value, NonFinite):
+        return f"{where} is {str(value)}, which JSON does not allow"
+    if isinstance(value, float) and value != value:  # a NaN that was never serialized
+        return f"{where} is NaN"
+    if isinstance(value, dict):
+        if "b64" in value:
+            return blob_problem(value, where)
+        items = ((f"{where}.{k}", v) for k, v in value.items())
+    elif isinstance(value, list):
+        items = ((f"{where}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for path, item in items:
+        problem = encoding_problem(item, path)
+        if problem:
+            return problem
+    return None
+
+
+def without_payloads(value: Any) -> Any:
+    """``value`` with every blob's ``b64`` emptied: the schema then checks the
+    structure without scanning megabytes of base64 (already checked by
+    :func:`blob_problem`)."""
+    if isinstance(value, dict):
+        if "b64" in value:
+            return {**value, "b64": ""}
+        return {key: without_payloads(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [without_payloads(item) for item in value]
+    return value
+
+
+#: ``{"error": CODE}``: a refusal of an input; any nonempty code is well-formed
+#: (a wrong code is a ``fail`` decided by the runner, not garbage).
+REFUSAL_SCHEMA = {
+    "type": "object",
+    "properties": {"error": {"type": "string", "minLength": 1}},
+    "required": ["error"],
+    "additionalProperties": False,
+}
+
+
+def margins_optional(schema: Any, margins: set[str]) -> Any:
+    """A copy of ``schema`` in which no object requires one of the case's ``margins``."""
+    if isinstance(schema, list):
+        return [margins_optional(item, margins) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: margins_optional(value, margins) for key, value in schema.items()}
+    if isinstance(out.get("required"), list):
+        out["required"] = [name for name in out["required"] if name not in margins]
+    return out
+
+
+@lru_cache(maxsize=None)
+def output_validator(family: str) -> Any:
+    """A jsonschema validator of one family's outputs (``expected`` or a refusal).
+
+    None when the family is not registered or declares no ``expected_schema``
+    (then only :func:`encoding_problem` applies).
+    """
+    import jsonschema
+
+    from qconform.generators.registry import FAMILY_MODULES, load_family
+    from qconform.generators.schemas import DRAFT, build_family_schema
+
+    if family not in FAMILY_MODULES:
+        return None
+    try:
+        spec = load_family(family)
+    except ModuleNotFoundError:
+        return None
+    if not spec.expected_schema:
+        return None
+    file_schema = build_family_schema(spec)
+    schema = {
+        "$schema": DRAFT,
+        "$defs": margins_optional(file_schema["$defs"], set(spec.margins)),
+        "anyOf": [{"$ref": "#/$defs/expected"}, REFUSAL_SCHEMA],
+    }
+    return jsonschema.Draft202012Validator(schema)
+
+
+def check_output(family: str, output: dict) -> str | None:
+    """Why ``output`` is not a well-formed answer for ``family``, or None.
+
+    Well-formed means: no non-finite numbers, every blob consistent, and (when
+    the family is registered) valid against its ``expected`` schema or a refusal.
+    Well-formed but *wrong* answers are not judged here: they are the runner's
+    ``fail``.
+    """
+    problem = encoding_problem(output)
+    if problem:
+        return problem
+    validator = output_validator(family)
+    if validator is None:
+        return None
+    error = next(iter(validator.iter_errors(without_payloads(output))), None)
+    if error is None:
+        return None
+    best = _best_error(error)
+    where = "output" + "".join(f"[{p!r}]" for p in best.absolute_path)
+    return f"{where} does not match the {family} output format: {best.message[:QUOTE_CHARS]}"
+
+
+def _best_error(error: Any) -> Any:
+    """The most telling leaf error under the ``anyOf``/``oneOf`` branches: the
+    deepest one, preferring a wrong value to a missing key (a branch the output
+    was never meant to match only complains about its missing keys)."""
+    leaves, stack = [], [error]
+    while stack:  # depth first, in branch order: the expected branches come first
+        current = stack.pop()
+        if current.context:
+            stack.extend(reversed(current.context))
+        else:
+            leaves.append(current)
+    return max(leaves, key=lambda e: (len(e.absolute_path), e.validator != "required"))

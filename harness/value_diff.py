@@ -1,0 +1,179 @@
+"""Exact comparison of an encoded answer with an encoded ``expected`` value.
+
+Values are compared *decoded* (docs/vector-format.md): blobs as their typed
+integers (float blobs as bit patterns), rationals as ``Fraction`` (``"2/4"``
+equals ``"1/2"``), 32-bit words and 64-bit decimal strings as integers. There is
+no float tolerance anywhere: precision is decided by the family comparators from
+the margins a case records, never by an epsilon.
+
+The kind of each value is read off the *expected* value. An answer that does not
+have that kind (a missing or extra field, a string where a blob belongs, a blob of
+another dtype or shape, a NaN) is :class:`Malformed` and becomes ``error``; an
+answer of the right kind holding other values yields a :class:`Diff` at the first
+divergent field or index, which becomes ``fail`` (or ``precision``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from qconform.generators.encoding import (
+    EncodingError,
+    decode_blob,
+    decode_f32,
+    decode_rational,
+    decode_u64,
+    decode_word,
+)
+from qconform.harness.verdicts import Diff
+
+_WORD = re.compile(r"0x[0-9a-f]{8}\Z")
+_RATIONAL = re.compile(r"-?[0-9]+/[0-9]+\Z")
+_U64 = re.compile(r"[0-9]+\Z")
+_BLOB_KEYS = {"dtype", "shape", "b64"}
+
+#: exponent-all-ones masks: a float bit pattern with the mask set and a nonzero
+#: fraction is a NaN
+_NAN = {"f32": (0x7F800000, 0x007FFFFF), "f64": (0x7FF0000000000000, 0x000FFFFFFFFFFFFF)}
+
+
+class Malformed(ValueError):
+    """The answer does not have the structure of ``expected``: the adapter answered garbage."""
+
+    def __init__(self, path: str, detail: str) -> None:
+        self.path = path
+        self.detail = detail
+        super().__init__(f"{path or 'output'}: {detail}")
+
+
+def is_nan(dtype: str, bits: int) -> bool:
+    exponent, fraction = _NAN.get(dtype, (0, 0))
+    return bool(exponent) and bits & exponent == exponent and bits & fraction != 0
+
+
+def show(dtype: str, value: int) -> str:
+    """A decoded blob item for a person: float bit patterns in hex, integers in decimal."""
+    if dtype == "f32":
+        return f"0x{value:08x}"
+    if dtype == "f64":
+        return f"0x{value:016x}"
+    return str(value)
+
+
+def index_path(path: str, flat: int, shape: list[int]) -> str:
+    """``path[i,j]`` for the flat index ``flat`` of an array of ``shape``."""
+    indices = []
+    for dim in reversed(shape):
+        indices.append(flat % dim if dim else 0)
+        flat = flat // dim if dim else 0
+    return f"{path}[{','.join(str(i) for i in reversed(indices))}]"
+
+
+def decode_blob_answer(got: Any, path: str) -> tuple[str, list[int], list[int]]:
+    """(dtype, values, shape) of an answered blob, or :class:`Malformed`."""
+    if not isinstance(got, dict) or set(got) != _BLOB_KEYS:
+        raise Malformed(path, f"expected a blob (dtype, shape, b64), got {type(got).__name__}")
+    try:
+        values, shape = decode_blob(got)
+    except EncodingError as exc:
+        raise Malformed(path, str(exc)) from None
+    return got["dtype"], values, shape
+
+
+def blob_difference(expected: dict, got: Any, path: str) -> Diff | None:
+    dtype, want, want_shape = expected["dtype"], *decode_blob(expected)
+    got_dtype, have, have_shape = decode_blob_answer(got, path)
+    if got_dtype != dtype:
+        raise Malformed(path, f"wrong dtype: expected {dtype}, got {got_dtype}")
+    if have_shape != want_shape:
+        raise Malformed(path, f"wrong shape: expected {want_shape}, got {have_shape}")
+    for flat, (a, b) in enumerate(zip(want, have)):
+        if is_nan(dtype, b) and not is_nan(dtype, a):
+            raise Malformed(index_path(path, flat, want_shape), f"NaN {show(dtype, b)}")
+        if a != b:
+            return Diff(index_path(path, flat, want_shape), show(dtype, a), show(dtype, b))
+    return None
+
+
+def _decode_as(decoder: Any, got: Any, path: str, kind: str) -> Any:
+    try:
+        return decoder(got)
+    except EncodingError as exc:
+        raise Malformed(path, f"expected {kind}: {exc}") from None
+
+
+def string_difference(expected: str, got: Any, path: str) -> Diff | None:
+    """Compare by the kind ``expected`` has: word, rational, 64-bit decimal or plain text."""
+    if _WORD.match(expected):
+        a, b = decode_word(expected), _decode_as(decode_word, got, path, "a 32-bit word")
+        return None if a == b else Diff(path, expected, f"0x{b:08x}")
+    if _RATIONAL.match(expected):
+        a, b = decode_rational(expected), _decode_as(decode_rational, got, path, "a rational")
+        return None if a == b else Diff(path, str(a), str(b))
+    if _U64.match(expected):
+        a, b = decode_u64(expected), _decode_as(decode_u64, got, path, "a 64-bit decimal string")
+        return None if a == b else Diff(path, expected, str(b))
+    if not isinstance(got, str):
+        raise Malformed(path, f"expected a string, got {type(got).__name__}")
+    return None if got == expected else Diff(path, repr(expected), repr(got))
+
+
+def number_difference(expected: int | bool, got: Any, path: str) -> Diff | None:
+    kind = bool if isinstance(expected, bool) else int
+    if type(got) is not kind:
+        raise Malformed(path, f"expected {kind.__name__}, got {type(got).__name__}")
+    return None if got == expected else Diff(path, str(expected), str(got))
+
+
+def mapping_difference(expected: dict, got: Any, path: str) -> Diff | None:
+    if not isinstance(got, dict):
+        raise Malformed(path, f"expected an object, got {type(got).__name__}")
+    missing = sorted(set(expected) - set(got))
+    extra = sorted(set(got) - set(expected))
+    if missing:
+        raise Malformed(path, f"missing field(s) {missing}")
+    if extra:
+        raise Malformed(path, f"unexpected field(s) {extra}")
+    for key in expected:
+        diff = first_difference(expected[key], got[key], f"{path}.{key}" if path else key)
+        if diff is not None:
+            return diff
+    return None
+
+
+def list_difference(expected: list, got: Any, path: str) -> Diff | None:
+    if not isinstance(got, list):
+        raise Malformed(path, f"expected a list, got {type(got).__name__}")
+    for i, (a, b) in enumerate(zip(expected, got)):
+        diff = first_difference(a, b, f"{path}[{i}]")
+        if diff is not None:
+            return diff
+    if len(got) != len(expected):
+        return Diff(f"len({path})", str(len(expected)), str(len(got)))
+    return None
+
+
+def first_difference(expected: Any, got: Any, path: str = "") -> Diff | None:
+    """The first place where ``got`` departs from ``expected`` (None if equal).
+
+    Raises :class:`Malformed` when ``got`` does not have the structure of ``expected``.
+    """
+    if isinstance(expected, dict):
+        if set(expected) == _BLOB_KEYS:
+            return blob_difference(expected, got, path)
+        if set(expected) == {"f32"}:
+            bits = _decode_as(decode_f32, got, path, "a scalar f32")
+            if is_nan("f32", bits) and not is_nan("f32", decode_f32(expected)):
+                raise Malformed(path, f"NaN 0x{bits:08x}")
+            return None if bits == decode_f32(expected) else Diff(path, expected["f32"], f"0x{bits:08x}")
+        return mapping_difference(expected, got, path)
+    if isinstance(expected, list):
+        return list_difference(expected, got, path)
+    if isinstance(expected, str):
+        return string_difference(expected, got, path)
+    if isinstance(expected, (bool, int)):
+        return number_difference(expected, got, path)
+    if expected is None:
+        return None if got is None else Diff(path, "null", repr(got))
+    raise TypeError(f"{path}: expected value of unsupported JSON type {type(expected).__name__}")
