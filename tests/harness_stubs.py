@@ -1,0 +1,123 @@
+"""Test helpers for the conformance runner: real cases, stub adapter clients, small corpora.
+
+``family_cases(name)`` gives the committed cases of a family when ``vectors/`` holds
+them, else the cases the family's generator builds (cached per session), so the
+comparison tests run against real vectors either way. :class:`StubClient` stands
+for :class:`qconform.harness.client.AdapterClient` in-process: it answers each
+input through ``answer(family, input)``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable, Sequence
+
+from qconform.generators.corpus import assemble_file, default_vectors_dir, generate
+from qconform.generators.encoding import canonical_json
+from qconform.generators.registry import FAMILY_MODULES, load_family
+from qconform.harness.adapter import AdapterConfig, Capabilities, Outcome, PrecisionProfile
+
+
+def available_families() -> list[str]:
+    """Registered families whose generator module exists."""
+    found = []
+    for name in FAMILY_MODULES:
+        try:
+            load_family(name)
+        except ModuleNotFoundError:
+            continue
+        found.append(name)
+    return found
+
+
+@lru_cache(maxsize=None)
+def _family_file(name: str) -> dict:
+    path = default_vectors_dir() / f"{name}.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    family = load_family(name)
+    return assemble_file(family, family.build())
+
+
+def family_cases(name: str) -> list[dict]:
+    """Case objects of family ``name`` (with ``family`` added), deep copies."""
+    obj = _family_file(name)
+    return [dict(copy.deepcopy(case), family=name) for group in obj["testGroups"] for case in group["tests"]]
+
+
+def case(name: str, case_id: str) -> dict:
+    return next(c for c in family_cases(name) if c["id"] == case_id)
+
+
+def adapter_config(families: Sequence[str], name: str = "stub", **profile: object) -> AdapterConfig:
+    return AdapterConfig(name, Capabilities(tuple(families)), PrecisionProfile(**profile))
+
+
+def oracle(cases: Sequence[dict]) -> Callable[[str, dict], Outcome]:
+    """An answer function that returns each case's ``expected`` (a perfect adapter)."""
+    answers = {canonical_json(c["input"]): c["expected"] for c in cases}
+    return lambda family, inp: copy.deepcopy(answers[canonical_json(inp)])
+
+
+class StubClient:
+    """An in-process client: ``answer(family, input) -> Outcome`` per case; counts its calls."""
+
+    def __init__(self, config: AdapterConfig, answer: Callable[[str, dict], Outcome]) -> None:
+        self.config = config
+        self.answer = answer
+        self.batches: list[tuple[str, int]] = []
+        self.closed = False
+
+    def run_batch(self, family: str, inputs: Sequence[dict], timeout_s: float | None = None) -> list[Outcome]:
+        self.batches.append((family, len(inputs)))
+        return [self.answer(family, inp) for inp in inputs]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class ScriptedAdapter:
+    """Opens stub clients that answer each case's ``expected``, except where ``overrides`` (by id) says.
+
+    ``open`` has the signature of :func:`qconform.harness.case_runner.open_client`, so a
+    test monkeypatches ``qconform.harness.plugin.open_client`` with it.
+    """
+
+    def __init__(self, cases: Sequence[dict], overrides: dict | None = None, families: Sequence[str] = (),
+                 start_error: str | None = None) -> None:
+        self.ids = {canonical_json(c["input"]): c["id"] for c in cases}
+        self.perfect = oracle(cases)
+        self.overrides = overrides or {}
+        self.families = tuple(families) or tuple(dict.fromkeys(c["family"] for c in cases))
+        self.start_error = start_error
+        self.clients: list[StubClient] = []
+        self.seen: list[str] = []
+
+    def answer(self, family: str, inp: dict) -> Outcome:
+        case_id = self.ids[canonical_json(inp)]
+        self.seen.append(case_id)
+        return self.overrides.get(case_id) or self.perfect(family, inp)
+
+    def open(self, adapter: str, device: str, timeout: float | None) -> StubClient:
+        if self.start_error:
+            raise RuntimeError(self.start_error)
+        client = StubClient(adapter_config(self.families, name=adapter), self.answer)
+        self.clients.append(client)
+        return client
+
+
+def corpus_cases(root: Path) -> list[dict]:
+    """The cases of the corpus under ``root`` as case objects (validated on the way)."""
+    from qconform.generators.validation import iter_cases
+
+    return [dict(id=c.id, family=c.family, result=c.result, flags=list(c.flags), input=c.input, expected=c.expected)
+            for c in iter_cases(root)]
+
+
+def small_corpus(root: Path, families: Sequence[str] = ("rng_abi",)) -> Path:
+    """Generate a corpus of ``families`` into ``root`` (committed files are copied when present)."""
+    generate(root, [load_family(name) for name in families])
+    return root

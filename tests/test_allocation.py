@@ -1,0 +1,153 @@
+"""Exact dyadic24 allocation: largest remainders, ties to the lowest ID; top-k support (R04, R06, R07)."""
+
+from __future__ import annotations
+
+import random
+from fractions import Fraction
+from math import floor
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from qconform.spec.allocation import allocate_dense, allocate_sparse, allocate_units, select_top_k
+from qconform.spec.constants import M
+from qconform.spec.errors import SpecError
+
+pytestmark = pytest.mark.rules("R04", "R06", "R07")
+
+
+def reference_allocation(weights: list[Fraction]) -> tuple[list[int], int, Fraction]:
+    """The rule written the slow obvious way: Fraction quotas, a full sort by (-frac, id)."""
+    total = sum(weights)
+    quotas = [M * Fraction(w) / total for w in weights]
+    counts = [floor(q) for q in quotas]
+    fracs = [q - c for q, c in zip(quotas, counts)]
+    remaining = M - sum(counts)
+    order = sorted(range(len(weights)), key=lambda v: (-fracs[v], v))
+    admitted = set(order[:remaining])
+    for v in admitted:
+        counts[v] += 1
+    low = min((fracs[v] for v in admitted), default=Fraction(1))
+    high = max((fracs[v] for v in range(len(weights)) if v not in admitted and weights[v] > 0), default=Fraction(0))
+    return counts, remaining, low - high
+
+
+dyadic = st.builds(lambda n, e: Fraction(n) / Fraction(2) ** e, st.integers(0, 2**24), st.integers(-10, 60))
+small_ints = st.integers(0, 12).map(Fraction)  # many exact ties
+rationals = st.fractions(min_value=0, max_value=50, max_denominator=997)
+weight_rows = st.lists(st.one_of(dyadic, small_ints, rationals), min_size=1, max_size=60).filter(any)
+
+
+@given(weight_rows)
+@settings(max_examples=150, deadline=None)
+def test_matches_reference_and_sums_to_m(weights):
+    alloc = allocate_dense(weights)
+    counts, remaining, tie_gap = reference_allocation(weights)
+    assert alloc.counts == counts
+    assert alloc.remaining == remaining
+    assert alloc.tie_gap == tie_gap
+    assert sum(alloc.counts) == M
+    assert all(c == 0 for c, w in zip(alloc.counts, weights) if w == 0)  # R04
+
+
+@given(st.lists(st.integers(1, 3), min_size=200, max_size=3000), st.integers(0, 2**32))
+@settings(max_examples=15, deadline=None)
+def test_large_rows_with_massive_ties_match_reference(levels, seed):
+    """Thousands of entries in few distinct values: exercises the bucketed threshold search."""
+    rng = random.Random(seed)
+    weights = [Fraction(level * (1 + rng.randrange(3)), 1 << rng.randrange(4)) for level in levels]
+    alloc = allocate_dense(weights)
+    counts, remaining, tie_gap = reference_allocation(weights)
+    assert (alloc.counts, alloc.remaining, alloc.tie_gap) == (counts, remaining, tie_gap)
+
+
+@given(st.lists(st.integers(0, 2**40), min_size=2, max_size=40).filter(any), st.randoms(use_true_random=False))
+@settings(max_examples=100, deadline=None)
+def test_permutation_equivariance_without_ties(units, rnd):
+    alloc = allocate_units(units)
+    perm = list(range(len(units)))
+    rnd.shuffle(perm)
+    permuted = allocate_units([units[p] for p in perm])
+    if alloc.tie_gap > 0:
+        assert permuted.counts == [alloc.counts[p] for p in perm]
+    assert permuted.tie_gap == alloc.tie_gap
+
+
+@pytest.mark.parametrize("size", [3, 6, 7, 1000, 129280])
+def test_uniform_rows_give_tickets_to_the_lowest_ids(size):
+    alloc = allocate_dense([Fraction(1)] * size)
+    base, extra = divmod(M, size)
+    assert alloc.counts == [base + 1] * extra + [base] * (size - extra)
+    assert alloc.remaining == extra
+    assert alloc.tie_gap == (0 if extra else 1)
+
+
+def test_tie_lower_id_wins_wherever_the_tie_sits():
+    # W = 7: quotas M/7 (fraction 1/7) and 2M/7 (fraction 2/7); one ticket, tied between the two 2s.
+    alloc = allocate_dense([Fraction(x) for x in (1, 1, 1, 2, 2)])
+    assert alloc.counts == [2396745, 2396745, 2396745, 4793491, 4793490]
+    assert (alloc.remaining, alloc.tie_gap) == (1, 0)
+    swapped = allocate_dense([Fraction(x) for x in (2, 2, 1, 1, 1)])
+    assert swapped.counts == [4793491, 4793490, 2396745, 2396745, 2396745]
+
+
+def test_refusals():
+    for weights, code in (([], "EMPTY_ROW"), ([Fraction(0)] * 3, "ZERO_MASS"), ([Fraction(1), Fraction(-1, 3)], "NEGATIVE_WEIGHT")):
+        with pytest.raises(SpecError) as info:
+            allocate_dense(weights)
+        assert info.value.code == code
+    for k in (0, 4, -1, True):
+        with pytest.raises(SpecError) as info:
+            select_top_k([Fraction(1)] * 3, k)
+        assert info.value.code == "BAD_SUPPORT_SIZE"
+
+
+@given(weight_rows, st.data())
+@settings(max_examples=120, deadline=None)
+def test_top_k_selection_and_gap(weights, data):
+    k = data.draw(st.integers(1, len(weights)))
+    selection = select_top_k(weights, k)
+    ranked = sorted(range(len(weights)), key=lambda v: (-weights[v], v))
+    assert selection.support == sorted(ranked[:k])
+    positive = [weights[v] for v in ranked[:k] if weights[v] > 0]
+    excluded = weights[ranked[k]] if k < len(weights) else 0
+    assert selection.selection_gap == min(positive) - excluded
+
+
+@given(weight_rows, st.data())
+@settings(max_examples=120, deadline=None)
+def test_sparse_is_dense_on_the_renormalized_support(weights, data):
+    k = data.draw(st.integers(1, len(weights)))
+    sparse = allocate_sparse(weights, k)
+    support = select_top_k(weights, k).support
+    mass = sum(weights[v] for v in support)
+    inner = allocate_dense([weights[v] / mass for v in support])
+    assert sparse.support == support
+    assert list(zip(sparse.ids, sparse.counts)) == [(v, c) for v, c in zip(support, inner.counts) if c > 0]
+    assert (sparse.remaining, sparse.tie_gap) == (inner.remaining, inner.tie_gap)
+    assert sum(sparse.counts) == M and all(c > 0 for c in sparse.counts)
+    assert sparse.ids == sorted(set(sparse.ids))
+
+
+@given(weight_rows)
+@settings(max_examples=80, deadline=None)
+def test_sparse_with_k_equal_to_positive_count_is_dense_restricted(weights):
+    positive = sum(1 for w in weights if w > 0)
+    sparse = allocate_sparse(weights, positive)
+    dense = allocate_dense(weights)
+    assert list(zip(sparse.ids, sparse.counts)) == [(v, c) for v, c in enumerate(dense.counts) if c > 0]
+    assert sparse.tie_gap == dense.tie_gap
+
+
+def test_zero_weights_fill_the_support_and_are_dropped():
+    sparse = allocate_sparse([Fraction(0), Fraction(2), Fraction(0), Fraction(1), Fraction(0)], 4)
+    assert sparse.support == [0, 1, 2, 3]
+    assert sparse.ids == [1, 3]
+    assert sparse.selection_gap == 1
+
+
+def test_selection_tie_goes_to_the_lowest_id():
+    selection = select_top_k([Fraction(x) for x in (5, 3, 3, 3, 1, 3)], 2)
+    assert selection.support == [0, 1]
+    assert selection.selection_gap == 0

@@ -1,0 +1,251 @@
+"""The client survives every way an adapter can misbehave, and blames exactly the cases in flight."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from importlib.metadata import EntryPoint
+import textwrap
+import time
+
+import pytest
+
+from qconform.adapters.faulty import ECHO_FAMILY, affected
+from qconform.generators.encoding import encode_blob
+from qconform.harness.adapter import AdapterError, Unimplemented
+from qconform.adapters.noop import NoopAdapter
+from qconform.harness import registry
+from qconform.harness.client import AdapterStartError, host_command, open_adapter
+from qconform.harness.registry import FAULTY_MODES, UnknownAdapter, available_adapters, load_adapter
+
+pytestmark = pytest.mark.rules()
+
+INPUTS = [{"i": i, "counts": encode_blob("u32", [i, i + 1, i + 2])} for i in range(10)]
+HIT = [affected(case) for case in INPUTS]
+CLEAN = [case for case, hit in zip(INPUTS, HIT) if not hit]
+TIMEOUT_S = 2.0
+
+
+def echoed(case: dict) -> dict:
+    return {"echo": case}
+
+
+def test_the_inputs_mix_affected_and_clean_cases():
+    assert 2 <= sum(HIT) <= len(INPUTS) - 2
+
+
+@pytest.mark.parametrize("mode, fragment", [
+    ("raise", "adapter reported: RuntimeError: faulty adapter: deliberate failure"),
+    ("wrong_shape", "malformed output: blob at output.echo.counts holds 12 bytes; shape [4] of u32 needs 16"),
+    ("wrong_dtype", "malformed output: blob at output.echo.counts has unknown dtype 'f16'"),
+    ("nan", "adapter reported: output is not strict JSON"),
+])
+def test_per_case_faults_become_errors_of_exactly_the_affected_cases(mode, fragment):
+    with open_adapter(f"faulty:{mode}", timeout_s=30) as client:
+        outcomes = client.run_batch(ECHO_FAMILY, INPUTS)
+        assert client.restarts == 0
+    for case, hit, outcome in zip(INPUTS, HIT, outcomes):
+        if hit:
+            assert isinstance(outcome, AdapterError) and fragment in outcome.message, outcome
+        else:
+            assert outcome == echoed(case)
+
+
+BATCH_FAULTS = {
+    "hang": (f"timed out after {TIMEOUT_S:g}s", 1),
+    "exit": ("adapter exited with status 3 before answering", 1),
+    "kill": ("adapter was killed by signal 9 (SIGKILL) before answering", 1),
+    "garbage": ("protocol violation: reply is not JSON", 1),
+    "wrong_length": (f"adapter failed the whole request: run_batch returned {len(INPUTS) - 1} outcomes "
+                     f"for {len(INPUTS)} inputs", 0),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(BATCH_FAULTS))
+def test_batch_faults_fail_the_batch_then_the_adapter_recovers(mode):
+    fragment, restarts = BATCH_FAULTS[mode]
+    with open_adapter(f"faulty:{mode}", timeout_s=30) as client:
+        started = time.monotonic()
+        outcomes = client.run_batch(ECHO_FAMILY, INPUTS, timeout_s=TIMEOUT_S)
+        elapsed = time.monotonic() - started
+        assert len(outcomes) == len(INPUTS)
+        for outcome in outcomes:
+            assert isinstance(outcome, AdapterError) and fragment in outcome.message, outcome
+            if restarts:  # the child is gone: its stderr explains what happened
+                assert f"stderr: faulty adapter: mode {mode} triggered" in outcome.message
+        if mode == "hang":
+            assert TIMEOUT_S <= elapsed < TIMEOUT_S + 10
+        assert client.run_batch(ECHO_FAMILY, CLEAN) == [echoed(case) for case in CLEAN]
+        assert client.restarts == restarts
+
+
+def test_every_faulty_mode_is_registered_and_tested():
+    tested = set(BATCH_FAULTS) | {"raise", "wrong_shape", "wrong_dtype", "nan"}
+    assert tested == set(FAULTY_MODES)
+    assert {f"faulty:{mode}" for mode in FAULTY_MODES} <= set(available_adapters())
+
+
+def test_a_family_outside_the_capabilities_is_unsupported_without_a_request():
+    with open_adapter("faulty:exit") as client:
+        outcomes = client.run_batch("no_such_family", INPUTS[:2])
+        assert all(isinstance(o, Unimplemented) for o in outcomes)
+        assert client.run_batch(ECHO_FAMILY, []) == []
+        assert client.restarts == 0
+
+
+def test_messages_of_several_megabytes_round_trip():
+    blob = encode_blob("u32", list(range(1_000_000)))  # a line of more than 5 MB each way
+    big = next(case for n in range(20) if not affected(case := {"n": n, "counts": blob}))
+    with open_adapter("faulty:hang") as client:
+        assert client.run_batch(ECHO_FAMILY, [big]) == [echoed(big)]
+
+
+def test_close_ends_the_child_and_is_idempotent():
+    client = open_adapter("noop")
+    pid = client._child.proc.pid
+    client.close()
+    client.close()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_unknown_adapter_names_list_the_available_ones():
+    with pytest.raises(UnknownAdapter) as info:
+        open_adapter("refrence")
+    message = str(info.value)
+    assert message.startswith("unknown adapter 'refrence'; available adapters: reference, torch, noop, faulty:raise")
+    assert isinstance(info.value, AdapterStartError)
+
+
+def test_a_host_that_cannot_load_its_adapter_says_why():
+    with pytest.raises(AdapterStartError) as info:
+        open_adapter("shim:" + shlex.join(host_command("nosuch", "cpu")))
+    first_line = str(info.value).splitlines()[0]
+    assert "get_config answered status 'error': cannot load adapter 'nosuch' on cpu: UnknownAdapter" in first_line
+    assert "faulty:garbage" in first_line
+
+
+def test_entry_points_register_classes_and_factories(monkeypatch):
+    points = {
+        "third-party": EntryPoint("third-party", "qconform.adapters.noop:NoopAdapter", "qconform.adapters"),
+        "factory": EntryPoint("factory", "qconform.adapters.faulty:FaultyAdapter", "qconform.adapters"),
+        "broken": EntryPoint("broken", "builtins:str", "qconform.adapters"),
+        "noop": EntryPoint("noop", "builtins:str", "qconform.adapters"),
+    }
+    monkeypatch.setattr(registry, "_entry_points", lambda: points)
+    names = available_adapters()
+    assert names["third-party"] == "entry point qconform.adapters.noop:NoopAdapter"
+    assert names["noop"] == registry.BUILTIN_ADAPTERS["noop"].description  # a built-in wins
+    adapter = load_adapter("third-party", "cuda")
+    assert isinstance(adapter, NoopAdapter) and adapter.device == "cuda"
+    assert load_adapter("factory").name == "faulty:raise"
+    with pytest.raises(TypeError, match="factory returned str, not an Adapter"):
+        load_adapter("broken")
+    assert isinstance(load_adapter("noop"), NoopAdapter)
+
+
+def test_an_adapter_is_not_started_on_a_device_it_does_not_declare():
+    with pytest.raises(AdapterStartError, match="runs on cpu, not on device 'tpu'"):
+        open_adapter("reference", device="tpu")
+
+
+# --- shims that break the protocol -----------------------------------------------------
+
+SHIM = textwrap.dedent('''
+    import json, sys
+    behaviour = sys.argv[1]
+    config = {"name": "bad", "protocol": 2 if behaviour == "protocol2" else 1,
+              "capabilities": {"families": ["echo"]}, "precision": {}}
+    if behaviour == "dies":
+        print("shim: cannot open device", file=sys.stderr)
+        sys.exit(7)
+    for line in sys.stdin:
+        request = json.loads(line)
+        rid, op = request["id"], request["op"]
+        if op == "get_config":
+            if behaviour == "config_error":
+                reply = {"id": rid, "status": "error", "message": "no GPU found"}
+            else:
+                reply = {"id": rid, "status": "ok", "config": config}
+            print(json.dumps(reply), flush=True)
+            continue
+        if op == "shutdown":
+            break
+        outputs = [{"status": "ok", "output": {"echo": case}} for case in request["inputs"]]
+        reply = {"id": rid, "status": "ok", "outputs": outputs}
+        if behaviour == "wrong_id":
+            reply["id"] = rid + 100
+        elif behaviour == "count":
+            reply["outputs"] = outputs[:1]
+        elif behaviour == "entries":
+            outputs[1] = {"output": {}}
+            outputs[2] = {"status": "ok", "output": [1, 2]}
+        elif behaviour == "noise":
+            print("loading kernels...", flush=True)
+        elif behaviour == "nan":
+            text = json.dumps(reply).replace('"NAN_HERE"', "NaN")
+            print(text, flush=True)
+            continue
+        print(json.dumps(reply), flush=True)
+''')
+
+
+@pytest.fixture(scope="module")
+def shim_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("shim") / "bad_shim.py"
+    path.write_text(SHIM)
+    return path
+
+
+def shim(path, behaviour: str) -> str:
+    return f"shim:{sys.executable} {path} {behaviour}"
+
+
+THREE = [{"k": 0}, {"k": 1}, {"k": 2}]
+
+
+@pytest.mark.parametrize("behaviour, fragment, restarts", [
+    ("wrong_id", "protocol violation: reply id 102 does not match request id 2", 1),
+    ("noise", "protocol violation: reply is not JSON", 1),
+    ("count", "adapter answered 1 outputs for 3 inputs", 0),
+])
+def test_replies_that_break_the_protocol_fail_the_request(shim_path, behaviour, fragment, restarts):
+    with open_adapter(shim(shim_path, behaviour), timeout_s=30) as client:
+        outcomes = client.run_batch("echo", THREE)
+        assert all(isinstance(o, AdapterError) and fragment in o.message for o in outcomes), outcomes
+        client.run_batch("echo", THREE)
+        assert client.restarts == restarts
+
+
+def test_malformed_entries_fail_only_their_cases(shim_path):
+    with open_adapter(shim(shim_path, "entries")) as client:
+        first, second, third = client.run_batch("echo", THREE)
+    assert first == {"echo": THREE[0]}
+    assert isinstance(second, AdapterError) and "malformed output entry" in second.message
+    assert isinstance(third, AdapterError) and "output must be a JSON object, got list" in third.message
+
+
+def test_a_nan_token_fails_only_its_case(shim_path):
+    with open_adapter(shim(shim_path, "nan")) as client:
+        outcomes = client.run_batch("echo", [{"v": 1}, {"v": "NAN_HERE"}, {"v": 3}])
+    assert outcomes[0] == {"echo": {"v": 1}} and outcomes[2] == {"echo": {"v": 3}}
+    assert outcomes[1] == AdapterError("malformed output: output.echo.v is NaN, which JSON does not allow")
+
+
+@pytest.mark.parametrize("behaviour, fragment", [
+    ("protocol2", "config.protocol is 2; this harness speaks 1"),
+    ("config_error", "get_config answered status 'error': no GPU found"),
+    ("dies", "adapter exited with status 7 before answering request 1; stderr: shim: cannot open device"),
+])
+def test_a_shim_that_cannot_start_raises_one_clear_error(shim_path, behaviour, fragment):
+    with pytest.raises(AdapterStartError) as info:
+        open_adapter(shim(shim_path, behaviour))
+    assert fragment in str(info.value) and "\n" not in str(info.value).split("stderr:")[0]
+
+
+def test_a_missing_shim_program_raises_a_start_error():
+    with pytest.raises(AdapterStartError, match="cannot run /nonexistent/shim"):
+        open_adapter("shim:/nonexistent/shim --flag")
+    with pytest.raises(AdapterStartError, match="needs a command line"):
+        open_adapter("shim:  ")

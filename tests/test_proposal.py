@@ -1,0 +1,105 @@
+"""The worker's proposal chain: each row conditioned on the sampled prefix, drawn at its own key (R01, R05, R22)."""
+
+from __future__ import annotations
+
+import random
+import struct
+from itertools import accumulate
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from qconform.spec.allocation import allocate_dense
+from qconform.spec.errors import SpecError
+from qconform.spec.markov import markov_bias_f32
+from qconform.spec.philox import philox4x32
+from qconform.spec.proposal import ProposalInput, SupportPolicy, proposal_chain, proposal_row
+from qconform.spec.rng_abi import RngIdentity
+from qconform.spec.weights import weights_from_logits
+
+pytestmark = pytest.mark.rules("R01", "R05", "R07", "R08", "R15", "R22")
+
+
+def f32(x: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def make_input(seed: int, vocab: int, rank: int, depth: int, scale: float, support: SupportPolicy,
+               identity: RngIdentity) -> ProposalInput:
+    rng = random.Random(seed)
+    logits = [[f32(rng.gauss(0, 2)) for _ in range(vocab)] for _ in range(depth)]
+    left = [[f32(rng.gauss(0, scale)) for _ in range(rank)] for _ in range(vocab)]
+    right = [[f32(rng.gauss(0, scale)) for _ in range(vocab)] for _ in range(rank)]
+    return ProposalInput(logits, left, right, rng.randrange(vocab), f32(1.0), support, identity)
+
+
+identities = st.builds(RngIdentity, st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1),
+                       st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1))
+
+
+@given(st.integers(0, 2**32), st.integers(2, 12), st.integers(1, 3), st.integers(1, 5), identities, st.booleans())
+@settings(max_examples=40, deadline=None)
+def test_chain_draws_are_keyed_and_sampled_as_the_abi_says(seed, vocab, rank, depth, ident, sparse):
+    support = SupportPolicy.top_k(max(1, vocab // 2)) if sparse else SupportPolicy.dense()
+    inp = make_input(seed, vocab, rank, depth, 1.0, support, ident)
+    result = proposal_chain(inp)
+    assert len(result.rows) == depth
+    for i, row in enumerate(result.rows, start=1):
+        position = (ident.anchor + i - 1) % 2**32
+        counter = (position, ident.round, ident.generation, 1 << 24)  # PROPOSAL domain, draw counter 0
+        assert row.draw.counter == counter and row.draw.position == position
+        u24 = philox4x32(counter, (ident.seed & 0xFFFFFFFF, ident.seed >> 32))[0] >> 8
+        assert row.draw.u24 == u24
+        dense = row.q.dense_counts()
+        assert row.token == next(v for v, c in enumerate(accumulate(dense)) if c > u24)
+        assert dense[row.token] > 0
+        if sparse:
+            assert len(row.q.ids) <= support.k
+
+
+@given(st.integers(0, 2**32), st.integers(2, 10), identities)
+@settings(max_examples=25, deadline=None)
+def test_each_row_is_conditioned_on_the_previous_sampled_token(seed, vocab, ident):
+    inp = make_input(seed, vocab, 2, 4, 1.5, SupportPolicy.dense(), ident)
+    result = proposal_chain(inp)
+    previous = inp.last_committed_token
+    for logits, row in zip(inp.base_logits, result.rows):
+        weights = weights_from_logits(logits, inp.temperature_bits, markov_bias_f32(previous, inp.markov_left, inp.markov_right))
+        assert list(row.q.counts) == allocate_dense(weights.weights).counts
+        assert row.exp_margin_ulp == weights.exp_margin_ulp
+        previous = row.token
+
+
+def test_a_different_first_token_changes_the_second_row():
+    inp = make_input(11, 16, 2, 5, 2.0, SupportPolicy.dense(), RngIdentity(1, 2, 3, 4))
+    result = proposal_chain(inp)
+    others = [v for v, _ in result.rows[0].q.support() if v != result.tokens[0]]
+    alternatives = [proposal_row(inp.base_logits[1], markov_bias_f32(v, inp.markov_left, inp.markov_right),
+                                 inp.temperature_bits, inp.support)[0] for v in others]
+    assert any(row != result.rows[1].q for row in alternatives)
+
+
+def test_without_markov_rows_ignore_the_prefix_and_the_seed_only_moves_draws():
+    base = make_input(5, 12, 1, 5, 0.0, SupportPolicy.dense(), RngIdentity(1, 0, 0, 0))
+    other = ProposalInput(base.base_logits, base.markov_left, base.markov_right, (base.last_committed_token + 1) % 12,
+                          base.temperature_bits, base.support, RngIdentity(99, 0, 0, 0))
+    rows_a = [row.q for row in proposal_chain(base).rows]
+    rows_b = [row.q for row in proposal_chain(other).rows]
+    assert rows_a == rows_b
+
+
+def test_refusals():
+    good = make_input(3, 6, 2, 2, 1.0, SupportPolicy.dense(), RngIdentity(0, 0, 0, 0))
+    ragged = ProposalInput([good.base_logits[0], good.base_logits[1][:5]], good.markov_left, good.markov_right,
+                           good.last_committed_token, good.temperature_bits, good.support, good.identity)
+    with pytest.raises(SpecError) as info:
+        proposal_chain(ragged)
+    assert info.value.code == "BAD_SHAPE"
+    with pytest.raises(SpecError):
+        SupportPolicy("top_k", None)
+    outside = ProposalInput(good.base_logits, good.markov_left, good.markov_right, 6, good.temperature_bits,
+                            good.support, good.identity)
+    with pytest.raises(SpecError) as info:
+        proposal_chain(outside)
+    assert info.value.code == "TOKEN_OUT_OF_RANGE"
