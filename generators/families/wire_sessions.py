@@ -1,0 +1,673 @@
+"""Vector family ``wire_sessions``: event sequences through the wire v2 receiver (R12, R16, R17, R24, R25, R27, R28).
+
+Each case hands an implementation the receiver's configuration and a list of
+events: frames (either direction: the worker's HELLO, REPLY and COMPLETION, the
+target's STEP, COMMIT, RESET and CANCEL as it sends them), slot watchdog
+timeouts and disconnects. The answer is the verdict on every event, the final
+state (negotiated session, and per slot the generation, liveness, committed
+position, last round, seed and open round with its rows and whether they are
+consumable) and the counters, from ``qconform.spec.wire.receiver.step``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from typing import Iterator
+
+from qconform.generators.encoding import decode_blob, encode_blob, encode_u64
+from qconform.generators.families.wire_frames import (
+    DEV,
+    DIGEST,
+    HELLO_SCHEMA,
+    ONE_F32,
+    PROD,
+    REASON_SCHEMA,
+    fields_to_json,
+    hello_from_json,
+    q_bits,
+    resealed_reply,
+)
+from qconform.generators.registry import Case, Family, Group, Note
+from qconform.generators.schemas import blob_schema
+from qconform.generators.schemas import closed_object as closed
+from qconform.spec.constants import M
+from qconform.spec.qrow import QRow
+from qconform.spec.wire import layout
+from qconform.spec.wire.codec import completion_for, encode_frame, encode_v1, reply_from_row
+from qconform.spec.wire.messages import Cancel, Commit, Hello, Message, Reset, Step, ascii_field
+from qconform.spec.wire.reasons import REASONS
+from qconform.spec.wire.receiver import (
+    EVENT_COUNTERS,
+    VERDICT_KINDS,
+    Disconnect,
+    Event,
+    FrameIn,
+    ReceiverState,
+    Timeout,
+    Verdict,
+    initial_state,
+    step,
+)
+
+FAMILY_RULES = ("R12", "R16", "R17", "R19", "R24", "R25", "R27", "R28")
+
+NOTES = {
+    "HAPPY_PATH": Note("BASIC", "Rounds that open, fill, complete and commit without a fault.",
+                       "Catches a receiver that refuses legal traffic or miscounts positions."),
+    "CONSUME_AFTER_COMPLETION": Note("FUNCTIONALITY", "Rows are consumed (COMMIT) before, or without, a valid COMPLETION.",
+                                     "Catches rows published as q-ready before every transfer and check completed (R16, R28)."),
+    "STALE_OR_DUPLICATE": Note("FUNCTIONALITY", "Stale or duplicate generations and rounds (R19).",
+                               "Catches a receiver that reuses an old key or accepts a round twice."),
+    "LATE_REPLY": Note("FUNCTIONALITY", "Replies that arrive after RESET, CANCEL, a timeout or a disconnect (R28).",
+                       "Catches late q consumed into a newer generation."),
+    "RETRY": Note("FUNCTIONALITY", "A reply or completion sent twice, with identical or different bytes (R24).",
+                  "Catches a redraw under a reused key, or an identical retry treated as a fault."),
+    "DISCARD": Note("FUNCTIONALITY", "Missing, corrupt or timed-out q: the whole unverified proposal is discarded (R25).",
+                    "Catches a partial commit, or q=None alongside sampled IDs."),
+    "RECONNECTION": Note("FUNCTIONALITY", "A disconnect and a new HELLO (R24).",
+                         "Catches in-flight keys surviving a reconnection."),
+    "LIMITS": Note("EDGE_CASE", "Negotiated slot, request, depth and position bounds (R27).",
+                   "Catches a receiver that serves more than it negotiated."),
+    "V1_COEXISTENCE": Note("FUNCTIONALITY", "v1 greedy frames between v2 traffic, before and after HELLO (R12).",
+                           "Catches v1 treated as sampled, or v2 honoured before HELLO."),
+    "DEV_PROFILE": Note("EDGE_CASE", "The development configuration (vocabulary 60, dense stride 64) for dense rows.",
+                        "Small dense rows keep the vectors small."),
+    "RANDOM_SEQUENCE": Note("FUNCTIONALITY", "A random mix of legal and faulty events (fixed generator seed).",
+                            "Catches state-machine paths no hand-written sequence visits."),
+}
+
+POSITION_MODULUS = 1 << 32
+
+
+# ---------------------------------------------------------------- solve
+
+def event_from_json(obj: dict) -> Event:
+    if "frame" in obj:
+        return FrameIn(bytes(decode_blob(obj["frame"], "u8")[0]))
+    if "timeout" in obj:
+        return Timeout(obj["timeout"])
+    return Disconnect()
+
+
+def verdict_json(verdict: Verdict) -> dict:
+    out: dict = {"verdict": verdict.kind, "discarded": list(verdict.discarded)}
+    if verdict.reason is not None:
+        out["reason"] = verdict.reason
+    return out
+
+
+def state_json(state: ReceiverState) -> dict:
+    """The final state as the answer shows it."""
+    slots = []
+    for index, slot in enumerate(state.slots):
+        current = slot.open
+        slots.append({
+            "slot": index,
+            "generation": slot.generation,
+            "live": slot.live,
+            "committed": slot.committed,
+            "last_round": slot.last_round,
+            "seed": encode_u64(slot.seed),
+            "open": None if current is None else {
+                "round": current.step.round,
+                "anchor": current.step.anchor,
+                "rows": len(current.replies),
+                "consumable": current.consumable,
+            },
+        })
+    negotiated = state.negotiated
+    return {"negotiated": negotiated is not None,
+            "session_id": None if negotiated is None else encode_u64(negotiated.session_id),
+            "slots": slots}
+
+
+def solve(case_input: dict) -> dict:
+    """Run the receiver over the events: every verdict, the final state, the nonzero counters."""
+    state = initial_state(hello_from_json(case_input["config"]))
+    verdicts = []
+    for obj in case_input["events"]:
+        state, verdict = step(state, event_from_json(obj))
+        verdicts.append(verdict_json(verdict))
+    return {"verdicts": verdicts, "final": state_json(state), "counters": dict(state.counters)}
+
+
+# ---------------------------------------------------------------- building sequences
+
+class Script:
+    """Builds one case's events: frames from messages, timers, disconnects."""
+
+    def __init__(self, config: Hello = PROD) -> None:
+        self.config = config
+        self.session_id = config.session_id
+        self.events: list[dict] = []
+
+    def raw(self, data: bytes) -> bytes:
+        self.events.append({"frame": encode_blob("u8", list(data))})
+        return data
+
+    def send(self, message: Message) -> bytes:
+        return self.raw(encode_frame(message))
+
+    def hello(self, **changes) -> None:
+        self.send(replace(self.config, session_id=self.session_id, **changes))
+
+    def reset(self, slot: int, generation: int, committed: int, seed: int = 0x5EED) -> None:
+        self.send(Reset(self.session_id, seed, generation, committed, slot))
+
+    def step(self, slot: int, generation: int, round_id: int, anchor: int, policy: int | None = None,
+             send: bool = True, **changes) -> Step:
+        policy = (0 if self.config is DEV else 4) if policy is None else policy
+        message = Step(self.session_id, generation, round_id, anchor, policy, 1, ONE_F32, slot,
+                       self.config.depth, DIGEST)
+        message = replace(message, **changes)
+        if send:
+            self.send(message)
+        return message
+
+    def row(self, step_message: Step, index: int) -> tuple[QRow, int]:
+        """The q row of draft ``index`` and its sampled token (deterministic in slot, round and index)."""
+        vocab = self.config.vocab
+        base = (step_message.slot * 7 + step_message.round * 3 + index) % (vocab - 8)
+        if step_message.support_policy == 0:
+            counts = [0] * vocab
+            counts[base], counts[base + 1] = M // 2, M // 2
+            return QRow.dense(counts), base
+        ids = [base, base + 2, base + 5]
+        return QRow.sparse(vocab, ids, [M // 2, M // 4, M // 4]), base + 2
+
+    def reply_frame(self, step_message: Step, index: int, reseal: bool = True, **changes) -> bytes:
+        """The honest REPLY of draft ``index``; ``changes`` alter it (probability checksum resealed unless told)."""
+        row, token = self.row(step_message, index)
+        reply = reply_from_row(self.session_id, step_message.slot, step_message.generation, step_message.round,
+                               (step_message.anchor + index) % POSITION_MODULUS, token, row,
+                               self.config.dense_stride)
+        return encode_frame(resealed_reply(reply, **changes) if reseal else replace(reply, **changes))
+
+    def redrawn_frame(self, step_message: Step, index: int) -> bytes:
+        """A valid REPLY of draft ``index`` that sampled another token of the same row (a redraw)."""
+        row, token = self.row(step_message, index)
+        other = next(v for v, _ in row.support() if v != token)
+        return self.reply_frame(step_message, index, token=other)
+
+    def replies(self, step_message: Step, indices: range | None = None) -> list[bytes]:
+        indices = range(step_message.depth) if indices is None else indices
+        return [self.raw(self.reply_frame(step_message, i)) for i in indices]
+
+    def complete(self, step_message: Step, frames: list[bytes], **changes) -> bytes:
+        return self.send(replace(completion_for(step_message, frames), **changes))
+
+    def full_round(self, step_message: Step) -> list[bytes]:
+        frames = self.replies(step_message)
+        self.complete(step_message, frames)
+        return frames
+
+    def commit(self, step_message: Step, accepted: int, **changes) -> None:
+        new = (step_message.anchor + accepted + 1) % POSITION_MODULUS
+        self.send(replace(Commit(self.session_id, step_message.generation, step_message.round, new, 1,
+                                 step_message.slot, accepted), **changes))
+
+    def cancel(self, slot: int, generation: int) -> None:
+        self.send(Cancel(self.session_id, generation, slot))
+
+    def timeout(self, slot: int) -> None:
+        self.events.append({"timeout": slot})
+
+    def disconnect(self) -> None:
+        self.events.append({"disconnect": True})
+
+    def v1(self, tokens: list[int]) -> None:
+        self.raw(encode_v1(tokens))
+
+
+def session_case(name: str, comment: str, flags: tuple[str, ...], script: Script, rules: tuple[str, ...]) -> Case:
+    case_input = {"config": fields_to_json(script.config), "events": script.events}
+    return Case(name=name, comment=comment, rules=rules, flags=flags, input=case_input, expected=solve(case_input))
+
+
+def opened(config: Hello = PROD, slot: int = 0, generation: int = 1, committed: int = 100) -> Script:
+    """A script that has negotiated and reset ``slot`` to ``generation`` at ``committed``."""
+    script = Script(config)
+    script.hello()
+    script.reset(slot, generation, committed)
+    return script
+
+
+# ---------------------------------------------------------------- scenarios
+
+def happy_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    s.full_round(r1)
+    s.commit(r1, 2)
+    yield "sparse-round-commit", "One sparse round: 5 rows, COMPLETION, COMMIT of 2 accepted.", ("HAPPY_PATH",), s
+
+    s = opened(DEV)
+    r1 = s.step(0, 1, 1, 100)
+    s.full_round(r1)
+    s.commit(r1, 5)
+    yield "dense-round-bonus", "One dense round, all 5 accepted, the bonus commits anchor + 6.", ("HAPPY_PATH", "DEV_PROFILE"), s
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    s.full_round(r1)
+    s.commit(r1, 0)
+    r2 = s.step(0, 1, 2, 101)
+    s.full_round(r2)
+    s.commit(r2, 3)
+    r3 = s.step(0, 1, 3, 105)
+    s.replies(r3, range(2))
+    yield "three-rounds", "Rounds 1 and 2 commit; round 3 stays open with 2 rows, not consumable.", ("HAPPY_PATH",), s
+
+    s = Script()
+    s.hello()
+    steps = []
+    for slot in range(4):
+        s.reset(slot, 1, 1000 * slot)
+        steps.append(s.step(slot, 1, 1, 1000 * slot))
+    frames = {slot: [] for slot in range(4)}
+    for index in range(5):
+        for slot in (2, 0, 3, 1):
+            frames[slot].append(s.raw(s.reply_frame(steps[slot], index)))
+    for slot in range(4):
+        s.complete(steps[slot], frames[slot])
+    s.commit(steps[1], 4)
+    yield "four-slots-interleaved", "Four requests in flight, rows interleaved across slots.", ("HAPPY_PATH", "LIMITS"), s
+
+    s = Script()
+    s.v1([1, 2, 3])
+    s.hello()
+    s.v1([4])
+    s.reset(0, 1, 100)
+    r1 = s.step(0, 1, 1, 100)
+    s.replies(r1, range(2))
+    s.v1([5, 6])
+    yield "v1-interleaved", "v1 greedy frames before HELLO and between v2 frames leave v2 state alone.", ("V1_COEXISTENCE",), s
+
+    s = Script()
+    s.reset(0, 1, 100)
+    s.hello()
+    s.reset(0, 1, 100)
+    yield "v2-before-hello", "A RESET before HELLO is refused; after HELLO it is accepted.", ("V1_COEXISTENCE",), s
+
+
+def consumption_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    frames = s.replies(r1)
+    s.commit(r1, 1)
+    s.complete(r1, frames)
+    s.commit(r1, 1)
+    yield "commit-before-completion", "COMMIT before COMPLETION is refused, after it accepted.", ("CONSUME_AFTER_COMPLETION",), s
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    frames = s.replies(r1, range(3))
+    s.commit(r1, 1)
+    s.complete(r1, frames)
+    s.replies(r1, range(3, 5))
+    yield "completion-missing-rows", "COMPLETION after 3 of 5 rows: MISSING_Q discards; later rows are late.", ("CONSUME_AFTER_COMPLETION", "DISCARD"), s
+
+    for field, value, why in (("reply_bytes", 1, "REPLY_SIZE_MISMATCH"), ("reply_checksum", 1, "COMPLETION_CHECKSUM_MISMATCH"),
+                              ("context_version", 9, "CONTEXT_MISMATCH"), ("prefix_digest", bytes(32), "CONTEXT_MISMATCH"),
+                              ("anchor", 101, "POSITION_MISMATCH")):
+        s = opened()
+        r1 = s.step(0, 1, 1, 100)
+        frames = s.replies(r1)
+        honest = completion_for(r1, frames)
+        wrong = getattr(honest, field) ^ value if isinstance(value, int) else value
+        s.send(replace(honest, **{field: wrong}))
+        s.commit(r1, 1)
+        yield f"completion-{field.replace('_', '-')}", f"A COMPLETION with a wrong {field}: {why}, discarded; COMMIT refused.", ("CONSUME_AFTER_COMPLETION", "DISCARD"), s
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    s.full_round(r1)
+    s.commit(r1, 2, new_committed=104)
+    yield "commit-wrong-position", "COMMIT whose new position is not anchor + accepted + 1.", ("CONSUME_AFTER_COMPLETION",), s
+
+
+def stale_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
+    s = Script()
+    s.hello()
+    s.step(0, 0, 1, 0)
+    s.reset(0, 1, 100)
+    s.step(0, 2, 1, 100)
+    s.step(0, 1, 1, 100)
+    yield "step-stale-generation", "STEP on generation 0 (never live) and on a generation never opened.", ("STALE_OR_DUPLICATE",), s
+
+    s = opened()
+    s.reset(0, 1, 100)
+    s.reset(0, 3, 100)
+    s.reset(0, 2, 100)
+    yield "reset-duplicate-and-stale", "RESET to the current generation, then to a lower one.", ("STALE_OR_DUPLICATE",), s
+
+    s = opened()
+    r1 = s.step(0, 1, 5, 100)
+    s.full_round(r1)
+    s.commit(r1, 0)
+    s.step(0, 1, 5, 101)
+    s.step(0, 1, 4, 101)
+    s.step(0, 1, 6, 101)
+    yield "step-duplicate-and-stale-round", "STEP reusing round 5, then round 4, then round 6.", ("STALE_OR_DUPLICATE",), s
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    s.full_round(r1)
+    s.commit(r1, 0)
+    r2 = s.step(0, 1, 2, 101)
+    s.raw(s.reply_frame(r1, 0))
+    s.raw(s.reply_frame(replace(r2, round=3), 0))
+    s.raw(s.reply_frame(replace(r2, generation=2), 0))
+    s.commit(r1, 0)
+    s.replies(r2)
+    yield "reply-stale-round-and-generation", "Replies for a committed round, a future round and a future generation change nothing.", ("STALE_OR_DUPLICATE",), s
+
+
+def late_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    frames = s.replies(r1, range(2))
+    s.reset(0, 2, 100)
+    frames += s.replies(r1, range(2, 5))
+    s.complete(r1, frames)
+    r2 = s.step(0, 2, 1, 100)
+    s.full_round(r2)
+    yield "late-after-reset", "RESET discards the open round; its remaining rows and COMPLETION are late.", ("LATE_REPLY", "DISCARD"), s
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    s.replies(r1, range(3))
+    s.cancel(0, 1)
+    s.replies(r1, range(3, 5))
+    s.step(0, 1, 2, 100)
+    s.cancel(0, 1)
+    s.reset(0, 2, 100)
+    yield "late-after-cancel", "CANCEL discards; later rows are late; STEP and CANCEL need a RESET.", ("LATE_REPLY", "DISCARD"), s
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    frames = s.replies(r1, range(4))
+    s.timeout(0)
+    frames += s.replies(r1, range(4, 5))
+    s.complete(r1, frames)
+    s.commit(r1, 1)
+    s.step(0, 1, 2, 100)
+    s.reset(0, 2, 101)
+    r2 = s.step(0, 2, 1, 101)
+    s.full_round(r2)
+    yield "late-after-timeout", "A timeout discards and invalidates; late rows refused; target-only then RESET.", ("LATE_REPLY", "DISCARD"), s
+
+    s = opened()
+    s.timeout(0)
+    s.timeout(3)
+    yield "timeout-idle", "A watchdog with no open round is ignored.", ("LATE_REPLY",), s
+
+
+def retry_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    frames = s.replies(r1)
+    s.raw(frames[2])
+    completion = s.complete(r1, frames)
+    s.raw(completion)
+    s.raw(frames[4])
+    s.commit(r1, 5)
+    yield "identical-retries", "A retried row and a retried COMPLETION with identical bytes are duplicates.", ("RETRY",), s
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    s.replies(r1, range(3))
+    s.raw(s.redrawn_frame(r1, 1))
+    s.replies(r1, range(3, 5))
+    yield "retry-different-row", "Row 1 resent with another token: RETRY_MISMATCH discards the proposal.", ("RETRY", "DISCARD"), s
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    frames = s.replies(r1)
+    s.complete(r1, frames)
+    s.complete(r1, frames, status=layout.STATUS_FAILED)
+    s.commit(r1, 0)
+    yield "retry-different-completion", "A second, different COMPLETION of a consumable round discards it.", ("RETRY", "DISCARD"), s
+
+
+def discard_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    s.replies(r1, range(2))
+    bad = s.reply_frame(r1, 2, values=(q_bits(M // 2), q_bits(M // 4), q_bits(M // 4 - 1)))
+    s.raw(bad)
+    s.replies(r1, range(3, 5))
+    yield "corrupt-q-mass", "Row 3 has total mass M - 1: the entire proposal is discarded, later rows late.", ("DISCARD",), s
+
+    s = opened()
+    s.reset(1, 1, 500)
+    r0, r1 = s.step(0, 1, 1, 100), s.step(1, 1, 1, 500)
+    s.replies(r0, range(2))
+    s.replies(r1, range(3))
+    corrupt = bytearray(s.reply_frame(r0, 2))
+    corrupt[-1] ^= 0x10
+    s.raw(bytes(corrupt))
+    s.replies(r1, range(3, 5))
+    yield "checksum-corrupt-frame", "A frame failing its checksum cannot be attributed: every open round is discarded.", ("DISCARD",), s
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    s.replies(r1, range(2))
+    s.raw(s.reply_frame(r1, 2)[:30])
+    yield "truncated-frame", "A truncated frame discards every open round.", ("DISCARD",), s
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    frames = s.replies(r1, range(2))
+    s.complete(r1, frames, status=layout.STATUS_FAILED)
+    s.commit(r1, 0)
+    yield "worker-failed", "COMPLETION status FAILED is accepted and discards the proposal (target-only).", ("DISCARD",), s
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    good = s.reply_frame(r1, 0)
+    s.raw(s.reply_frame(r1, 0, reseal=False, q_checksum=1))
+    s.raw(good)
+    yield "q-checksum-mismatch", "A row whose probability checksum is wrong discards; the honest resend is late.", ("DISCARD",), s
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    s.full_round(r1)
+    s.commit(r1, 0)
+    r2 = s.step(0, 1, 2, 101)
+    s.raw(s.reply_frame(r1, 0, token=r1.anchor))  # zero q at the token, but for a committed round
+    s.full_round(r2)
+    yield "bad-stale-row-no-discard", "A faulty row addressed to a committed round is refused and discards nothing.", ("DISCARD", "STALE_OR_DUPLICATE"), s
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    s.replies(r1, range(1))
+    s.raw(s.reply_frame(r1, 2))
+    yield "position-gap", "Row 3 arrives after row 1: POSITION_MISMATCH discards.", ("DISCARD",), s
+
+    s = opened(DEV)
+    r1 = s.step(0, 1, 1, 100, policy=2)
+    s.raw(s.reply_frame(replace(r1, support_policy=0), 0))
+    s.reset(0, 2, 100)
+    r2 = s.step(0, 2, 1, 100, policy=2)
+    s.raw(s.reply_frame(replace(r2, support_policy=3), 0))
+    yield "support-policy-violations", "A dense row for a sparse policy, then 3 entries for k = 2: both discard.", ("DISCARD", "LIMITS", "DEV_PROFILE"), s
+
+
+def reconnection_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    frames = s.replies(r1, range(3))
+    s.disconnect()
+    s.replies(r1, range(3, 4))
+    old = s.session_id
+    s.session_id = old + 1
+    s.hello()
+    s.session_id = old
+    s.replies(r1, range(4, 5))
+    s.session_id = old + 1
+    s.step(0, 1, 2, 100)
+    s.reset(0, 2, 100)
+    r2 = s.step(0, 2, 1, 100)
+    s.full_round(r2)
+    s.commit(r2, 1)
+    yield "disconnect-mid-round", "Disconnect discards; frames before the new HELLO are refused; the old session's keys are dead.", ("RECONNECTION", "DISCARD", "LATE_REPLY"), s
+
+    s = opened()
+    s.hello()
+    s.disconnect()
+    s.disconnect()
+    s.hello(max_slots=2)
+    yield "second-hello-and-shrink", "A second HELLO on one connection is refused; a reconnection may negotiate fewer slots.", ("RECONNECTION",), s
+
+    s = Script()
+    s.hello(semantic_id=ascii_field("unrounded-softmax"))
+    s.hello(vocab=129279)
+    s.hello(max_requests=5)
+    s.hello()
+    yield "hello-mismatch-then-match", "Refused offers leave v2 off; a matching offer turns it on.", ("RECONNECTION", "LIMITS"), s
+
+
+def limit_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
+    s = Script()
+    s.hello(max_requests=2)
+    for slot in range(3):
+        s.reset(slot, 1, 10 * slot)
+    r0, _ = s.step(0, 1, 1, 0), s.step(1, 1, 1, 10)
+    s.step(2, 1, 1, 20)
+    s.full_round(r0)
+    s.commit(r0, 0)
+    s.step(2, 1, 1, 20)
+    yield "too-many-requests", "Two requests negotiated: a third open round is refused until one commits.", ("LIMITS",), s
+
+    s = Script()
+    s.hello(max_slots=2)
+    s.reset(2, 1, 0)
+    s.step(3, 1, 1, 0)
+    yield "slot-beyond-negotiated", "Two slots negotiated: slot 2 and 3 are refused.", ("LIMITS",), s
+
+    s = opened()
+    s.step(0, 1, 1, 100, depth=4)
+    s.step(0, 1, 1, 99)
+    r1 = s.step(0, 1, 1, 100)
+    s.step(0, 1, 2, 100)
+    s.raw(s.reply_frame(r1, 0, token=r1.anchor % 7))
+    yield "step-shape", "STEP of depth 4, a wrong anchor, a busy slot; a row with zero q at its token discards.", ("LIMITS", "DISCARD"), s
+
+
+def random_script(seed: int) -> Script:
+    """A random sequence over two slots mixing legal steps with faults (fixed seed)."""
+    rng = random.Random(seed)
+    s = Script()
+    s.hello(max_slots=2)
+    generation, committed, rounds, open_steps, frames = [1, 1], [0, 500], [0, 0], [None, None], [[], []]
+    s.reset(0, 1, 0)
+    s.reset(1, 1, 500)
+    actions = ["reply"] * 8 + ["step"] * 3 + ["complete"] * 2 + ["commit"] * 2 + [
+        "reset", "timeout", "cancel", "retry", "corrupt", "disconnect"]
+    for _ in range(40):
+        slot = rng.randrange(2)
+        action = rng.choice(actions)
+        current = open_steps[slot]
+        if action == "reset":
+            generation[slot] += rng.choice((1, 1, 1, 0))
+            s.reset(slot, generation[slot], committed[slot])
+            open_steps[slot], rounds[slot], frames[slot] = None, 0, []
+        elif action == "step":
+            rounds[slot] += rng.choice((1, 1, 0))
+            open_steps[slot] = s.step(slot, generation[slot], rounds[slot], committed[slot])
+            frames[slot] = []
+        elif current is not None and action in ("reply", "retry", "corrupt") and len(frames[slot]) < 5:
+            index = len(frames[slot]) if action != "retry" or not frames[slot] else rng.randrange(len(frames[slot]))
+            frame = s.redrawn_frame(current, index) if action == "corrupt" else s.reply_frame(current, index)
+            s.raw(frame)
+            if action == "reply":
+                frames[slot].append(frame)
+        elif current is not None and action == "complete":
+            s.complete(current, frames[slot])
+        elif current is not None and action == "commit":
+            accepted = rng.randrange(6)
+            s.commit(current, accepted)
+            committed[slot] = (current.anchor + accepted + 1) % POSITION_MODULUS
+        elif action == "timeout":
+            s.timeout(slot)
+        elif action == "cancel":
+            s.cancel(slot, generation[slot])
+        elif action == "disconnect":
+            s.disconnect()
+            s.hello(max_slots=2)
+    return s
+
+
+def random_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
+    for seed in range(6):
+        yield f"seed-{seed}", f"Random sequence, generator seed {seed}.", ("RANDOM_SEQUENCE",), random_script(0x3A5E + seed)
+
+
+GROUPS = (
+    ("happy_path", "Legal rounds, several slots, v1 frames alongside.", ("R12", "R16", "R17"), happy_cases),
+    ("consumption", "Rows become consumable only after COMPLETION validates.", ("R16", "R25", "R28"), consumption_cases),
+    ("stale_and_duplicate", "Stale or duplicate generations and rounds.", ("R17", "R19"), stale_cases),
+    ("late_replies", "Replies after RESET, CANCEL or a timeout.", ("R17", "R25", "R28"), late_cases),
+    ("retries", "Retries with identical or different bytes.", ("R24", "R25"), retry_cases),
+    ("discard", "Missing, corrupt or timed-out q discards the whole proposal.", ("R25", "R19"), discard_cases),
+    ("reconnection", "Disconnects, reconnections and HELLO negotiation.", ("R12", "R24", "R25"), reconnection_cases),
+    ("limits", "Negotiated slot, request, depth and position bounds.", ("R27", "R19"), limit_cases),
+    ("random", "Random mixes of legal and faulty events.", FAMILY_RULES, random_cases),
+)
+
+
+def build() -> Iterator[Group]:
+    for name, description, rules, cases in GROUPS:
+        yield Group(name, description, rules, [session_case(n, c, f, s, rules) for n, c, f, s in cases()])
+
+
+# ---------------------------------------------------------------- schema
+
+NONNEG = {"type": "integer", "minimum": 0}
+VERDICT_SCHEMA = closed(
+    {"verdict": {"enum": list(VERDICT_KINDS)}, "reason": REASON_SCHEMA,
+     "discarded": {"type": "array", "items": NONNEG, "uniqueItems": True}},
+    required=["verdict", "discarded"],
+)
+SLOT_SCHEMA = closed({
+    "slot": NONNEG,
+    "generation": NONNEG,
+    "live": {"type": "boolean"},
+    "committed": NONNEG,
+    "last_round": {"oneOf": [{"type": "null"}, NONNEG]},
+    "seed": {"$ref": "#/$defs/u64"},
+    "open": {"oneOf": [{"type": "null"}, closed({"round": NONNEG, "anchor": NONNEG, "rows": NONNEG,
+                                                  "consumable": {"type": "boolean"}})]},
+})
+EVENT_SCHEMA = {"oneOf": [
+    closed({"frame": blob_schema("u8")}),
+    closed({"timeout": NONNEG}),
+    closed({"disconnect": {"const": True}}),
+]}
+
+INPUT_SCHEMA = {
+    "$defs": {"helloParams": HELLO_SCHEMA},
+    **closed({"config": {"$ref": "#/$defs/helloParams"}, "events": {"type": "array", "minItems": 1, "items": EVENT_SCHEMA}}),
+}
+EXPECTED_SCHEMA = closed({
+    "verdicts": {"type": "array", "items": VERDICT_SCHEMA},
+    "final": closed({"negotiated": {"type": "boolean"},
+                     "session_id": {"oneOf": [{"type": "null"}, {"$ref": "#/$defs/u64"}]},
+                     "slots": {"type": "array", "items": SLOT_SCHEMA}}),
+    "counters": {"type": "object", "propertyNames": {"enum": sorted(REASONS) + list(EVENT_COUNTERS)},
+                 "additionalProperties": {"type": "integer", "minimum": 1}},
+})
+
+FAMILY = Family(
+    name="wire_sessions",
+    description="Event sequences through the wire v2 receiver state machine: each event's verdict, the final "
+                "state and the counters (docs/wire-v2.md, Receiver state machine).",
+    rules=FAMILY_RULES,
+    notes=NOTES,
+    build=build,
+    input_schema=INPUT_SCHEMA,
+    expected_schema=EXPECTED_SCHEMA,
+    solve=solve,
+)

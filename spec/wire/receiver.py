@@ -1,0 +1,481 @@
+"""The receiver state machine of wire v2 (R12, R16, R17, R19, R24, R25, R27, R28).
+
+``step(state, event) -> (state, verdict)`` is a pure function over frozen
+dataclasses. Events are frames received (:class:`FrameIn`), a slot's watchdog
+firing (:class:`Timeout`) and the connection dropping (:class:`Disconnect`).
+The frames of both directions pass through it: the worker's HELLO, REPLY and
+COMPLETION, and the target's own STEP, COMMIT, RESET and CANCEL as it sends them.
+
+The state is the negotiated HELLO (None until HELLO, R12), and per probability
+slot: the generation and whether it is live, the committed position, the last
+round ID of the generation, the request seed, and the open round: its STEP,
+the REPLY frames received in position order, and the COMPLETION that made its
+rows consumable (R16). Rules, in brief:
+
+* A round's rows become consumable only after its COMPLETION validates (exact
+  byte count and CRC-32C of the replies, matching context); a COMMIT before
+  that is CONSUMED_BEFORE_COMPLETION (R16, R28).
+* Generations and rounds: a STEP, COMMIT or CANCEL names the slot's live
+  generation (STALE_GENERATION); round IDs strictly increase within a generation
+  (DUPLICATE_ROUND, STALE_ROUND); a RESET moves to a higher generation
+  (DUPLICATE_GENERATION, STALE_GENERATION) with an explicit committed position
+  and seed (R17, R19, R24).
+* A REPLY or COMPLETION for a generation ended by RESET, CANCEL, a timeout, a
+  discard or a disconnect is LATE_REPLY (R28); one for a committed round is
+  STALE_ROUND.
+* A retried REPLY or COMPLETION must repeat the first one byte for byte (then
+  it is a ``duplicate`` and changes nothing), else RETRY_MISMATCH (R24).
+* Missing, corrupt or timed-out q discards the **entire** unverified proposal
+  of its slot and invalidates the generation: the outcome is target-only from
+  the committed prefix, never a partial commit (R25). A frame that fails
+  before its checksum is verified cannot be attributed to a slot, so it
+  discards every open round. A rejected REPLY or COMPLETION whose verified
+  fields address the open round discards that round; one addressed elsewhere
+  (stale, late, another session) changes nothing.
+* A disconnect discards every open round, invalidates every generation and
+  returns to awaiting HELLO; frames keyed to the old session are refused
+  (SESSION_MISMATCH) and every slot needs a RESET (R24).
+* Every rejection is counted under its reason code, and every discard,
+  timeout, disconnect, worker failure and duplicate has its own counter (R25).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Callable, Union
+
+from qconform.spec.qrow import QRow
+from qconform.spec.rules import defines
+from qconform.spec.wire import layout
+from qconform.spec.wire.checksum import crc32c
+from qconform.spec.wire.codec import decode_frame
+from qconform.spec.wire.messages import (
+    Cancel,
+    Commit,
+    Completion,
+    Hello,
+    Message,
+    Reply,
+    Reset,
+    Step,
+    V1Greedy,
+)
+from qconform.spec.wire.negotiation import check_config, check_hello
+from qconform.spec.wire.reasons import Route, WireReject
+from qconform.spec.wire.validation import validate_message, validate_reply
+
+POSITION_MODULUS: int = 1 << 32
+
+ACCEPT, REJECT, DUPLICATE, IGNORE, GREEDY_V1 = "accept", "reject", "duplicate", "ignore", "greedy_v1"
+VERDICT_KINDS: tuple[str, ...] = (ACCEPT, REJECT, DUPLICATE, IGNORE, GREEDY_V1)
+
+#: Counters other than the per-reason rejection counters.
+EVENT_COUNTERS: tuple[str, ...] = (
+    "accepted",
+    "duplicate_retries",
+    "discarded_proposals",
+    "timeouts",
+    "ignored_timers",
+    "disconnects",
+    "worker_failed",
+    "v1_greedy_frames",
+)
+
+WORKER_TYPES: tuple[int, ...] = (layout.REPLY.code, layout.COMPLETION.code)
+
+
+@dataclass(frozen=True)
+class OpenRound:
+    """A round opened by STEP: the REPLY frames received so far and the validated COMPLETION."""
+
+    step: Step
+    replies: tuple[bytes, ...] = ()
+    completion: bytes | None = None
+
+    @property
+    def consumable(self) -> bool:
+        return self.completion is not None
+
+
+@dataclass(frozen=True)
+class SlotState:
+    """One probability slot. Generation 0 is never live: the first RESET opens a generation."""
+
+    generation: int = 0
+    live: bool = False
+    committed: int = 0
+    last_round: int | None = None
+    seed: int = 0
+    open: OpenRound | None = None
+
+
+@dataclass(frozen=True)
+class ReceiverState:
+    """The whole receiver: its configuration, the negotiated HELLO, the slots, the counters."""
+
+    config: Hello
+    negotiated: Hello | None = None
+    slots: tuple[SlotState, ...] = ()
+    #: (name, count) pairs, sorted by name, zero counts left out
+    counters: tuple[tuple[str, int], ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class FrameIn:
+    """A frame received (or, for STEP, COMMIT, RESET and CANCEL, sent by the target), as bytes."""
+
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Timeout:
+    """A slot's watchdog fired."""
+
+    slot: int
+
+
+@dataclass(frozen=True)
+class Disconnect:
+    """The connection dropped."""
+
+
+Event = Union[FrameIn, Timeout, Disconnect]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What became of one event: ``kind`` (accept, reject, duplicate, ignore, greedy_v1),
+    the reason code of a rejection, and the slots whose unverified proposal it discarded."""
+
+    kind: str
+    reason: str | None = None
+    discarded: tuple[int, ...] = ()
+
+
+@defines("R12", "R27")
+def initial_state(config: Hello) -> ReceiverState:
+    """A receiver awaiting HELLO under its own ``config`` (refused unless the design allows it)."""
+    check_config(config)
+    return ReceiverState(config=config)
+
+
+@defines("R25")
+def counter(state: ReceiverState, name: str) -> int:
+    """The count of a reason code or an event counter (0 when it never happened)."""
+    return dict(state.counters).get(name, 0)
+
+
+def counted(state: ReceiverState, name: str) -> ReceiverState:
+    counts = dict(state.counters)
+    counts[name] = counts.get(name, 0) + 1
+    return replace(state, counters=tuple(sorted(counts.items())))
+
+
+def with_slot(state: ReceiverState, index: int, slot: SlotState) -> ReceiverState:
+    slots = list(state.slots)
+    slots[index] = slot
+    return replace(state, slots=tuple(slots))
+
+
+@defines("R25", "R28")
+def discard(state: ReceiverState, indices: tuple[int, ...]) -> tuple[ReceiverState, tuple[int, ...]]:
+    """Discard the open round of each slot in ``indices`` that has one and invalidate its generation.
+
+    The slot keeps its committed position: the outcome is target-only from the
+    committed prefix, and a RESET must open a new generation before the next STEP.
+    """
+    discarded = []
+    for index in indices:
+        slot = state.slots[index]
+        if slot.open is not None:
+            state = counted(with_slot(state, index, replace(slot, open=None, live=False)), "discarded_proposals")
+            discarded.append(index)
+    return state, tuple(discarded)
+
+
+def open_slots(state: ReceiverState) -> tuple[int, ...]:
+    return tuple(i for i, slot in enumerate(state.slots) if slot.open is not None)
+
+
+def refuse(state: ReceiverState, code: str, discard_slots: tuple[int, ...] = ()) -> tuple[ReceiverState, Verdict]:
+    """Count the rejection ``code`` and discard the open rounds of ``discard_slots``."""
+    state, discarded = discard(state, discard_slots)
+    return counted(state, code), Verdict(REJECT, code, discarded)
+
+
+def accept(state: ReceiverState, discarded: tuple[int, ...] = ()) -> tuple[ReceiverState, Verdict]:
+    return counted(state, "accepted"), Verdict(ACCEPT, None, discarded)
+
+
+@defines("R25", "R28")
+def addresses_open_round(state: ReceiverState, route: Route) -> bool:
+    """Whether a worker message's verified fields name a slot's open round of its live generation."""
+    params = state.negotiated
+    if route.message_type not in WORKER_TYPES or params is None or route.session_id != params.session_id:
+        return False
+    if route.slot >= len(state.slots):
+        return False
+    slot = state.slots[route.slot]
+    return (slot.live and slot.open is not None and route.generation == slot.generation
+            and route.round == slot.open.step.round)
+
+
+@defines("R18", "R25")
+def refuse_frame(state: ReceiverState, error: WireReject) -> tuple[ReceiverState, Verdict]:
+    """A frame refused by decoding or stateless validation: discard what it can be attributed to."""
+    if error.route is None:
+        return refuse(state, error.code, open_slots(state))
+    if addresses_open_round(state, error.route):
+        return refuse(state, error.code, (error.route.slot,))
+    return refuse(state, error.code)
+
+
+@defines("R19", "R28")
+def worker_route_problem(slot: SlotState, generation: int, round_id: int) -> str | None:
+    """Why a REPLY or COMPLETION does not belong to the slot's open round, or None."""
+    if generation < slot.generation or (generation == slot.generation and not slot.live):
+        return "LATE_REPLY"
+    if generation > slot.generation:
+        return "STALE_GENERATION"
+    if slot.open is None or round_id != slot.open.step.round:
+        if slot.last_round is not None and round_id <= slot.last_round:
+            return "STALE_ROUND"
+        return "UNEXPECTED_MESSAGE"
+    return None
+
+
+@defines("R16", "R19", "R28")
+def routed_round(state: ReceiverState, message: Reply | Completion) -> OpenRound | str:
+    """The open round a REPLY or COMPLETION belongs to, or the reason it belongs to none."""
+    slot = state.slots[message.slot]
+    problem = worker_route_problem(slot, message.generation, message.round)
+    if problem is not None:
+        return problem
+    assert slot.open is not None
+    return slot.open
+
+
+@defines("R24", "R25")
+def retried(state: ReceiverState, first: bytes, again: bytes, here: tuple[int, ...]) -> tuple[ReceiverState, Verdict]:
+    """A retry repeats the first frame byte for byte (a duplicate, nothing changes) or discards the round."""
+    if again == first:
+        return counted(state, "duplicate_retries"), Verdict(DUPLICATE)
+    return refuse(state, "RETRY_MISMATCH", here)
+
+
+@defines("R17", "R19")
+def command_generation_problem(slot: SlotState, generation: int) -> str | None:
+    """A STEP, COMMIT or CANCEL must name the slot's live generation."""
+    if not slot.live or generation != slot.generation:
+        return "STALE_GENERATION"
+    return None
+
+
+@defines("R12", "R13")
+def receive_hello(state: ReceiverState, hello: Hello) -> tuple[ReceiverState, Verdict]:
+    """A HELLO that :func:`check_frame` negotiated turns v2 on, once per connection.
+
+    The slots keep their generations and committed positions across a reconnection.
+    """
+    if state.negotiated is not None:
+        return refuse(state, "UNEXPECTED_MESSAGE")
+    slots = tuple(state.slots[i] if i < len(state.slots) else SlotState() for i in range(hello.max_slots))
+    return accept(replace(state, negotiated=hello, slots=slots))
+
+
+@defines("R14", "R19", "R27")
+def receive_step(state: ReceiverState, step: Step, data: bytes) -> tuple[ReceiverState, Verdict]:
+    """Open a round: live generation, idle slot, a fresh round ID, anchored at the committed position."""
+    slot = state.slots[step.slot]
+    problem = command_generation_problem(slot, step.generation)
+    if problem is not None:
+        return refuse(state, problem)
+    if slot.open is not None:
+        return refuse(state, "UNEXPECTED_MESSAGE")
+    if slot.last_round is not None and step.round == slot.last_round:
+        return refuse(state, "DUPLICATE_ROUND")
+    if slot.last_round is not None and step.round < slot.last_round:
+        return refuse(state, "STALE_ROUND")
+    if step.anchor != slot.committed:
+        return refuse(state, "POSITION_MISMATCH")
+    assert state.negotiated is not None
+    if len(open_slots(state)) >= state.negotiated.max_requests:
+        return refuse(state, "TOO_MANY_REQUESTS")
+    return accept(with_slot(state, step.slot, replace(slot, open=OpenRound(step), last_round=step.round)))
+
+
+@defines("R15", "R24", "R25", "R28")
+def receive_reply(state: ReceiverState, reply: Reply, data: bytes) -> tuple[ReceiverState, Verdict]:
+    """Append the next row of the open round; an identical retry is a duplicate, a different one discards."""
+    current = routed_round(state, reply)
+    if isinstance(current, str):
+        return refuse(state, current)
+    here = (reply.slot,)
+    index = (reply.position - current.step.anchor) % POSITION_MODULUS
+    if index < len(current.replies):
+        return retried(state, current.replies[index], data, here)
+    if current.consumable or index != len(current.replies) or index >= current.step.depth:
+        return refuse(state, "POSITION_MISMATCH", here)
+    policy = current.step.support_policy
+    if (policy == 0) != (reply.representation == layout.REPR_DENSE):
+        return refuse(state, "REPRESENTATION_MISMATCH", here)
+    if policy and reply.entry_count > policy:
+        return refuse(state, "SUPPORT_ABOVE_MAX", here)
+    grown = replace(current, replies=current.replies + (data,))
+    return accept(with_slot(state, reply.slot, replace(state.slots[reply.slot], open=grown)))
+
+
+@defines("R16", "R24", "R25", "R28")
+def receive_completion(state: ReceiverState, completion: Completion, data: bytes) -> tuple[ReceiverState, Verdict]:
+    """Close the open round's replies; only a COMPLETION that validates makes its rows consumable."""
+    current = routed_round(state, completion)
+    if isinstance(current, str):
+        return refuse(state, current)
+    here = (completion.slot,)
+    if current.completion is not None:
+        return retried(state, current.completion, data, here)
+    step = current.step
+    if completion.anchor != step.anchor:
+        return refuse(state, "POSITION_MISMATCH", here)
+    if (completion.context_version, completion.prefix_digest) != (step.context_version, step.prefix_digest):
+        return refuse(state, "CONTEXT_MISMATCH", here)
+    if completion.status == layout.STATUS_FAILED:
+        state, discarded = discard(counted(state, "worker_failed"), here)
+        return accept(state, discarded)
+    if len(current.replies) < completion.row_count:
+        return refuse(state, "MISSING_Q", here)
+    joined = b"".join(current.replies)
+    if completion.reply_bytes != len(joined):
+        return refuse(state, "REPLY_SIZE_MISMATCH", here)
+    if completion.reply_checksum != crc32c(joined):
+        return refuse(state, "COMPLETION_CHECKSUM_MISMATCH", here)
+    done = replace(current, completion=data)
+    return accept(with_slot(state, completion.slot, replace(state.slots[completion.slot], open=done)))
+
+
+@defines("R16", "R17")
+def receive_commit(state: ReceiverState, commit: Commit, data: bytes) -> tuple[ReceiverState, Verdict]:
+    """Consume a completed round: the committed position moves to anchor + accepted + 1."""
+    slot = state.slots[commit.slot]
+    problem = command_generation_problem(slot, commit.generation)
+    if problem is not None:
+        return refuse(state, problem)
+    current = slot.open
+    if current is None or commit.round != current.step.round:
+        stale = slot.last_round is not None and commit.round <= slot.last_round
+        return refuse(state, "STALE_ROUND" if stale else "UNEXPECTED_MESSAGE")
+    if not current.consumable:
+        return refuse(state, "CONSUMED_BEFORE_COMPLETION")
+    if commit.new_committed != (current.step.anchor + commit.accepted + 1) % POSITION_MODULUS:
+        return refuse(state, "POSITION_MISMATCH")
+    return accept(with_slot(state, commit.slot, replace(slot, committed=commit.new_committed, open=None)))
+
+
+@defines("R17", "R24")
+def receive_reset(state: ReceiverState, reset: Reset, data: bytes) -> tuple[ReceiverState, Verdict]:
+    """Move a slot to a higher generation with an explicit committed position and seed; discard its round."""
+    slot = state.slots[reset.slot]
+    if reset.generation < slot.generation:
+        return refuse(state, "STALE_GENERATION")
+    if reset.generation == slot.generation:
+        return refuse(state, "DUPLICATE_GENERATION")
+    state, discarded = discard(state, (reset.slot,))
+    fresh = SlotState(generation=reset.generation, live=True, committed=reset.committed, seed=reset.seed)
+    return accept(with_slot(state, reset.slot, fresh), discarded)
+
+
+@defines("R17", "R28")
+def receive_cancel(state: ReceiverState, cancel: Cancel, data: bytes) -> tuple[ReceiverState, Verdict]:
+    """Invalidate the slot's live generation and discard its open round."""
+    problem = command_generation_problem(state.slots[cancel.slot], cancel.generation)
+    if problem is not None:
+        return refuse(state, problem)
+    state, discarded = discard(state, (cancel.slot,))
+    return accept(with_slot(state, cancel.slot, replace(state.slots[cancel.slot], live=False)), discarded)
+
+
+Handler = Callable[[ReceiverState, Message, bytes], tuple[ReceiverState, Verdict]]
+HANDLERS: dict[type, Handler] = {
+    Step: receive_step,
+    Reply: receive_reply,
+    Completion: receive_completion,
+    Commit: receive_commit,
+    Reset: receive_reset,
+    Cancel: receive_cancel,
+}
+
+
+@defines("R12", "R13", "R18", "R19")
+def check_frame(data: bytes, config: Hello, negotiated: Hello | None) -> tuple[Message | V1Greedy, QRow | None]:
+    """Every check of one frame that needs no session state, and a REPLY's validated q row.
+
+    Decoding (framing, bounds, checksum), then for a HELLO before negotiation the
+    negotiation against ``config``, for another v2 message the stateless validation
+    against the ``negotiated`` HELLO. A HELLO after negotiation is left to the caller.
+    """
+    message = decode_frame(data, negotiated)
+    if isinstance(message, V1Greedy):
+        return message, None
+    if isinstance(message, Hello):
+        if negotiated is None:
+            check_hello(message, config)
+        return message, None
+    assert negotiated is not None  # decode_frame refuses other v2 messages before HELLO
+    return message, validate_message(message, negotiated)
+
+
+@defines("R12", "R18", "R19")
+def receive_frame(state: ReceiverState, data: bytes) -> tuple[ReceiverState, Verdict]:
+    """Check a frame statelessly (:func:`check_frame`), then route it to its handler."""
+    try:
+        message, _ = check_frame(data, state.config, state.negotiated)
+    except WireReject as error:
+        return refuse_frame(state, error)
+    if isinstance(message, V1Greedy):
+        return counted(state, "v1_greedy_frames"), Verdict(GREEDY_V1)
+    if isinstance(message, Hello):
+        return receive_hello(state, message)
+    return HANDLERS[type(message)](state, message, data)
+
+
+@defines("R25", "R28")
+def fire_timeout(state: ReceiverState, index: int) -> tuple[ReceiverState, Verdict]:
+    """The watchdog discards the slot's open round and invalidates its generation; idle, it is ignored."""
+    if index >= len(state.slots) or state.slots[index].open is None:
+        return counted(state, "ignored_timers"), Verdict(IGNORE)
+    state, discarded = discard(counted(state, "timeouts"), (index,))
+    return state, Verdict(ACCEPT, None, discarded)
+
+
+@defines("R24", "R25")
+def disconnect(state: ReceiverState) -> tuple[ReceiverState, Verdict]:
+    """Discard every open round, invalidate every generation and await a new HELLO."""
+    state, discarded = discard(counted(state, "disconnects"), open_slots(state))
+    slots = tuple(replace(slot, live=False) for slot in state.slots)
+    return replace(state, negotiated=None, slots=slots), Verdict(ACCEPT, None, discarded)
+
+
+@defines("R12", "R16", "R17", "R24", "R25", "R28")
+def step(state: ReceiverState, event: Event) -> tuple[ReceiverState, Verdict]:
+    """The receiver's transition: the new state and the verdict on ``event``."""
+    if isinstance(event, FrameIn):
+        return receive_frame(state, event.data)
+    if isinstance(event, Timeout):
+        return fire_timeout(state, event.slot)
+    if isinstance(event, Disconnect):
+        return disconnect(state)
+    raise TypeError(f"not a receiver event: {event!r}")
+
+
+@defines("R16")
+def consumable_rows(state: ReceiverState, index: int) -> tuple[QRow, ...] | None:
+    """The validated q rows of a slot's open round once its COMPLETION validated; None before."""
+    current = state.slots[index].open
+    if current is None or not current.consumable or state.negotiated is None:
+        return None
+    rows = []
+    for data in current.replies:
+        reply = decode_frame(data, state.negotiated)
+        assert isinstance(reply, Reply)
+        rows.append(validate_reply(reply, state.negotiated))
+    return tuple(rows)

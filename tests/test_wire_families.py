@@ -1,0 +1,48 @@
+"""The wire vector families: every reason code is pinned by at least one vector (R12-R28)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from qconform.generators.corpus import default_vectors_dir
+from qconform.spec.wire.reasons import REASONS
+
+pytestmark = pytest.mark.rules("R12", "R16", "R18", "R19", "R20", "R24", "R25", "R27", "R28")
+
+#: Reasons only a sequence of events can reach (they need session state).
+STATEFUL = {
+    "STALE_GENERATION", "DUPLICATE_GENERATION", "STALE_ROUND", "DUPLICATE_ROUND", "LATE_REPLY", "RETRY_MISMATCH",
+    "CONSUMED_BEFORE_COMPLETION", "CONTEXT_MISMATCH", "REPLY_SIZE_MISMATCH", "COMPLETION_CHECKSUM_MISMATCH",
+    "REPRESENTATION_MISMATCH",
+}
+
+
+def cases(family: str) -> list[dict]:
+    path = default_vectors_dir() / f"{family}.json"
+    if not path.exists():
+        pytest.skip(f"no committed {family} vectors")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return [case for group in data["testGroups"] for case in group["tests"]]
+
+
+def test_frames_pin_every_stateless_reason():
+    seen = {case["expected"].get("reason") for case in cases("wire_frames")}
+    assert set(REASONS) - STATEFUL <= seen
+
+
+def test_sessions_pin_every_stateful_reason():
+    seen = {v.get("reason") for case in cases("wire_sessions") for v in case["expected"]["verdicts"]}
+    assert STATEFUL <= seen
+
+
+def test_frames_hold_valid_frames_of_every_message_type():
+    accepted = {case["expected"]["message"]["type"] for case in cases("wire_frames")
+                if case["expected"]["verdict"] == "accept"}
+    assert accepted == {"HELLO", "STEP", "REPLY", "COMPLETION", "COMMIT", "RESET", "CANCEL", "V1_GREEDY_TOKENS"}
+
+
+def test_family_files_stay_small():
+    for family in ("wire_frames", "wire_sessions"):
+        assert (default_vectors_dir() / f"{family}.json").stat().st_size < 3_000_000
