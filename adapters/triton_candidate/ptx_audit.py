@@ -1,0 +1,101 @@
+"""Compile every kernel for a CUDA target without a GPU, and audit its PTX.
+
+``python -m qconform.adapters.triton_candidate.ptx_audit [sm]`` compiles each kernel
+(Triton's bundled ``ptxas`` needs no device) with the launch options the candidate
+uses, and checks what the design's FP32 order needs of the native code: FP32
+division correctly rounded (``div.rn.f32``, never ``div.full``/``div.approx``), no
+contracted FP32 multiply-add (``fma.rn.f32``: the Markov bias is
+``f32(acc + f32(a * b))``), no approximate exp (``ex2.approx``), the FP64 -> FP32
+rounding ``cvt.rn.f32.f64`` without flush-to-zero, and FP64 division ``div.rn.f64``.
+It must run with ``TRITON_INTERPRET`` unset (the kernels must be JIT functions), so
+the tests run it in a child process. Exit status 1 on any compile error or finding.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+
+import triton
+from triton.backends.compiler import GPUTarget
+
+from . import allocation, lookup, philox, qrows, sampling, select, topk, verification, weights
+from .launch import LAUNCH
+
+P64, P32, F32, F64, I32 = "*i64", "*i32", "*fp32", "*fp64", "i32"
+
+#: (kernel, runtime argument types in order, constexpr values)
+KERNELS = (
+    (philox.philox_kernel, (P64, P64, P64, I32), {"BLOCK": 128}),
+    (philox.abi_draw_kernel, (P64, P64, I32), {"BLOCK": 128}),
+    (weights.logits_weights_kernel, (F32, I32, F32, F32, I32, P64, F32, F32, P32, I32),
+     {"HAS_BIAS": True, "BLOCK": 1024}),
+    (weights.weight_scan_kernel, (F64, I32, P32, F64), {"BLOCK": 1024}),
+    (allocation.quota_kernel, (F32, P64, P64, P64, P64, P64, P32), {"BLOCK": 1024}),
+    (select.radix_select_kernel, (P64,) * 6, {"KEY_BITS": 64, "BLOCK": 1024}),
+    (allocation.ticket_kernel, (P64,) * 7 + (P32,), {"BLOCK": 1024}),
+    (topk.weight_keys_kernel, (F32, P64, I32), {"BLOCK": 1024}),
+    (select.compact_kernel, (P64,) * 11, {"HAS_IDS": True, "BLOCK": 1024}),
+    (topk.key_weights_kernel, (P64, F64, I32), {"BLOCK": 1024}),
+    (qrows.qrow_check_kernel, (P64,) * 5 + (I32, P32), {"BLOCK": 1024}),
+    (sampling.categorical_kernel, (P64,) * 6 + (I32, P64), {"BLOCK": 1024, "DRAWS": 16}),
+    (lookup.q_lookup_kernel, (P64,) * 7 + (I32, P64, P32, I32), {"STEPS": 7, "BLOCK": 128}),
+    (verification.acceptance_kernel, (P64, P64, F64, F64, P64, P64, I32, I32, P64, P32, P64), {"KP": 8}),
+    (verification.residual_kernel, (F64, F64) + (P64,) * 8 + (I32, I32, P64, P64, P32),
+     {"STEPS": 7, "BLOCK": 1024}),
+)
+
+#: PTX that breaks the design's arithmetic anywhere it appears
+FORBIDDEN = {
+    r"div\.(full|approx)\.f32": "approximate FP32 division",
+    r"fma\.rn(\.ftz)?\.f32": "contracted FP32 multiply-add",
+    r"ex2\.approx": "approximate exp",
+    r"cvt\.rn\.ftz\.f32\.f64": "FP64 -> FP32 rounding that flushes subnormals",
+    r"(add|sub|mul|div)\.rn\.ftz\.f32": "FP32 arithmetic that flushes subnormals",
+}
+#: PTX a kernel must contain (it does that step natively, correctly rounded)
+REQUIRED = {
+    "logits_weights_kernel": (r"div\.rn\.f32", r"cvt\.rn\.f32\.f64", r"mul\.rn\.f32"),
+    "quota_kernel": (r"div\.rn\.f64",),
+}
+
+
+@dataclass(frozen=True)
+class KernelAudit:
+    name: str
+    problems: tuple[str, ...]
+
+
+def signature(kernel, types: tuple[str, ...], constants: dict) -> dict[str, str]:
+    runtime = iter(types)
+    return {name: "constexpr" if name in constants else next(runtime) for name in kernel.arg_names}
+
+
+def audit_kernel(kernel, types: tuple[str, ...], constants: dict, target: GPUTarget) -> KernelAudit:
+    """Compile one kernel for ``target`` and list what its PTX gets wrong."""
+    source = triton.compiler.ASTSource(fn=kernel, signature=signature(kernel, types, constants), constexprs=constants)
+    try:
+        ptx = triton.compile(source, target=target, options=dict(LAUNCH)).asm["ptx"]
+    except Exception as exc:  # noqa: BLE001 - a compile error is a finding, reported with its text
+        return KernelAudit(kernel.__name__, (f"does not compile: {str(exc)[:400]}",))
+    problems = [f"{why} ({pattern})" for pattern, why in FORBIDDEN.items() if re.search(pattern, ptx)]
+    problems += [f"missing {pattern}" for pattern in REQUIRED.get(kernel.__name__, ()) if not re.search(pattern, ptx)]
+    return KernelAudit(kernel.__name__, tuple(problems))
+
+
+def audit(capability: int = 90) -> list[KernelAudit]:
+    """Audits of every kernel compiled for CUDA compute capability ``capability``."""
+    target = GPUTarget("cuda", capability, 32)
+    return [audit_kernel(kernel, types, constants, target) for kernel, types, constants in KERNELS]
+
+
+def main(argv: list[str]) -> int:
+    audits = audit(int(argv[0]) if argv else 90)
+    for result in audits:
+        print(f"{result.name}: {'; '.join(result.problems) or 'ok'}")
+    return 1 if any(result.problems for result in audits) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
