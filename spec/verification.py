@@ -151,7 +151,14 @@ def acceptance_test(u32: int, p: Fraction, q: Fraction) -> bool:
 
 @defines("R11")
 def acceptance_margin(u32: int, p: Fraction, q: Fraction) -> Fraction:
-    """``|u32 / 2^32 - p / q|``: how far the acceptance draw lies from its boundary."""
+    """``|u32 / 2^32 - p / q|``: how far the acceptance draw lies from its boundary.
+
+    When ``p = 0`` the rejection is certain in any arithmetic (no rounding makes a
+    zero target mass positive), so the margin is ``1``, the largest there is: an
+    implementation that accepts such a token cannot be excused as imprecise.
+    """
+    if p == 0:
+        return Fraction(1)
     return abs(Fraction(u32, U32_LIMIT) - Fraction(p) / q)
 
 
@@ -246,9 +253,13 @@ def verify_round(inp: RoundInput) -> RoundResult:
 
 @defines("R11", "R27")
 def verify_batch(requests: Sequence[RoundInput]) -> list[RoundResult]:
-    """Verify up to four requests; each depends only on its own input and identity (R27)."""
+    """Verify up to four requests of one fixed depth; each depends only on its own
+    input and identity (R27): a batch of mixed depths is an incompatible shape."""
     if not 1 <= len(requests) <= MAX_REQUESTS:
         raise refuse("BAD_SHAPE", f"a batch holds 1..{MAX_REQUESTS} requests, not {len(requests)}")
+    depths = {len(request.draft_tokens) for request in requests}
+    if len(depths) != 1:
+        raise refuse("BAD_SHAPE", f"a batch has one fixed depth, not {sorted(depths)} (R27, R35)")
     return [verify_round(request) for request in requests]
 
 

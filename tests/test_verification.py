@@ -139,9 +139,9 @@ def test_stop_token_and_budget_end_emission_without_more_draws():
 
 
 @st.composite
-def requests(draw):
+def requests(draw, depth: int | None = None):
     rng = random.Random(draw(st.integers(0, 2**32)))
-    depth = rng.randint(1, 5)
+    depth = rng.randint(1, 5) if depth is None else depth
     ident = RngIdentity(rng.getrandbits(64), rng.getrandbits(32), rng.getrandbits(32), rng.getrandbits(32))
     q_rows, drafts = [], []
     for _ in range(depth):
@@ -159,13 +159,22 @@ def requests(draw):
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.lists(requests(), min_size=1, max_size=4), st.randoms(use_true_random=False))
+@given(st.integers(1, 5).flatmap(lambda depth: st.lists(requests(depth), min_size=1, max_size=4)),
+       st.randoms(use_true_random=False))
 def test_batch_invariance(batch, rnd):
     alone = [verify_round(r) for r in batch]
     order = list(range(len(batch)))
     rnd.shuffle(order)
     shuffled = verify_batch([batch[i] for i in order])
     assert [shuffled[k] for k in range(len(order))] == [alone[i] for i in order]
+
+
+def test_a_batch_of_mixed_depths_is_refused():
+    one, two = (RoundInput(RngIdentity(9, 0, 0, 7), [0] * k, [half_q()] * k,
+                           [[Fraction(c, M) for c in half_q().dense_counts()]] * (k + 1)) for k in (1, 2))
+    with pytest.raises(SpecError) as info:
+        verify_batch([one, two])
+    assert info.value.code == "BAD_SHAPE"
 
 
 @settings(max_examples=30, deadline=None)

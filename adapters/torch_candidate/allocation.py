@@ -36,6 +36,15 @@ from .weights import validate_weights
 M: int = 1 << 24
 
 
+def remainder_ranks(remainder: torch.Tensor) -> torch.Tensor:
+    """Rank ``[N, V]`` (int64, 0 = first served) of each remainder in its row: largest first,
+    ties to the lowest token ID (a stable descending sort)."""
+    order = torch.sort(remainder, dim=1, descending=True, stable=True).indices
+    rank = torch.empty_like(order)
+    positions = torch.arange(order.shape[1], device=order.device).expand_as(order)
+    return rank.scatter_(1, order, positions)
+
+
 def largest_remainder_counts(weights: torch.Tensor) -> torch.Tensor:
     """int64 counts ``[N, V]`` summing to ``M`` per row, for validated weight rows ``[N, V]``."""
     w = weights.to(torch.float64)
@@ -51,11 +60,7 @@ def largest_remainder_counts(weights: torch.Tensor) -> torch.Tensor:
         "INCONSISTENT_ALLOCATION",
         "FP64 remaining count out of range in row",
     )
-    order = torch.sort(remainder, dim=1, descending=True, stable=True).indices
-    rank = torch.empty_like(order)
-    positions = torch.arange(order.shape[1], device=order.device).expand_as(order)
-    rank.scatter_(1, order, positions)
-    counts = floors + (rank < remaining[:, None]).to(torch.int64)
+    counts = floors + (remainder_ranks(remainder) < remaining[:, None]).to(torch.int64)
     refuse_where(counts.sum(dim=1) != M, "INCONSISTENT_ALLOCATION", "final count sum in row")
     return counts
 

@@ -122,6 +122,48 @@ def accepts(u32: torch.Tensor, c_x: torch.Tensor, w_x: torch.Tensor, w_total: to
     return lhs < w_x.to(torch.float64) * TWO56
 
 
+def acceptance_tests(
+    u32: torch.Tensor, counts: torch.Tensor, drafts: torch.Tensor, p: torch.Tensor, row_mass: torch.Tensor
+) -> torch.Tensor:
+    """Every acceptance test of the round (bool ``[B, K]``): the draft's count in the q row that
+    sampled it, against its target weight, through :func:`accepts`.
+
+    ``counts`` are the dense counts ``[B, K, V]`` the verifier was sent, used as they are;
+    ``p`` the FP64 target weights ``[B, K + 1, V]`` and ``row_mass`` their row sums.
+    """
+    depth = drafts.shape[1]
+    c_x = counts.gather(2, drafts[:, :, None]).squeeze(2)
+    p_x = p[:, :depth].gather(2, drafts[:, :, None]).squeeze(2)
+    return accepts(u32, c_x, p_x, row_mass[:, :depth])
+
+
+def residual_rows(target: torch.Tensor, q_counts: torch.Tensor, target_mass: torch.Tensor) -> torch.Tensor:
+    """FP64 rows ``max(w_v * M - c_v * W, 0)`` ``[B, V]``: a positive multiple of the residual
+    ``max(p - q, 0)`` over the FULL vocabulary (``q`` is zero outside a sparse support)."""
+    return torch.clamp(target * M - q_counts.to(torch.float64) * target_mass[:, None], min=0)
+
+
+def final_mass(
+    p: torch.Tensor,
+    counts: torch.Tensor,
+    row_mass: torch.Tensor,
+    drafts: torch.Tensor,
+    accepted_run: torch.Tensor,
+    has_final: torch.Tensor,
+) -> torch.Tensor:
+    """FP64 mass rows ``[B, V]`` of each request's final draw, after ``j = accepted_run`` accepted
+    drafts: the residual of ``p_{j+1}`` and ``q_{j+1}`` (the row of the rejected draft) when
+    ``j < K``, the bonus row ``p_{K+1}`` when ``j = K``. A request without a final draw
+    (``has_final`` false) gets its target row, so that no empty residual is ever sampled.
+    """
+    depth = drafts.shape[1]
+    rows = torch.arange(drafts.shape[0], device=drafts.device)
+    target = p[rows, accepted_run]
+    q_row = counts[rows, torch.clamp(accepted_run, max=depth - 1)]
+    residual = residual_rows(target, q_row, row_mass[rows, accepted_run])
+    return torch.where(((accepted_run < depth) & has_final)[:, None], residual, target)
+
+
 def stop_mask(drafts: torch.Tensor, stop_tokens: Sequence[Sequence[int]] | None) -> torch.Tensor:
     """``[B, K]`` bool: whether each draft token is one of its request's stop tokens."""
     if stop_tokens is None:
@@ -196,8 +238,7 @@ def verify_round(
     refuse_where(~(p.sum(dim=-1) > 0), "BAD_TARGET_ROW", "target row mass")
     refuse_where((drafts < 0) | (drafts >= vocab), "TOKEN_OUT_OF_RANGE", "draft token")
     counts = dense_q(q, vocab, device)
-    c_x = counts.gather(2, drafts[:, :, None]).squeeze(2)
-    refuse_where(c_x == 0, "ZERO_Q_AT_TOKEN", "draft token")
+    refuse_where(counts.gather(2, drafts[:, :, None]).squeeze(2) == 0, "ZERO_Q_AT_TOKEN", "draft token")
 
     key = seed_keys(seeds, device)
     if key.shape[0] != batch:
@@ -210,8 +251,7 @@ def verify_round(
     accept_u32 = u32_of(word0)
 
     row_mass = p.sum(dim=-1)  # [B, K + 1], shared by the ratio tests and the residual
-    p_x = p[:, :depth].gather(2, drafts[:, :, None]).squeeze(2)
-    accept_ok = accepts(accept_u32, c_x, p_x, row_mass[:, :depth])
+    accept_ok = acceptance_tests(accept_u32, counts, drafts, p, row_mass)
 
     leading = torch.cumprod(accept_ok.to(torch.int64), dim=1)
     j = leading.sum(dim=1)
@@ -234,13 +274,9 @@ def verify_round(
     _, final_word = draw_word0(key, final_position, round_id[:, 0], generation[:, 0], CORRECTION)
     final_u32 = u32_of(final_word)
     rows = torch.arange(batch, device=device)
-    target = p[rows, j]
-    is_correction = j < depth
-    q_row = counts[rows, torch.clamp(j, max=depth - 1)].to(torch.float64)
-    residual = torch.clamp(target * M - q_row * row_mass[rows, j][:, None], min=0)
-    mass = torch.where((is_correction & has_final)[:, None], residual, target)
+    mass = final_mass(p, counts, row_mass, drafts, j, has_final)
     final_token = torch.where(has_final, sample_mass(mass, final_u32), -1)
-    final_kind = torch.where(has_final, torch.where(is_correction, 1, 2), 0)
+    final_kind = torch.where(has_final, torch.where(j < depth, 1, 2), 0)
 
     emitted = torch.where(steps[None, :] < accepted[:, None], drafts, -1)
     emitted = torch.cat([emitted, torch.full_like(emitted[:, :1], -1)], dim=1)

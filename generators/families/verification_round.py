@@ -7,7 +7,9 @@ emitted tokens and every draw consumed (domain, position, u32, decision, token,
 margin). Cases are built so that each bug class named in the notes changes the
 accepted count or the emitted tokens, not only a recorded draw: where a case
 needs a draw on one side of a threshold, its seed is the first one (counting up
-from a fixed start) whose Philox draws satisfy that condition.
+from a fixed start) whose Philox draws satisfy that condition. Two conditions are
+too rare to count up to here (a draw of exactly 0, a draw within 2^-25 of 1):
+their start seeds come from an exhaustive offline search and are checked all the same.
 """
 
 from __future__ import annotations
@@ -46,6 +48,12 @@ from qconform.spec.sampling import sample_qrow
 from qconform.spec.verification import RoundInput, RoundResult, target_rows_from_f32, verify_batch
 
 U32_LIMIT = 1 << 32
+#: u32 >= 2^32 - FP32_ONE_GAP makes u32 / 2^32 round to 1.0 in FP32
+FP32_ONE_GAP = 1 << 7
+#: Smallest seeds below 2^32 (generation 1, round 1, anchor 100) whose acceptance draw of x_1 is 0,
+#: and whose correction draw at the anchor is >= 2^32 - 2^7; found by an exhaustive offline search.
+ZERO_DRAW_SEED = 4033942220
+TOP_CORRECTION_SEED = 13379975
 SMALL_VOCAB = 8
 RULES = ("R10", "R11", "R23", "R33")
 
@@ -138,6 +146,13 @@ NOTES = {
         "KNOWN_BUG",
         "p(x) = 0 at a drafted token: it is never accepted, whatever the draw (here a small one).",
         "Catches 'coin <= cdf' accepting a zero-mass draft at coin = 0 (sglang #35771).",
+    ),
+    "EXTREME_DRAW": Note(
+        "EDGE_CASE",
+        "A draw at an end of its range: the acceptance draw u32 = 0 at a draft with p(x) = 0, or a correction "
+        "draw u32 >= 2^32 - 2^7 (u32 / 2^32 rounds to 1.0 in FP32) that picks the residual's last token.",
+        "Catches '<=' acceptance of a zero-mass draft at u = 0 (sglang #35771), and a sampler whose uniform "
+        "becomes 1.0 and runs past the row to an out-of-range token (GHSA-8wr5-jm2h-8r4f).",
     ),
     "RESIDUAL_OUTSIDE_SUPPORT": Note(
         "KNOWN_BUG",
@@ -331,6 +346,11 @@ def zero_target_cases() -> Iterator[Case]:
     ident = find_ident(lambda i: uniform32_draw(accept_key(i, 2)) < 1 << 22, start=0x2E41)
     yield round_case("depth2-small-draw", "x_1 accepted (p = q); p(x_2) = 0 with a draw below 2^22: rejected.",
                      ("ZERO_TARGET",), [RoundInput(ident, [1, 0], [HALF_Q, HALF_Q], [q_as_p(HALF_Q), last, UNIFORM_P])])
+    # The smallest seed below 2^32 whose acceptance draw is exactly 0, found by an exhaustive offline
+    # Philox search (2^32 draws are too many to count up to here); the condition is checked.
+    ident = find_ident(lambda i: uniform32_draw(accept_key(i, 1)) == 0, start=ZERO_DRAW_SEED)
+    yield round_case("depth1-zero-draw", "p(x_1) = 0 and the acceptance draw is u32 = 0: rejected (0 < 0 is false).",
+                     ("ZERO_TARGET", "EXTREME_DRAW"), [RoundInput(ident, [0], [HALF_Q], [last, UNIFORM_P])])
     sparse = sparse_q({0: Fraction(1, 4), 4: Fraction(1, 4), 6: Fraction(1, 2)})
     yield round_case("sparse-zero-target", "p(x_1) = 0 for a sparse q; any draw rejects.", ("ZERO_TARGET",),
                      [RoundInput(RngIdentity(77, 0, 0, 0), [6], [sparse],
@@ -373,6 +393,17 @@ def residual_cases() -> Iterator[Case]:
             + ("2" if low else "3") + ", every reused or shifted draw the other.",
             ("NOISE_SEPARATION",), [RoundInput(ident, [0], [HALF_Q], [target, UNIFORM_P])],
         )
+    yield extreme_correction_case()
+
+
+def extreme_correction_case() -> Case:
+    """A correction draw within 2^-25 of 1 picks the residual's last token, V - 1."""
+    ident = find_ident(lambda i: uniform32_draw(correction_key(i, 0)) >= U32_LIMIT - FP32_ONE_GAP,
+                       start=TOP_CORRECTION_SEED)
+    target = p_row({1: Fraction(1, 4), 3: Fraction(3, 8), SMALL_VOCAB - 1: Fraction(3, 8)})
+    return round_case("correction-top-draw", "p(x_1) = 0; the residual is 3/8 on tokens 3 and 7; the correction "
+                      f"draw is at least 2^32 - 2^7 and picks token {SMALL_VOCAB - 1}, the last.", ("EXTREME_DRAW",),
+                      [RoundInput(ident, [0], [HALF_Q], [target, UNIFORM_P])])
 
 
 def q_misuse_cases() -> Iterator[Case]:
