@@ -39,7 +39,15 @@ from every f_v). Perturbing each Q_v by at most Delta therefore changes no
 and all others below it; the FP64 top-``remaining_hat`` set is that set, with
 no tie, and FP64 gives every token c_v. QED.
 
-So a divergence of an FP64 kernel on a vector with ``tie_gap > 2 * Delta`` is a
+**Equal weights.** Tokens with equal weights have equal exact quotas and, in any
+FP64 evaluation, equal computed quotas, so FP64's own lowest-ID rule orders them
+exactly as the spec does. A tie between equal weights is therefore no FP64
+uncertainty: :func:`fp64_tie_gap` is the tie gap taken only between tokens of
+*different* weights, and the theorem holds with it in place of ``tie_gap`` (take
+theta at the tied block's fractional part: every token of another weight is more
+than Delta away, and the block's tokens move together).
+
+So a divergence of an FP64 kernel on a vector with ``fp64_tie_gap > 2 * Delta`` is a
 real failure; with ``tie_gap <= 2 * Delta`` (:func:`fp64_may_differ`) it may be
 a legitimate FP64 near-tie. The corpus carries cases where it really is.
 """
@@ -51,7 +59,7 @@ import struct
 from fractions import Fraction
 from typing import Sequence
 
-from qconform.spec.allocation import select_top_k
+from qconform.spec.allocation import common_units, select_top_k
 from qconform.spec.constants import M
 from qconform.spec.errors import refuse
 from qconform.spec.rules import defines
@@ -148,6 +156,34 @@ def fp64_may_differ(tie_gap: Fraction, n: int, max_quota: Fraction | int = M) ->
     """Whether an FP64 allocation over n weights may differ from the exact one:
     ``tie_gap <= 2 * Delta`` (the module's theorem says it cannot otherwise)."""
     return tie_gap <= 2 * fp64_error_bound(n, max_quota)
+
+
+@defines("R06")
+def fp64_tie_gap(weights: Sequence[Fraction], counts: Sequence[int]) -> Fraction:
+    """The tie gap of the exact allocation ``counts`` of ``weights``, ignoring ties
+    between tokens of equal weight (see the module docstring): the smallest
+    distance ``f_a - f_e`` between an admitted token ``a`` and a positive-weight
+    token ``e`` left without a ticket, over pairs with ``w_a != w_e``. It is 1 when
+    no such pair exists."""
+    units = common_units(weights)
+    total = sum(units)
+    admitted: list[tuple[int, int]] = []
+    excluded: list[tuple[int, int]] = []
+    for unit, count in zip(units, counts):
+        if unit:
+            floor, remainder = divmod(M * unit, total)
+            (admitted if count > floor else excluded).append((remainder, unit))
+    lowest = min((r for r, _ in admitted), default=total)
+    highest = max((r for r, _ in excluded), default=0)
+    if lowest > highest:
+        return Fraction(lowest - highest, total)
+    tied = {u for r, u in admitted if r == lowest} | {u for r, u in excluded if r == highest}
+    if len(tied) > 1:
+        return Fraction(0)
+    block = tied.pop()
+    next_admitted = min((r for r, u in admitted if u != block), default=total)
+    next_excluded = max((r for r, u in excluded if u != block), default=0)
+    return Fraction(min(next_admitted - highest, lowest - next_excluded), total)
 
 
 @defines("R06")

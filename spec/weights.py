@@ -14,17 +14,27 @@ or a negative value including -inf (``NEGATIVE_WEIGHT``), in that order
 whatever the token IDs (the detail names the lowest offending ID); then zero
 total (``ZERO_MASS``). -0.0 is zero. A priority by class, not by ID, is what a
 parallel implementation computes: one flag per class, reduced over the row.
+
+For the exact integer allocation, :func:`f32_weight_units` gives FP32 weights
+as integers in one power-of-two unit, straight from their bits.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from itertools import repeat
 from typing import Callable, Sequence
 
 from qconform.spec.errors import refuse
 from qconform.spec.floats import (
+    F32_FRACTION_BITS,
+    F32_MIN_EXPONENT,
     F32_NEG_INF,
+    F32_POS_INF,
+    F32_SIGN,
+    F64_EXPONENT_BITS,
+    F64_FRACTION_BITS,
     Parts,
     Special,
     decode_f32,
@@ -61,36 +71,102 @@ def refuse_by_priority(problems: Sequence[str | None], priority: Sequence[str]) 
             raise refuse(code, f"token {problems.index(code)}")
 
 
-def weight_parts(bits: Sequence[int], unpack: Callable[[int], Parts | Special]) -> list[Parts]:
-    """The unpacked weights of a row of IEEE bit patterns, refused as R05 says."""
-    if len(bits) == 0:
-        raise refuse("EMPTY_ROW")
-    parts = [unpack(b) for b in bits]
-    refuse_by_priority([weight_problem(p) for p in parts], WEIGHT_REFUSALS)
-    if not any(significand for _, significand, _ in parts):
-        raise refuse("ZERO_MASS", f"all {len(parts)} weights are zero")
-    return parts
-
+#: The bit pattern of +inf: a pattern is finite and nonnegative (sign bit clear) exactly when it is below it.
+POSITIVE_INFINITY_BITS: dict[str, int] = {
+    "f32": F32_POS_INF,
+    "f64": ((1 << F64_EXPONENT_BITS) - 1) << F64_FRACTION_BITS,
+}
 
 UNPACKERS: dict[str, Callable[[int], Parts | Special]] = {"f32": unpack_f32, "f64": unpack_f64}
 
 
 @defines("R05")
 def check_weight_bits(bits: Sequence[int], dtype: str) -> None:
-    """Refuse a row of FP32 (``dtype="f32"``) or FP64 weight bits as R05 says; return if valid."""
-    weight_parts(bits, UNPACKERS[dtype])
+    """Refuse a row of FP32 (``dtype="f32"``) or FP64 weight bits as R05 says; return if valid.
+
+    Fast path, same verdicts: when every pattern lies in ``[0, +inf)`` (sign bit
+    clear, exponent field not all ones), every weight is finite and nonnegative,
+    so of the refusals only zero mass remains, and a weight is zero exactly when
+    its pattern is 0. Otherwise every weight is classified.
+    """
+    if len(bits) == 0:
+        raise refuse("EMPTY_ROW")
+    if 0 <= min(bits) and max(bits) < POSITIVE_INFINITY_BITS[dtype]:
+        positive = any(bits)
+    else:
+        parts = [UNPACKERS[dtype](b) for b in bits]
+        refuse_by_priority([weight_problem(p) for p in parts], WEIGHT_REFUSALS)
+        positive = any(significand for _, significand, _ in parts)
+    if not positive:
+        raise refuse("ZERO_MASS", f"all {len(bits)} weights are zero")
+
+
+#: Clears the sign bit: a pattern is a zero (+0.0 or -0.0) exactly when its magnitude bits are 0.
+MAGNITUDE_MASKS: dict[str, int] = {"f32": F32_SIGN - 1, "f64": (1 << (F64_EXPONENT_BITS + F64_FRACTION_BITS)) - 1}
+ZERO: Fraction = Fraction(0)
+
+
+def exact_weights(bits: Sequence[int], dtype: str) -> list[Fraction]:
+    """The exact values of a row of weight bits, refused as R05 says.
+
+    Zeros (+0.0 and -0.0, most of a masked or sparse row) are 0 without decoding;
+    every other pattern is decoded to its exact value.
+    """
+    check_weight_bits(bits, dtype)
+    unpack, magnitude = UNPACKERS[dtype], MAGNITUDE_MASKS[dtype]
+    return [parts_value(unpack(b)) if b & magnitude else ZERO for b in bits]
 
 
 @defines("R02", "R05")
 def weights_from_f32(bits: Sequence[int]) -> list[Fraction]:
     """The exact values of FP32 weights ``w_v`` (bit patterns), refused as R05 says."""
-    return [parts_value(p) for p in weight_parts(bits, unpack_f32)]
+    return exact_weights(bits, "f32")
 
 
 @defines("R02", "R05")
 def weights_from_f64(bits: Sequence[int]) -> list[Fraction]:
     """The exact values of FP64 weights ``w_v`` (bit patterns), refused as R05 says."""
-    return [parts_value(p) for p in weight_parts(bits, unpack_f64)]
+    return exact_weights(bits, "f64")
+
+
+@dataclass(frozen=True)
+class WeightUnits:
+    """A row of weights as integers in one power-of-two unit: ``w_v = units[v] * 2^unit_exponent``."""
+
+    units: list[int]
+    unit_exponent: int
+
+
+F32_HIDDEN_BIT: int = 1 << F32_FRACTION_BITS
+
+
+def f32_units(pattern: int, e0: int) -> int:
+    """A nonnegative finite FP32 pattern as a multiple of ``2^(e0 - 150)``, for ``e0`` at most
+    its exponent field and at least 1 (see :func:`f32_weight_units`)."""
+    if pattern < F32_HIDDEN_BIT:
+        return pattern
+    return ((pattern & (F32_HIDDEN_BIT - 1)) | F32_HIDDEN_BIT) << ((pattern >> F32_FRACTION_BITS) - e0)
+
+
+@defines("R02", "R05")
+def f32_weight_units(bits: Sequence[int]) -> WeightUnits:
+    """The weights of :func:`weights_from_f32` as integers in one unit, with no Fraction built.
+
+    A finite FP32 pattern with exponent field ``E`` and fraction field ``F`` has
+    the magnitude ``(F + 2^23) * 2^(E - 150)`` when ``E >= 1`` (normal) and
+    ``F * 2^-149`` when ``E = 0`` (zero or subnormal). Let ``e0`` be the exponent
+    field of the smallest positive weight, at least 1. Every weight is then an
+    integer multiple of ``2^(e0 - 150)``: ``n_v = (F + 2^23) << (E - e0)`` when
+    ``E >= 1``, and ``n_v`` = the pattern itself when ``E = 0`` (a subnormal's
+    ``F``, which occurs only when ``e0 = 1``, or a zero). For nonnegative values
+    the patterns are ordered as the values are, so the smallest positive weight
+    has the least nonzero pattern. Refusals are those of ``weights_from_f32`` (R05);
+    -0.0 is zero.
+    """
+    check_weight_bits(bits, "f32")
+    magnitudes = [b & MAGNITUDE_MASKS["f32"] for b in bits] if F32_SIGN in bits else bits
+    e0 = max(min(filter(None, magnitudes)) >> F32_FRACTION_BITS, 1)
+    return WeightUnits(list(map(f32_units, magnitudes, repeat(e0))), e0 + F32_MIN_EXPONENT - 1)
 
 
 @dataclass(frozen=True)

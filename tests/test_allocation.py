@@ -10,9 +10,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qconform.spec.allocation import allocate_dense, allocate_sparse, allocate_units, select_top_k
+from qconform.spec.allocation import (
+    allocate_dense,
+    allocate_dense_f32_bits,
+    allocate_sparse,
+    allocate_units,
+    select_top_k,
+)
+from qconform.spec.allocation_certified import (
+    CERTIFIED_RELATIVE_ERROR,
+    ExactQuotas,
+    allocate_dense_f32_certified,
+    certified_floors,
+    certified_fp64_weights,
+    certified_quotas,
+    exact_total,
+)
 from qconform.spec.constants import M
 from qconform.spec.errors import SpecError
+from qconform.spec.weights import f32_weight_units, weights_from_f32
 
 pytestmark = pytest.mark.rules("R04", "R06", "R07")
 
@@ -151,3 +167,115 @@ def test_selection_tie_goes_to_the_lowest_id():
     selection = select_top_k([Fraction(x) for x in (5, 3, 3, 3, 1, 3)], 2)
     assert selection.support == [0, 1]
     assert selection.selection_gap == 0
+
+
+# --- fast paths from FP32 bit patterns: exactly the plain path -----------------------------
+
+try:
+    import numpy
+except ImportError:  # numpy is optional (the bench / torch extras)
+    numpy = None
+
+needs_numpy = pytest.mark.skipif(numpy is None, reason="numpy is not installed")
+
+
+#: Values that tie, quotas that are integers (powers of two), subnormals, -0.0 and the FP32 maximum.
+F32_PALETTE = [0, 0x80000000, 1, 3, 0x007FFFFF, 0x00800000, 0x3F800000, 0x40000000, 0x40400000, 0x3F000000,
+               0x3EAAAAAB, 0x33800000, 0x7F7FFFFF]
+f32_patterns = st.one_of(
+    st.sampled_from(F32_PALETTE),
+    st.integers(0, 0x7F7FFFFF),
+    st.integers(0x3E000000, 0x3F800000),  # [1/8, 1]: quotas of similar size
+)
+f32_rows = st.lists(f32_patterns, min_size=1, max_size=80).filter(lambda row: any(b & 0x7FFFFFFF for b in row))
+refused_rows = st.lists(st.one_of(f32_patterns, st.sampled_from([0x7F800000, 0xFF800000, 0x7FC00000, 0xBF800000])),
+                        max_size=8)
+
+
+def plain(bits: list[int]):
+    return allocate_dense(weights_from_f32(bits))
+
+
+def outcome(call, bits):
+    """The allocation, or the refusal code."""
+    try:
+        return call(bits)
+    except SpecError as error:
+        return error.code
+
+
+@given(f32_rows)
+@settings(max_examples=120, deadline=None)
+def test_integer_path_is_the_plain_path(bits):
+    assert allocate_dense_f32_bits(bits) == plain(bits)
+
+
+@given(refused_rows)
+@settings(max_examples=80, deadline=None)
+def test_fast_paths_refuse_as_the_plain_path(bits):
+    expected = outcome(plain, bits)
+    assert outcome(allocate_dense_f32_bits, bits) == expected
+    if numpy is not None:
+        assert outcome(allocate_dense_f32_certified, bits) == expected
+
+
+@needs_numpy
+@given(f32_rows)
+@settings(max_examples=150, deadline=None)
+def test_certified_path_is_the_plain_path(bits):
+    assert allocate_dense_f32_certified(bits) == plain(bits)
+    assert allocate_dense_f32_certified(numpy.array(bits, dtype=numpy.uint32)) == plain(bits)
+
+
+@needs_numpy
+@given(st.lists(st.integers(1, 12), min_size=2, max_size=6), st.integers(100, 3000), st.integers(0, 2**32))
+@settings(max_examples=20, deadline=None)
+def test_certified_path_on_large_rows_with_many_ties(levels, size, seed):
+    """Thousands of tokens over a few values (massive exact ties) plus a random tail."""
+    rng = random.Random(seed)
+    bits = [rng.choice(levels) << 23 for _ in range(size)] + [rng.randrange(1, 0x7F000000) for _ in range(size // 10)]
+    assert allocate_dense_f32_certified(bits) == allocate_dense_f32_bits(bits)
+
+
+@needs_numpy
+@given(f32_rows)
+@settings(max_examples=60, deadline=None)
+def test_certified_quotas_floors_and_fractional_parts_are_within_their_bounds(bits):
+    """Steps 1-3 against Fractions: the exact total, quotas within 2^-51 Q_hat and 2^-27,
+    exact floors, and fractional parts within 2^-27."""
+    weights = weights_from_f32(bits)
+    total = sum(weights)
+    row = numpy.array(bits, dtype=numpy.uint32) & numpy.uint32(0x7FFFFFFF)
+    units = f32_weight_units(bits)
+    e0 = units.unit_exponent + 150
+    n_total = exact_total(row, certified_fp64_weights(row), e0)
+    assert n_total == sum(units.units)
+    quotas = certified_quotas(certified_fp64_weights(row), n_total, e0)
+    floors, fracs = certified_floors(quotas, ExactQuotas(row, e0, n_total))
+    for w, q_hat, f, f_hat in zip(weights, quotas.tolist(), floors.tolist(), fracs.tolist()):
+        q = M * w / total
+        assert abs(Fraction(q_hat) - q) <= min(Fraction(q_hat) * Fraction(CERTIFIED_RELATIVE_ERROR), Fraction(1, 2**27))
+        assert f == floor(q)
+        assert abs(Fraction(f_hat) - (q - floor(q))) < Fraction(1, 2**27)
+
+
+@needs_numpy
+def test_certified_path_where_fp64_alone_is_wrong():
+    """Near-ties below FP64 resolution (the corpus's fp64-flip rows): FP64 picks the wrong token,
+    the certified path re-ranks those tokens exactly."""
+    from qconform.generators.families.allocation_dense import fp64_flip_rows
+    from qconform.spec.allocation_fp64 import allocate_dense_fp64
+
+    for bits in fp64_flip_rows(0xF64F11, 2, larger_first=True):
+        exact = plain(bits)
+        assert allocate_dense_fp64(bits, "f32") != exact.counts
+        assert allocate_dense_f32_certified(bits) == exact
+
+
+@needs_numpy
+@pytest.mark.parametrize("size", [1, 4, 7, 129280])
+def test_certified_uniform_rows(size):
+    alloc = allocate_dense_f32_certified([0x3F800000] * size)
+    base, extra = divmod(M, size)
+    assert alloc.counts == [base + 1] * extra + [base] * (size - extra)
+    assert (alloc.remaining, alloc.tie_gap) == (extra, 0 if extra else 1)

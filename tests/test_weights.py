@@ -13,7 +13,13 @@ from hypothesis import strategies as st
 from qconform.spec.errors import SpecError
 from qconform.spec.floats import F32_NEG_INF, F32_POS_INF, F32_QUIET_NAN, decode_f32
 from qconform.spec.markov import markov_bias_f32
-from qconform.spec.weights import weights_from_f32, weights_from_f64, weights_from_logits
+from qconform.spec.weights import (
+    check_weight_bits,
+    f32_weight_units,
+    weights_from_f32,
+    weights_from_f64,
+    weights_from_logits,
+)
 
 pytestmark = pytest.mark.rules("R02", "R05")
 
@@ -62,6 +68,56 @@ def test_f64_refusals():
     assert code_of(weights_from_f64, [f64(1.0), f64(math.nan)]) == "NAN_WEIGHT"
     assert code_of(weights_from_f64, [f64(-math.inf)]) == "NEGATIVE_WEIGHT"
     assert code_of(weights_from_f64, [f64(-0.0)]) == "ZERO_MASS"
+
+
+#: FP32 patterns of every class: finite positives of all binades, zeros, subnormals, specials, negatives.
+SPECIAL_F32 = [0, 0x80000000, 1, 0x007FFFFF, 0x00800000, 0x3F800000, 0x7F7FFFFF, F32_POS_INF, F32_NEG_INF,
+               F32_QUIET_NAN, 0x7F800001, 0xFFC00000, 0xBF800000, 0x80000001]
+any_f32 = st.one_of(st.integers(0, 2**32 - 1), st.sampled_from(SPECIAL_F32))
+nonnegative_f32 = st.one_of(st.integers(0, 0x7F7FFFFF), st.sampled_from([0, 0x80000000, 1, 0x3F800000, 0x7F7FFFFF]))
+
+
+def float_verdict(bits: list[int]) -> str | None:
+    """The R05 code of a row from Python floats (independent of the spec's bit classification)."""
+    values = [as_float(b) for b in bits]
+    if not values:
+        return "EMPTY_ROW"
+    for code, bad in (("NAN_WEIGHT", math.isnan), ("POS_INF_WEIGHT", lambda x: x == math.inf),
+                      ("NEGATIVE_WEIGHT", lambda x: x < 0)):
+        if any(bad(x) for x in values):
+            return code
+    return None if any(x > 0 for x in values) else "ZERO_MASS"
+
+
+@given(st.lists(any_f32, max_size=12))
+@settings(max_examples=200, deadline=None)
+def test_weight_verdicts_match_a_float_classification(bits):
+    """The fast path (every pattern in [0, +inf)) and the per-token path give the R05 verdicts."""
+    expected = float_verdict(bits)
+    if expected is None:
+        check_weight_bits(bits, "f32")
+        assert weights_from_f32(bits) == [Fraction(as_float(b)) for b in bits]
+    else:
+        assert code_of(check_weight_bits, bits, "f32") == expected
+        assert code_of(weights_from_f32, bits) == expected
+        assert code_of(f32_weight_units, bits) == expected
+
+
+@given(st.lists(nonnegative_f32, min_size=1, max_size=40).filter(lambda row: any(b & 0x7FFFFFFF for b in row)))
+@settings(max_examples=150, deadline=None)
+def test_weight_units_are_the_weights_in_one_unit(bits):
+    units = f32_weight_units(bits)
+    unit = Fraction(2) ** units.unit_exponent
+    assert [n * unit for n in units.units] == weights_from_f32(bits)
+    assert all(isinstance(n, int) and n >= 0 for n in units.units)
+    smallest = min(n for n in units.units if n)
+    assert smallest < 2**24  # the unit is as coarse as the smallest positive weight allows
+
+
+def test_zero_patterns_are_zero_without_decoding():
+    row = [0x3F800000, 0, 0x3F800000, 0x80000000, 0x00000001] * 1000
+    assert weights_from_f32(row) == [Fraction(1), 0, Fraction(1), 0, Fraction(1, 2**149)] * 1000
+    assert weights_from_f64([f64(0.5), f64(-0.0), 0, f64(5e-324)]) == [Fraction(1, 2), 0, 0, Fraction(1, 2**1074)]
 
 
 def float_reference(logits: list[int], temperature: int, bias: list[int] | None) -> list[int]:

@@ -3,11 +3,12 @@
 Each case hands the implementation one row, as FP32 / FP64 weights or as FP32
 logits plus a draft temperature, and expects the exact largest-remainder
 counts (ties to the lowest ID), the number of tickets after the floors, and how
-near the ticket decision is to a tie. ``fp64_may_differ`` says whether the
-design's FP64 recipe may legitimately differ (a near-tie, result class
-``precision``); the generator runs that recipe on every case and flags the
-cases where it really does differ. Also home of the row encodings shared by
-``allocation_sparse``, ``allocation_invalid`` and ``proposal_chain``.
+near the ticket decision is to a tie: the expected object is :func:`solve` of the
+input. ``fp64_may_differ`` says whether the design's FP64 recipe may
+legitimately differ (a near-tie, result class ``precision``); the generator runs
+that recipe on every case and flags the cases where it really does differ. Also
+home of the row codec (:class:`RowSource`, :func:`row_source`) shared by
+``allocation_sparse`` and ``allocation_invalid``.
 """
 
 from __future__ import annotations
@@ -18,20 +19,31 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Iterator, Sequence
 
-from qconform.generators.encoding import encode_blob, encode_f32, encode_rational, f32_bits, f64_bits
+from qconform.generators.encoding import (
+    EncodingError,
+    decode_blob,
+    decode_f32,
+    decode_rational,
+    encode_blob,
+    encode_f32,
+    encode_rational,
+    f32_bits,
+    f64_bits,
+)
 from qconform.generators.registry import Case, Family, Group, Note
 from qconform.generators.schemas import closed_object as closed
 from qconform.generators.schemas import blob_schema
-from qconform.spec.allocation import allocate_dense
+from qconform.spec.allocation import allocate_dense, common_units
 from qconform.spec.allocation_fp64 import (
     allocate_dense_fp64,
     fp64_error_bound,
     fp64_may_differ,
     fp64_sum_overflows,
+    fp64_tie_gap,
     max_quota,
 )
 from qconform.spec.constants import M, VOCAB
-from qconform.spec.errors import SpecError
+from qconform.spec.errors import SpecError, refuse
 from qconform.spec.floats import F32_MAX, F32_NEG_INF, round_to_f32
 from qconform.spec.weights import weights_from_f32, weights_from_f64, weights_from_logits
 
@@ -157,6 +169,29 @@ class RowSource:
         return {"weights": encode_blob(self.dtype, self.bits)}
 
 
+#: dtypes of a ``weights`` blob.
+WEIGHT_DTYPES = ("f32", "f64")
+
+
+def vector_bits(blob: dict, dtype: str) -> list[int]:
+    """The bit patterns of a one-dimensional blob (``BAD_SHAPE`` for another shape)."""
+    bits, shape = decode_blob(blob, dtype)
+    if len(shape) != 1:
+        raise refuse("BAD_SHAPE", f"a row blob has shape {shape}, need [V]")
+    return bits
+
+
+def row_source(case_input: dict) -> RowSource:
+    """The row of a case input: a ``weights`` blob (f32 or f64), or ``logits`` (f32) and a ``temperature``."""
+    if "weights" in case_input:
+        blob = case_input["weights"]
+        dtype = blob.get("dtype") if isinstance(blob, dict) else None
+        if dtype not in WEIGHT_DTYPES:
+            raise EncodingError(f"weights blob dtype {dtype!r} is not one of {WEIGHT_DTYPES}")
+        return RowSource(dtype, vector_bits(blob, dtype))
+    return RowSource("logits", vector_bits(case_input["logits"], "f32"), decode_f32(case_input["temperature"]))
+
+
 @dataclass(frozen=True)
 class ResolvedRow:
     """The exact weights of a row, the weight bits an FP64 recipe would see, and
@@ -179,30 +214,41 @@ def resolve(source: RowSource) -> ResolvedRow:
     return ResolvedRow(logit.weights, logit.weights_f32, "f32", fields)
 
 
-def fp64_fields(weight_bits: list[int], dtype: str, weights: Sequence[Fraction], tie_gap: Fraction) -> dict:
-    """``fp64_error_bound`` and ``fp64_may_differ`` of an allocation over ``weights``
-    (with bit patterns ``weight_bits`` of ``dtype``).
+def expected_weight_bits(source: RowSource, expected: dict) -> tuple[list[int], str]:
+    """The weight bits (and their dtype) that the FP64 recipe sees for a solved row:
+    the input weights, or the FP32 weights a logits row's answer carries."""
+    if source.dtype == "logits":
+        return decode_blob(expected["weights"], "f32")[0], "f32"
+    return source.bits, source.dtype
 
-    The bound uses the row's largest quota; the FP64 recipe may also differ when
-    its FP64 sum overflows (it then refuses).
+
+def fp64_fields(weight_bits: list[int], dtype: str, weights: Sequence[Fraction], counts: Sequence[int]) -> dict:
+    """``fp64_error_bound`` and ``fp64_may_differ`` of the exact allocation ``counts`` of
+    ``weights`` (with bit patterns ``weight_bits`` of ``dtype``). Ties between equal
+    weights are no FP64 uncertainty (:func:`fp64_tie_gap`).
+
+    The bound uses the row's largest quota, a ratio of weights, computed on their
+    integer units (no Fraction sum); the FP64 recipe may also differ when its FP64
+    sum overflows (it then refuses).
     """
     n = len(weights)
-    quota = max_quota(weights)
-    may_differ = fp64_may_differ(tie_gap, n, quota) or fp64_sum_overflows(weight_bits, dtype)
+    quota = max_quota(common_units(weights))
+    may_differ = fp64_may_differ(fp64_tie_gap(weights, counts), n, quota) or fp64_sum_overflows(weight_bits, dtype)
     return {"fp64_error_bound": encode_rational(fp64_error_bound(n, quota)), "fp64_may_differ": may_differ}
 
 
-def numeric_flags(flags: tuple[str, ...], tie_gap: Fraction, fp64_counts: list[int] | None,
-                  exact_counts: list[int], may_differ: bool) -> tuple[str, ...]:
-    """``flags`` plus EXACT_TIE, FP64_DIFFERS or FP64_NEAR_TIE, from the tie gap and from
-    running the FP64 recipe; a divergence outside the theorem's bound is a generator error."""
+def numeric_flags(flags: tuple[str, ...], expected: dict, fp64_counts: list[int] | None,
+                  exact_counts: list[int]) -> tuple[str, ...]:
+    """``flags`` plus EXACT_TIE, FP64_DIFFERS or FP64_NEAR_TIE, from the answer's tie gap
+    and ``fp64_may_differ`` and from running the FP64 recipe; a divergence outside the
+    theorem's bound is a generator error."""
     if fp64_counts != exact_counts:
-        if not may_differ:
+        if not expected["fp64_may_differ"]:
             raise AssertionError("FP64 recipe differs although tie_gap > 2 * Delta")
         flags += ("FP64_DIFFERS",)
-    elif may_differ:
+    elif expected["fp64_may_differ"]:
         flags += ("FP64_NEAR_TIE",)
-    if tie_gap == 0:
+    if decode_rational(expected["tie_gap"]) == 0:
         flags += ("EXACT_TIE",)
     return tuple(dict.fromkeys(flags))
 
@@ -215,20 +261,36 @@ def run_fp64(call, *args) -> list[int] | None:
         return None
 
 
-def dense_case(name: str, comment: str, flags: tuple[str, ...], source: RowSource) -> Case:
+def dense_answer(source: RowSource) -> dict:
+    """The expected object of a dense row: exact counts, tickets, tie gap, FP64 bound (and logit fields)."""
     row = resolve(source)
     alloc = allocate_dense(row.weights)
-    fp64 = fp64_fields(row.weight_bits, row.weight_dtype, row.weights, alloc.tie_gap)
-    fp64_counts = run_fp64(allocate_dense_fp64, row.weight_bits, row.weight_dtype)
-    flags = numeric_flags(flags, alloc.tie_gap, fp64_counts, alloc.counts, fp64["fp64_may_differ"])
-    expected = {
+    return {
         "counts": encode_blob("u32", alloc.counts),
         "remaining": alloc.remaining,
         "tie_gap": encode_rational(alloc.tie_gap),
-        **fp64,
+        **fp64_fields(row.weight_bits, row.weight_dtype, row.weights, alloc.counts),
         **row.logit_fields,
     }
-    return Case(name=name, comment=comment, rules=RULES, flags=flags, input=source.input_json(), expected=expected)
+
+
+def solve(case_input: dict) -> dict:
+    """The spec's answer to one dense row: its exact allocation, or the row's refusal code."""
+    try:
+        return dense_answer(row_source(case_input))
+    except SpecError as error:
+        return {"error": error.code}
+
+
+def dense_case(name: str, comment: str, flags: tuple[str, ...], source: RowSource) -> Case:
+    """A case whose expected answer is :func:`solve` of the row's input; the numeric flags
+    come from that answer and from running the FP64 recipe on the same weights."""
+    case_input = source.input_json()
+    expected = solve(case_input)
+    assert "error" not in expected, (name, expected)
+    fp64_counts = run_fp64(allocate_dense_fp64, *expected_weight_bits(source, expected))
+    flags = numeric_flags(flags, expected, fp64_counts, decode_blob(expected["counts"], "u32")[0])
+    return Case(name=name, comment=comment, rules=RULES, flags=flags, input=case_input, expected=expected)
 
 
 def exact_f32(x: Fraction) -> int:
@@ -432,6 +494,7 @@ FAMILY = Family(
     notes=NOTES,
     margins=("remaining", "tie_gap", "fp64_error_bound", "fp64_may_differ", "exp_margin_ulp"),
     build=build,
+    solve=solve,
     input_schema={"oneOf": [closed(fields) for fields in ROW_INPUTS]},
     expected_schema={"oneOf": [closed(DENSE_FIELDS), closed({**DENSE_FIELDS, **LOGIT_FIELDS})]},
 )

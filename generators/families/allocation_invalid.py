@@ -6,6 +6,10 @@ temperature that is not finite positive) and of R07 (k outside 1..V). The
 expected output is only the stable error code; branch on ``result`` first.
 When a row has several problems the code is decided by class priority, not by
 token ID (see :mod:`qconform.spec.weights`); two cases pin that order.
+
+The inputs are ``allocation_dense`` rows, or ``allocation_sparse`` rows when
+they carry ``k``, so :func:`solve` is those families' solve: the spec decides
+the code, the generator only checks that it refuses.
 """
 
 from __future__ import annotations
@@ -13,11 +17,11 @@ from __future__ import annotations
 from typing import Iterator
 
 from qconform.generators.encoding import f32_bits
-from qconform.generators.families.allocation_dense import ROW_INPUTS, RowSource, resolve
+from qconform.generators.families import allocation_dense, allocation_sparse
+from qconform.generators.families.allocation_dense import ROW_INPUTS, RowSource
 from qconform.generators.registry import Case, Family, Group, Note
 from qconform.generators.schemas import closed_object as closed
-from qconform.spec.allocation import allocate_dense, allocate_sparse
-from qconform.spec.errors import ERROR_CODES, SpecError
+from qconform.spec.errors import ERROR_CODES
 from qconform.spec.floats import F32_NEG_INF, F32_POS_INF, F32_QUIET_NAN, F32_SIGN
 
 NAN = float("nan")
@@ -70,21 +74,21 @@ NOTES = {
 }
 
 
+def solve(case_input: dict) -> dict:
+    """The spec's answer to one row: ``allocation_sparse``'s when the input has ``k``, else
+    ``allocation_dense``'s; for the rows of this family, ``{"error": code}``."""
+    if "k" in case_input:
+        return allocation_sparse.solve(case_input)
+    return allocation_dense.solve(case_input)
+
+
 def invalid_case(name: str, comment: str, flags: tuple[str, ...], source: RowSource, k: int | None = None) -> Case:
-    """A refused row; the expected code is whatever the spec raises (it must raise)."""
-    try:
-        row = resolve(source)
-        if k is None:
-            allocate_dense(row.weights)
-        else:
-            allocate_sparse(row.weights, k)
-    except SpecError as error:
-        code = error.code
-    else:
-        raise AssertionError(f"invalid case {name} was accepted by the spec")
-    inp = source.input_json() if k is None else {**source.input_json(), "k": k}
-    return Case(name=name, comment=comment, rules=(ERROR_CODES[code][0],), flags=flags, input=inp,
-                expected={"error": code}, result="invalid")
+    """A refused row; the expected code is :func:`solve` of its input (it must be a refusal)."""
+    case_input = source.input_json() if k is None else {**source.input_json(), "k": k}
+    expected = solve(case_input)
+    assert set(expected) == {"error"}, f"invalid case {name} was accepted by the spec"
+    return Case(name=name, comment=comment, rules=(ERROR_CODES[expected["error"]][0],), flags=flags,
+                input=case_input, expected=expected, result="invalid")
 
 
 def weight_cases() -> Iterator[Case]:
@@ -153,6 +157,7 @@ FAMILY = Family(
     rules=("R05", "R07"),
     notes=NOTES,
     build=build,
+    solve=solve,
     input_schema={"oneOf": [closed({**fields, "k": K}, required=sorted(fields)) for fields in ROW_INPUTS]},
     expected_schema=closed({"error": {"enum": CODES}}),
 )

@@ -14,7 +14,7 @@ import random
 from fractions import Fraction
 from typing import Iterator
 
-from qconform.generators.encoding import encode_blob, encode_rational, f32_bits
+from qconform.generators.encoding import decode_blob, decode_rational, encode_blob, encode_rational, f32_bits
 from qconform.generators.families.allocation_dense import (
     COUNT,
     FP64_FIELDS,
@@ -22,16 +22,17 @@ from qconform.generators.families.allocation_dense import (
     NOTES as DENSE_NOTES,
     PRODUCTION_SEED,
     ROW_INPUTS,
-    ResolvedRow,
     RowSource,
     exact_f32,
+    expected_weight_bits,
     fp64_fields,
     fp64_flip_rows,
+    log_uniform,
     numeric_flags,
     production_row,
     resolve,
+    row_source,
     run_fp64,
-    log_uniform,
     uniform_logits,
 )
 from qconform.generators.registry import Case, Family, Group, Note
@@ -39,11 +40,12 @@ from qconform.generators.schemas import closed_object as closed
 from qconform.generators.schemas import blob_schema
 from qconform.spec.allocation import allocate_sparse
 from qconform.spec.allocation_fp64 import allocate_dense_fp64
+from qconform.spec.errors import SpecError
 from qconform.spec.floats import F32_NEG_INF
 
 RULES = ("R04", "R05", "R06", "R07")
 
-SHARED_NOTES = ("EXACT_TIE", "FP64_DIFFERS", "FP64_NEAR_TIE", "MASKED_LOGITS", "LOGIT_PIPELINE", "PRODUCTION_VOCAB",
+SHARED_NOTES = ("EXACT_TIE", "FP64_DIFFERS", "MASKED_LOGITS", "LOGIT_PIPELINE", "PRODUCTION_VOCAB",
                 "RANDOM_ROW")
 
 NOTES = {
@@ -87,34 +89,51 @@ NOTES = {
 }
 
 
-def sparse_case(name: str, comment: str, flags: tuple[str, ...], source: RowSource, k: int,
-                row: ResolvedRow | None = None) -> Case:
-    """One case; ``row`` is ``resolve(source)`` when the caller already has it."""
-    row = resolve(source) if row is None else row
+def sparse_answer(source: RowSource, k: int) -> dict:
+    """The expected object of a top-k row: the sparse entries, the support and its margins
+    (the FP64 fields over the support's weights), and a logits row's fields."""
+    row = resolve(source)
     alloc = allocate_sparse(row.weights, k)
     support_bits = [row.weight_bits[v] for v in alloc.support]
     support_weights = [row.weights[v] for v in alloc.support]
-    fp64 = fp64_fields(support_bits, row.weight_dtype, support_weights, alloc.tie_gap)
-    # The FP64 recipe selects the same support (weights compare exactly); run it there.
-    support_counts = dict(zip(alloc.ids, alloc.counts))
-    exact_counts = [support_counts.get(v, 0) for v in alloc.support]
-    fp64_counts = run_fp64(allocate_dense_fp64, support_bits, row.weight_dtype)
-    flags = numeric_flags(flags, alloc.tie_gap, fp64_counts, exact_counts, fp64["fp64_may_differ"])
-    if alloc.selection_gap == 0:
-        flags += ("SELECTION_TIE",)
-    expected = {
+    counts_of = dict(zip(alloc.ids, alloc.counts))
+    support_counts = [counts_of.get(v, 0) for v in alloc.support]
+    return {
         "ids": encode_blob("i32", alloc.ids),
         "counts": encode_blob("u32", alloc.counts),
         "support": encode_blob("i32", alloc.support),
         "remaining": alloc.remaining,
         "tie_gap": encode_rational(alloc.tie_gap),
         "selection_gap": encode_rational(alloc.selection_gap),
-        **fp64,
+        **fp64_fields(support_bits, row.weight_dtype, support_weights, support_counts),
         **row.logit_fields,
     }
+
+
+def solve(case_input: dict) -> dict:
+    """The spec's answer to one row and k: its exact sparse row, or the refusal code."""
+    try:
+        return sparse_answer(row_source(case_input), case_input["k"])
+    except SpecError as error:
+        return {"error": error.code}
+
+
+def sparse_case(name: str, comment: str, flags: tuple[str, ...], source: RowSource, k: int) -> Case:
+    """A case whose expected answer is :func:`solve` of its input. The FP64 recipe
+    selects the same support (weights compare exactly), so the numeric flags come
+    from running it on the support's weights."""
+    case_input = {**source.input_json(), "k": k}
+    expected = solve(case_input)
+    assert "error" not in expected, (name, expected)
+    bits, dtype = expected_weight_bits(source, expected)
+    support = decode_blob(expected["support"], "i32")[0]
+    entries = dict(zip(decode_blob(expected["ids"], "i32")[0], decode_blob(expected["counts"], "u32")[0]))
+    fp64_counts = run_fp64(allocate_dense_fp64, [bits[v] for v in support], dtype)
+    flags = numeric_flags(flags, expected, fp64_counts, [entries.get(v, 0) for v in support])
+    if decode_rational(expected["selection_gap"]) == 0:
+        flags += ("SELECTION_TIE",)
     rules = RULES + (("R29",) if "R29_SUPPORT" in flags else ())
-    return Case(name=name, comment=comment, rules=rules, flags=flags, input={**source.input_json(), "k": k},
-                expected=expected)
+    return Case(name=name, comment=comment, rules=rules, flags=flags, input=case_input, expected=expected)
 
 
 def size_cases() -> Iterator[Case]:
@@ -168,10 +187,9 @@ def fp64_cases() -> Iterator[Case]:
 
 def production_cases() -> Iterator[Case]:
     source = RowSource("f32", production_row(PRODUCTION_SEED))
-    row = resolve(source)
     for k in (16, 32, 64):
         yield sparse_case(f"v129280-k{k}", f"Top-{k} of a softmax-like row over V = 129280.",
-                          ("PRODUCTION_VOCAB", "R29_SUPPORT"), source, k, row)
+                          ("PRODUCTION_VOCAB", "R29_SUPPORT"), source, k)
 
 
 def build() -> Iterator[Group]:
@@ -202,6 +220,7 @@ FAMILY = Family(
     notes=NOTES,
     margins=("remaining", "tie_gap", "selection_gap", "fp64_error_bound", "fp64_may_differ", "exp_margin_ulp"),
     build=build,
+    solve=solve,
     input_schema={"oneOf": [closed({**fields, "k": K}) for fields in ROW_INPUTS]},
     expected_schema={"oneOf": [closed(SPARSE_FIELDS), closed({**SPARSE_FIELDS, **LOGIT_FIELDS})]},
 )

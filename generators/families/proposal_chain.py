@@ -6,8 +6,8 @@ the low-rank Markov factors. The implementation must produce, position by
 position: the Markov bias from the previous token, the weights
 (``weights_from_logits``), the dyadic24 counts (dense or top-k), the proposal
 draw at ``proposal_key(identity, i)``, and the sampled token that conditions
-the next row. Expected: the K tokens, the K q rows, the draws (counter words
-and u24), and per row the exp margin and tie gap.
+the next row. Expected (:func:`solve` of the input): the K tokens, the K q
+rows, the draws (counter words and u24), and per row the exp margin and tie gap.
 """
 
 from __future__ import annotations
@@ -15,12 +15,23 @@ from __future__ import annotations
 import random
 from typing import Iterator
 
-from qconform.generators.encoding import encode_blob, encode_f32, encode_rational, encode_u64, encode_word, f32_bits
-from qconform.generators.families.categorical_sampling import encode_qrow
+from qconform.generators.encoding import (
+    decode_blob,
+    decode_f32,
+    decode_u64,
+    encode_blob,
+    encode_f32,
+    encode_rational,
+    encode_u64,
+    encode_word,
+    f32_bits,
+)
+from qconform.generators.families.categorical_sampling import decode_qrow, encode_qrow
 from qconform.generators.registry import Case, Family, Group, Note
 from qconform.generators.schemas import closed_object as closed
 from qconform.generators.schemas import blob_schema
 from qconform.spec.constants import DEPTH, M
+from qconform.spec.errors import SpecError, refuse
 from qconform.spec.floats import F32_NEG_INF
 from qconform.spec.markov import markov_bias_f32
 from qconform.spec.proposal import (
@@ -30,6 +41,7 @@ from qconform.spec.proposal import (
     proposal_chain,
     proposal_row,
 )
+from qconform.spec.qrow import QRow
 from qconform.spec.rng_abi import RngIdentity
 
 RULES = ("R01", "R05", "R06", "R08", "R15", "R22", "R35")
@@ -81,31 +93,25 @@ def random_matrix(rng: random.Random, rows: int, cols: int, scale: float) -> lis
     return [[f32_bits(scale * rng.randrange(-1 << 17, 1 << 17) / 65536) for _ in range(cols)] for _ in range(rows)]
 
 
-def prefix_conditioned(inp: ProposalInput, result: ProposalResult) -> bool:
-    """Whether row 2 would have other counts for some other token x_1 of positive q."""
-    if len(result.rows) < 2:
-        return False
-    first = result.rows[0].q
-    second = result.rows[1].q
-    for token, _ in first.support():
-        if token == result.tokens[0]:
-            continue
-        bias = markov_bias_f32(token, inp.markov_left, inp.markov_right)
-        alternative = proposal_row(inp.base_logits[1], bias, inp.temperature_bits, inp.support)[0]
-        if alternative != second:
-            return True
-    return False
+def matrix_blob(rows: list[list[int]]) -> dict:
+    """An ``f32[R, C]`` blob of R rows of FP32 bit patterns."""
+    return encode_blob("f32", [b for row in rows for b in row], [len(rows), len(rows[0]) if rows else 0])
 
 
-def chain_case(name: str, comment: str, flags: tuple[str, ...], inp: ProposalInput) -> Case:
-    result = proposal_chain(inp)
-    if prefix_conditioned(inp, result):
-        flags += ("PREFIX_CONDITIONED",)
-    vocab = len(inp.markov_left)
-    rank = len(inp.markov_right)
-    support = {"policy": "dense"} if inp.support.k is None else {"policy": "top_k", "k": inp.support.k}
+def matrix_rows(blob: dict) -> list[list[int]]:
+    """The rows of an ``f32[R, C]`` blob (``BAD_SHAPE`` for another rank)."""
+    flat, shape = decode_blob(blob, "f32")
+    if len(shape) != 2:
+        raise refuse("BAD_SHAPE", f"a matrix blob has shape {shape}, need [rows, columns]")
+    columns = shape[1]
+    return [flat[r * columns:(r + 1) * columns] for r in range(shape[0])]
+
+
+def encode_input(inp: ProposalInput) -> dict:
+    """The case input of a chain."""
     ident = inp.identity
-    case_input = {
+    support = {"policy": "dense"} if inp.support.k is None else {"policy": "top_k", "k": inp.support.k}
+    return {
         "seed": encode_u64(ident.seed),
         "generation": ident.generation,
         "round": ident.round,
@@ -114,13 +120,32 @@ def chain_case(name: str, comment: str, flags: tuple[str, ...], inp: ProposalInp
         "last_committed_token": inp.last_committed_token,
         "temperature": encode_f32(inp.temperature_bits),
         "support": support,
-        "base_logits": encode_blob("f32", [b for row in inp.base_logits for b in row], [len(inp.base_logits), vocab]),
-        "markov": {
-            "left": encode_blob("f32", [b for row in inp.markov_left for b in row], [vocab, rank]),
-            "right": encode_blob("f32", [b for row in inp.markov_right for b in row], [rank, vocab]),
-        },
+        "base_logits": matrix_blob(inp.base_logits),
+        "markov": {"left": matrix_blob(inp.markov_left), "right": matrix_blob(inp.markov_right)},
     }
-    expected = {
+
+
+def decode_input(case_input: dict) -> ProposalInput:
+    """The spec's :class:`ProposalInput` of a case input; ``depth`` must be the number of logit rows."""
+    base_logits = matrix_rows(case_input["base_logits"])
+    if case_input["depth"] != len(base_logits):
+        raise refuse("BAD_SHAPE", f"depth {case_input['depth']} with {len(base_logits)} base logit rows")
+    support = case_input["support"]
+    return ProposalInput(
+        base_logits=base_logits,
+        markov_left=matrix_rows(case_input["markov"]["left"]),
+        markov_right=matrix_rows(case_input["markov"]["right"]),
+        last_committed_token=case_input["last_committed_token"],
+        temperature_bits=decode_f32(case_input["temperature"]),
+        support=SupportPolicy(support["policy"], support.get("k")),
+        identity=RngIdentity(decode_u64(case_input["seed"]), case_input["generation"], case_input["round"],
+                             case_input["anchor"]),
+    )
+
+
+def encode_result(result: ProposalResult) -> dict:
+    """The expected object of a chain."""
+    return {
         "tokens": result.tokens,
         "rows": [encode_qrow(row.q) for row in result.rows],
         "draws": [
@@ -130,6 +155,40 @@ def chain_case(name: str, comment: str, flags: tuple[str, ...], inp: ProposalInp
         "exp_margin_ulp": [encode_rational(row.exp_margin_ulp) for row in result.rows],
         "tie_gap": [encode_rational(row.tie_gap) for row in result.rows],
     }
+
+
+def solve(case_input: dict) -> dict:
+    """The spec's answer to one chain input: tokens, q rows, draws and margins, or the refusal code."""
+    try:
+        return encode_result(proposal_chain(decode_input(case_input)))
+    except SpecError as error:
+        return {"error": error.code}
+
+
+def prefix_conditioned(inp: ProposalInput, tokens: list[int], rows: list[QRow]) -> bool:
+    """Whether row 2 would have other counts for some other token x_1 of positive q."""
+    if len(rows) < 2:
+        return False
+    for token, _ in rows[0].support():
+        if token == tokens[0]:
+            continue
+        bias = markov_bias_f32(token, inp.markov_left, inp.markov_right)
+        alternative = proposal_row(inp.base_logits[1], bias, inp.temperature_bits, inp.support)[0]
+        if alternative != rows[1]:
+            return True
+    return False
+
+
+def chain_case(name: str, comment: str, flags: tuple[str, ...], inp: ProposalInput) -> Case:
+    """A case whose expected answer is :func:`solve` of the chain's input; PREFIX_CONDITIONED
+    is computed from the answer's first two rows."""
+    case_input = encode_input(inp)
+    expected = solve(case_input)
+    assert "error" not in expected, (name, expected)
+    vocab = len(inp.markov_left)
+    rows = [decode_qrow(row, vocab) for row in expected["rows"]]
+    if prefix_conditioned(inp, expected["tokens"], rows):
+        flags += ("PREFIX_CONDITIONED",)
     return Case(name=name, comment=comment, rules=RULES + (("R07",) if inp.support.k else ()),
                 flags=tuple(dict.fromkeys(flags)), input=case_input, expected=expected)
 
@@ -204,6 +263,7 @@ FAMILY = Family(
     notes=NOTES,
     margins=("tie_gap", "exp_margin_ulp"),
     build=build,
+    solve=solve,
     input_schema=closed({
         "seed": {"$ref": "#/$defs/u64"},
         "generation": {"type": "integer", "minimum": 0},
