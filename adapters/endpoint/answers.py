@@ -1,0 +1,96 @@
+"""The endpoint's JSON view of what it decoded and holds (docs/formats/wire_frames.md, wire_sessions.md).
+
+The endpoint's own encoder of those formats, so the harness can compare the
+endpoint's answers with the corpus: 64-bit integers as decimal strings, FP32
+fields as ``{"f32": "0x........"}``, ASCII identities with their NUL padding
+stripped, digests as hex, q rows as typed little-endian blobs.
+"""
+
+from __future__ import annotations
+
+from . import layout
+from .blobs import blob
+from .codec import Message
+from .receiver import Receiver, Verdict
+from .validation import QRow
+
+
+def field_json(kind: str, value):
+    if kind == "u64":
+        return str(value)
+    if kind == "f32":
+        return {"f32": f"0x{value:08x}"}
+    if kind == "text":
+        return value.rstrip(b"\0").decode("ascii")
+    if kind == "digest":
+        return value.hex()
+    return value
+
+
+def field_value(kind: str, value):
+    """The inverse of :func:`field_json` (reading a HELLO object)."""
+    if kind == "u64":
+        return int(value)
+    if kind == "f32":
+        return int(value["f32"], 16)
+    if kind == "text":
+        return value.encode("ascii").ljust(32, b"\0")
+    if kind == "digest":
+        return bytes.fromhex(value)
+    return value
+
+
+def fields_json(message_type: int, fields: dict) -> dict:
+    spec = layout.FIELDS[message_type]
+    return {name: field_json(kind, fields[name]) for name, kind in zip(spec.names, spec.kinds)}
+
+
+def hello_fields(obj: dict) -> dict:
+    """A HELLO (or receiver configuration) from its JSON object."""
+    spec = layout.FIELDS[layout.HELLO]
+    return {name: field_value(kind, obj[name]) for name, kind in zip(spec.names, spec.kinds)}
+
+
+def row_json(row: QRow) -> dict:
+    if row.ids is None:
+        return {"representation": "dense", "counts": blob("u32", row.counts)}
+    return {"representation": "sparse", "ids": blob("i32", row.ids), "counts": blob("u32", row.counts)}
+
+
+def message_json(message: Message, row: QRow | None) -> dict:
+    """A decoded message: type, every fixed field, and a REPLY's validated q row."""
+    if message.type == 0:
+        return {"type": layout.V1_NAME, "tokens": list(message.tokens)}
+    out = {"type": message.name, **fields_json(message.type, message.fields)}
+    if row is not None:
+        out["q"] = row_json(row)
+    return out
+
+
+def verdict_json(verdict: Verdict) -> dict:
+    out = {"verdict": verdict.kind, "discarded": list(verdict.discarded)}
+    if verdict.reason is not None:
+        out["reason"] = verdict.reason
+    return out
+
+
+def state_json(receiver: Receiver) -> dict:
+    """The receiver's state as wire_sessions' ``final`` shows it."""
+    slots = []
+    for index, slot in enumerate(receiver.slots):
+        current = slot.open
+        slots.append({
+            "slot": index, "generation": slot.generation, "live": slot.live, "committed": slot.committed,
+            "last_round": slot.last_round, "seed": str(slot.seed),
+            "open": None if current is None else {
+                "round": current.step["round"], "anchor": current.step["anchor"],
+                "rows": len(current.replies), "consumable": receiver.is_consumable(current)},
+        })
+    negotiated = receiver.negotiated
+    return {"negotiated": negotiated is not None,
+            "session_id": None if negotiated is None else str(negotiated["session_id"]),
+            "slots": slots}
+
+
+def counters_json(receiver: Receiver) -> dict:
+    return {name: count for name, count in sorted(receiver.counters.items()) if count}

@@ -1,0 +1,96 @@
+"""Seeded bugs of the verifier endpoint: each must be caught by the harness (docs/endpoint.md).
+
+``qconform endpoint verifier --mutant NAME`` serves a receiver with one bug:
+
+* ``accepts-unsorted-support``: sparse IDs are never checked for ascending order (R19);
+* ``renormalizes-q``: a row whose counts do not sum to M is rescaled to M instead
+  of refused: receiver-only renormalization (R02, R03);
+* ``ignores-stale-generation``: a frame naming another generation than the
+  slot's is taken as the slot's (R19, R28);
+* ``consumes-before-completion``: a round is consumable once its K rows
+  arrived, before its COMPLETION validated (R16, R28);
+* ``bounds-after-copy``: the payload is copied (and, on a stream, read) before
+  its declared length is checked against the negotiated bounds (R18); the
+  copy shows in the per-frame allocation the endpoint reports.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import layout
+from .codec import Decoder, Refusal
+from .receiver import OpenRound, Receiver, Slot
+from .validation import Validator, scaled
+
+
+class UnsortedValidator(Validator):
+    @staticmethod
+    def check_order(ids: np.ndarray, route) -> None:
+        return None
+
+
+class RenormalizingValidator(Validator):
+    def counts(self, values: np.ndarray, route) -> np.ndarray:
+        count = scaled(values)
+        total = float(count.sum())
+        if total <= 0:
+            raise Refusal("WRONG_TOTAL_MASS", "no mass to renormalize", route)
+        counts = np.floor(count * layout.M / total).astype(np.int64)
+        counts[int(np.argmax(counts))] += layout.M - int(counts.sum())
+        return counts
+
+
+class CopyFirstDecoder(Decoder):
+    bounds_before_read = False
+
+    def read_payload(self, view: memoryview, start: int, length: int, limits: tuple[int, int]) -> bytes:
+        payload = self.take(view[start:start + length])
+        self.check_extent(view, start + length)
+        self.check_bounds(length, limits)
+        return payload
+
+
+class UnsortedReceiver(Receiver):
+    validator_class = UnsortedValidator
+
+
+class RenormalizingReceiver(Receiver):
+    validator_class = RenormalizingValidator
+
+
+class StaleGenerationReceiver(Receiver):
+    def worker_problem(self, slot: Slot, generation: int, round_id: int) -> str | None:
+        return self.round_problem(slot, round_id)
+
+    def command_problem(self, slot: Slot, generation: int) -> str | None:
+        return None if slot.live else "STALE_GENERATION"
+
+
+class EarlyConsumingReceiver(Receiver):
+    @staticmethod
+    def is_consumable(current: OpenRound) -> bool:
+        return len(current.replies) == current.step["depth"]
+
+
+class CopyFirstReceiver(Receiver):
+    decoder_class = CopyFirstDecoder
+
+
+#: mutant name -> (receiver class, the bug in one line)
+MUTANTS: dict[str, tuple[type[Receiver], str]] = {
+    "accepts-unsorted-support": (UnsortedReceiver, "sparse IDs are not checked for ascending order"),
+    "renormalizes-q": (RenormalizingReceiver, "a q row not summing to M is rescaled to M instead of refused"),
+    "ignores-stale-generation": (StaleGenerationReceiver, "a frame of another generation is taken as the slot's"),
+    "consumes-before-completion": (EarlyConsumingReceiver, "rows are consumable once all K arrived, before COMPLETION"),
+    "bounds-after-copy": (CopyFirstReceiver, "the payload is copied before its length is checked against the bounds"),
+}
+
+
+def receiver_class(name: str | None) -> type[Receiver]:
+    """The receiver of mutant ``name`` (None: the correct one)."""
+    if name is None:
+        return Receiver
+    if name not in MUTANTS:
+        raise KeyError(f"unknown endpoint mutant {name!r}; known: {', '.join(MUTANTS)}")
+    return MUTANTS[name][0]

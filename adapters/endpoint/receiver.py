@@ -1,0 +1,360 @@
+"""The endpoint's receiver state machine (R12, R16, R17, R19, R24, R25, R27, R28).
+
+A mutable object rather than the spec's pure function: :meth:`Receiver.feed`
+takes the bytes of one frame (the worker's HELLO, REPLY and COMPLETION, and the
+target's own STEP, COMMIT, RESET and CANCEL as it sends them),
+:meth:`Receiver.timeout` a slot's watchdog, :meth:`Receiver.disconnect` a
+dropped link; each returns a :class:`Verdict`. The rules are those of
+docs/wire-v2.md ("Receiver state machine"):
+
+* a round's rows are consumable only once its COMPLETION validated (exact byte
+  count and CRC-32C of the replies, matching anchor and context); a COMMIT
+  before that is CONSUMED_BEFORE_COMPLETION;
+* missing, corrupt or timed-out q discards the slot's whole open round and ends
+  its generation (never a partial commit); a frame refused before its checksum
+  verified cannot be attributed, so it discards every open round;
+* replies for an ended generation are LATE_REPLY, a retry must repeat the first
+  bytes exactly (else RETRY_MISMATCH), a disconnect ends every generation.
+
+Every rejection is counted under its reason code, every event under its name,
+and :attr:`Receiver.journal` records what was consumed, committed and discarded.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from . import layout
+from .codec import Decoder, Message, Refusal, Route
+from .crc32c import crc32c_of_blocks
+from .validation import QRow, Validator
+
+ACCEPT, REJECT, DUPLICATE, IGNORE, GREEDY_V1 = "accept", "reject", "duplicate", "ignore", "greedy_v1"
+WORKER_TYPES = (layout.REPLY, layout.COMPLETION)
+
+
+@dataclass
+class OpenRound:
+    """A round opened by STEP: its REPLY frames and validated rows, and the COMPLETION once valid."""
+
+    step: Message
+    replies: list[bytes] = field(default_factory=list)
+    #: (length, raw CRC register) of each REPLY frame, so the COMPLETION's checksum reads no byte again
+    blocks: list[tuple[int, int]] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    rows: list[QRow] = field(default_factory=list)
+    completion: bytes | None = None
+
+
+@dataclass
+class Slot:
+    """One probability slot; generation 0 is never live."""
+
+    generation: int = 0
+    live: bool = False
+    committed: int = 0
+    last_round: int | None = None
+    seed: int = 0
+    open: OpenRound | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What became of one event, the slots whose proposal it discarded, and the payload bytes it allocated."""
+
+    kind: str
+    reason: str | None = None
+    discarded: tuple[int, ...] = ()
+    allocated: int = 0
+
+
+def negotiate(offer: dict, config: dict) -> dict:
+    """The peer's HELLO offer against the receiver's own configuration (R13, R27)."""
+    for name, code in layout.IDENTITIES:
+        if offer[name] != config[name]:
+            raise Refusal(code, f"{name} differs from the receiver's")
+    for name, code in layout.BOUNDS:
+        if not 1 <= offer[name] <= config[name]:
+            raise Refusal(code, f"{name} = {offer[name]}, admitted 1..{config[name]}")
+    return offer
+
+
+class Receiver:
+    """The target side's view of one worker link; see the module docstring."""
+
+    decoder_class = Decoder
+    validator_class = Validator
+
+    def __init__(self, config: dict) -> None:
+        self.config = config
+        self.negotiated: dict | None = None
+        self.slots: list[Slot] = []
+        self.counters: Counter = Counter()
+        self.journal: list[dict] = []
+        self.decoder = self.decoder_class()
+        self.validator = self.validator_class()
+        self.last_verdict: Verdict | None = None
+        self.last_disconnect: Verdict | None = None
+
+    # -- stateless ----------------------------------------------------------------------
+
+    def check(self, data: bytes) -> tuple[Message, QRow | None]:
+        """Decoding, then negotiation (a HELLO before HELLO) or the stateless validation."""
+        message = self.decoder.decode(data, self.negotiated)
+        if message.type == 0:
+            return message, None
+        if message.type == layout.HELLO:
+            if self.negotiated is None:
+                negotiate(message.fields, self.config)
+            return message, None
+        return message, self.validator.validate(message, self.negotiated)
+
+    # -- events -------------------------------------------------------------------------
+
+    def feed(self, data: bytes) -> Verdict:
+        """One frame through the state machine."""
+        try:
+            message, row = self.check(data)
+        except Refusal as refusal:
+            verdict = self.refuse_frame(refusal)
+        else:
+            verdict = self.route(message, row, data)
+        verdict = Verdict(verdict.kind, verdict.reason, verdict.discarded, self.decoder.allocated)
+        self.last_verdict = verdict
+        return verdict
+
+    def route(self, message: Message, row: QRow | None, data: bytes) -> Verdict:
+        if message.type == 0:
+            self.counters["v1_greedy_frames"] += 1
+            return Verdict(GREEDY_V1)
+        handlers = {layout.HELLO: self.on_hello, layout.STEP: self.on_step, layout.REPLY: self.on_reply,
+                    layout.COMPLETION: self.on_completion, layout.COMMIT: self.on_commit,
+                    layout.RESET: self.on_reset, layout.CANCEL: self.on_cancel}
+        return handlers[message.type](message, row, data)
+
+    def timeout(self, index: int) -> Verdict:
+        """A slot's watchdog: discards its open round and ends its generation; idle, it is ignored."""
+        if index >= len(self.slots) or self.slots[index].open is None:
+            self.counters["ignored_timers"] += 1
+            return Verdict(IGNORE)
+        self.counters["timeouts"] += 1
+        return Verdict(ACCEPT, None, self.discard((index,), "timeout"))
+
+    def disconnect(self) -> Verdict:
+        """The link dropped: every open round discarded, no generation live, HELLO awaited."""
+        self.counters["disconnects"] += 1
+        discarded = self.discard(self.open_slots(), "disconnect")
+        for slot in self.slots:
+            slot.live = False
+        self.negotiated = None
+        self.last_disconnect = Verdict(ACCEPT, None, discarded)
+        return self.last_disconnect
+
+    # -- bookkeeping ----------------------------------------------------------------------
+
+    def open_slots(self) -> tuple[int, ...]:
+        return tuple(i for i, slot in enumerate(self.slots) if slot.open is not None)
+
+    def discard(self, indices: tuple[int, ...], reason: str) -> tuple[int, ...]:
+        """Drop each open round of ``indices`` whole and end its generation (R25)."""
+        done = []
+        for index in indices:
+            slot = self.slots[index]
+            if slot.open is None:
+                continue
+            step = slot.open.step
+            self.journal.append({"event": "discarded", "slot": index, "generation": slot.generation,
+                                 "round": step["round"], "anchor": step["anchor"], "rows": len(slot.open.replies),
+                                 "reason": reason})
+            slot.open, slot.live = None, False
+            self.counters["discarded_proposals"] += 1
+            done.append(index)
+        return tuple(done)
+
+    def refuse(self, code: str, discard: tuple[int, ...] = ()) -> Verdict:
+        discarded = self.discard(discard, code)
+        self.counters[code] += 1
+        return Verdict(REJECT, code, discarded)
+
+    def accept(self, discarded: tuple[int, ...] = ()) -> Verdict:
+        self.counters["accepted"] += 1
+        return Verdict(ACCEPT, None, discarded)
+
+    def addresses_open_round(self, route: Route) -> bool:
+        params = self.negotiated
+        if route.type not in WORKER_TYPES or params is None or route.session_id != params["session_id"]:
+            return False
+        if route.slot >= len(self.slots):
+            return False
+        slot = self.slots[route.slot]
+        return (slot.live and slot.open is not None and route.generation == slot.generation
+                and route.round == slot.open.step["round"])
+
+    def refuse_frame(self, refusal: Refusal) -> Verdict:
+        """A frame refused statelessly: discard what it can be attributed to."""
+        if refusal.route is None:
+            return self.refuse(refusal.code, self.open_slots())
+        if self.addresses_open_round(refusal.route):
+            return self.refuse(refusal.code, (refusal.route.slot,))
+        return self.refuse(refusal.code)
+
+    def worker_problem(self, slot: Slot, generation: int, round_id: int) -> str | None:
+        """Why a REPLY or COMPLETION is not for the slot's open round, or None."""
+        if generation < slot.generation or (generation == slot.generation and not slot.live):
+            return "LATE_REPLY"
+        if generation > slot.generation:
+            return "STALE_GENERATION"
+        return self.round_problem(slot, round_id)
+
+    @staticmethod
+    def round_problem(slot: Slot, round_id: int) -> str | None:
+        if slot.open is None or round_id != slot.open.step["round"]:
+            if slot.last_round is not None and round_id <= slot.last_round:
+                return "STALE_ROUND"
+            return "UNEXPECTED_MESSAGE"
+        return None
+
+    def command_problem(self, slot: Slot, generation: int) -> str | None:
+        """A STEP, COMMIT or CANCEL names the slot's live generation."""
+        return "STALE_GENERATION" if not slot.live or generation != slot.generation else None
+
+    @staticmethod
+    def is_consumable(current: OpenRound) -> bool:
+        return current.completion is not None
+
+    def retried(self, first: bytes, again: bytes, index: int) -> Verdict:
+        if first == again:
+            self.counters["duplicate_retries"] += 1
+            return Verdict(DUPLICATE)
+        return self.refuse("RETRY_MISMATCH", (index,))
+
+    # -- handlers ---------------------------------------------------------------------------
+
+    def on_hello(self, message: Message, row, data: bytes) -> Verdict:
+        if self.negotiated is not None:
+            return self.refuse("UNEXPECTED_MESSAGE")
+        self.negotiated = message.fields
+        self.slots = [self.slots[i] if i < len(self.slots) else Slot() for i in range(message["max_slots"])]
+        return self.accept()
+
+    def on_step(self, message: Message, row, data: bytes) -> Verdict:
+        slot = self.slots[message["slot"]]
+        problem = self.command_problem(slot, message["generation"])
+        if problem:
+            return self.refuse(problem)
+        round_id = message["round"]
+        if slot.open is not None:
+            return self.refuse("UNEXPECTED_MESSAGE")
+        if slot.last_round is not None and round_id == slot.last_round:
+            return self.refuse("DUPLICATE_ROUND")
+        if slot.last_round is not None and round_id < slot.last_round:
+            return self.refuse("STALE_ROUND")
+        if message["anchor"] != slot.committed:
+            return self.refuse("POSITION_MISMATCH")
+        if len(self.open_slots()) >= self.negotiated["max_requests"]:
+            return self.refuse("TOO_MANY_REQUESTS")
+        slot.open, slot.last_round = OpenRound(message), round_id
+        return self.accept()
+
+    def on_reply(self, message: Message, row: QRow, data: bytes) -> Verdict:
+        index = message["slot"]
+        slot = self.slots[index]
+        problem = self.worker_problem(slot, message["generation"], message["round"])
+        if problem:
+            return self.refuse(problem)
+        current = slot.open
+        position = (message["position"] - current.step["anchor"]) % layout.POSITIONS
+        if position < len(current.replies):
+            return self.retried(current.replies[position], data, index)
+        if current.completion is not None or position != len(current.replies) or position >= current.step["depth"]:
+            return self.refuse("POSITION_MISMATCH", (index,))
+        policy = current.step["support_policy"]
+        if (policy == 0) != (message["representation"] == layout.REPR_DENSE):
+            return self.refuse("REPRESENTATION_MISMATCH", (index,))
+        if policy and message["entry_count"] > policy:
+            return self.refuse("SUPPORT_ABOVE_MAX", (index,))
+        current.replies.append(data)
+        current.blocks.append((len(data), message.frame_raw))
+        current.tokens.append(message["token"])
+        current.rows.append(row)
+        return self.accept()
+
+    def on_completion(self, message: Message, row, data: bytes) -> Verdict:
+        index = message["slot"]
+        slot = self.slots[index]
+        problem = self.worker_problem(slot, message["generation"], message["round"])
+        if problem:
+            return self.refuse(problem)
+        current, here = slot.open, (index,)
+        if current.completion is not None:
+            return self.retried(current.completion, data, index)
+        step = current.step
+        if message["anchor"] != step["anchor"]:
+            return self.refuse("POSITION_MISMATCH", here)
+        if (message["context_version"], message["prefix_digest"]) != (step["context_version"], step["prefix_digest"]):
+            return self.refuse("CONTEXT_MISMATCH", here)
+        if message["status"] == layout.STATUS_FAILED:
+            self.counters["worker_failed"] += 1
+            return self.accept(self.discard(here, "worker_failed"))
+        if len(current.replies) < message["row_count"]:
+            return self.refuse("MISSING_Q", here)
+        if message["reply_bytes"] != sum(length for length, _ in current.blocks):
+            return self.refuse("REPLY_SIZE_MISMATCH", here)
+        if message["reply_checksum"] != crc32c_of_blocks(current.blocks):
+            return self.refuse("COMPLETION_CHECKSUM_MISMATCH", here)
+        current.completion = data
+        return self.accept()
+
+    def on_commit(self, message: Message, row, data: bytes) -> Verdict:
+        index = message["slot"]
+        slot = self.slots[index]
+        problem = self.command_problem(slot, message["generation"])
+        if problem:
+            return self.refuse(problem)
+        current = slot.open
+        if current is None or message["round"] != current.step["round"]:
+            stale = slot.last_round is not None and message["round"] <= slot.last_round
+            return self.refuse("STALE_ROUND" if stale else "UNEXPECTED_MESSAGE")
+        if not self.is_consumable(current):
+            return self.refuse("CONSUMED_BEFORE_COMPLETION")
+        if message["new_committed"] != (current.step["anchor"] + message["accepted"] + 1) % layout.POSITIONS:
+            return self.refuse("POSITION_MISMATCH")
+        self.journal.append({"event": "consumed", "slot": index, "generation": slot.generation,
+                             "round": message["round"], "anchor": current.step["anchor"],
+                             "rows": len(current.rows), "tokens": list(current.tokens),
+                             "accepted": message["accepted"], "token": message["token"],
+                             "new_committed": message["new_committed"], "completed": current.completion is not None})
+        slot.committed, slot.open = message["new_committed"], None
+        return self.accept()
+
+    def on_reset(self, message: Message, row, data: bytes) -> Verdict:
+        index = message["slot"]
+        slot = self.slots[index]
+        if message["generation"] < slot.generation:
+            return self.refuse("STALE_GENERATION")
+        if message["generation"] == slot.generation:
+            return self.refuse("DUPLICATE_GENERATION")
+        discarded = self.discard((index,), "reset")
+        self.slots[index] = Slot(message["generation"], True, message["committed"], None, message["seed"])
+        return self.accept(discarded)
+
+    def on_cancel(self, message: Message, row, data: bytes) -> Verdict:
+        index = message["slot"]
+        problem = self.command_problem(self.slots[index], message["generation"])
+        if problem:
+            return self.refuse(problem)
+        discarded = self.discard((index,), "cancel")
+        self.slots[index].live = False
+        return self.accept(discarded)
+
+    # -- consumption ------------------------------------------------------------------------
+
+    def consumable_rows(self, index: int) -> tuple[list[int], list[QRow]] | None:
+        """The tokens and validated q rows of a slot's open round once consumable; None before (R16)."""
+        if index >= len(self.slots) or self.slots[index].open is None:
+            return None
+        current = self.slots[index].open
+        if not self.is_consumable(current):
+            return None
+        return list(current.tokens), list(current.rows)

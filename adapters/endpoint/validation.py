@@ -1,0 +1,165 @@
+"""Stateless checks of a decoded message against the negotiated HELLO (R03, R07, R15, R19, R20, R27).
+
+A REPLY's q row is checked in the order of docs/wire-v2.md ("q validation"),
+each value class over the whole row before the next, with numpy over the FP32
+bit patterns: the probability checksum, the sampled token's range, the sparse
+IDs (range, repeats, order) or the dense padding (all-zero bytes), non-finite
+then negative then non-dyadic values, zero sparse entries, the exact total M,
+and a positive count at the sampled token. Counts are recovered exactly as
+``q(v) * 2^24`` (every FP32 value and that product are exact in FP64); there is
+no renormalization (R03).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import layout
+from .codec import Message, Refusal
+from .crc32c import INIT, extend, finish, raw
+
+
+@dataclass
+class QRow:
+    """A validated q row: ``counts`` (int64) over the vocabulary when ``ids`` is None, else over ``ids``."""
+
+    vocab: int
+    counts: np.ndarray
+    ids: np.ndarray | None = None
+
+    def count(self, token: int) -> int:
+        if self.ids is None:
+            return int(self.counts[token])
+        hit = np.nonzero(self.ids == token)[0]
+        return int(self.counts[hit[0]]) if len(hit) else 0
+
+    def dense(self) -> np.ndarray:
+        """The counts of every token ID (zero outside a sparse support)."""
+        if self.ids is None:
+            return self.counts
+        out = np.zeros(self.vocab, dtype=np.int64)
+        out[self.ids] = self.counts
+        return out
+
+
+def f32_fields(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(non-finite, negative nonzero, nonzero magnitude) masks of FP32 bit patterns."""
+    magnitude = bits & np.uint32(0x7FFFFFFF)
+    nonfinite = (magnitude >> np.uint32(23)) == 0xFF
+    nonzero = magnitude != 0
+    negative = (bits >> np.uint32(31)).astype(bool) & nonzero & ~nonfinite
+    return nonfinite, negative, nonzero
+
+
+def scaled(bits: np.ndarray) -> np.ndarray:
+    """``q * 2^24`` of finite FP32 values, exact in FP64."""
+    return bits.view("<f4").astype(np.float64) * float(layout.M)
+
+
+class Validator:
+    """The stateless checks; mutants override one method each (mutants.py)."""
+
+    def validate(self, message: Message, params: dict) -> QRow | None:
+        """Every stateless check of a decoded non-HELLO v2 message; a REPLY's validated row."""
+        route = message.route
+        if message["session_id"] != params["session_id"]:
+            raise Refusal("SESSION_MISMATCH", f"session {message['session_id']}", route)
+        if message["slot"] >= params["max_slots"]:
+            raise Refusal("TOO_MANY_SLOTS", f"slot {message['slot']}", route)
+        kind = message.type
+        if kind == layout.STEP:
+            self.step(message, params)
+        elif kind == layout.REPLY:
+            return self.reply(message, params)
+        elif kind == layout.COMPLETION:
+            if message["row_count"] != params["depth"]:
+                raise Refusal("DEPTH_MISMATCH", f"row count {message['row_count']}", route)
+            if message["status"] not in (layout.STATUS_OK, layout.STATUS_FAILED):
+                raise Refusal("UNKNOWN_STATUS", f"status {message['status']}", route)
+        elif kind == layout.COMMIT:
+            if message["accepted"] > params["depth"]:
+                raise Refusal("POSITION_MISMATCH", f"accepted {message['accepted']}", route)
+            if not 0 <= message["token"] < params["vocab"]:
+                raise Refusal("TOKEN_OUT_OF_RANGE", f"token {message['token']}", route)
+        return None
+
+    @staticmethod
+    def step(message: Message, params: dict) -> None:
+        route = message.route
+        if message["depth"] != params["depth"]:
+            raise Refusal("DEPTH_MISMATCH", f"depth {message['depth']}", route)
+        if message["support_policy"] > params["max_support"]:
+            raise Refusal("SUPPORT_ABOVE_MAX", f"k = {message['support_policy']}", route)
+        if layout.reply_bytes(params, message["support_policy"]) > params["max_reply_bytes"]:
+            raise Refusal("UNEXPECTED_SIZE", "the reply would exceed max_reply_bytes", route)
+        nonfinite, negative, nonzero = f32_fields(np.array([message["temperature"]], dtype=np.uint32))
+        if nonfinite[0]:
+            raise Refusal("NON_FINITE_VALUE", "temperature", route)
+        if negative[0] or not nonzero[0]:
+            raise Refusal("NEGATIVE_VALUE", "temperature is not positive", route)
+
+    def reply(self, message: Message, params: dict) -> QRow:
+        """Validate a REPLY's q row (the order is the module docstring's) and return it."""
+        route, vocab, tail = message.route, params["vocab"], message.tail
+        tail_raw = raw(tail) if message.tail_raw is None else message.tail_raw
+        if finish(extend(INIT, len(tail), tail_raw)) != message["q_checksum"]:
+            raise Refusal("Q_CHECKSUM_MISMATCH", f"q checksum {message['q_checksum']:#010x}", route)
+        token = message["token"]
+        if not 0 <= token < vocab:
+            raise Refusal("TOKEN_OUT_OF_RANGE", f"token {token}", route)
+        count = message["entry_count"]
+        ids = None
+        if message["representation"] == layout.REPR_SPARSE:
+            ids = np.frombuffer(tail, dtype="<i4", count=count).astype(np.int64)
+            values = np.frombuffer(tail, dtype="<u4", count=count, offset=4 * count)
+            ids, values = self.sparse_ids(ids, values, vocab, route)
+        else:
+            values = np.frombuffer(tail, dtype="<u4")
+            if np.any(values[vocab:] != 0):
+                raise Refusal("NONZERO_DENSE_PADDING", "dense padding is not all-zero bytes", route)
+            values = values[:vocab]
+        self.value_classes(values, route)
+        if ids is not None and np.any((values & np.uint32(0x7FFFFFFF)) == 0):
+            raise Refusal("NONCANONICAL_SUPPORT", "a sparse entry has zero q", route)
+        row = QRow(vocab, self.counts(values, route), ids)
+        if row.count(token) == 0:
+            raise Refusal("ZERO_Q_AT_TOKEN", f"q({token}) = 0", route)
+        return row
+
+    def sparse_ids(self, ids: np.ndarray, values: np.ndarray, vocab: int, route) -> tuple[np.ndarray, np.ndarray]:
+        """Sparse IDs in [0, vocab), none repeated, strictly ascending (R19)."""
+        if np.any((ids < 0) | (ids >= vocab)):
+            raise Refusal("SPARSE_ID_OUT_OF_RANGE", "a sparse ID outside the vocabulary", route)
+        if len(np.unique(ids)) != len(ids):
+            raise Refusal("DUPLICATE_SPARSE_ID", "a sparse ID is listed twice", route)
+        self.check_order(ids, route)
+        return ids, values
+
+    @staticmethod
+    def check_order(ids: np.ndarray, route) -> None:
+        if np.any(ids[1:] < ids[:-1]):
+            raise Refusal("UNSORTED_SUPPORT", "sparse IDs are not ascending", route)
+
+    @staticmethod
+    def value_classes(values: np.ndarray, route) -> None:
+        """Non-finite, then negative, then non-dyadic: the first class present anywhere is the reason."""
+        nonfinite, negative, nonzero = f32_fields(values)
+        if nonfinite.any():
+            raise Refusal("NON_FINITE_VALUE", "", route)
+        if negative.any():
+            raise Refusal("NEGATIVE_VALUE", "", route)
+        count = scaled(values[nonzero])
+        if np.any(np.floor(count) != count):
+            raise Refusal("NON_DYADIC_VALUE", "", route)
+
+    def counts(self, values: np.ndarray, route) -> np.ndarray:
+        """``c_v = q(v) * 2^24``, refused unless each is at most M and they sum to exactly M (R03)."""
+        count = scaled(values)
+        if np.any(count > layout.M):
+            raise Refusal("WRONG_TOTAL_MASS", "a count alone exceeds M", route)
+        counts = count.astype(np.int64)
+        if int(counts.sum()) != layout.M:
+            raise Refusal("WRONG_TOTAL_MASS", f"counts sum to {int(counts.sum())}", route)
+        return counts

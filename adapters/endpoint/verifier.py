@@ -1,0 +1,123 @@
+"""The verifier endpoint in its receiving role: every frame through the receiver state machine.
+
+It listens on TCP and runs one receiver (mutants.py may swap in a seeded bug).
+Raw wire frames on a connection are fed to the receiver as they come, with no
+answer, as on a production link; a header that leaves the stream out of step
+is judged and the connection closed. A closed connection is a Disconnect event:
+the receiver outlives it, so a reconnection resumes the slots after a RESET.
+
+With control allowed it answers the envelopes of ``control.py``: CHECK (the
+stateless verdict on one frame, with the decoded message), APPLY (one frame
+through the state machine: its verdict, the discarded slots and the payload
+bytes the decoder allocated), and the commands ``about``, ``configure`` (a
+fresh receiver under a HELLO-shaped configuration), ``timeout`` (a slot's
+watchdog), ``disconnect_status`` (the verdict of the last disconnect, once the
+other connections of this receiver ended), ``state``, ``journal`` (what was
+consumed, committed and discarded) and, with a target attached, ``rounds``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from . import control, layout, stream
+from .answers import counters_json, hello_fields, message_json, state_json, verdict_json
+from .codec import Refusal
+from .mutants import receiver_class
+from .receiver import Receiver, Verdict
+from .server import Endpoint
+
+log = logging.getLogger("qconform.endpoint.verifier")
+
+#: seconds ``disconnect_status`` waits for the other connections of the receiver to end
+DISCONNECT_WAIT_S = 5.0
+
+
+def describe(verdict: Verdict) -> str:
+    text = verdict.kind + (f" {verdict.reason}" if verdict.reason else "")
+    return text + (f", discarded slots {list(verdict.discarded)}" if verdict.discarded else "")
+
+
+class VerifierEndpoint(Endpoint):
+    """The receiving side on TCP (see the module docstring)."""
+
+    role = "verifier"
+
+    def __init__(self, config: dict, mutant: str | None = None, control_allowed: bool = True) -> None:
+        super().__init__(control_allowed)
+        self.mutant = mutant
+        self.receiver: Receiver = receiver_class(mutant)(config)
+        self.bound: dict[int, Receiver] = {}
+        #: the active driver of rounds, when one is attached (target.py)
+        self.target = None
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, number: int) -> None:
+        self.bound[number] = self.receiver
+        while True:
+            receiver = self.bound[number]
+            item = await stream.read_item(reader, receiver.decoder, receiver.negotiated, self.control_allowed)
+            if item is None:
+                return
+            if item.kind == stream.ENVELOPE:
+                await stream.send(writer, await self.answer(item, number))
+                continue
+            verdict = receiver.feed(item.data)
+            log.info("conn %d: %d-byte frame: %s", number, len(item.data), describe(verdict))
+            if item.kind == stream.BROKEN:
+                log.warning("conn %d: the stream is out of step after %s; closing", number, verdict.reason)
+                return
+
+    def closed(self, number: int) -> None:
+        receiver = self.bound.pop(number, None)
+        if receiver is not None:
+            log.info("conn %d: disconnect: %s", number, describe(receiver.disconnect()))
+
+    def frame_envelope(self, item: stream.Item, number: int) -> dict:
+        receiver = self.bound[number]
+        if item.envelope_kind == control.APPLY:
+            verdict = receiver.feed(item.data)
+            log.info("conn %d: applied %d-byte frame: %s", number, len(item.data), describe(verdict))
+            return {**verdict_json(verdict), "allocated": verdict.allocated}
+        try:
+            message, row = receiver.check(item.data)
+            if message.type == layout.HELLO and receiver.negotiated is not None:
+                raise Refusal("UNEXPECTED_MESSAGE", "a second HELLO")
+            out = {"verdict": "accept", "message": message_json(message, row)}
+        except Refusal as refusal:
+            out = {"verdict": "reject", "reason": refusal.code}
+        return {**out, "allocated": receiver.decoder.allocated}
+
+    def about(self) -> dict:
+        return {"role": self.role, "families": ["wire_frames", "wire_sessions"], "precision": {},
+                "devices": ["cpu"], "mutant": self.mutant}
+
+    async def command(self, request: dict, number: int) -> dict:
+        op = request.get("op")
+        receiver = self.bound[number]
+        if op == "configure":
+            self.receiver = receiver_class(self.mutant)(hello_fields(request["config"]))
+            self.bound[number] = self.receiver
+            return {"ok": True}
+        if op == "timeout":
+            verdict = receiver.timeout(int(request["slot"]))
+            log.info("conn %d: slot %s watchdog: %s", number, request["slot"], describe(verdict))
+            return verdict_json(verdict)
+        if op == "disconnect_status":
+            await self.others_ended(number, receiver)
+            if receiver.last_disconnect is None:
+                raise control.ControlError("no disconnect happened")
+            return verdict_json(receiver.last_disconnect)
+        if op == "state":
+            return {"final": state_json(receiver), "counters": counters_json(receiver)}
+        if op == "journal":
+            return {"journal": receiver.journal, "counters": counters_json(receiver)}
+        if op == "rounds" and self.target is not None:
+            return {"rounds": [record.to_json() for record in self.target.records]}
+        raise control.ControlError(f"unknown op {op!r}")
+
+    async def others_ended(self, number: int, receiver: Receiver) -> None:
+        deadline = time.monotonic() + DISCONNECT_WAIT_S
+        while any(r is receiver and n != number for n, r in self.bound.items()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.002)

@@ -1,0 +1,223 @@
+"""Wire v2 on loopback TCP: dense depth-5 four-request batches through the reference endpoint's codec.
+
+Run from the repository root: ``.venv/bin/python bench/bench_wire_loopback.py``
+(needs NumPy; ``--repeat N``, ``--vocab V``, ``--requests B``, ``--clock cpu``).
+
+One batch is what the design's size table counts: B = 4 requests, depth K = 5,
+one dense FP32 row of V = 129280 q values per position (10,342,400 bytes of q,
+R26), framed as wire v2: 20 REPLY frames and 4 COMPLETION frames. The stages,
+each timed on its own (medians of ``--repeat`` runs, taken round-robin):
+
+* ``encode``: counts to FP32 q, the REPLY tails, their probability checksums,
+  the frame headers and checksums, the COMPLETIONs (``replies.py``);
+* ``send + receive``: the encoded batch through one loopback TCP connection,
+  read back frame by frame with the header and bounds checks of ``stream.py``
+  (asyncio; server and client in one event loop, one thread);
+* ``validate``: every frame through the endpoint's receiver (frame checksum,
+  q checksum, padding, value classes, exact counts and total, the COMPLETION's
+  byte count and checksum over the round's replies);
+* ``decode``: the validated rows into one int64 counts array [B, K, V].
+
+``of which CRC-32C`` is the checksum work inside each of encode and validate:
+one pass over every REPLY tail, whose raw register is then extended into the q
+checksum, the frame checksum and the completion checksum (``crc32c.py``), so no
+byte is checksummed twice. The ``round trip`` runs everything live: B STEPs out, the
+worker side encodes and sends, the target side reads, validates and decodes.
+Each is printed beside the design's ideal serialization bound for the same
+bytes at a nominal 40 Gb/s (``qconform.spec.sizes``: 2.068 ms per four-request
+batch) as a ratio; the bound is not a latency, only the floor a link imposes.
+``--markdown`` prints a section for bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import platform
+import statistics
+import time
+from typing import Callable
+
+import numpy as np
+
+from qconform.adapters.endpoint import layout, stream
+from qconform.adapters.endpoint.codec import Decoder, Message, encode
+from qconform.adapters.endpoint.crc32c import raw
+from qconform.adapters.endpoint.deployment import hello_config
+from qconform.adapters.endpoint.receiver import Receiver
+from qconform.adapters.endpoint.replies import completion_frame, dense_tail, reply_frame
+from qconform.spec.sizes import (
+    TABLE_LINK_BITS_PER_SECOND,
+    batch_bytes,
+    dense_request_bytes,
+    rounded_decimal,
+    serialization_seconds,
+)
+
+DEPTH = 5
+SEED = 0x5EED
+
+
+def batch_rows(requests: int, vocab: int, seed: int = 7) -> tuple[np.ndarray, np.ndarray]:
+    """Dyadic24 counts [B, K, V] of a softmax-like draft (floors, the remainder on the top token) and
+    the sampled tokens [B, K] (each the row's top token: positive count)."""
+    rng = np.random.default_rng(seed)
+    weights = np.exp(rng.standard_normal((requests, DEPTH, vocab)) * 2.0)
+    counts = np.floor(weights / weights.sum(-1, keepdims=True) * layout.M).astype(np.int64)
+    top = counts.argmax(-1)
+    np.put_along_axis(counts, top[..., None], np.take_along_axis(counts, top[..., None], -1)
+                      + layout.M - counts.sum(-1, keepdims=True), -1)
+    return counts, top
+
+
+def step_messages(params: dict, requests: int) -> list[Message]:
+    return [Message(layout.STEP, {"session_id": params["session_id"], "generation": 1, "round": 1, "anchor": 1000 * b,
+                                  "support_policy": 0, "context_version": 1, "temperature": 0x3F800000, "slot": b,
+                                  "depth": DEPTH, "prefix_digest": bytes(32)}) for b in range(requests)]
+
+
+def encode_batch(steps: list[Message], counts: np.ndarray, tokens: np.ndarray, stride: int) -> list[bytes]:
+    """The batch's frames: per request K REPLY frames, then its COMPLETION."""
+    frames = []
+    for b, step in enumerate(steps):
+        replies = [reply_frame(step, i, int(tokens[b, i]), dense_tail(counts[b, i], stride), stride,
+                               layout.REPR_DENSE) for i in range(DEPTH)]
+        frames += [r.data for r in replies] + [completion_frame(step, replies)]
+    return frames
+
+
+def opened_receiver(params: dict, steps: list[Message]) -> Receiver:
+    """A receiver that negotiated ``params`` and has every request's round open."""
+    receiver = Receiver(params)
+    receiver.feed(encode(layout.HELLO, params))
+    for step in steps:
+        receiver.feed(encode(layout.RESET, {"session_id": params["session_id"], "seed": SEED, "generation": 1,
+                                            "committed": step["anchor"], "slot": step["slot"]}))
+        receiver.feed(encode(layout.STEP, step.fields))
+    return receiver
+
+
+def validate_batch(params: dict, steps: list[Message], frames: list[bytes]) -> Receiver:
+    receiver = opened_receiver(params, steps)
+    for frame in frames:
+        verdict = receiver.feed(frame)
+        assert verdict.kind == "accept", verdict
+    return receiver
+
+
+def decode_batch(receiver: Receiver, requests: int) -> np.ndarray:
+    return np.stack([np.stack([row.dense() for row in receiver.consumable_rows(b)[1]]) for b in range(requests)])
+
+
+async def serve_batch(frames: list[bytes], requests: int, encoder: Callable[[], list[bytes]] | None):
+    """A server that answers ``requests`` STEPs with the batch (pre-encoded, or encoded live)."""
+    async def handle(reader, writer):
+        decoder = Decoder()
+        try:
+            while True:
+                for _ in range(requests):
+                    if await stream.read_item(reader, decoder, None, control_allowed=False) is None:
+                        return
+                await stream.send(writer, *(encoder() if encoder else frames))
+        except (asyncio.CancelledError, ConnectionError):
+            return
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+async def round_trips(params: dict, steps: list[Message], frames: list[bytes], repeat: int, live_encoder,
+                      clock: Callable[[], float]) -> tuple[list[float], list[float]]:
+    """(transfer-only times, live round-trip times): STEPs out, the batch back, framed (and, live, checked)."""
+    step_frames = [encode(layout.STEP, step.fields) for step in steps]
+    times: dict[str, list[float]] = {"transfer": [], "live": []}
+    servers = {"transfer": await serve_batch(frames, len(steps), None),
+               "live": await serve_batch(frames, len(steps), live_encoder)}
+    links = {}
+    for name, server in servers.items():
+        links[name] = await asyncio.open_connection(*server.sockets[0].getsockname()[:2])
+    for _ in range(repeat):
+        for name, (reader, writer) in links.items():
+            start = clock()
+            await stream.send(writer, *step_frames)
+            decoder = Decoder()
+            got = [(await stream.read_item(reader, decoder, params, control_allowed=False)).data
+                   for _ in range(len(frames))]
+            if name == "live":
+                decode_batch(validate_batch(params, steps, got), len(steps))
+            times[name].append(clock() - start)
+    for name, (reader, writer) in links.items():
+        writer.close()
+        servers[name].close()
+    return times["transfer"], times["live"]
+
+
+def crc_work(frames: list[bytes]) -> Callable[[], None]:
+    """The checksum work of one side: one pass over each REPLY tail (its raw register then extends
+    into the q checksum, the frame checksum and the completion checksum without reading bytes again)."""
+    tails = [f[layout.HEADER_SIZE + layout.REPLY_FIXED:] for f in frames if len(f) > 200]
+    return lambda: [raw(t) for t in tails]
+
+
+def median_ms(values: list[float]) -> float:
+    return statistics.median(values) * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--vocab", type=int, default=129280)
+    parser.add_argument("--requests", type=int, default=4)
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    parser.add_argument("--markdown", action="store_true")
+    args = parser.parse_args()
+    clock = time.perf_counter if args.clock == "wall" else time.process_time
+    params = hello_config(vocab=args.vocab)
+    steps = step_messages(params, args.requests)
+    counts, tokens = batch_rows(args.requests, args.vocab)
+    frames = encode_batch(steps, counts, tokens, params["dense_stride"])
+    receiver = validate_batch(params, steps, frames)
+    assert (decode_batch(receiver, args.requests) == counts).all()
+    q_bytes = batch_bytes(dense_request_bytes(args.vocab, DEPTH), args.requests)
+    wire_bytes = sum(len(f) for f in frames)
+    ideal = serialization_seconds(q_bytes, TABLE_LINK_BITS_PER_SECOND)
+
+    stages: dict[str, list[float]] = {"encode": [], "validate": [], "decode": [], "crc": []}
+    checksums = crc_work(frames)
+    for _ in range(args.repeat):
+        for name, work in (("encode", lambda: encode_batch(steps, counts, tokens, params["dense_stride"])),
+                           ("validate", lambda: validate_batch(params, steps, frames)),
+                           ("decode", lambda: decode_batch(receiver, args.requests)), ("crc", checksums)):
+            start = clock()
+            work()
+            stages[name].append(clock() - start)
+    transfer, live = asyncio.run(round_trips(
+        params, steps, frames, args.repeat, lambda: encode_batch(steps, counts, tokens, params["dense_stride"]), clock))
+
+    ideal_ms = float(ideal) * 1e3
+    rows = [("encode (worker side)", median_ms(stages["encode"])),
+            ("send + receive, framed (loopback TCP)", median_ms(transfer)),
+            ("receive-side validate (receiver)", median_ms(stages["validate"])),
+            ("decode to counts [B, K, V]", median_ms(stages["decode"])),
+            ("of which CRC-32C, one side", median_ms(stages["crc"])),
+            ("round trip, live (all of the above)", median_ms(live))]
+    total = median_ms(live)
+    header = (f"wire loopback: B = {args.requests} requests x K = {DEPTH} dense rows, V = {args.vocab}: "
+              f"{q_bytes:,} q bytes, {wire_bytes:,} wire bytes; ideal serialization at 40 Gb/s "
+              f"{rounded_decimal(ideal * 1000, 3)} ms; {args.clock} clock, medians of {args.repeat}; "
+              f"{platform.python_implementation()} {platform.python_version()}, NumPy {np.__version__}")
+    if args.markdown:
+        print(f"{header}\n\n| stage | ms | x ideal | share of round trip |\n|---|---:|---:|---:|")
+        for name, ms in rows:
+            print(f"| {name} | {ms:.1f} | {ms / ideal_ms:.1f}x | {100 * ms / total:.0f}% |")
+    else:
+        print(header)
+        for name, ms in rows:
+            print(f"  {name:40s} {ms:9.1f} ms  {ms / ideal_ms:7.1f}x ideal  {100 * ms / total:5.0f}% of round trip")
+    print(f"throughput (live round trip): {q_bytes / (total / 1e3) / 1e9 * 8:.2f} Gb/s of q, "
+          f"{1e3 / total:.1f} batches/s; ideal {TABLE_LINK_BITS_PER_SECOND // 10**9} Gb/s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""``qconform endpoint worker|verifier``: run the reference wire v2 endpoints on TCP (docs/endpoint.md).
+
+Both log one line per event to stderr and stop cleanly on SIGINT or SIGTERM
+(stop listening, end every connection, exit 0). ``--port 0`` listens on an
+ephemeral port; the ``listening on HOST:PORT`` log line names it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+import click
+
+LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(stream=sys.stderr, level=getattr(logging, level.upper()), format=LOG_FORMAT, force=True)
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise click.BadParameter(f"{text!r} is not HOST:PORT")
+    return host, int(port)
+
+
+async def serve_until_signalled(endpoint, host: str, port: int, driver=None, exit_after_driver: bool = False) -> int:
+    """Run ``endpoint`` (and an optional coroutine ``driver``) until SIGINT/SIGTERM; then close everything."""
+    log = logging.getLogger("qconform.endpoint")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, lambda sig=sig: (log.info("received %s, shutting down", sig.name), stop.set()))
+    port = await endpoint.start(host, port)
+    if not log.isEnabledFor(logging.INFO):  # the port must be known even when info lines are off
+        print(f"{endpoint.role} listening on {host}:{port}", file=sys.stderr, flush=True)
+    waits = [asyncio.ensure_future(stop.wait())]
+    driving = None
+    if driver is not None:
+        driving = asyncio.ensure_future(driver)
+        driving.add_done_callback(lambda task: task.cancelled() or task.exception() is None
+                                  or log.error("driving rounds failed: %s", task.exception()))
+        if exit_after_driver:
+            waits.append(driving)
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    status = 0
+    if driving is not None:
+        if not driving.done():
+            driving.cancel()
+        try:
+            await driving
+        except asyncio.CancelledError:
+            pass
+        except Exception:  # noqa: BLE001 - logged when it happened; the endpoint still closes cleanly
+            status = 1
+    for task in waits:
+        task.cancel()
+    await endpoint.close()
+    log.info("%s stopped", endpoint.role)
+    return status
+
+
+def deployment_options(fn):
+    """Options shared by both endpoints: where to listen and the HELLO shape."""
+    options = [
+        click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on."),
+        click.option("--port", type=click.IntRange(0, 65535), required=True, help="TCP port (0: ephemeral)."),
+        click.option("--vocab", type=click.IntRange(min=1), default=129280, show_default=True, help="Vocabulary V."),
+        click.option("--dense-stride", type=click.IntRange(min=1), default=None, help="Dense row stride (default V)."),
+        click.option("--max-support", type=click.IntRange(min=1), default=256, show_default=True,
+                     help="Largest sparse support k."),
+        click.option("--no-control", is_flag=True, help="Refuse test-control envelopes (production mode)."),
+        click.option("--log-level", default="info", show_default=True,
+                     type=click.Choice(["debug", "info", "warning", "error"])),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+@click.group("endpoint")
+def endpoint_group() -> None:
+    """Run the reference wire v2 endpoints (asyncio, TCP)."""
+
+
+@endpoint_group.command("worker")
+@deployment_options
+@click.option("--model-seed", type=int, default=1, show_default=True, help="Seed of the toy draft model.")
+@click.option("--device", default="cpu", show_default=True, help="Torch device the proposals are sampled on.")
+def worker(host, port, vocab, dense_stride, max_support, no_control, log_level, model_seed, device) -> None:
+    """The drafter leader: sends HELLO, samples proposals under the RNG ABI, sends dense or sparse q rows."""
+    configure_logging(log_level)
+    from qconform.adapters.endpoint.deployment import hello_config
+    from qconform.adapters.endpoint.model import DraftModel
+    from qconform.adapters.endpoint.worker import WorkerEndpoint
+
+    if dense_stride is not None and dense_stride < vocab:
+        raise click.BadParameter("the dense stride must hold the vocabulary", param_hint="--dense-stride")
+    endpoint = WorkerEndpoint(hello_config(vocab, dense_stride, max_support), DraftModel.random(vocab, model_seed),
+                              control_allowed=not no_control, device=device)
+    sys.exit(asyncio.run(serve_until_signalled(endpoint, host, port)))
+
+
+@endpoint_group.command("verifier")
+@deployment_options
+@click.option("--mutant", default=None, metavar="NAME", help="Serve a receiver with a seeded bug (docs/endpoint.md).")
+@click.option("--worker", "worker_address", default=None, metavar="HOST:PORT",
+              help="Also drive rounds, as the target, against the worker at HOST:PORT.")
+@click.option("--rounds", type=click.IntRange(min=0), default=10, show_default=True, help="Rounds to drive.")
+@click.option("--exit-after-rounds", is_flag=True, help="Stop once the rounds are driven (else wait for a signal).")
+@click.option("--support-policy", type=click.IntRange(min=0), default=0, show_default=True,
+              help="STEP support policy: 0 dense, k sparse top-k.")
+@click.option("--watchdog", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True,
+              help="Seconds a round may take before its proposal is discarded.")
+@click.option("--seed", type=click.IntRange(0, (1 << 64) - 1), default=0x5EED, show_default=True,
+              help="Request seed of the driven slot.")
+@click.option("--target-seed", type=int, default=2, show_default=True, help="Seed of the toy target model.")
+def verifier(host, port, vocab, dense_stride, max_support, no_control, log_level, mutant, worker_address, rounds,
+             exit_after_rounds, support_policy, watchdog, seed, target_seed) -> None:
+    """The receiving side: validates every frame through its own receiver; optionally drives rounds."""
+    configure_logging(log_level)
+    from qconform.adapters.endpoint.deployment import hello_config
+    from qconform.adapters.endpoint.mutants import MUTANTS, receiver_class
+    from qconform.adapters.endpoint.verifier import VerifierEndpoint
+
+    if mutant is not None and mutant not in MUTANTS:
+        raise click.BadParameter(f"unknown mutant; known: {', '.join(MUTANTS)}", param_hint="--mutant")
+    config = hello_config(vocab, dense_stride, max_support)
+    endpoint = VerifierEndpoint(config, mutant=mutant, control_allowed=not no_control)
+    driver = None
+    if worker_address is not None:
+        from qconform.adapters.endpoint.model import TargetModel
+        from qconform.adapters.endpoint.target import Target
+
+        worker_host, worker_port = parse_address(worker_address)
+        endpoint.target = Target(config, TargetModel.random(vocab, target_seed), worker_host, worker_port, seed=seed,
+                                 support_policy=support_policy, watchdog_s=watchdog, receiver_cls=receiver_class(mutant))
+        driver = endpoint.target.run(rounds)
+    sys.exit(asyncio.run(serve_until_signalled(endpoint, host, port, driver, exit_after_rounds)))

@@ -1,0 +1,85 @@
+"""Helpers of the endpoint tests: endpoints served on a background asyncio loop, and the spec's view of a round.
+
+Every endpoint listens on 127.0.0.1 with an ephemeral port; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from typing import TYPE_CHECKING, Iterator
+
+import pytest
+
+from qconform.spec.proposal import ProposalInput, ProposalResult, SupportPolicy, proposal_chain
+from qconform.spec.rng_abi import RngIdentity
+from qconform.spec.verification import RoundInput, RoundResult, target_rows_from_f32, verify_round
+
+if TYPE_CHECKING:  # torch is needed only by the tests that drive rounds
+    from qconform.adapters.endpoint.model import DraftModel, TargetModel
+    from qconform.adapters.endpoint.target import RoundRecord
+
+ONE_F32 = 0x3F800000
+#: seconds any single wait of a test may take
+WAIT_S = 30.0
+
+
+class LoopThread:
+    """An asyncio loop on a daemon thread, so synchronous code (the TCP adapter) can talk to endpoints."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro, timeout: float = WAIT_S):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(WAIT_S)
+        self.loop.close()
+
+
+@contextlib.contextmanager
+def serving(loop: LoopThread, endpoint) -> Iterator[str]:
+    """``endpoint`` listening on an ephemeral loopback port for the block; yields its tcp:// URL."""
+    port = loop.run(endpoint.start("127.0.0.1", 0))
+    try:
+        yield f"tcp://127.0.0.1:{port}"
+    finally:
+        loop.run(endpoint.close())
+
+
+def opt_in_slow(request) -> None:
+    """Skip a ``slow`` test unless the run selected slow tests (``-m slow``)."""
+    if "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("a long run; opt in with -m slow")
+
+
+def f32_bits(tensor) -> list:
+    return tensor.numpy().astype("<f4").view("<u4").tolist()
+
+
+def spec_round(model: DraftModel, target: TargetModel, record: RoundRecord,
+               support: SupportPolicy) -> tuple[ProposalResult, RoundResult]:
+    """The spec's proposal chain and verification of the round ``record`` names (its key and prefix)."""
+    identity = RngIdentity(record.seed, record.generation, record.round, record.anchor)
+    previous = model.last_token if record.previous is None else record.previous
+    chain = proposal_chain(ProposalInput(f32_bits(model.base_logits), f32_bits(model.left), f32_bits(model.right),
+                                         previous, ONE_F32, support, identity))
+    p_rows = target_rows_from_f32(f32_bits(target.weights))
+    verdict = verify_round(RoundInput(identity, chain.tokens, [row.q for row in chain.rows], p_rows))
+    return chain, verdict
+
+
+def check_committed_round(model: DraftModel, target: TargetModel, record: RoundRecord, support: SupportPolicy) -> None:
+    """A committed round consumed exactly the spec's q rows and tokens, and committed the spec's verdict."""
+    chain, verdict = spec_round(model, target, record, support)
+    assert record.tokens == chain.tokens, (record.round, record.tokens, chain.tokens)
+    for got, want in zip(record.rows, chain.rows, strict=True):
+        assert (None if got.ids is None else got.ids.tolist()) == (None if want.q.ids is None else list(want.q.ids))
+        assert got.counts.tolist() == list(want.q.counts)
+    assert (record.accepted, record.token) == (verdict.accepted, verdict.emitted[-1])
+    assert record.new_committed == (record.anchor + verdict.accepted + 1) % (1 << 32)

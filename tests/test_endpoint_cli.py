@@ -1,0 +1,127 @@
+"""``qconform endpoint worker|verifier`` as processes: they log, negotiate, drive rounds and stop on a signal.
+
+Each endpoint runs as its own process on an ephemeral loopback port (read off
+its ``listening on`` log line); SIGINT and SIGTERM end it cleanly with status 0.
+Two processes driving rounds against each other take two torch start-ups, so
+that test is ``slow`` (opt in with ``-m slow``).
+"""
+
+from __future__ import annotations
+
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from endpoint_servers import opt_in_slow
+
+from qconform.harness.endpoint_command import endpoint_group, parse_address
+
+pytestmark = pytest.mark.rules("R12", "R13", "R22", "R25")
+
+QCONFORM = str(Path(sys.executable).with_name("qconform"))
+START_S = 60.0
+LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
+
+
+class Process:
+    """A child process whose stderr lines are collected on a thread (so every wait can be bounded)."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen([QCONFORM, "endpoint", *args], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.lines: queue.Queue = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def wait_for(self, pattern: re.Pattern, timeout: float = START_S) -> re.Match:
+        while True:
+            line = self.lines.get(timeout=timeout)
+            if line is None:
+                raise AssertionError(f"exited before {pattern.pattern!r}: {''.join(self.seen)[-2000:]}")
+            self.seen.append(line)
+            match = pattern.search(line)
+            if match:
+                return match
+
+    def stop(self, sig: int) -> int:
+        self.proc.send_signal(sig)
+        code = self.proc.wait(timeout=START_S)
+        while (line := self.lines.get(timeout=START_S)) is not None:
+            self.seen.append(line)
+        return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=START_S)
+
+
+@pytest.fixture
+def processes():
+    started: list[Process] = []
+
+    def start(*args: str) -> Process:
+        started.append(Process(*args))
+        return started[-1]
+
+    yield start
+    for process in started:
+        process.kill()
+
+
+def test_verifier_answers_and_stops_on_sigint(processes):
+    from qconform.harness.tcp_adapter import TcpAdapter
+
+    verifier = processes("verifier", "--port", "0", "--vocab", "64")
+    port = int(verifier.wait_for(LISTENING).group(1))
+    assert TcpAdapter(f"tcp://127.0.0.1:{port}").about["role"] == "verifier"
+    assert verifier.stop(signal.SIGINT) == 0
+    log = "".join(verifier.seen)
+    assert "received SIGINT" in log and "verifier stopped" in log
+
+
+def test_worker_stops_on_sigterm(processes):
+    pytest.importorskip("torch")
+    worker = processes("worker", "--port", "0", "--vocab", "16", "--max-support", "4")
+    worker.wait_for(LISTENING)
+    assert worker.stop(signal.SIGTERM) == 0
+    log = "".join(worker.seen)
+    assert "received SIGTERM" in log and "worker stopped" in log
+
+
+@pytest.mark.slow
+def test_worker_and_verifier_drive_rounds_then_stop(processes, request):
+    opt_in_slow(request)
+    pytest.importorskip("torch")
+    worker = processes("worker", "--port", "0", "--vocab", "32", "--max-support", "8")
+    port = int(worker.wait_for(LISTENING).group(1))
+    verifier = processes("verifier", "--port", "0", "--vocab", "32", "--max-support", "8", "--worker",
+                         f"127.0.0.1:{port}", "--rounds", "2", "--support-policy", "8", "--exit-after-rounds")
+    verifier.wait_for(re.compile(r"round 2 committed"))
+    assert verifier.proc.wait(timeout=START_S) == 0
+    assert worker.stop(signal.SIGTERM) == 0
+    worker_log = "".join(worker.seen)
+    assert "sent HELLO" in worker_log and "top-8: sent 5 REPLY + COMPLETION" in worker_log
+    assert "received SIGTERM" in worker_log and "worker stopped" in worker_log
+
+
+def test_usage_errors():
+    runner = CliRunner()
+    result = runner.invoke(endpoint_group, ["verifier", "--port", "0", "--mutant", "nope"])
+    assert result.exit_code == 2 and "unknown mutant" in result.output
+    result = runner.invoke(endpoint_group, ["worker", "--port", "0", "--vocab", "64", "--dense-stride", "60"])
+    assert result.exit_code == 2 and "dense stride" in result.output
+    assert parse_address("127.0.0.1:7700") == ("127.0.0.1", 7700)
+    with pytest.raises(Exception, match="HOST:PORT"):
+        parse_address("7700")

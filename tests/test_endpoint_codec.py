@@ -1,0 +1,218 @@
+"""The reference endpoint's own codec and receiver, in-process: independent of the spec, and equal to it.
+
+The endpoint is a candidate, so it must share no code with the spec: a scan of
+its imports proves it never imports ``qconform.spec`` (nor the generators or the
+harness). Its CRC-32C, decoder, q validation and state machine are then held to
+the spec: every ``wire_frames`` and ``wire_sessions`` vector, property tests of
+its frames against the spec's decoder and back, and the R18 allocation
+accounting (a frame refused on its bounds costs no payload buffer).
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from qconform.adapters.endpoint import answers, layout
+from qconform.adapters.endpoint.codec import Decoder, Message, Refusal, encode
+from qconform.adapters.endpoint.crc32c import SMALL, crc32c
+from qconform.adapters.endpoint.deployment import hello_config
+from qconform.adapters.endpoint.receiver import Receiver
+from qconform.adapters.endpoint.replies import completion_frame, dense_tail, reply_frame, sparse_tail
+from qconform.generators.corpus import default_vectors_dir
+from qconform.generators.families.wire_frames import fields_to_json, hello_from_json
+from qconform.spec.constants import M
+from qconform.spec.qrow import QRow
+from qconform.spec.wire import checksum
+from qconform.spec.wire.codec import encode_frame, reply_from_row
+from qconform.spec.wire.header import seal
+from qconform.spec.wire.negotiation import example_config
+from qconform.spec.wire.receiver import check_frame
+
+pytestmark = pytest.mark.rules("R03", "R12", "R15", "R16", "R18", "R19", "R20", "R21")
+
+ENDPOINT_DIR = Path(__file__).resolve().parent.parent / "adapters" / "endpoint"
+FORBIDDEN = ("qconform.spec", "qconform.generators", "qconform.harness")
+VECTORS = default_vectors_dir()
+
+
+def imported_modules(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names.add(node.module or "")
+    return names
+
+
+def test_endpoint_never_imports_the_spec():
+    files = sorted(ENDPOINT_DIR.glob("*.py"))
+    assert len(files) >= 10
+    for path in files:
+        for name in imported_modules(path):
+            assert not name.startswith(FORBIDDEN), f"{path.name} imports {name}"
+
+
+def test_import_scan_sees_a_spec_import(tmp_path):
+    sneaky = tmp_path / "sneaky.py"
+    sneaky.write_text("import os\nfrom qconform.spec.wire import codec\n", encoding="utf-8")
+    assert "qconform.spec.wire" in imported_modules(sneaky)
+
+
+# -- CRC-32C --------------------------------------------------------------------------------
+
+
+def test_crc32c_check_value():
+    assert crc32c(b"123456789") == 0xE3069283
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.binary(max_size=64), st.integers(0, 3 * SMALL), st.integers(0, 255), st.integers(0, 5))
+def test_crc32c_matches_the_spec_small_and_large(head, extra, fill, cut):
+    data = head + bytes([fill]) * extra + head[::-1]
+    assert crc32c(data) == checksum.crc32c(data)
+    split = min(cut * 1000, len(data))
+    assert crc32c(data[:split], data[split:]) == checksum.crc32c(data)
+
+
+# -- every vector, in-process ------------------------------------------------------------------
+
+
+def cases(family: str) -> list[dict]:
+    document = json.loads((VECTORS / f"{family}.json").read_text(encoding="utf-8"))
+    return [case for group in document["testGroups"] for case in group["tests"]]
+
+
+def raw(blob: dict) -> bytes:
+    return base64.b64decode(blob["b64"])
+
+
+def frame_answer(receiver: Receiver, data: bytes, negotiated: bool) -> dict:
+    try:
+        message, row = receiver.check(data)
+    except Refusal as refusal:
+        return {"verdict": "reject", "reason": refusal.code}
+    if message.type == layout.HELLO and negotiated:
+        return {"verdict": "reject", "reason": "UNEXPECTED_MESSAGE"}
+    return {"verdict": "accept", "message": answers.message_json(message, row)}
+
+
+def test_every_wire_frames_vector():
+    for case in cases("wire_frames"):
+        inp = case["input"]
+        receiver = Receiver(answers.hello_fields(inp["hello"]))
+        receiver.negotiated = receiver.config if inp["negotiated"] else None
+        assert frame_answer(receiver, raw(inp["frame"]), inp["negotiated"]) == case["expected"], case["id"]
+
+
+def test_every_wire_sessions_vector():
+    for case in cases("wire_sessions"):
+        receiver = Receiver(answers.hello_fields(case["input"]["config"]))
+        verdicts = []
+        for event in case["input"]["events"]:
+            if "frame" in event:
+                verdict = receiver.feed(raw(event["frame"]))
+            elif "timeout" in event:
+                verdict = receiver.timeout(event["timeout"])
+            else:
+                verdict = receiver.disconnect()
+            verdicts.append(answers.verdict_json(verdict))
+        got = {"verdicts": verdicts, "final": answers.state_json(receiver), "counters": answers.counters_json(receiver)}
+        assert got == case["expected"], case["id"]
+
+
+# -- frames both ways -------------------------------------------------------------------------
+
+DEV = example_config(vocab=40, dense_stride=48, max_support=12)
+DEV_FIELDS = answers.hello_fields(fields_to_json(DEV))
+
+
+@st.composite
+def q_rows(draw, vocab: int = 40, max_support: int = 12):
+    """A dyadic24 row (dense or sparse) and a token of positive count."""
+    size = draw(st.integers(1, max_support))
+    ids = sorted(draw(st.sets(st.integers(0, vocab - 1), min_size=size, max_size=size)))
+    cuts = sorted(draw(st.sets(st.integers(1, M - 1), min_size=size - 1, max_size=size - 1)))
+    counts = [b - a for a, b in zip([0, *cuts], [*cuts, M])]
+    token = ids[draw(st.integers(0, size - 1))]
+    if draw(st.booleans()):
+        dense = [0] * vocab
+        for i, c in zip(ids, counts):
+            dense[i] = c
+        return QRow.dense(dense), token
+    return QRow.sparse(vocab, ids, counts), token
+
+
+def step_message(policy: int) -> Message:
+    fields = {"session_id": DEV.session_id, "generation": 3, "round": 9, "anchor": 4100, "support_policy": policy,
+              "context_version": 2, "temperature": 0x3F800000, "slot": 1, "depth": 5, "prefix_digest": bytes(32)}
+    return Message(layout.STEP, fields)
+
+
+@settings(max_examples=30, deadline=None)
+@given(q_rows(), st.integers(0, 4))
+def test_endpoint_replies_are_the_spec_replies(row_and_token, index):
+    row, token = row_and_token
+    if row.ids is None:
+        tail, entries, representation = dense_tail(np.array(row.counts), DEV.dense_stride), DEV.dense_stride, 1
+    else:
+        (tail, entries), representation = sparse_tail(np.array(row.ids), np.array(row.counts)), 2
+    step = step_message(0 if row.ids is None else len(row.ids))
+    sealed = reply_frame(step, index, token, tail, entries, representation)
+    ours = sealed.data
+    theirs = encode_frame(reply_from_row(DEV.session_id, 1, 3, 9, 4100 + index, token, row, DEV.dense_stride))
+    assert ours == theirs
+    message, spec_row = check_frame(ours, DEV, DEV)
+    assert spec_row == row and message.token == token
+    receiver = Receiver(DEV_FIELDS)
+    receiver.negotiated = DEV_FIELDS
+    _, our_row = receiver.check(theirs)
+    assert our_row.counts.tolist() == list(row.counts)
+    completion = completion_frame(step, [sealed])
+    assert check_frame(completion, DEV, DEV)[0].reply_bytes == len(ours)
+
+
+def test_hello_round_trip_and_negotiation():
+    config = hello_config(vocab=64, max_support=16)
+    assert answers.hello_fields(fields_to_json(hello_from_json(answers.fields_json(layout.HELLO, config)))) == config
+    frame = encode(layout.HELLO, config)
+    assert frame == encode_frame(hello_from_json(answers.fields_json(layout.HELLO, config)))
+    receiver = Receiver(config)
+    assert receiver.feed(frame).kind == "accept"
+    wider = Receiver(config)
+    assert wider.feed(encode(layout.HELLO, {**config, "max_slots": 5})).reason == "TOO_MANY_SLOTS"
+
+
+# -- R18: bounds before the payload is allocated -----------------------------------------------------
+
+
+def test_allocation_is_zero_for_frames_refused_on_their_bounds():
+    receiver = Receiver(DEV_FIELDS)
+    assert receiver.feed(encode(layout.HELLO, DEV_FIELDS)).kind == "accept"
+    row = QRow.sparse(40, (1, 2), (M // 2, M // 2))
+    good = encode_frame(reply_from_row(DEV.session_id, 1, 3, 9, 4100, 1, row, DEV.dense_stride))
+    assert receiver.feed(good).allocated == len(good) - layout.HEADER_SIZE
+    huge = seal(good[:12] + (0xFFFFFFFF).to_bytes(4, "little") + good[16:])
+    verdict = receiver.feed(huge)
+    assert (verdict.reason, verdict.allocated) == ("UNEXPECTED_SIZE", 0)
+    short = receiver.feed(good[:-1])
+    assert (short.reason, short.allocated) == ("TRUNCATED", 0)
+
+
+def test_decoder_header_checks_need_no_payload():
+    decoder = Decoder()
+    frame = encode_frame(replace(DEV, max_support=4))
+    start, length, limits, kind = decoder.header(memoryview(frame[:layout.HEADER_SIZE]), None)
+    assert (start, length, kind) == (layout.HEADER_SIZE, len(frame) - layout.HEADER_SIZE, layout.HELLO)
+    assert limits == (length, length)
+    with pytest.raises(Refusal, match="BAD_MAGIC"):
+        decoder.header(memoryview(b"GET / HTTP/1.1"), None)

@@ -1,0 +1,130 @@
+"""The worker endpoint and the verifier's driving role, end to end on loopback, against the spec.
+
+Rounds between a worker (the drafter leader, sampling with the torch candidate
+under the RNG ABI) and a target (every frame through the endpoint's own
+receiver, verification with the torch candidate) must equal the spec draw for
+draw: the tokens, every q row, the accepted count and the correction or bonus
+token. A retried STEP gets the identical frames (R24); a STEP the worker cannot
+serve gets a COMPLETION with status FAILED, which discards the proposal (R25).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+pytest.importorskip("torch")
+
+from endpoint_servers import check_committed_round  # noqa: E402
+
+from qconform.adapters.endpoint import control, layout, stream  # noqa: E402
+from qconform.adapters.endpoint.codec import Decoder, encode  # noqa: E402
+from qconform.adapters.endpoint.deployment import hello_config  # noqa: E402
+from qconform.adapters.endpoint.model import DraftModel, TargetModel  # noqa: E402
+from qconform.adapters.endpoint.target import Target  # noqa: E402
+from qconform.adapters.endpoint.worker import WorkerEndpoint  # noqa: E402
+from qconform.spec.proposal import SupportPolicy  # noqa: E402
+
+pytestmark = pytest.mark.rules("R01", "R08", "R11", "R15", "R16", "R22", "R24", "R25")
+
+RUN_S = 30.0
+
+
+async def rounds(vocab: int, policy: int, count: int, seed: int = 0x5EED):
+    config = hello_config(vocab=vocab, max_support=16)
+    model = DraftModel.random(vocab, seed=7)
+    target_model = TargetModel.near(model, noise=0.3)
+    worker = WorkerEndpoint(config, model)
+    target = Target(config, target_model, "127.0.0.1", await worker.start(), seed=seed, support_policy=policy)
+    try:
+        await asyncio.wait_for(target.run(count), RUN_S)
+    finally:
+        await target.close()
+        await worker.close()
+    return target, model, target_model
+
+
+@pytest.mark.parametrize("vocab, policy", [(48, 0), (64, 16)])
+def test_rounds_equal_the_spec_draw_for_draw(vocab, policy):
+    target, model, target_model = asyncio.run(rounds(vocab, policy, 4, seed=(1 << 40) + 3))
+    support = SupportPolicy.top_k(policy) if policy else SupportPolicy.dense()
+    assert [r.outcome for r in target.records] == ["committed"] * 4
+    for before, after in zip(target.records, target.records[1:]):
+        assert after.anchor == before.new_committed and after.previous == before.token
+    for record in target.records:
+        check_committed_round(model, target_model, record, support)
+        assert all((row.ids is None) == (policy == 0) for row in record.rows)
+    assert sum(r.accepted for r in target.records) > 0  # the near target accepts some drafts
+
+
+async def raw_link(worker: WorkerEndpoint):
+    """A bare connection to the worker, its HELLO read: (reader, writer, session)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", await worker.start())
+    item = await stream.read_item(reader, Decoder(), worker.hello)
+    hello = Decoder().decode(item.data, None)
+    return reader, writer, hello["session_id"]
+
+
+async def read_frames(reader, params, count: int) -> list[bytes]:
+    items = [await asyncio.wait_for(stream.read_item(reader, Decoder(), params), RUN_S) for _ in range(count)]
+    return [item.data for item in items]
+
+
+def test_retried_step_gets_identical_frames_and_a_bad_step_fails():
+    async def scenario():
+        config = hello_config(vocab=32, max_support=8)
+        worker = WorkerEndpoint(config, DraftModel.random(32, seed=1))
+        reader, writer, session = await raw_link(worker)
+        params = {**config, "session_id": session}
+        common = {"session_id": session, "slot": 2}
+        step = {**common, "generation": 1, "round": 1, "anchor": 50, "support_policy": 8, "context_version": 1,
+                "temperature": 0x3F800000, "depth": 5, "prefix_digest": bytes(32)}
+        await stream.send(writer, encode(layout.RESET, {**common, "seed": 9, "generation": 1, "committed": 50}),
+                          encode(layout.STEP, step))
+        first = await read_frames(reader, params, 6)
+        await stream.send(writer, encode(layout.STEP, step))
+        again = await read_frames(reader, params, 6)
+        await stream.send(writer, encode(layout.STEP, {**step, "round": 2, "anchor": 51}))
+        failed = await read_frames(reader, params, 1)
+        writer.close()
+        await worker.close()
+        return first, again, failed[0]
+
+    first, again, failed = asyncio.run(scenario())
+    assert first == again
+    params = {**hello_config(vocab=32, max_support=8), "session_id": 0}
+    messages = [Decoder().decode(frame, params) for frame in first]
+    assert [m.type for m in messages] == [layout.REPLY] * 5 + [layout.COMPLETION]
+    assert [m["position"] for m in messages[:5]] == [50, 51, 52, 53, 54]
+    assert all(m["representation"] == layout.REPR_SPARSE and m["entry_count"] <= 8 for m in messages[:5])
+    completion = Decoder().decode(failed, params)
+    assert completion.type == layout.COMPLETION
+    assert (completion["status"], completion["round"], completion["reply_bytes"]) == (layout.STATUS_FAILED, 2, 0)
+
+
+def test_worker_control_configure_model_and_trace():
+    async def scenario():
+        worker = WorkerEndpoint(hello_config(vocab=16, max_support=4), DraftModel.random(16))
+        reader, writer, _ = await raw_link(worker)
+
+        async def ask(obj):
+            await stream.send(writer, control.json_envelope(control.COMMAND, obj))
+            item = await stream.read_item(reader, Decoder(), None)
+            return control.json_body(item.data)
+
+        model = DraftModel.random(24, seed=5)
+        answers = [await ask({"op": "about"}), await ask({"op": "configure", "model": model.to_json(),
+                                                          "hello": {"vocab": 24}}),
+                   await ask({"op": "configure", "model": model.to_json()}), await ask({"op": "model"}),
+                   await ask({"op": "trace", "slot": 3}), await ask({"op": "launch"})]
+        writer.close()
+        await worker.close()
+        return model, answers
+
+    model, (about, bad, ok, got, trace, unknown) = asyncio.run(scenario())
+    assert about["role"] == "worker" and about["families"] == ["proposal_chain"]
+    assert "error" in bad and ok == {"ok": True}
+    assert DraftModel.from_json(got["model"]).base_logits.equal(model.base_logits)
+    assert trace == {"draws": []}
+    assert "unknown op" in unknown["error"]

@@ -1,0 +1,161 @@
+"""Faults injected between a worker and a verifier: the whole proposal is discarded, never partly committed.
+
+A worker endpoint and a target (the verifier's driving role) run four rounds
+through the fault proxy on loopback, with one fault in round 2. For every fault
+the test asserts the four things the design requires (R25, R28): no partial
+commit, no stale q consumed, the whole proposal discarded, the matching counter
+incremented; and that the link recovers (rounds 3 and 4 commit under a new
+generation). Every committed round is checked against the spec draw for draw.
+
+An identical duplicate is the one fault that must *not* discard: R24 makes an
+identical retry harmless, so it is a ``duplicate`` (counted, nothing consumed
+twice); a duplicate that differs (``redraw``, a redraw under a reused key) is
+RETRY_MISMATCH and discards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+pytest.importorskip("torch")
+
+from endpoint_servers import check_committed_round  # noqa: E402
+
+from qconform.adapters.endpoint.deployment import hello_config  # noqa: E402
+from qconform.adapters.endpoint.model import DraftModel, TargetModel  # noqa: E402
+from qconform.adapters.endpoint.target import Target  # noqa: E402
+from qconform.adapters.endpoint.worker import WorkerEndpoint  # noqa: E402
+from qconform.harness.fault_proxy import COMPLETION, FAULT_KINDS, Fault, FaultProxy, redrawn  # noqa: E402
+from qconform.spec.proposal import SupportPolicy  # noqa: E402
+from qconform.spec.wire.codec import decode_frame, encode_frame, reply_from_row  # noqa: E402
+from qconform.spec.wire.negotiation import example_config  # noqa: E402
+from qconform.spec.qrow import QRow  # noqa: E402
+
+pytestmark = pytest.mark.rules("R16", "R19", "R24", "R25", "R28")
+
+VOCAB = 32
+DEPTH = 5
+FAULTED_ROUND = 2
+ROUNDS = 4
+RUN_S = 30.0
+
+#: fault -> (frame index it hits, the faulted round's discard reason, the counter that must move)
+FAULTS = {
+    "drop": (DEPTH - 1, "MISSING_Q", "MISSING_Q"),
+    "delay": (2, "timeout", "timeouts"),
+    "corrupt": (2, "CHECKSUM_MISMATCH", "CHECKSUM_MISMATCH"),
+    "redraw": (2, "RETRY_MISMATCH", "RETRY_MISMATCH"),
+    "reorder": (1, "POSITION_MISMATCH", "POSITION_MISMATCH"),
+    "late_after_reset": (2, "reset", "LATE_REPLY"),
+    "disconnect": (2, "disconnect", "disconnects"),
+}
+
+
+async def play(faults: list[Fault], support_policy: int = 0, watchdog_s: float = 2.0):
+    """Four rounds through the proxy; (target, proxy, model, target model)."""
+    config = hello_config(vocab=VOCAB, max_support=16)
+    model = DraftModel.random(VOCAB, seed=3)
+    target_model = TargetModel.near(model)
+    worker = WorkerEndpoint(config, model)
+    proxy = FaultProxy("127.0.0.1", await worker.start(), faults)
+    target = Target(config, target_model, "127.0.0.1", await proxy.start(), support_policy=support_policy,
+                    watchdog_s=watchdog_s)
+
+    async def preempt_when_held() -> None:
+        await proxy.holding.wait()
+        target.preempt()
+
+    preempter = None
+    if any(f.kind == "late_after_reset" for f in faults):
+        preempter = asyncio.ensure_future(preempt_when_held())
+    try:
+        await asyncio.wait_for(target.run(ROUNDS), RUN_S)
+    finally:
+        if preempter is not None:
+            preempter.cancel()
+        await target.close()
+        await proxy.close()
+        await worker.close()
+    return target, proxy, model, target_model
+
+
+def consumed(target: Target) -> list[dict]:
+    return [entry for entry in target.receiver.journal if entry["event"] == "consumed"]
+
+
+def check_recovered_and_exact(target: Target, model, target_model, support: SupportPolicy) -> None:
+    """Every committed round is the spec's, consumed whole after its COMPLETION; later rounds commit."""
+    for record in target.records:
+        if record.outcome == "committed":
+            check_committed_round(model, target_model, record, support)
+    for entry in consumed(target):
+        assert entry["rows"] == DEPTH and entry["completed"], entry
+    assert [r.outcome for r in target.records[FAULTED_ROUND:]] == ["committed"] * (ROUNDS - FAULTED_ROUND)
+
+
+def test_fault_kinds_are_all_exercised():
+    assert set(FAULTS) | {"duplicate"} == set(FAULT_KINDS)
+
+
+@pytest.mark.parametrize("kind", sorted(FAULTS))
+def test_fault_discards_the_whole_proposal(kind):
+    index, reason, counter = FAULTS[kind]
+    watchdog = 0.3 if kind == "delay" else 5.0
+    target, proxy, model, target_model = asyncio.run(play([Fault(kind, FAULTED_ROUND, index)], watchdog_s=watchdog))
+    assert [f.kind for f in proxy.applied] == [kind]
+    faulted = target.records[FAULTED_ROUND - 1]
+    assert faulted.round == FAULTED_ROUND
+    # 1. no partial commit: nothing of the round is committed, the committed position stays
+    assert (faulted.outcome, faulted.reason, faulted.accepted, faulted.token) == ("discarded", reason, None, None)
+    assert FAULTED_ROUND not in [entry["round"] for entry in consumed(target)]
+    assert target.records[FAULTED_ROUND].anchor == faulted.anchor
+    # 2. no stale q consumed: only whole, validated rounds of a live generation, each the spec's
+    check_recovered_and_exact(target, model, target_model, SupportPolicy.dense())
+    assert all(r.generation > faulted.generation for r in target.records[FAULTED_ROUND:])
+    # 3. the whole proposal discarded, exactly once
+    discards = [e for e in target.receiver.journal if e["event"] == "discarded"]
+    assert [(e["round"], e["generation"]) for e in discards] == [(FAULTED_ROUND, faulted.generation)]
+    assert target.receiver.counters["discarded_proposals"] == 1
+    # 4. the matching counter moved
+    assert target.receiver.counters[counter] >= 1
+
+
+def test_identical_duplicate_is_a_harmless_retry():
+    target, proxy, model, target_model = asyncio.run(play([Fault("duplicate", FAULTED_ROUND, 2)]))
+    assert [f.kind for f in proxy.applied] == ["duplicate"]
+    assert target.receiver.counters["duplicate_retries"] == 1
+    assert target.receiver.counters["discarded_proposals"] == 0
+    check_recovered_and_exact(target, model, target_model, SupportPolicy.dense())
+    assert [e["round"] for e in consumed(target)] == list(range(1, ROUNDS + 1))
+
+
+def test_sparse_rounds_with_a_dropped_completion_time_out():
+    target, proxy, model, target_model = asyncio.run(
+        play([Fault("drop", FAULTED_ROUND, COMPLETION)], support_policy=8, watchdog_s=0.5))
+    faulted = target.records[FAULTED_ROUND - 1]
+    assert (faulted.outcome, faulted.reason) == ("discarded", "timeout")
+    assert target.receiver.counters["timeouts"] == 1
+    check_recovered_and_exact(target, model, target_model, SupportPolicy.top_k(8))
+
+
+def test_no_fault_all_rounds_commit_through_the_proxy():
+    target, proxy, model, target_model = asyncio.run(play([]))
+    assert proxy.applied == []
+    assert [r.outcome for r in target.records] == ["committed"] * ROUNDS
+    check_recovered_and_exact(target, model, target_model, SupportPolicy.dense())
+    assert target.receiver.counters["discarded_proposals"] == 0
+
+
+def test_redrawn_copy_is_a_valid_frame_with_another_token():
+    config = example_config(vocab=16, max_support=4)
+    row = QRow.sparse(16, (2, 5, 9), (1 << 23, 1 << 22, 1 << 22))
+    frame = encode_frame(reply_from_row(config.session_id, 0, 1, 1, 7, 5, row, 16))
+    copy = decode_frame(redrawn(frame), config)
+    assert copy.token == 2 and copy.ids == (2, 5, 9)
+
+
+def test_unknown_fault_kind_is_refused():
+    with pytest.raises(ValueError, match="unknown fault"):
+        Fault("bitrot", 1)
