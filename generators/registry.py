@@ -23,6 +23,10 @@ FAMILY_MODULES: tuple[str, ...] = (
     "proposal_chain",
     "verification_round",
     "distribution",
+    "admission",
+    "wire_frames",
+    "wire_sessions",
+    "sharding",
 )
 
 RESULTS = ("valid", "invalid", "acceptable")

@@ -27,16 +27,19 @@ class Capabilities:
     ``families``: vector families it runs (others are ``unsupported``);
     ``injected_draws``: whether it takes its random draws from the RNG ABI
     (docs/rng-abi.md), which is what makes draw-for-draw checks possible;
-    ``devices``: devices it runs on (``cpu``, ``cuda``...).
+    ``devices``: devices it runs on (``cpu``, ``cuda``...);
+    ``sampling``: families whose inputs it samples with its own RNG through
+    :meth:`Adapter.sample_batch` (statistical mode, docs/stat-mode.md).
     """
 
     families: tuple[str, ...]
     injected_draws: bool = True
     devices: tuple[str, ...] = ("cpu",)
+    sampling: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         return {"families": list(self.families), "injected_draws": self.injected_draws,
-                "devices": list(self.devices)}
+                "devices": list(self.devices), "sampling": list(self.sampling)}
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,17 @@ class Adapter(ABC):
     @abstractmethod
     def run_batch(self, family: str, inputs: Sequence[dict]) -> list[Outcome]:
         """Run one batch of case inputs of ``family``; one outcome per input, in order."""
+
+    def sample_batch(self, family: str, inputs: Sequence[dict], samples: int, seed: int) -> list[Outcome]:
+        """Sample ``samples`` independent rounds of each input of ``family`` with the adapter's
+        own RNG; one outcome per input, in order: a histogram of the rounds' outcomes
+        (docs/stat-mode.md), a refusal ``{"error": CODE}``, Unimplemented or AdapterError.
+
+        ``seed`` (a 64-bit integer, never repeated within a harness run) should seed the
+        draws, so that a run can be reproduced; distinct ``(seed, input index)`` pairs must
+        give independent streams. Adapters that do not sample leave this default.
+        """
+        return [Unimplemented(f"{self.name} does not sample {family}")] * len(inputs)
 
     def config(self) -> AdapterConfig:
         return AdapterConfig(self.name, self.capabilities(), self.precision(), self.device)

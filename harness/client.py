@@ -21,13 +21,14 @@ import threading
 import time
 import weakref
 from collections import deque
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from qconform.harness.adapter import AdapterConfig, AdapterError, Outcome, Unimplemented
 from qconform.harness.shim_protocol import (
     AdapterStartError,
     ProtocolError,
     check_output,
+    check_sample_output,
     decode_line,
     encode_message,
     entry_to_outcome,
@@ -297,25 +298,44 @@ class AdapterClient:
         answered :class:`Unimplemented` without contacting the child.
         """
         inputs = list(inputs)
-        if not inputs:
-            return []
-        if family not in self.config.capabilities.families:
+        if inputs and family not in self.config.capabilities.families:
             return [Unimplemented(f"{self.config.name} does not declare family {family}")] * len(inputs)
+        request = {"op": "run", "family": family, "inputs": inputs}
+        return self._batch(request, timeout_s, lambda output: check_output(family, output))
+
+    def sample_batch(self, family: str, inputs: Sequence[dict], samples: int, seed: int,
+                     timeout_s: float | None = None) -> list[Outcome]:
+        """Sample ``samples`` rounds of each of ``inputs`` with the adapter's own RNG (the
+        ``sample`` op, docs/stat-mode.md): one outcome per input, in order, an outcome
+        histogram or a refusal. Misbehaviour becomes :class:`AdapterError` as for
+        :meth:`run_batch`; a family outside the declared ``sampling`` capability is
+        :class:`Unimplemented` without contacting the child.
+        """
+        inputs = list(inputs)
+        if inputs and family not in self.config.capabilities.sampling:
+            return [Unimplemented(f"{self.config.name} does not declare sampling of {family}")] * len(inputs)
+        request = {"op": "sample", "family": family, "inputs": inputs, "samples": samples, "seed": str(seed)}
+        return self._batch(request, timeout_s, lambda output: check_sample_output(family, output, samples))
+
+    def _batch(self, request: dict, timeout_s: float | None, check: Callable[[dict], str | None]) -> list[Outcome]:
+        """Send one batch request and return its per-input outcomes, each checked by ``check``."""
+        count = len(request["inputs"])
+        if not count:
+            return []
         with self._lock:
             try:
                 self._ensure_child()
             except AdapterStartError as exc:
-                return [AdapterError(f"adapter restart failed: {exc}")] * len(inputs)
+                return [AdapterError(f"adapter restart failed: {exc}")] * count
             try:
-                reply = self._exchange({"op": "run", "family": family, "inputs": inputs},
-                                       self.timeout_s if timeout_s is None else timeout_s)
+                reply = self._exchange(request, self.timeout_s if timeout_s is None else timeout_s)
             except ChildFailure as exc:
-                return [AdapterError(str(exc))] * len(inputs)
-        return outcomes_of(family, reply, len(inputs))
+                return [AdapterError(str(exc))] * count
+        return outcomes_of(reply, count, check)
 
 
-def outcomes_of(family: str, reply: dict, count: int) -> list[Outcome]:
-    """The per-case outcomes of a ``run`` reply whose id matched."""
+def outcomes_of(reply: dict, count: int, check: Callable[[dict], str | None]) -> list[Outcome]:
+    """The per-case outcomes of a ``run`` or ``sample`` reply whose id matched."""
     status = reply.get("status")
     if status == "unimplemented":
         return [Unimplemented(str(reply.get("reason", "")))] * count
@@ -323,10 +343,10 @@ def outcomes_of(family: str, reply: dict, count: int) -> list[Outcome]:
         return [AdapterError(f"adapter failed the whole request: {reply.get('message', '')}")] * count
     outputs = reply.get("outputs")
     if status != "ok" or not isinstance(outputs, list):
-        return [AdapterError(f"malformed run reply (needs status and an outputs list): {quote(repr(reply))}")] * count
+        return [AdapterError(f"malformed reply (needs status and an outputs list): {quote(repr(reply))}")] * count
     if len(outputs) != count:
         return [AdapterError(f"adapter answered {len(outputs)} outputs for {count} inputs")] * count
-    return [entry_to_outcome(entry, lambda output: check_output(family, output)) for entry in outputs]
+    return [entry_to_outcome(entry, check) for entry in outputs]
 
 
 def open_adapter(spec: str, device: str = "cpu", timeout_s: float = 60.0) -> AdapterClient:
@@ -334,7 +354,8 @@ def open_adapter(spec: str, device: str = "cpu", timeout_s: float = 60.0) -> Ada
 
     ``spec`` is a registered adapter name (``reference``, ``noop``, ``faulty:<mode>``,
     an entry point) served by ``python -m qconform.harness.host``, or
-    ``shim:<command line>`` for a program that speaks the protocol itself.
+    ``shim:<command line>`` for a program that speaks the protocol itself, or
+    ``tcp://HOST:PORT`` for a wire v2 endpoint (served by the host as ``TcpAdapter``).
     Raises :class:`AdapterStartError` (``UnknownAdapter`` for an unknown name)
     when the adapter cannot start.
     """
@@ -343,10 +364,10 @@ def open_adapter(spec: str, device: str = "cpu", timeout_s: float = 60.0) -> Ada
         if not command:
             raise AdapterStartError("shim: needs a command line, e.g. shim:./my_shim --flag")
     else:
-        from qconform.harness.registry import UnknownAdapter, available_adapters
+        from qconform.harness.registry import TCP_PREFIX, UnknownAdapter, available_adapters
 
         names = available_adapters()
-        if spec not in names:
+        if spec not in names and not spec.startswith(TCP_PREFIX):
             raise UnknownAdapter(spec, list(names))
         command = host_command(spec, device)
     return AdapterClient(spec, command, device, timeout_s)

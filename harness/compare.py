@@ -115,6 +115,8 @@ COMPARATORS: dict[str, str] = {
     "allocation_sparse": "qconform.harness.compare_allocation",
     "proposal_chain": "qconform.harness.compare_proposal",
     "verification_round": "qconform.harness.compare_verification",
+    "wire_frames": "qconform.harness.compare_wire",
+    "wire_sessions": "qconform.harness.compare_wire",
 }
 
 

@@ -17,7 +17,7 @@ import json
 import os
 import sys
 import traceback
-from typing import Any, BinaryIO, Sequence
+from typing import Any, BinaryIO, Callable, Sequence
 
 from qconform.harness.adapter import Adapter, AdapterError, Unimplemented
 from qconform.harness.shim_protocol import (
@@ -67,17 +67,17 @@ def entry_json(outcome: Any) -> str:
         return json.dumps(outcome_to_entry(AdapterError(f"output is not strict JSON: {exc}")), separators=(",", ":"))
 
 
-def run_one_by_one(adapter: Adapter, family: str, inputs: Sequence[dict]) -> list[Any]:
+def one_by_one(call: Callable[[list], Any], inputs: Sequence[dict], what: str) -> list[Any]:
     """Re-run a failed batch case by case so each exception lands on its own case."""
     outcomes: list[Any] = []
     for case_input in inputs:
         try:
-            single = adapter.run_batch(family, [case_input])
+            single = call([case_input])
         except Exception as exc:  # noqa: BLE001 - the adapter's failure is the result
             outcomes.append(AdapterError(describe_exception(exc)))
             continue
         if not isinstance(single, list) or len(single) != 1:
-            outcomes.append(AdapterError(f"run_batch returned {_count(single)} for 1 input"))
+            outcomes.append(AdapterError(f"{what} returned {_count(single)} for 1 input"))
         else:
             outcomes.append(single[0])
     return outcomes
@@ -87,23 +87,47 @@ def _count(outcomes: Any) -> str:
     return f"{len(outcomes)} outcomes" if isinstance(outcomes, list) else f"a {type(outcomes).__name__}"
 
 
+def batch_reply(call: Callable[[list], Any], what: str, request_id: Any, inputs: list) -> bytes:
+    """The serialized answer to a request whose outcomes ``call(inputs)`` computes
+    (``what`` names the adapter method, for messages)."""
+    try:
+        outcomes = call(inputs)
+    except Exception:  # noqa: BLE001 - attribute it to cases below
+        traceback.print_exc()  # to stderr, which the client quotes
+        outcomes = one_by_one(call, inputs, what)
+    if not isinstance(outcomes, list) or len(outcomes) != len(inputs):
+        return error_reply(request_id, f"{what} returned {_count(outcomes)} for {len(inputs)} inputs")
+    body = ",".join(entry_json(outcome) for outcome in outcomes)
+    head = json.dumps(request_id)
+    return f'{{"id":{head},"status":"ok","outputs":[{body}]}}\n'.encode("utf-8")
+
+
+def unimplemented_reply(adapter: Adapter, request_id: Any, what: str) -> bytes:
+    return encode_message({"id": request_id, "status": "unimplemented", "reason": f"{adapter.name} does not {what}"})
+
+
 def run_reply(adapter: Adapter, families: tuple[str, ...], request_id: Any, family: Any, inputs: Any) -> bytes:
     """The serialized answer to one ``run`` request."""
     if not isinstance(family, str) or not isinstance(inputs, list):
         return error_reply(request_id, "run needs a string family and a list of inputs")
     if family not in families:
-        return encode_message({"id": request_id, "status": "unimplemented",
-                               "reason": f"{adapter.name} does not implement {family}"})
-    try:
-        outcomes = adapter.run_batch(family, inputs)
-    except Exception:  # noqa: BLE001 - attribute it to cases below
-        traceback.print_exc()  # to stderr, which the client quotes
-        outcomes = run_one_by_one(adapter, family, inputs)
-    if not isinstance(outcomes, list) or len(outcomes) != len(inputs):
-        return error_reply(request_id, f"run_batch returned {_count(outcomes)} for {len(inputs)} inputs")
-    body = ",".join(entry_json(outcome) for outcome in outcomes)
-    head = json.dumps(request_id)
-    return f'{{"id":{head},"status":"ok","outputs":[{body}]}}\n'.encode("utf-8")
+        return unimplemented_reply(adapter, request_id, f"implement {family}")
+    return batch_reply(lambda batch: adapter.run_batch(family, batch), "run_batch", request_id, inputs)
+
+
+def sample_reply(adapter: Adapter, sampling: tuple[str, ...], request_id: Any, request: dict) -> bytes:
+    """The serialized answer to one ``sample`` request (docs/stat-mode.md)."""
+    family, inputs, samples, seed = (request.get(key) for key in ("family", "inputs", "samples", "seed"))
+    if not isinstance(family, str) or not isinstance(inputs, list):
+        return error_reply(request_id, "sample needs a string family and a list of inputs")
+    if type(samples) is not int or samples < 1:
+        return error_reply(request_id, f"sample needs a positive integer samples, got {samples!r}")
+    if not isinstance(seed, str) or not seed.isdigit() or int(seed) >= 1 << 64:
+        return error_reply(request_id, f"sample needs a 64-bit seed as a decimal string, got {seed!r}")
+    if family not in sampling:
+        return unimplemented_reply(adapter, request_id, f"sample {family}")
+    return batch_reply(lambda batch: adapter.sample_batch(family, batch, samples, int(seed)), "sample_batch",
+                       request_id, inputs)
 
 
 def error_reply(request_id: Any, message: str) -> bytes:
@@ -118,6 +142,7 @@ class Host:
         self.adapter = adapter
         self.load_error = load_error
         self.families: tuple[str, ...] | None = None
+        self.sampling: tuple[str, ...] | None = None
 
     def answer(self, request: dict) -> tuple[bytes, bool]:
         """(reply line, keep serving) for one decoded request."""
@@ -129,12 +154,17 @@ class Host:
         if op == "get_config":
             config = self.adapter.config()
             self.families = config.capabilities.families
+            self.sampling = config.capabilities.sampling
             return encode_message({"id": request_id, "status": "ok", "config": config_to_json(config)}), True
         if op == "run":
             if self.families is None:
                 self.families = self.adapter.capabilities().families
             reply = run_reply(self.adapter, self.families, request_id, request.get("family"), request.get("inputs"))
             return reply, True
+        if op == "sample":
+            if self.sampling is None:
+                self.sampling = self.adapter.capabilities().sampling
+            return sample_reply(self.adapter, self.sampling, request_id, request), True
         message = f"unknown op {op!r}; protocol {PROTOCOL_VERSION} has {', '.join(OPS)}"
         return error_reply(request_id, message), True
 

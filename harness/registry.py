@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, Callable
 
+from qconform.adapters.tp_emulator.mutants import TP_MUTANTS
 from qconform.harness.adapter import ENTRY_POINT_GROUP, Adapter
 from qconform.harness.shim_protocol import AdapterStartError
+from qconform.harness.stat_mutants import STAT_MUTANTS
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,10 @@ class BuiltinAdapter:
         return getattr(importlib.import_module(module), attribute)
 
 
+#: Prefix of a network endpoint under test, ``tcp://HOST:PORT`` (harness/tcp_adapter.py, docs/endpoint.md):
+#: not a registered name but a URL, served by :class:`qconform.harness.tcp_adapter.TcpAdapter`.
+TCP_PREFIX = "tcp://"
+
 #: Modes of the deliberately broken ``faulty:<mode>`` adapters (adapters/faulty.py).
 FAULTY_MODES: dict[str, str] = {
     "raise": "run_batch raises on the affected cases",
@@ -44,6 +50,33 @@ FAULTY_MODES: dict[str, str] = {
     "garbage": "writes a non-JSON line to the protocol stream",
 }
 
+#: Seeded-bug variants of the torch candidate, ``torch-mutant:<name>`` (adapters/torch_mutants.py,
+#: docs/mutants.md): name -> the bug, in one line. ``qconform mutants`` proves the corpus kills each.
+TORCH_MUTANTS: dict[str, str] = {
+    "correction-reuses-accept-draw": "the correction/bonus draw reuses the ACCEPT draw of its position (noise reuse)",
+    "correction-from-proposal-domain": "the correction/bonus draw is read from the PROPOSAL domain (noise reuse)",
+    "accept-le": "acceptance uses <=: u32 * q(x) <= p(x) * 2^32, so the boundary (and p(x) = 0 at u32 = 0) accepts",
+    "alloc-ties-highest-id": "largest-remainder ties go to the highest token ID instead of the lowest",
+    "cumulative-ge": "categorical sampling takes the first cumulative count >= the draw instead of >",
+    "q-renormalized-on-target": "the verifier renormalizes q over the target's support instead of using the counts sent",
+    "q-point-mass": "the acceptance test treats q as a point mass on the draft (q(x) = 1)",
+    "residual-drafted-token-only": "the residual subtracts only the drafted token's q from p",
+    "residual-support-only": "the residual ignores tokens outside the sparse q support",
+    "rng-keyed-by-batch-row": "every request draws under the batch's first seed, told apart by its batch row",
+    "counter-position-off-by-one": "counter word 0 holds position + 1",
+    "bonus-from-previous-row": "the bonus is drawn from p_K instead of p_{K+1}",
+    "emits-extra-token": "the last emitted token is emitted twice: more than K + 1 tokens after a full acceptance",
+    "topk-selected-after-allocation": "sparse top-k normalizes and allocates over the full row, then selects by counts",
+    "residual-pad-token": "the residual sampler never refuses: a zero-mass row or an FP32 uniform rounded to 1.0 yields token V",
+    "u24-low-bits": "the proposal draw takes the low 24 bits of word 0 instead of the top 24",
+    "domain-codes-swapped": "the ACCEPT and CORRECTION domain codes are swapped in counter word 3",
+    "key-words-swapped": "key word 0 holds the seed's high 32 bits and key word 1 its low 32 bits",
+    "accept-position-off-by-one": "the acceptance test of x_i draws at anchor + i instead of anchor + i - 1",
+    "correction-position-off-by-one": "the correction after j accepts draws at anchor + j + 1 instead of anchor + j",
+    "budget-off-by-one": "the output budget is read as budget + 1",
+    "stop-token-ignored": "stop tokens never end emission",
+}
+
 BUILTIN_ADAPTERS: dict[str, BuiltinAdapter] = {
     "reference": BuiltinAdapter(
         "qconform.adapters.reference:ReferenceAdapter",
@@ -52,6 +85,10 @@ BUILTIN_ADAPTERS: dict[str, BuiltinAdapter] = {
     "torch": BuiltinAdapter(
         "qconform.adapters.torch_adapter:TorchAdapter",
         "the independent torch candidate (FP64 allocation; CPU, or CUDA with --device cuda)",
+    ),
+    "triton": BuiltinAdapter(
+        "qconform.adapters.triton_adapter:TritonAdapter",
+        "the independent Triton candidate (FP64 allocation; CPU under TRITON_INTERPRET=1, or CUDA with --device cuda)",
     ),
     "noop": BuiltinAdapter(
         "qconform.adapters.noop:NoopAdapter",
@@ -62,6 +99,39 @@ BUILTIN_ADAPTERS: dict[str, BuiltinAdapter] = {
             "qconform.adapters.faulty:FaultyAdapter", f"deliberately broken: {text}", {"mode": mode}
         )
         for mode, text in FAULTY_MODES.items()
+    },
+    **{
+        f"torch-mutant:{name}": BuiltinAdapter(
+            "qconform.adapters.torch_mutants:MutantTorchAdapter", f"torch candidate with a seeded bug: {text}",
+            {"mutant": name},
+        )
+        for name, text in TORCH_MUTANTS.items()
+    },
+    **{
+        f"torch-tp{shards}": BuiltinAdapter(
+            "qconform.adapters.torch_tp:TorchTPAdapter",
+            f"the torch candidate sharded over {shards} ranks with torch.distributed (gloo on CPU, NCCL on CUDA)",
+            {"shards": shards},
+        )
+        for shards in (2, 4)
+    },
+    **{
+        f"torch-tp2-mutant:{name}": BuiltinAdapter(
+            "qconform.adapters.torch_tp:TorchTPAdapter", f"TP2 emulator with a seeded bug: {text}",
+            {"shards": 2, "mutant": name},
+        )
+        for name, text in TP_MUTANTS.items()
+    },
+    "torch-native-rng": BuiltinAdapter(
+        "qconform.adapters.torch_native:TorchNativeAdapter",
+        "the torch candidate drawing from its own torch.Generator (no injected draws): statistical mode",
+    ),
+    **{
+        f"torch-native-mutant:{name}": BuiltinAdapter(
+            "qconform.adapters.torch_native:TorchNativeAdapter", f"native-RNG torch candidate with a seeded bug: {text}",
+            {"mutant": name},
+        )
+        for name, text in STAT_MUTANTS.items()
     },
 }
 
@@ -91,8 +161,13 @@ def load_adapter(name: str, device: str = "cpu") -> Adapter:
     """Construct the adapter ``name`` for ``device`` (in this process).
 
     Raises :class:`UnknownAdapter` for a name that is neither built in nor
-    registered under the ``qconform.adapters`` entry-point group.
+    registered under the ``qconform.adapters`` entry-point group. A ``tcp://HOST:PORT``
+    name is the transport adapter of the endpoint at that address.
     """
+    if name.startswith(TCP_PREFIX):
+        from qconform.harness.tcp_adapter import TcpAdapter
+
+        return TcpAdapter(name, device)
     if name in BUILTIN_ADAPTERS:
         builtin = BUILTIN_ADAPTERS[name]
         adapter = builtin.load()(device=device, **builtin.kwargs)

@@ -39,8 +39,16 @@ def checkout_expectations(adapter: str) -> Path | None:
 
 def check_adapter(adapter: str) -> None:
     from qconform.harness.client import SHIM_PREFIX
-    from qconform.harness.registry import available_adapters
+    from qconform.harness.registry import TCP_PREFIX, available_adapters
 
+    if adapter.startswith(TCP_PREFIX):
+        from qconform.harness.tcp_adapter import parse_tcp_url
+
+        try:
+            parse_tcp_url(adapter)
+        except ValueError as exc:
+            raise RunUsageError(f"{exc}, e.g. --adapter tcp://127.0.0.1:7700") from None
+        return
     if adapter.startswith(SHIM_PREFIX):
         if not adapter[len(SHIM_PREFIX):].strip():
             raise RunUsageError("shim: needs a command line, e.g. --adapter 'shim:./my_shim --flag'")
@@ -114,7 +122,8 @@ def _absolute(path: str | None) -> Path | None:
 
 @click.command("run")
 @click.option("--adapter", default="torch", show_default=True, metavar="A",
-              help="Adapter to test: a registered name (see docs/adapters.md) or shim:<command line>.")
+              help="Adapter to test: a registered name (see docs/adapters.md), shim:<command line>, "
+                   "or tcp://HOST:PORT for a wire v2 endpoint (docs/endpoint.md).")
 @click.option("--family", "families", multiple=True, metavar="F", help="Only family F (repeatable).")
 @click.option("-k", "keyword", metavar="EXPR", help="Only cases whose id, flags or rules match EXPR (pytest -k).")
 @click.option("--expectations", metavar="FILE",

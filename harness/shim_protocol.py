@@ -26,11 +26,11 @@ from qconform.harness.adapter import (
 )
 
 PROTOCOL_VERSION = 1
-OPS = ("get_config", "run", "shutdown")
+OPS = ("get_config", "run", "sample", "shutdown")
 ENTRY_STATUSES = ("ok", "unimplemented", "error")
 #: keys of a ``get_config`` answer's ``config``; any other key lands in ``extra``
 CONFIG_KEYS = ("name", "protocol", "capabilities", "precision", "device")
-CAPABILITY_KEYS = ("families", "injected_draws", "devices")
+CAPABILITY_KEYS = ("families", "injected_draws", "devices", "sampling")
 PRECISION_KEYS = tuple(f.name for f in fields(PrecisionProfile))
 MARGIN_KEYS = ("exp_ulp", "ratio_margin", "residual_margin")
 #: blob dtype -> item size in bytes (docs/vector-format.md)
@@ -130,6 +130,7 @@ def parse_capabilities(obj: Any) -> Capabilities:
         families=_string_list(obj["families"], "config.capabilities.families"),
         injected_draws=_expect(obj.get("injected_draws", True), bool, "config.capabilities.injected_draws"),
         devices=_string_list(obj.get("devices", ["cpu"]), "config.capabilities.devices"),
+        sampling=_string_list(obj.get("sampling", []), "config.capabilities.sampling"),
     )
 
 
@@ -345,3 +346,67 @@ def _best_error(error: Any) -> Any:
         else:
             leaves.append(current)
     return max(leaves, key=lambda e: (len(e.absolute_path), e.validator != "required"))
+
+
+# --- sample: outcome histograms ------------------------------------------------------
+
+#: families the ``sample`` op answers, and whether their answer holds one histogram
+#: per request of the case (``{"requests": [{"outcomes": [...]}]}``) whose outcomes
+#: carry the ``accepted`` count, or one histogram ``{"outcomes": [...]}`` of emitted
+#: sequences (docs/stat-mode.md)
+SAMPLE_FAMILIES: dict[str, bool] = {"verification_round": True, "distribution": False}
+
+
+def _count_problem(value: Any, where: str) -> str | None:
+    if type(value) is not int or value < 0:
+        return f"{where} must be a nonnegative integer, got {value!r}"
+    return None
+
+
+def histogram_problem(obj: Any, samples: int, with_accepted: bool, where: str) -> str | None:
+    """Why ``obj`` is not ``{"outcomes": [{["accepted",] "emitted", "count"}, ...]}`` with
+    positive counts summing to ``samples``, or None."""
+    keys = {"accepted", "emitted", "count"} if with_accepted else {"emitted", "count"}
+    if not isinstance(obj, dict) or set(obj) != {"outcomes"} or not isinstance(obj["outcomes"], list):
+        return f"{where} must be an object holding exactly an outcomes list"
+    total = 0
+    for i, outcome in enumerate(obj["outcomes"]):
+        at = f"{where}.outcomes[{i}]"
+        if not isinstance(outcome, dict) or set(outcome) != keys:
+            return f"{at} must have exactly the keys {sorted(keys)}"
+        if not isinstance(outcome["emitted"], list):
+            return f"{at}.emitted must be a list of token ids"
+        values = [(f"{at}.emitted[{j}]", token) for j, token in enumerate(outcome["emitted"])]
+        values += [(f"{at}.{key}", outcome[key]) for key in sorted(keys - {"emitted"})]
+        problem = next(filter(None, (_count_problem(value, path) for path, value in values)), None)
+        if problem:
+            return problem
+        if outcome["count"] == 0:
+            return f"{at}.count must be positive"
+        total += outcome["count"]
+    if total != samples:
+        return f"{where} counts {total} rounds, not the {samples} asked for"
+    return None
+
+
+def check_sample_output(family: str, output: dict, samples: int) -> str | None:
+    """Why ``output`` is not a well-formed ``sample`` answer for ``family``: a refusal
+    ``{"error": CODE}`` or outcome histograms of ``samples`` rounds. None if it is."""
+    problem = encoding_problem(output)
+    if problem:
+        return problem
+    if "error" in output:
+        return None if set(output) == {"error"} and isinstance(output["error"], str) and output["error"] else (
+            "a refusal must be exactly {\"error\": <nonempty code>}")
+    if family not in SAMPLE_FAMILIES:
+        return None  # a family the harness has no histogram format for: only encoding checks
+    if not SAMPLE_FAMILIES[family]:
+        return histogram_problem(output, samples, False, "output")
+    requests = output.get("requests")
+    if set(output) != {"requests"} or not isinstance(requests, list) or not requests:
+        return "output must be an object holding exactly a nonempty requests list"
+    for r, request in enumerate(requests):
+        problem = histogram_problem(request, samples, True, f"output.requests[{r}]")
+        if problem:
+            return problem
+    return None

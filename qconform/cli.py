@@ -180,9 +180,21 @@ def sizes(vocab, depth, requests, ks, shards, slots, link_gbps) -> None:
 
 
 def _register_harness_commands() -> None:
+    from qconform.harness.audit_command import audit_policy_command
+    from qconform.harness.batch_invariance import batch_invariance
+    from qconform.harness.fuzz_command import fuzz
+    from qconform.harness.endpoint_command import endpoint_group
+    from qconform.harness.mutants_command import mutants as mutants_command
     from qconform.harness.run_command import run as run_command
+    from qconform.harness.stat_command import stat_command
 
     cli.add_command(run_command)
+    cli.add_command(stat_command)
+    cli.add_command(mutants_command)
+    cli.add_command(audit_policy_command)
+    cli.add_command(fuzz)
+    cli.add_command(batch_invariance)
+    cli.add_command(endpoint_group)
 
 
 _register_harness_commands()

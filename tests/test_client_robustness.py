@@ -114,7 +114,8 @@ def test_unknown_adapter_names_list_the_available_ones():
     with pytest.raises(UnknownAdapter) as info:
         open_adapter("refrence")
     message = str(info.value)
-    assert message.startswith("unknown adapter 'refrence'; available adapters: reference, torch, noop, faulty:raise")
+    assert message.startswith("unknown adapter 'refrence'; available adapters: reference, ")
+    assert {"torch", "noop", "faulty:raise"} <= set(message.split("available adapters: ")[1].split(", "))
     assert isinstance(info.value, AdapterStartError)
 
 

@@ -1,0 +1,146 @@
+"""Exact dense allocation of one V = 129280 row against float64 NumPy, timed in one run.
+
+Run from the repository root: ``.venv/bin/python bench/bench_allocation.py`` (needs
+NumPy: the ``bench`` extra). Every implementation gets the same row of FP32 bit
+patterns and returns the counts as a Python list, the ticket count and the tie gap:
+
+* ``exact, plain``: ``allocate_dense(weights_from_f32(bits))``, the normative path
+  through Fractions (bits as a Python list);
+* ``exact, integer``: ``allocate_dense_f32_bits(bits)``, the same rule on integer
+  units straight from the bit patterns (bits as a Python list); and its second
+  half alone, ``allocate_units(units)`` on the units already decoded;
+* ``exact, certified``: ``allocate_dense_f32_certified(bits)``, FP64 with NumPy,
+  accepted only where provably exact, integers elsewhere (bits as a uint32 array);
+* ``float64``: the same algorithm written here in float64 NumPy (bits as a uint32
+  array): quotas ``w * (M / sum w)``, floors, the ``remaining`` largest fractional
+  parts with ties to the lowest ID, and the tie gap. It is the baseline.
+
+Each time is the median of ``--repeat`` runs (fewer for the slow plain path), taken
+round-robin so that every implementation sees the same machine conditions; the
+ratios divide two medians of this run. ``--clock cpu`` times with the process's
+CPU clock instead of the wall clock (all of this runs on one thread), which other
+jobs on a shared machine disturb much less. Every exact result is checked equal to the
+plain one, and the float64 counts are compared with the exact counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import time
+from typing import Callable
+
+import numpy as np
+
+from qconform.generators.families.allocation_dense import PRODUCTION_SEED, production_row
+from qconform.spec.allocation import (
+    DenseAllocation,
+    allocate_dense,
+    allocate_dense_f32_bits,
+    allocate_units,
+)
+from qconform.spec.allocation_certified import allocate_dense_f32_certified
+from qconform.spec.constants import M, VOCAB
+from qconform.spec.weights import f32_weight_units, weights_from_f32
+
+GOAL_RATIO = 2.0
+UNIFORM_ONE = 0x3F800000
+
+
+def allocate_float64(row: np.ndarray) -> tuple[list[int], int, float]:
+    """The largest-remainder rule in float64 (the baseline): counts, remaining, tie gap."""
+    weights = row.view(np.float32).astype(np.float64)
+    quotas = weights * (M / weights.sum())
+    floors = np.floor(quotas)
+    fracs = quotas - floors
+    counts = floors.astype(np.int64)
+    remaining = M - int(counts.sum())
+    if remaining == 0:
+        return counts.tolist(), 0, 1.0
+    positive = weights > 0
+    fracs[~positive] = -1.0
+    theta = np.partition(fracs, row.size - remaining)[row.size - remaining]
+    admitted = fracs > theta
+    tied = np.flatnonzero(fracs == theta)[: remaining - int(admitted.sum())]
+    admitted[tied] = True
+    counts += admitted
+    tie_gap = float(np.min(fracs, where=admitted, initial=1.0) - np.max(fracs, where=positive & ~admitted, initial=0.0))
+    return counts.tolist(), remaining, tie_gap
+
+
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def interleaved_medians(calls: list[tuple[str, Callable[[], object], int]],
+                        clock: Callable[[], float]) -> dict[str, tuple[float, object]]:
+    """name -> (median time, last result) of ``(name, call, runs)``, timed round-robin: each
+    round times every call still due, so that all of them see the same machine conditions."""
+    times: dict[str, list[float]] = {name: [] for name, _, _ in calls}
+    results: dict[str, object] = {}
+    for round_index in range(max(runs for _, _, runs in calls)):
+        for name, call, runs in calls:
+            if round_index < runs:
+                start = clock()
+                results[name] = call()
+                times[name].append(clock() - start)
+    return {name: (statistics.median(times[name]), results[name]) for name in times}
+
+
+def bench_row(name: str) -> list[int]:
+    """The row: ``softmax`` is the corpus's production row (vector v129280-softmax, 26 binades);
+    ``uniform`` is V equal weights (every fractional part ties)."""
+    if name == "uniform":
+        return [UNIFORM_ONE] * VOCAB
+    return production_row(PRODUCTION_SEED)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=21, help="runs per fast implementation (median)")
+    parser.add_argument("--plain-repeat", type=int, default=5, help="runs of the plain Fraction path (median)")
+    parser.add_argument("--row", choices=("softmax", "uniform"), default="softmax")
+    parser.add_argument("--clock", choices=tuple(CLOCKS), default="wall", help="wall time or process CPU time")
+    args = parser.parse_args()
+    clock = CLOCKS[args.clock]
+
+    bits = bench_row(args.row)
+    array = np.array(bits, dtype=np.uint32)
+    units = f32_weight_units(bits).units
+    measured = interleaved_medians([
+        ("plain", lambda: allocate_dense(weights_from_f32(bits)), args.plain_repeat),
+        ("integer", lambda: allocate_dense_f32_bits(bits), args.repeat),
+        ("units", lambda: allocate_units(units), args.repeat),
+        ("certified", lambda: allocate_dense_f32_certified(array), args.repeat),
+        ("float64", lambda: allocate_float64(array), args.repeat),
+        ("to_array", lambda: np.array(bits, dtype=np.uint32), args.repeat),
+    ], clock)
+    plain = measured["plain"][1]
+    f64_counts, f64_remaining, f64_gap = measured["float64"][1]
+    assert isinstance(plain, DenseAllocation)
+    assert all(measured[name][1] == plain for name in ("integer", "units", "certified")), "a fast exact path differs"
+    float64_s, certified_s, to_array = measured["float64"][0], measured["certified"][0], measured["to_array"][0]
+
+    rows = [
+        ("exact, plain (Fractions)", measured["plain"][0]),
+        ("exact, integer units", measured["integer"][0]),
+        ("  of which allocate_units(units)", measured["units"][0]),
+        ("exact, certified FP64 + integers", certified_s),
+        ("float64 NumPy (baseline)", float64_s),
+    ]
+    print(f"dense allocation of one {args.row} row, V = {len(bits)}, M = 2^24 "
+          f"({platform.python_implementation()} {platform.python_version()}, NumPy {np.__version__})")
+    print(f"remaining = {plain.remaining}, tie_gap = {float(plain.tie_gap):.3e}; float64 counts "
+          f"{'equal' if f64_counts == plain.counts else 'DIFFER from'} the exact counts "
+          f"(float64 remaining = {f64_remaining}, tie gap = {f64_gap:.3e})")
+    print(f"{'implementation':36s} {'median ms':>10s} {'/ float64':>10s}   ({args.clock} clock)")
+    for label, seconds in rows:
+        print(f"{label:36s} {seconds * 1e3:10.2f} {seconds / float64_s:10.1f}x")
+    print(f"(list -> uint32 array conversion, not in the certified or float64 times: {to_array * 1e3:.2f} ms)")
+    ratio = certified_s / float64_s
+    verdict = "meets" if ratio <= GOAL_RATIO else "misses"
+    print(f"best exact / float64 = {ratio:.2f}x ({verdict} the goal of {GOAL_RATIO:.0f}x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+"""Harness overhead: the full corpus through the runner with noop, reference and torch, in one run.
+
+Run from the repository root: ``.venv/bin/python bench/bench_harness.py [--repeat 5]``.
+Every case of the corpus goes through :class:`qconform.harness.case_runner.CaseRunner`
+(chunks of 64 cases per ``run_batch``, the shim protocol to the adapter's child
+process, output checks, ``judge``) once per repeat, for each adapter:
+
+* ``noop`` answers every case with a well-formed refusal and does no work, so its
+  time is the harness's own: encoding the inputs, the protocol both ways,
+  decoding and judging (the refusal path of ``judge``);
+* ``reference`` is the executable spec (exact Python integers and rationals);
+* ``torch`` is the bundled candidate.
+
+In the same run the torch candidate's own time is measured in process:
+``TorchAdapter.run_batch`` on the same chunks, no protocol, no judging. The goal is a
+harness overhead (noop) of at most 10% of that time over the cases torch runs. A
+second estimate, which includes the answer path (large output blobs, the
+comparators), is ``torch through the harness - torch in process``.
+
+Times are medians of the repeats, on the wall clock, or with ``--clock cpu`` on the CPU
+clock of this process plus the adapter's child (from ``/proc/<pid>/stat``, Linux,
+10 ms ticks), which other jobs on a shared machine disturb far less; torch's intra-op
+threads count in both torch columns alike. Adapter start-up is excluded and printed
+apart.
+``--markdown`` prints the results as a section of bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+from collections import defaultdict
+from typing import Callable, Sequence
+
+from qconform.generators.corpus import default_vectors_dir
+from qconform.generators.validation import iter_cases
+from qconform.harness.case_runner import CHUNK, CaseRunner
+from qconform.harness.client import open_adapter
+
+GOAL = 0.10
+ADAPTERS = ("noop", "reference", "torch")
+
+
+def live_children() -> list[int]:
+    """Process ids of this process's running children (Linux ``/proc``)."""
+    pids = []
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/children") as handle:
+            pids += [int(pid) for pid in handle.read().split()]
+    return pids
+
+
+def process_cpu(pids: Sequence[int]) -> float:
+    """CPU seconds (user + system) of running processes ``pids``, from ``/proc/<pid>/stat``."""
+    ticks = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def corpus_by_family() -> dict[str, list[dict]]:
+    """Every case of the committed corpus as a case object, by family."""
+    cases: dict[str, list[dict]] = defaultdict(list)
+    for case in iter_cases(default_vectors_dir()):
+        cases[case.family].append({"id": case.id, "family": case.family, "result": case.result,
+                                   "flags": list(case.flags), "input": case.input, "expected": case.expected})
+    return dict(cases)
+
+
+def start_seconds(adapter: str) -> float:
+    """Wall seconds to start and stop the adapter's child with nothing run."""
+    began = time.perf_counter()
+    open_adapter(adapter, timeout_s=600).close()
+    return time.perf_counter() - began
+
+
+def through_harness(adapter: str, corpus: dict[str, list[dict]], repeat: int, cpu_clock: bool
+                    ) -> tuple[dict[str, float], tuple[str, ...], float]:
+    """Median seconds per family of ``repeat`` passes through the runner, the families the
+    adapter declares, and its start-up seconds."""
+    start = start_seconds(adapter)
+    client = open_adapter(adapter, timeout_s=600)
+    runner = CaseRunner(lambda: client)
+    child = live_children()
+    clock = (lambda: time.process_time() + process_cpu(child)) if cpu_clock else time.perf_counter
+    passes: dict[str, list[float]] = defaultdict(list)
+    for _ in range(repeat):
+        for family, cases in corpus.items():
+            began = clock()
+            verdicts = runner.run(cases)
+            passes[family].append(clock() - began)
+            errors = [v.line() for v in verdicts if v.cls.value == "error"]
+            assert len(verdicts) == len(cases) and not errors, errors[:3]
+    declared = client.config.capabilities.families
+    runner.close()
+    return {family: statistics.median(times) for family, times in passes.items()}, declared, start
+
+
+def in_process_torch(corpus: dict[str, list[dict]], families: Sequence[str], repeat: int,
+                     clock: Callable[[], float]) -> dict[str, float]:
+    """Median seconds per family of ``TorchAdapter.run_batch`` on the runner's chunks."""
+    from qconform.adapters.torch_adapter import TorchAdapter
+
+    adapter = TorchAdapter()
+    passes: dict[str, list[float]] = defaultdict(list)
+    for _ in range(repeat):
+        for family in families:
+            inputs = [case["input"] for case in corpus.get(family, [])]
+            began = clock()
+            for start in range(0, len(inputs), CHUNK):
+                adapter.run_batch(family, inputs[start:start + CHUNK])
+            passes[family].append(clock() - began)
+    return {family: statistics.median(times) for family, times in passes.items()}
+
+
+def ms(seconds: float, cases: int) -> str:
+    return f"{1e3 * seconds / cases:9.3f}" if cases else f"{'-':>9s}"
+
+
+def all_declared(seconds: dict[str, float], declared: Sequence[str], counts: dict[str, int]) -> str:
+    """ms per case over the families an adapter declares."""
+    families = [f for f in counts if f in declared]
+    return ms(sum(seconds[f] for f in families), sum(counts[f] for f in families))
+
+
+def report(corpus: dict[str, list[dict]], harness: dict[str, tuple[dict[str, float], tuple[str, ...], float]],
+           torch_own: dict[str, float], args: argparse.Namespace) -> list[str]:
+    """The result lines (markdown table rows when ``--markdown``)."""
+    torch_families = harness["torch"][1]
+    counts = {family: len(cases) for family, cases in corpus.items()}
+    head = ["family", "cases", "noop", "reference", "torch", "torch in process"]
+    rows = []
+    for family in corpus:
+        cells = [family, str(counts[family])]
+        for adapter in ADAPTERS:
+            seconds, declared, _ = harness[adapter]
+            cells.append(ms(seconds[family], counts[family]) if family in declared else f"{'unsupported':>9s}")
+        cells.append(ms(torch_own[family], counts[family]) if family in torch_own else f"{'-':>9s}")
+        rows.append(cells)
+    total_cases = sum(counts.values())
+    rows.append(["all it runs", str(total_cases)]
+                + [all_declared(harness[a][0], harness[a][1], counts) for a in ADAPTERS]
+                + [all_declared(torch_own, tuple(torch_own), counts)])
+
+    torch_cases = sum(counts[f] for f in torch_families if f in counts)
+    noop_on_torch = sum(harness["noop"][0][f] for f in torch_families if f in counts)
+    torch_harness = sum(harness["torch"][0][f] for f in torch_families if f in counts)
+    own = sum(torch_own.values())
+    ratio = noop_on_torch / own
+    with_answers = (torch_harness - own) / own
+    lines = [
+        f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs, {platform.python_implementation()} "
+        f"{platform.python_version()}, {args.clock} clock, median of {args.repeat} passes; adapter start-up "
+        + ", ".join(f"{a} {harness[a][2]:.2f} s" for a in ADAPTERS) + " (not counted)",
+    ]
+    if args.markdown:
+        lines += ["", "ms per case:", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(c.strip() for c in cells) + " |" for cells in rows]
+        lines.append("")
+    else:
+        lines.append(f"{head[0]:24s} {head[1]:>6s} " + " ".join(f"{h:>11s}" for h in head[2:]) + "   (ms per case)")
+        lines += [f"{c[0]:24s} {c[1]:>6s} " + " ".join(f"{x:>11s}" for x in c[2:]) for c in rows]
+    verdict = "meets" if ratio <= GOAL else "misses"
+    lines += [
+        f"harness overhead (noop): {1e3 * sum(harness['noop'][0].values()) / total_cases:.3f} ms per case over "
+        f"{total_cases} cases; {1e3 * noop_on_torch / torch_cases:.3f} ms per case over the {torch_cases} "
+        f"cases torch runs",
+        f"overhead / torch's own time over those cases: {noop_on_torch:.3f} s / {own:.3f} s = {100 * ratio:.1f}% "
+        f"({verdict} the goal of {100 * GOAL:.0f}%)",
+        f"with the answer path (torch through the harness - torch in process) / torch in process: "
+        f"({torch_harness:.3f} - {own:.3f}) / {own:.3f} = {100 * with_answers:.1f}%",
+    ]
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3, help="passes over the corpus per adapter (median)")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="wall time, or CPU time of this process and the adapter child")
+    parser.add_argument("--markdown", action="store_true", help="print a section for bench/RESULTS.md")
+    args = parser.parse_args()
+    cpu_clock = args.clock == "cpu"
+
+    corpus = corpus_by_family()
+    harness = {adapter: through_harness(adapter, corpus, args.repeat, cpu_clock) for adapter in ADAPTERS}
+    torch_families = [f for f in corpus if f in harness["torch"][1]]
+    clock = time.process_time if cpu_clock else time.perf_counter
+    torch_own = in_process_torch(corpus, torch_families, args.repeat, clock)
+    print(f"harness overhead: {sum(len(c) for c in corpus.values())} cases of {len(corpus)} families "
+          f"through the runner ({CHUNK} cases per run_batch)")
+    print("\n".join(report(corpus, harness, torch_own, args)))
+
+
+if __name__ == "__main__":
+    main()
