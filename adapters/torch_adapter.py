@@ -2,9 +2,9 @@
 
 This module is glue only: it decodes a case ``input`` (docs/formats/) into tensors,
 calls the kernels of :mod:`qconform.adapters.torch_candidate`, and encodes their
-answer. Like the kernels, it never imports ``qconform.spec`` or
-``qconform.generators``: the candidate must be an independent implementation,
-and even its JSON codec is its own.
+answer. Like the kernels, it never imports the spec package or the generators
+(tests/test_candidate_independence.py checks it, transitively): the candidate
+must be an independent implementation, and even its JSON codec is its own.
 
 Mutants (:mod:`qconform.adapters.torch_mutants`) reuse this adapter with one
 kernel function replaced by a seeded bug.

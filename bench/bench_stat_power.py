@@ -63,7 +63,8 @@ from qconform.harness.stat_chisquare import (
     power_at,
 )
 from qconform.harness.stat_laws import request_outcome_law
-from qconform.harness.stat_mutants import MUTANT_CORRECTIONS, STAT_MUTANTS, TILT
+from qconform.harness.stat_mutant_table import STAT_MUTANTS, TILT
+from qconform.harness.stat_mutants import MUTANT_CORRECTIONS
 
 ALPHA = 1e-6
 POWER = 0.99

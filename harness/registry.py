@@ -16,7 +16,7 @@ from typing import Any, Callable
 from qconform.adapters.tp_emulator.mutants import TP_MUTANTS
 from qconform.harness.adapter import ENTRY_POINT_GROUP, Adapter
 from qconform.harness.shim_protocol import AdapterStartError
-from qconform.harness.stat_mutants import STAT_MUTANTS
+from qconform.harness.stat_mutant_table import STAT_MUTANTS
 
 
 @dataclass(frozen=True)

@@ -18,23 +18,12 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Sequence
 
+from qconform.harness.stat_mutant_table import TILT
 from qconform.spec.distribution import mass_draw_law
 from qconform.spec.sampling import mass_draw_counts
 
 #: draws of 32 bits
 U32_LIMIT = 1 << 32
-#: the residual tilt of ``residual-tilt-1pct``: this share of the correction law moves
-TILT = Fraction(1, 100)
-
-#: name -> the bug, in one line
-STAT_MUTANTS: dict[str, str] = {
-    "correction-reuses-accept-draw": (
-        "the correction reuses the rejected draft's acceptance uniform (no fresh draw), so it is confined "
-        "to the top of the residual's CDF (vLLM #47386, without injected draws)"),
-    "residual-tilt-1pct": (
-        "the correction law is tilted by 1% total variation: 1% of the residual mass moves, proportionally, "
-        "from the heavier to the lighter side of the residual's median split (the tilt a chi-square sees worst)"),
-}
 
 
 def reused_draw_correction(masses: Sequence[Fraction], acceptance: Fraction) -> list[Fraction]:

@@ -4,7 +4,7 @@ Each rank is a process of one ``torch.distributed`` process group (gloo on CPU,
 NCCL on CUDA) and owns one contiguous vocabulary shard. It computes everything
 for the tokens it owns and learns what it needs of the others only through
 collectives: ``all_reduce`` (max, sum, min), ``all_gather`` and ``broadcast``. It
-is a candidate, so it never imports ``qconform.spec``; it reuses the torch
+is a candidate, so it never imports the spec package; it reuses the torch
 candidate's kernels (:mod:`qconform.adapters.torch_candidate`) for local work.
 
 Modules: ``mutants`` (the seeded emulator bugs, torch-free), ``rank`` (one rank:
