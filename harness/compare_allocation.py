@@ -37,14 +37,15 @@ from __future__ import annotations
 from math import ceil
 
 from qconform.generators.encoding import decode_blob, decode_rational
+from qconform.generators.registry import load_family
 from qconform.harness.adapter import PrecisionProfile
 from qconform.harness.compare import profile_margin
 from qconform.harness.value_diff import Malformed, decode_blob_answer, is_nan, show
 from qconform.harness.verdicts import Diff, Verdict, brief, failed, passed, precision
 from qconform.spec.constants import M
 
-#: expected fields that describe the case, not the answer
-CASE_MARGINS = ("remaining", "tie_gap", "selection_gap", "fp64_error_bound", "fp64_may_differ", "exp_margin_ulp")
+#: expected fields that describe the case, not the answer (the families' declared margins)
+CASE_MARGINS = tuple(dict.fromkeys(load_family("allocation_dense").margins + load_family("allocation_sparse").margins))
 FP64_REFUSAL = "INCONSISTENT_ALLOCATION"
 
 

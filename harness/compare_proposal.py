@@ -25,6 +25,7 @@ Wrong lengths (not K tokens, rows or draws) are malformed (``error``).
 from __future__ import annotations
 
 from qconform.generators.encoding import decode_blob, decode_rational
+from qconform.generators.registry import load_family
 from qconform.harness.adapter import PrecisionProfile
 from qconform.harness.compare import profile_margin
 from qconform.harness.compare_allocation import count_difference, sparse_problem, token_counts
@@ -34,7 +35,7 @@ from qconform.spec.allocation_fp64 import fp64_may_differ
 from qconform.spec.constants import M
 from qconform.spec.sampling import sample_sparse
 
-CASE_MARGINS = ("exp_margin_ulp", "tie_gap")
+CASE_MARGINS = load_family("proposal_chain").margins
 ANSWER_FIELDS = ("tokens", "rows", "draws")
 
 

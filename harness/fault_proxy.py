@@ -175,14 +175,17 @@ class FaultProxy:
         except asyncio.IncompleteReadError as exc:
             return head + exc.partial, False
 
+    async def next_chunk(self, reader: asyncio.StreamReader, framed: bool) -> tuple[bytes, bool]:
+        """The next whole frame while the stream is still framed, else the next raw bytes."""
+        if framed:
+            return await self.read_frame(reader)
+        return await reader.read(1 << 16), False
+
     async def pump_up(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Target -> worker, untouched; a RESET going by releases held frames."""
         framed = True
         while True:
-            if framed:
-                data, framed = await self.read_frame(reader)
-            else:
-                data = await reader.read(1 << 16)
+            data, framed = await self.next_chunk(reader, framed)
             if not data:
                 return
             writer.write(data)
@@ -220,10 +223,7 @@ class FaultProxy:
         held: bytes | None = None
         framed = True
         while True:
-            if framed:
-                data, framed = await self.read_frame(reader)
-            else:
-                data = await reader.read(1 << 16)
+            data, framed = await self.next_chunk(reader, framed)
             if not data:
                 return
             fault = self.take_fault(data, seen) if framed else None
