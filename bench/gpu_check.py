@@ -2,14 +2,20 @@
 
 Run from the repository root on a machine with a CUDA device::
 
-    .venv/bin/python bench/gpu_check.py              # about 2-4 minutes; must end within 5
-    .venv/bin/python bench/gpu_check.py --smoke      # no GPU: the script itself, on CPU, V = 4096
+    python bench/gpu_check.py                    # about 2-4 minutes; ends within 5
+    python bench/gpu_check.py --out-dir "$OUT"   # the table in another folder
+    python bench/gpu_check.py --smoke            # no GPU: the script itself, on CPU (V = 4096, one family)
+
+(``bench/device_run.sh`` is the whole call for a lent device machine: it installs
+the package there and runs this script; bench/README.md.)
 
 It does, in one run:
 
 1. conformance: ``qconform run --adapter torch --device cuda`` and
-   ``qconform run --adapter triton --device cuda`` over the whole corpus (child
-   processes, each with a time limit; the Triton kernels are compiled natively);
+   ``qconform run --adapter triton --device cuda`` over the whole corpus, side by
+   side in child processes, each with a time limit (the Triton kernels are compiled
+   natively); with two or more GPUs also ``torch-tp2`` on NCCL (NCCL takes one GPU
+   per rank, so on one GPU that run is listed as skipped, not failed);
 2. the device-to-device copy bandwidth (``torch`` copy of a 1 GiB buffer: bytes
    read plus bytes written over the median time);
 3. every stage of a round at batch 4 x depth 5 x V = 129280, Triton and torch, timed
@@ -17,11 +23,19 @@ It does, in one run:
    and host-sync overhead included: it is the exposed cost), each against its
    memory-traffic floor: the bytes an ideal kernel must move (inputs read once,
    outputs written once, FP32 weights and u32 counts as on the wire) over the
-   measured bandwidth;
-4. a markdown table in ``bench/results/gpu-<date>-<device>.md`` (``--out`` to choose).
+   measured bandwidth; the two implementations' outputs of each stage are compared
+   (the ``agree`` column), so a fast stage that computes something else shows;
+4. a markdown table in ``bench/results/gpu-<date>-<device>.md`` (``--out`` or
+   ``--out-dir`` to choose), rewritten after every part so that a run cut short
+   still leaves what it measured.
 
-Without a CUDA device it says so and exits 0 (``--smoke`` runs parts 3 and 4 on the
-CPU, interpreter and all, at V = 4096, to check the script).
+``--smoke`` rehearses every part on a CPU, Triton in its interpreter: the
+conformance runs over ``categorical_sampling`` only, the stages at V = 4096.
+
+A part that raises is written into the table as an error and the run goes on.
+Exit status: 0 when every conformance run is OK and nothing raised (and on a
+machine without a CUDA device, where it says so), 1 otherwise, 2 when torch or
+Triton is not installed.
 """
 
 from __future__ import annotations
@@ -31,34 +45,46 @@ import datetime
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import torch
-
 BATCH, DEPTH, VOCAB, TOP_K, RANK = 4, 5, 129280, 32, 8
-M = 1 << 24
 GIB = 1 << 30
-#: seconds a conformance run may take (the Triton run compiles every kernel first); with
-#: the stages (well under a minute) the script ends within 5 minutes
-RUN_LIMIT_S = {"torch": 80, "triton": 150}
+#: seconds a conformance run may take (the Triton run compiles every kernel first)
+RUN_LIMIT_S = {"torch": 100, "triton": 170, "torch-tp2": 120}
+#: the conformance runs of ``--smoke`` (on CPU; the Triton one in the interpreter)
+SMOKE_FAMILIES = ("categorical_sampling",)
+#: the whole script's budget: stages that would start after it are skipped
+BUDGET_S = 285
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
 class Stage:
-    """One timed operation: what it does, its floor in bytes, and the two implementations."""
+    """One timed operation: what it does, its floor in bytes, the two implementations,
+    and how to compare their outputs (a short verdict such as ``yes`` or ``2/4 rows differ``)."""
 
     name: str
     floor_bytes: int
     triton: Callable[[], object]
     torch: Callable[[], object]
+    agree: Callable[[object, object], str]
+
+
+@dataclass
+class Timing:
+    stage: Stage
+    triton_us: float | None = None
+    torch_us: float | None = None
+    agree: str = "-"
+    errors: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -73,9 +99,11 @@ class Conformance:
 # ------------------------------------------------------------------ measurements
 
 
-def elapsed_us(run: Callable[[], object], device: str, repeat: int) -> float:
-    """Median microseconds of ``run()`` after one warm-up call (which compiles)."""
-    run()
+def elapsed_us(run: Callable[[], object], device: str, repeat: int) -> tuple[float, object]:
+    """(median microseconds of ``run()`` after one warm-up call, which compiles; the warm-up's result)."""
+    import torch
+
+    result = run()
     samples = []
     for _ in range(repeat):
         if device == "cuda":
@@ -90,35 +118,94 @@ def elapsed_us(run: Callable[[], object], device: str, repeat: int) -> float:
             began = time.perf_counter()
             run()
             samples.append((time.perf_counter() - began) * 1e6)
-    return statistics.median(samples)
+    return statistics.median(samples), result
 
 
 def copy_bandwidth(device: str, size: int, repeat: int) -> float:
     """Device-to-device copy bandwidth in bytes per second (read + write)."""
+    import torch
+
     src = torch.empty(size, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    return 2 * size / (elapsed_us(lambda: dst.copy_(src), device, repeat) * 1e-6)
+    return 2 * size / (elapsed_us(lambda: dst.copy_(src), device, repeat)[0] * 1e-6)
 
 
-def conformance(adapter: str, device: str) -> Conformance:
-    """``qconform run`` of one adapter over the whole corpus, in a child process."""
+def start_conformance(adapter: str, device: str, report: Path,
+                      families: tuple[str, ...]) -> tuple[subprocess.Popen, float]:
+    """Start ``qconform run`` of one adapter over the whole corpus (or ``families``) in a child process."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    with tempfile.TemporaryDirectory() as tmp:
-        report = Path(tmp) / "run.json"
-        command = [str(Path(sys.executable).with_name("qconform")), "run", "--adapter", adapter, "--device", device,
-                   "--json", str(report), "--timeout", str(RUN_LIMIT_S[adapter])]
-        began = time.perf_counter()
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=RUN_LIMIT_S[adapter],
-                                  cwd=ROOT)
-        except subprocess.TimeoutExpired:
-            return Conformance(adapter, False, {}, time.perf_counter() - began, f"over {RUN_LIMIT_S[adapter]} s")
-        wall = time.perf_counter() - began
-        if not report.is_file():
-            return Conformance(adapter, False, {}, wall, (done.stdout + done.stderr)[-300:])
-        data = json.loads(report.read_text())
+    expectations = ROOT / "expectations" / f"{adapter}.toml"
+    command = [sys.executable, "-m", "qconform", "run", "--adapter", adapter, "--device", device,
+               "--json", str(report), "--timeout", str(RUN_LIMIT_S[adapter])]
+    command += [arg for family in families for arg in ("--family", family)]
+    if expectations.is_file():
+        command += ["--expectations", str(expectations)]
+    # run outside the checkout: its ``qconform/`` folder would shadow an installed (non-editable) package
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                             cwd=report.parent)
+    return child, time.perf_counter()
+
+
+def finish_conformance(adapter: str, child: subprocess.Popen, began: float, report: Path) -> Conformance:
+    """Wait for a run started by :func:`start_conformance` (killing it at its limit) and read its report."""
+    left = max(1.0, RUN_LIMIT_S[adapter] - (time.perf_counter() - began))
+    try:
+        output, _ = child.communicate(timeout=left)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        return Conformance(adapter, False, {}, time.perf_counter() - began, f"over {RUN_LIMIT_S[adapter]} s, killed")
+    wall = time.perf_counter() - began
+    if not report.is_file():
+        return Conformance(adapter, False, {}, wall, f"exit {child.returncode}: {output[-300:].strip()}")
+    data = json.loads(report.read_text())
     bad = [f"{c['id']}: {c['class']} {c['message'][:120]}" for c in data["cases"] if c["unexpected"]]
     return Conformance(adapter, bool(data["ok"]), data["counts"], wall, "; ".join(bad[:3]))
+
+
+def conformance_runs(device: str, gpus: int, families: tuple[str, ...] = ()) -> tuple[list[Conformance], list[str]]:
+    """The conformance runs (every family, or ``families``), side by side; and the runs skipped, with why."""
+    adapters = ["torch", "triton"] + (["torch-tp2"] if gpus >= 2 else [])
+    skipped = [] if gpus >= 2 else [
+        f"torch-tp2 on NCCL: {gpus} GPU{'' if gpus == 1 else 's'} visible, and NCCL takes one GPU per rank"]
+    with tempfile.TemporaryDirectory() as tmp:
+        reports = {a: Path(tmp) / f"{a}.json" for a in adapters}
+        started = {a: start_conformance(a, device, reports[a], families) for a in adapters}
+        return [finish_conformance(a, *started[a], reports[a]) for a in adapters], skipped
+
+
+# ------------------------------------------------------------------ comparing the two outputs
+
+
+def rows_differ(a, b) -> str:
+    """``yes`` when two tensors are equal, else how many of their rows (first axis) differ."""
+    import torch
+
+    a, b = a.cpu(), b.cpu()
+    if a.shape != b.shape:
+        return f"shapes {tuple(a.shape)} / {tuple(b.shape)}"
+    if a.dtype.is_floating_point or b.dtype.is_floating_point:
+        a, b = a.double(), b.double()
+    differ = (a != b).reshape(a.shape[0], -1).any(dim=1) if a.dim() else (a != b).reshape(1)
+    count = int(differ.sum())
+    return "yes" if count == 0 else f"{count}/{differ.numel()} rows differ"
+
+
+def relative_gap(a, b) -> str:
+    """The largest relative difference of two float tensors (``0`` when equal)."""
+    import torch
+
+    a, b = a.cpu().double(), b.cpu().double()
+    gap = float(((a - b).abs() / torch.clamp(b.abs(), min=1e-300)).max())
+    return "yes" if gap == 0 else f"rel. gap {gap:.1e}"
+
+
+def sparse_rows(ids, counts, vocab: int):
+    """Dense ``[R, V]`` counts of sparse rows (for comparing two top-k allocations)."""
+    import torch
+
+    dense = torch.zeros((ids.shape[0], vocab), dtype=torch.int64)
+    return dense.scatter_add_(1, ids.cpu().long(), counts.cpu().long())
 
 
 # ------------------------------------------------------------------ the stages of a round
@@ -126,6 +213,8 @@ def conformance(adapter: str, device: str) -> Conformance:
 
 def stages(device: str, vocab: int) -> list[Stage]:
     """The operations of one round at batch 4 x depth 5 x ``vocab``, on ``device``."""
+    import torch
+
     from qconform.adapters import torch_candidate as tc
     from qconform.adapters import triton_candidate as xc
 
@@ -155,48 +244,113 @@ def stages(device: str, vocab: int) -> list[Stage]:
     def torch_weights():
         return tc.logits_to_weights(logits[:, 0], 0.8, tc.markov_bias(left, right, prev))
 
+    def triton_top_k():
+        ids, support = xc.top_k_support(weights, TOP_K)
+        return ids, xc.allocate_rows(support, flags)
+
+    def top_k_agree(x, t):
+        return rows_differ(sparse_rows(*x, vocab), sparse_rows(t.ids, t.counts, vocab))
+
+    def chain_agree(x, t):
+        tokens, draws = rows_differ(x.tokens, t.tokens), rows_differ(x.u24, t.u24)
+        return tokens if draws == "yes" else f"draws: {draws}"
+
+    def emitted(outcomes):
+        return [o.emitted for o in outcomes]
+
     return [
         Stage("logits -> FP32 weights (Markov rank 8)", row_in + markov_in + row_out,
-              lambda: xc.logits_to_weights(logits[:, 0].contiguous(), temps, (left, right), prev), torch_weights),
+              lambda: xc.logits_to_weights(logits[:, 0].contiguous(), temps, (left, right), prev), torch_weights,
+              lambda x, t: rows_differ(x[0], t)),
         Stage("dense dyadic24 counts (FP64 largest remainder)", row_in + row_out,
-              lambda: xc.allocate_rows(weights, flags), lambda: tc.allocate_dense(weights)),
-        Stage(f"top-{TOP_K} support and its counts", row_in + 8 * BATCH * TOP_K,
-              lambda: xc.allocate_rows(xc.top_k_support(weights, TOP_K)[1], flags),
-              lambda: tc.allocate_top_k(weights, TOP_K)),
+              lambda: xc.allocate_rows(weights, flags), lambda: tc.allocate_dense(weights), rows_differ),
+        Stage(f"top-{TOP_K} support and its counts", row_in + 8 * BATCH * TOP_K, triton_top_k,
+              lambda: tc.allocate_top_k(weights, TOP_K), top_k_agree),
         Stage("proposal draw over dense counts", row_in, lambda: xc.sample_rows(q_dense, u24),
-              lambda: tc.sample_counts(counts, u24[:, 0])),
+              lambda: tc.sample_counts(counts, u24[:, 0]), lambda x, t: rows_differ(x.reshape(-1), t.reshape(-1))),
         Stage(f"proposal chain, K = {DEPTH}, dense", chain,
               lambda: xc.propose(seeds, gens, rounds, anchors, [1, 2, 3, 4], logits, 0.8, (left, right), None),
-              lambda: tc.propose(seeds, gens, rounds, anchors, [1, 2, 3, 4], logits, 0.8, (left, right), None)),
+              lambda: tc.propose(seeds, gens, rounds, anchors, [1, 2, 3, 4], logits, 0.8, (left, right), None),
+              chain_agree),
         Stage("target row masses (B x (K+1) rows)", 4 * BATCH * (DEPTH + 1) * vocab,
-              lambda: xc.verification.target_masses(p64), lambda: p32.double().sum(dim=-1)),
+              lambda: xc.verification.target_masses(p64), lambda: p32.double().sum(dim=-1),
+              lambda x, t: relative_gap(x[0], t)),
         Stage(f"verify round, K = {DEPTH} (masses, acceptance, residual)",
               4 * BATCH * (DEPTH + 1) * vocab + row_in,
               lambda: xc.verify_batch(idents, drafts, q_rows, p64, no_stops, no_budget),
-              lambda: tc.verify_round(seeds, gens, rounds, anchors, drafts, q_torch, p32, None, None)),
+              lambda: tc.verify_round(seeds, gens, rounds, anchors, drafts, q_torch, p32, None, None),
+              lambda x, t: "yes" if emitted(x) == emitted(t.outcomes()) else "emitted tokens differ"),
     ]
+
+
+def failure(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+
+
+def time_stage(stage: Stage, device: str, repeat: int) -> Timing:
+    """Both implementations of a stage timed, and their outputs compared; an exception is recorded."""
+    timing = Timing(stage)
+    outputs = {}
+    for which in ("triton", "torch"):
+        try:
+            micros, outputs[which] = elapsed_us(getattr(stage, which), device, repeat)
+            setattr(timing, f"{which}_us", micros)
+        except Exception as exc:  # noqa: BLE001 - one broken stage must not lose the others
+            timing.errors.append(f"{which}: {failure(exc)}")
+    if len(outputs) == 2:
+        try:
+            timing.agree = stage.agree(outputs["triton"], outputs["torch"])
+        except Exception as exc:  # noqa: BLE001
+            timing.errors.append(f"compare: {failure(exc)}")
+    return timing
 
 
 # ------------------------------------------------------------------ report
 
 
+def environment(device: str) -> str:
+    """torch, Triton, CUDA, driver and device, as one line."""
+    import torch
+    import triton
+
+    parts = [f"torch {torch.__version__}", f"triton {triton.__version__}", f"Python {sys.version.split()[0]}"]
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        parts += [f"CUDA {torch.version.cuda}", f"{props.name} ({props.multi_processor_count} SMs, "
+                  f"{props.total_memory / GIB:.0f} GiB, sm_{props.major}{props.minor})",
+                  f"{torch.cuda.device_count()} GPU(s)"]
+        smi = shutil.which("nvidia-smi")
+        if smi:
+            try:
+                driver = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+                                        capture_output=True, text=True, timeout=20).stdout.split("\n")[0].strip()
+                parts.append(f"driver {driver}")
+            except (OSError, subprocess.SubprocessError):
+                pass
+    return ", ".join(parts)
+
+
 def device_label(device: str) -> str:
+    import torch
+
     name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu-smoke"
     return re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-")
 
 
-def markdown(label: str, device: str, vocab: int, bandwidth: float, runs: list[Conformance],
-             rows: list[tuple[Stage, float, float]]) -> str:
-    import triton
+def cell(value: float | None, fmt: str) -> str:
+    return "error" if value is None else format(value, fmt)
 
+
+def markdown(label: str, env: str, vocab: int, bandwidth: float | None, runs: list[Conformance],
+             skipped: list[str], timings: list[Timing], notes: list[str]) -> str:
     lines = [
         f"# GPU check, {datetime.date.today().isoformat()}, {label}",
         "",
-        f"torch {torch.__version__}, triton {triton.__version__}, device `{device}`; "
-        f"batch {BATCH} x depth {DEPTH} x V = {vocab}.",
-        f"Device-to-device copy bandwidth: **{bandwidth / 1e9:.1f} GB/s** (read + write, median).",
+        f"{env}; batch {BATCH} x depth {DEPTH} x V = {vocab}.",
+        "Device-to-device copy bandwidth: " + (
+            "**not measured**" if bandwidth is None else f"**{bandwidth / 1e9:.1f} GB/s** (read + write, median)") + ".",
         "",
-        "## Conformance (whole corpus)",
+        "## Conformance (" + ("whole corpus" if vocab == VOCAB else ", ".join(SMOKE_FAMILIES)) + ")",
         "",
         "| adapter | ok | verdicts | wall s | unexpected (first 3) |",
         "|---|---|---|---:|---|",
@@ -205,55 +359,116 @@ def markdown(label: str, device: str, vocab: int, bandwidth: float, runs: list[C
         counts = ", ".join(f"{k} {v}" for k, v in sorted(run.counts.items()) if v)
         lines.append(f"| {run.adapter} | {'yes' if run.ok else '**NO**'} | {counts} | {run.wall_s:.1f} | "
                      f"{run.note.replace('|', '/') or '-'} |")
+    lines += [f"| {why.split(':')[0]} | skipped | - | - | {why.split(':', 1)[1].strip()} |" for why in skipped]
+    if not runs and not skipped:
+        lines.append("| - | not run | - | - | - |")
     lines += [
         "",
         "## Stages against their memory-traffic floor",
         "",
         "Floor = essential bytes (inputs read once, outputs written once) / copy bandwidth. "
-        "Times are medians of the host call (launches and host syncs included).",
+        "Times are medians of the host call (launches and host syncs included). "
+        "`agree`: the Triton and torch outputs of the stage, compared.",
         "",
-        "| stage | floor bytes | floor µs | Triton µs | Triton / floor | torch µs | torch / floor |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| stage | floor bytes | floor µs | Triton µs | Triton / floor | torch µs | torch / floor | agree |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for stage, triton_us, torch_us in rows:
-        floor_us = stage.floor_bytes / bandwidth * 1e6
-        lines.append(f"| {stage.name} | {stage.floor_bytes:,} | {floor_us:.2f} | {triton_us:.1f} | "
-                     f"{triton_us / floor_us:.0f}x | {torch_us:.1f} | {torch_us / floor_us:.0f}x |")
+    for t in timings:
+        floor_us = t.stage.floor_bytes / bandwidth * 1e6 if bandwidth else None
+        ratio = (lambda us: "-" if us is None or floor_us is None else f"{us / floor_us:.0f}x")
+        lines.append(f"| {t.stage.name} | {t.stage.floor_bytes:,} | {cell(floor_us, '.2f')} | "
+                     f"{cell(t.triton_us, '.1f')} | {ratio(t.triton_us)} | {cell(t.torch_us, '.1f')} | "
+                     f"{ratio(t.torch_us)} | {t.agree} |")
+    errors = [f"- {t.stage.name}: {e}" for t in timings for e in t.errors]
+    if errors or notes:
+        lines += ["", "## Errors and notes", ""] + errors + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def out_path(args: argparse.Namespace, label: str) -> Path:
+    if args.out:
+        return Path(args.out)
+    name = f"gpu-{datetime.date.today()}-{label}.md"
+    return Path(args.out_dir) / name if args.out_dir else ROOT / "bench" / "results" / name
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="run the timing part on CPU at V = 4096 (no GPU)")
-    parser.add_argument("--repeat", type=int, default=20, help="timed repeats per stage")
-    parser.add_argument("--out", help="markdown file (default bench/results/gpu-<date>-<device>.md)")
+    parser.add_argument("--repeat", type=int, default=20, help="timed repeats per stage (default 20; 2 in --smoke)")
+    parser.add_argument("--no-conformance", action="store_true", help="skip part 1 (the corpus runs)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--out", help="markdown file (default bench/results/gpu-<date>-<device>.md)")
+    where.add_argument("--out-dir", help="folder for gpu-<date>-<device>.md")
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error(f"--repeat must be at least 1, not {args.repeat}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
     began = time.perf_counter()
     if args.smoke:
-        os.environ["TRITON_INTERPRET"] = "1"
-        device, vocab, runs = "cpu", 4096, []
+        os.environ["TRITON_INTERPRET"] = "1"  # before Triton is imported: it reads the variable then
+    try:
+        import torch
+        import triton  # noqa: F401 - both candidates must be importable
+    except ImportError as exc:
+        print(f"gpu_check: {exc.name} is not installed; install the candidates first: "
+              "pip install -e '.[torch,triton]'", file=sys.stderr)
+        return 2
+    if args.smoke:
+        device, vocab, repeat = "cpu", 4096, min(args.repeat, 2)
     elif not torch.cuda.is_available():
         print("gpu_check: no CUDA device on this machine; nothing to check (use --smoke to test the script on CPU).")
         return 0
     else:
         os.environ.pop("TRITON_INTERPRET", None)
-        device, vocab = "cuda", VOCAB
-        runs = [conformance("torch", device), conformance("triton", device)]
+        device, vocab, repeat = "cuda", VOCAB, args.repeat
+    label, env = device_label(device), environment(device)
+    out = out_path(args, label)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    runs: list[Conformance] = []
+    skipped: list[str] = []
+    timings: list[Timing] = []
+    notes: list[str] = []
+    bandwidth: float | None = None
+
+    def write() -> None:
+        out.write_text(markdown(label, env, vocab, bandwidth, runs, skipped, timings, notes), encoding="utf-8")
+
+    print(env, flush=True)
+    if not args.no_conformance:
+        write()
+        gpus = torch.cuda.device_count() if device == "cuda" else 0
+        runs, skipped = conformance_runs(device, gpus, () if device == "cuda" else SMOKE_FAMILIES)
         for run in runs:
             print(f"conformance {run.adapter}: ok={run.ok} {run.counts} {run.wall_s:.1f} s {run.note}", flush=True)
-    bandwidth = copy_bandwidth(device, GIB if device == "cuda" else 64 << 20, 10 if device == "cuda" else 3)
-    print(f"copy bandwidth {bandwidth / 1e9:.1f} GB/s", flush=True)
-    rows = []
-    for stage in stages(device, vocab):
-        repeat = args.repeat if device == "cuda" else 2
-        rows.append((stage, elapsed_us(stage.triton, device, repeat), elapsed_us(stage.torch, device, repeat)))
-        print(f"{stage.name}: triton {rows[-1][1]:.1f} us, torch {rows[-1][2]:.1f} us", flush=True)
-    label = device_label(device)
-    out = Path(args.out) if args.out else ROOT / "bench" / "results" / f"gpu-{datetime.date.today()}-{label}.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(markdown(label, device, vocab, bandwidth, runs, rows), encoding="utf-8")
+        write()
+    try:
+        bandwidth = copy_bandwidth(device, GIB if device == "cuda" else 64 << 20, 10 if device == "cuda" else 3)
+        print(f"copy bandwidth {bandwidth / 1e9:.1f} GB/s", flush=True)
+    except Exception as exc:  # noqa: BLE001
+        notes.append(f"copy bandwidth: {failure(exc)}")
+    try:
+        planned = stages(device, vocab)
+    except Exception as exc:  # noqa: BLE001 - e.g. a kernel that does not compile while preparing inputs
+        planned = []
+        notes.append(f"preparing the stages' inputs: {failure(exc)}")
+    for stage in planned:
+        if time.perf_counter() - began > BUDGET_S:
+            notes.append(f"{stage.name}: skipped, the {BUDGET_S} s budget was spent")
+            continue
+        timings.append(time_stage(stage, device, repeat))
+        t = timings[-1]
+        print(f"{stage.name}: triton {cell(t.triton_us, '.1f')} us, torch {cell(t.torch_us, '.1f')} us, "
+              f"agree {t.agree} {'; '.join(t.errors)}", flush=True)
+        write()
+    write()
     print(f"wrote {out} in {time.perf_counter() - began:.0f} s")
-    return 0 if all(run.ok for run in runs) else 1
+    broken = notes or any(t.errors for t in timings) or not all(run.ok for run in runs)
+    return 1 if broken else 0
 
 
 if __name__ == "__main__":

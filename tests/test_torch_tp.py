@@ -25,7 +25,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from qconform.adapters.torch_adapter import TorchAdapter  # noqa: E402
 from qconform.adapters.torch_tp import TorchTPAdapter  # noqa: E402
-from qconform.adapters.tp_emulator.group import RankGroup, shared_group  # noqa: E402
+from qconform.adapters.tp_emulator.group import RankGroup, rank_device, shared_group  # noqa: E402
 from qconform.adapters.tp_emulator.mutants import TP_MUTANTS  # noqa: E402
 from qconform.adapters.tp_emulator.rank import (  # noqa: E402
     EmulatorRefusal,
@@ -95,6 +95,19 @@ def test_spans_and_shard_ranges():
             checked_spans(bad, 5, 2)
     with pytest.raises(ShardCountMismatch):
         checked_spans([[0, 1], [1, 2], [2, 5]], 5, 2)
+
+
+def test_a_cuda_group_needs_one_gpu_per_rank(monkeypatch):
+    """NCCL refuses two ranks on one GPU, so the group says so before spawning a rank."""
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert rank_device("cpu", 1, 2) == torch.device("cpu")
+    assert rank_device("cuda", 0, 1) == torch.device("cuda", 0)
+    with pytest.raises(RuntimeError, match="needs 2 GPUs .* but 1 is visible"):
+        rank_device("cuda", 1, 2)
+    group = RankGroup(2, "cuda")
+    with pytest.raises(RuntimeError, match="needs 2 GPUs"):
+        group.start()
+    assert group.workers == []
 
 
 def test_unknown_mutant_is_refused():

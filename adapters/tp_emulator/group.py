@@ -55,20 +55,22 @@ def backend_for(device: str) -> str:
     return "nccl" if device.startswith("cuda") else "gloo"
 
 
-def rank_device(device: str, rank: int) -> torch.device:
-    """CPU, or one GPU per rank (NCCL needs S distinct GPUs)."""
+def rank_device(device: str, rank: int, world: int) -> torch.device:
+    """CPU, or GPU ``rank``: NCCL needs one distinct GPU per rank (two ranks on one
+    GPU are refused by NCCL), so a group wider than the visible GPUs is refused here."""
     if not device.startswith("cuda"):
         return torch.device("cpu")
     count = torch.cuda.device_count()
-    if count == 0:
-        raise RuntimeError("device cuda requested but no GPU is visible")
-    return torch.device("cuda", rank % count)
+    if count < world:
+        raise RuntimeError(f"device cuda with {world} ranks needs {world} GPUs (NCCL takes one GPU per rank), "
+                           f"but {count} {'is' if count == 1 else 'are'} visible")
+    return torch.device("cuda", rank)
 
 
 def join(store: dist.Store, rank: int, world: int, device: str, work_timeout_s: float) -> Rank:
     """Join the control and work groups as ``rank`` (every rank calls this, in the same order)."""
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=IDLE_TIMEOUT)
-    where = rank_device(device, rank)
+    where = rank_device(device, rank, world)
     if where.type == "cuda":
         torch.cuda.set_device(where)
     work = dist.new_group(backend=backend_for(device), timeout=timedelta(seconds=work_timeout_s))
@@ -121,6 +123,7 @@ class RankGroup:
         self.workers: list[subprocess.Popen] = []
 
     def start(self) -> None:
+        rank_device(self.device, 0, self.world)  # refuse a CUDA group wider than the GPUs before spawning
         store = dist.TCPStore(LOCALHOST, 0, self.world, is_master=True, wait_for_workers=False,
                               timeout=timedelta(seconds=STARTUP_TIMEOUT_S))
         command = [sys.executable, "-m", "qconform.adapters.tp_emulator.worker", "--world", str(self.world),

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The whole call for a lent CUDA device machine (bench/README.md, "GPU check"):
+# install this checkout into the machine's Python (its torch and Triton), then run
+# bench/gpu_check.py once. The table and the log go to $OUT (the folder the device
+# tool brings back) or, without it, to bench/results/.
+#
+#   bash bench/device_run.sh            # on the device machine
+#   bash bench/device_run.sh --smoke    # rehearsal on a CPU machine (gpu_check --smoke)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-bench/results}"
+mkdir -p "$out"
+if compgen -G '.whl/*.whl' >/dev/null; then   # wheels from bench/device_wheels.sh
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/qconform-site .whl/*.whl
+  export PYTHONPATH="/tmp/qconform-site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+python3 -m pip install -q --no-index --no-deps --no-build-isolation -e .
+python3 -c 'import jsonschema, qconform.harness' || { echo "device_run: the install is incomplete (see above)"; exit 2; }
+set -o pipefail
+PYTHONUNBUFFERED=1 timeout 295 python3 bench/gpu_check.py --out-dir "$out" "$@" 2>&1 | tee "$out/gpu_check.log"

@@ -1,0 +1,113 @@
+"""bench/gpu_check.py, the prepared CUDA check: rehearsed on the CPU (``--smoke``),
+and shown to report what goes wrong instead of hiding it or losing the rest.
+
+The script itself only runs natively on a CUDA machine (bench/README.md); here its
+every part runs on the CPU, Triton in its interpreter."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+pytestmark = pytest.mark.rules("R34")
+
+SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "gpu_check.py"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+gpu_check = load_script()
+
+
+def table_rows(text: str, heading: str) -> list[list[str]]:
+    """The body rows of the markdown table under ``heading``."""
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")][2:]
+    return [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+
+
+def test_smoke_rehearses_every_part_and_the_candidates_agree(tmp_path):
+    out = tmp_path / "gpu.md"
+    done = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--repeat", "1", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = out.read_text()
+    runs = table_rows(text, "## Conformance")
+    assert [r[:2] for r in runs] == [["torch", "yes"], ["triton", "yes"], ["torch-tp2 on NCCL", "skipped"]]
+    stages = table_rows(text, "## Stages")
+    assert len(stages) == 7
+    for row in stages:
+        assert row[3] not in ("error", "-") and row[5] not in ("error", "-"), row
+        agree = row[7]
+        assert agree == "yes" or (agree.startswith("rel. gap") and float(agree.split()[-1]) < 1e-12), row
+    assert "## Errors and notes" not in text
+
+
+def stage(name, triton, torch_impl, agree=None):
+    return gpu_check.Stage(name, 1024, triton, torch_impl, agree or gpu_check.rows_differ)
+
+
+def test_a_stage_that_raises_is_reported_and_the_others_are_kept():
+    def broken():
+        raise RuntimeError("kernel launch failed\nsecond line")
+
+    ok = gpu_check.time_stage(stage("fine", lambda: torch.ones(2, 3), lambda: torch.ones(2, 3)), "cpu", 1)
+    bad = gpu_check.time_stage(stage("broken", broken, lambda: torch.ones(2)), "cpu", 1)
+    assert ok.errors == [] and ok.agree == "yes"
+    assert bad.triton_us is None and bad.torch_us is not None
+    assert bad.errors == ["triton: RuntimeError: kernel launch failed"] and bad.agree == "-"
+    text = gpu_check.markdown("dev", "env", 4096, 1e9, [], [], [ok, bad], ["copy bandwidth: OSError: x"])
+    assert table_rows(text, "## Stages")[1][3] == "error"
+    assert "- broken: triton: RuntimeError: kernel launch failed" in text
+    assert "- copy bandwidth: OSError: x" in text
+
+
+def test_outputs_that_differ_show_in_the_agree_column():
+    a = torch.tensor([[1, 2], [3, 4], [5, 6]])
+    b = torch.tensor([[1, 2], [3, 5], [5, 6]])
+    assert gpu_check.rows_differ(a, a.clone()) == "yes"
+    assert gpu_check.rows_differ(a, b) == "1/3 rows differ"
+    assert gpu_check.rows_differ(a, b[:2]).startswith("shapes")
+    assert gpu_check.relative_gap(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0])) == "yes"
+    assert gpu_check.relative_gap(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0 + 2 ** -20])) == "rel. gap 4.8e-07"
+    timing = gpu_check.time_stage(stage("wrong", lambda: a, lambda: b), "cpu", 1)
+    assert timing.agree == "1/3 rows differ"
+
+
+def test_a_failed_conformance_run_is_not_ok():
+    run = gpu_check.Conformance("triton", False, {"pass": 3, "fail": 1}, 2.0, "c/1: fail wrong count")
+    text = gpu_check.markdown("dev", "env", gpu_check.VOCAB, 1e9, [run], [], [], [])
+    assert table_rows(text, "## Conformance (whole corpus)")[0][:3] == ["triton", "**NO**", "fail 1, pass 3"]
+
+
+def test_without_cuda_it_says_so_and_exits_0(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gpu_check.main([]) == 0
+    assert "no CUDA device on this machine" in capsys.readouterr().out
+
+
+def test_without_torch_it_says_what_to_install(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    assert gpu_check.main([]) == 2
+    assert "torch is not installed" in capsys.readouterr().err
+
+
+def test_bad_arguments_are_usage_errors(capsys):
+    for argv in (["--repeat", "0"], ["--out", "a.md", "--out-dir", "b"]):
+        with pytest.raises(SystemExit) as exit_info:
+            gpu_check.main(argv)
+        assert exit_info.value.code == 2
+    assert "--repeat must be at least 1" in capsys.readouterr().err
