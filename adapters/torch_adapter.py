@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from qconform.adapters.torch_candidate import allocation, philox, proposal, sampling, verification, weights
+from qconform.adapters.torch_candidate import allocation, philox, proposal, qrow, sampling, verification, weights
 from qconform.adapters.torch_candidate.errors import CandidateError
 from qconform.harness.adapter import Adapter, AdapterError, Capabilities, Outcome, PrecisionProfile
 
@@ -62,27 +62,10 @@ def f32_scalar(obj: dict) -> float:
 
 
 def q_row_counts(row: dict, vocab: int, device: str) -> torch.Tensor:
-    """One q row (dense or sparse dyadic24 counts) as int64 dense counts ``[V]``, refused
-    unless it is legal: exact sum M (R03), sparse IDs in range, strictly ascending, with
-    positive counts (R07, R19)."""
-    counts = blob_tensor(row["counts"], device)
-    if row["representation"] == "dense":
-        if counts.numel() != vocab:
-            raise CandidateError("BAD_SHAPE", f"dense q row has {counts.numel()} counts for vocabulary {vocab}")
-        dense = counts
-    else:
-        ids = blob_tensor(row["ids"], device).to(torch.int64)
-        if ids.numel() != counts.numel():
-            raise CandidateError("BAD_SHAPE", "sparse q row has unequal ids and counts")
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
-            raise CandidateError("TOKEN_OUT_OF_RANGE", "sparse id outside the vocabulary")
-        if bool((ids[1:] <= ids[:-1]).any()) or bool((counts <= 0).any()):
-            raise CandidateError("BAD_SPARSE_SUPPORT", "sparse ids must ascend strictly with positive counts")
-        dense = torch.zeros(vocab, dtype=torch.int64, device=device)
-        dense[ids] = counts
-    if int(dense.sum()) != allocation.M:
-        raise CandidateError("WRONG_TOTAL_MASS", f"q counts sum to {int(dense.sum())}, not M")
-    return dense
+    """One q row (dense or sparse dyadic24 counts) as int64 dense counts ``[V]``,
+    refused unless legal (:func:`qrow.legal_q_row`: R03, R07, R19)."""
+    ids = blob_tensor(row["ids"], device) if row["representation"] == "sparse" else None
+    return qrow.legal_q_row(blob_tensor(row["counts"], device), ids, vocab)
 
 
 def q_rows_dense(rows: Sequence[dict], vocab: int, device: str) -> torch.Tensor:

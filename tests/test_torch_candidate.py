@@ -27,6 +27,7 @@ from qconform.adapters.torch_candidate import (  # noqa: E402
     accepts,
     allocate_dense,
     allocate_top_k,
+    legal_q_row,
     logits_to_weights,
     markov_bias,
     philox4x32_10,
@@ -527,3 +528,25 @@ def test_production_vocabulary_rows():
     ids, top = sparse.canonical()[0]
     assert sum(top) == M and len(ids) <= 32 and ids == sorted(ids)
     assert min(weights[0, ids].tolist()) >= weights[0].sort(descending=True).values[31].item()
+
+
+@pytest.mark.rules("R03", "R07", "R19")
+def test_a_received_q_row_is_refused_unless_legal():
+    t = lambda values: torch.tensor(values, dtype=torch.int64)  # noqa: E731
+    assert legal_q_row(t([M - 5, 5, 0]), None, 3).tolist() == [M - 5, 5, 0]
+    assert legal_q_row(t([M - 5, 5]), t([0, 2]), 3).tolist() == [M - 5, 0, 5]
+    refused = [
+        ((t([M, 0]), None, 3), "BAD_SHAPE"),
+        ((t([M - 1, 0, 0]), None, 3), "WRONG_TOTAL_MASS"),
+        ((t([M - 5, 5]), t([0]), 3), "BAD_SHAPE"),
+        ((t([M - 5, 5]), t([0, 3]), 3), "TOKEN_OUT_OF_RANGE"),
+        ((t([M - 5, 5]), t([-1, 2]), 3), "TOKEN_OUT_OF_RANGE"),
+        ((t([M - 5, 5]), t([2, 0]), 3), "BAD_SPARSE_SUPPORT"),
+        ((t([M - 5, 5]), t([1, 1]), 3), "BAD_SPARSE_SUPPORT"),
+        ((t([M, 0]), t([0, 1]), 3), "BAD_SPARSE_SUPPORT"),
+        ((t([M - 5, 4]), t([0, 1]), 3), "WRONG_TOTAL_MASS"),
+    ]
+    for args, code in refused:
+        with pytest.raises(CandidateError) as refusal:
+            legal_q_row(*args)
+        assert refusal.value.code == code, args
