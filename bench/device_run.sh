@@ -15,6 +15,6 @@ if compgen -G '.whl/*.whl' >/dev/null; then   # wheels from bench/device_wheels.
   export PYTHONPATH="/tmp/qconform-site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e .
-python3 -c 'import jsonschema, qconform.harness' || { echo "device_run: the install is incomplete (see above)"; exit 2; }
+python3 -c 'import jsonschema, google_crc32c, qconform.harness' || { echo "device_run: the install is incomplete (see above)"; exit 2; }
 set -o pipefail
 PYTHONUNBUFFERED=1 timeout 295 python3 bench/gpu_check.py --out-dir "$out" "$@" 2>&1 | tee "$out/gpu_check.log"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Download, into .whl/ (ignored by git), the wheels that a lent device machine lacks
 # for bench/device_run.sh: its image holds torch, Triton, click, rich, sympy, mpmath,
-# hypothesis, pytest and pytest-xdist, but not jsonschema and its own dependencies.
+# hypothesis, pytest and pytest-xdist, but not jsonschema (and its own dependencies)
+# nor google-crc32c.
 #
 #   bash bench/device_wheels.sh            # for the device's Python (3.12)
 #   bash bench/device_wheels.sh 3.11       # for another Python, e.g. to rehearse here
@@ -15,5 +16,6 @@ for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manyl
 done
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$version" --implementation cp \
   "${platforms[@]}" -d .whl \
-  'jsonschema==4.25.1' 'jsonschema-specifications==2025.9.1' 'referencing==0.37.0' 'rpds-py==0.28.0'
+  'jsonschema==4.25.1' 'jsonschema-specifications==2025.9.1' 'referencing==0.37.0' 'rpds-py==0.28.0' \
+  'google-crc32c==1.9.0'
 ls -l .whl
