@@ -55,6 +55,10 @@ class PrecisionProfile:
       allowed where the case's acceptance margin |u/2^32 - p/q| is below it.
     * ``residual_margin``: correction/bonus draws computed approximately; allowed
       where the case's draw margin is below it.
+    * ``sum_rel``: the exact sums of the ``sharding`` family (shifted, support,
+      remainder and target sums) reduced in floating point (e.g. an FP64
+      all-reduce); an answered sum may differ from the exact one by at most this
+      relative amount. Every decision (counts, tickets, support, draws) stays exact.
     Margins are strings holding exact rationals ("num/den"), never floats.
     """
 
@@ -62,6 +66,7 @@ class PrecisionProfile:
     exp_ulp: str = "0/1"
     ratio_margin: str = "0/1"
     residual_margin: str = "0/1"
+    sum_rel: str = "0/1"
     notes: str = ""
 
     def to_json(self) -> dict:

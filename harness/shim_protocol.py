@@ -32,7 +32,7 @@ ENTRY_STATUSES = ("ok", "unimplemented", "error")
 CONFIG_KEYS = ("name", "protocol", "capabilities", "precision", "device")
 CAPABILITY_KEYS = ("families", "injected_draws", "devices", "sampling")
 PRECISION_KEYS = tuple(f.name for f in fields(PrecisionProfile))
-MARGIN_KEYS = ("exp_ulp", "ratio_margin", "residual_margin")
+MARGIN_KEYS = ("exp_ulp", "ratio_margin", "residual_margin", "sum_rel")
 #: blob dtype -> item size in bytes (docs/vector-format.md)
 BLOB_ITEM_SIZE = {"u8": 1, "i32": 4, "u32": 4, "f32": 4, "u64": 8, "f64": 8}
 #: how much of an offending reply an error message quotes
