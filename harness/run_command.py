@@ -1,7 +1,8 @@
 """``qconform run``: run the vector corpus against an adapter (a thin click layer over pytest).
 
 The command checks its arguments (one-line error, exit status 2, for an unknown
-family or adapter, an unusable corpus or expectations file), then calls
+family or adapter, a CUDA device that torch does not see, an unusable corpus or
+expectations file), then calls
 ``pytest.main`` with the qconform plugin and nothing else: no conftest files, no
 cache, an empty ini file of its own and the corpus directory as rootdir, so it
 collects only the conformance cases whatever the working directory, from a
@@ -35,6 +36,23 @@ def checkout_expectations(adapter: str) -> Path | None:
 
     path = Path(qconform.harness.__file__).resolve().parent.parent / EXPECTATIONS_DIR / f"{adapter}.toml"
     return path if path.is_file() else None
+
+
+def check_device(adapter: str, device: str) -> None:
+    """Refuse ``--device cuda`` up front where torch sees no CUDA device, for the bundled
+    in-process adapters (a shim or an endpoint owns its device and says so itself):
+    otherwise every case would be an error saying the same thing."""
+    from qconform.harness.client import SHIM_PREFIX
+    from qconform.harness.registry import TCP_PREFIX
+
+    if not device.startswith("cuda") or adapter.startswith((SHIM_PREFIX, TCP_PREFIX)):
+        return
+    try:
+        import torch
+    except ImportError:
+        raise RunUsageError(f"--device {device} needs torch with CUDA; torch is not installed") from None
+    if not torch.cuda.is_available():
+        raise RunUsageError(f"--device {device}: torch {torch.__version__} sees no CUDA device on this machine")
 
 
 def check_adapter(adapter: str) -> None:
@@ -148,6 +166,7 @@ def run(ctx: click.Context, adapter: str, families: tuple[str, ...], keyword: st
     root = _absolute(vectors) or default_vectors_dir().resolve()
     check_corpus(root, families)
     check_adapter(adapter)
+    check_device(adapter, device)
     workers = parse_workers(workers)
     expectations_path = _absolute(expectations) if expectations else checkout_expectations(adapter)
     if expectations_path is not None:
