@@ -1,17 +1,19 @@
 """Comparator of ``proposal_chain``: row by row, with the FP64 and exp precision classes.
 
 An answer holds ``tokens`` (K), ``rows`` (K q rows) and ``draws`` (K proposal
-draws: position, counter words, u24). The case's per-row ``exp_margin_ulp`` and
-``tie_gap`` are its margins: an answer may omit them and they are never compared.
+draws: position, counter words, u24). The case's per-row ``exp_margin_ulp``,
+``tie_gap`` and ``fp64_may_differ`` are its margins: an answer may omit them and
+they are never compared.
 
 A proposal draw depends only on the RNG identity and the position, never on
 earlier tokens, so every answered draw must equal the expected one: a
 difference is an RNG-ABI ``fail``. Rows are then compared in order. At the first
 row whose counts differ, the divergence is ``precision`` when
 
-* the profile declares ``fp64_allocation`` and the row's ``tie_gap`` is within
-  twice the FP64 error bound over the row's support size (the spec's
-  ``fp64_may_differ(tie_gap, n)`` with the row-independent bound), or
+* the profile declares ``fp64_allocation`` and the case's ``fp64_may_differ[i]``
+  is true (the same per-row verdict as the allocation families': the tie gap
+  between tokens of *different* weights within twice the row's FP64 error
+  bound, so an exact tie between equal weights is never excused), or
 * the row's ``exp_margin_ulp`` is below the profile's ``exp_ulp``;
 
 and the answered row is still a dyadic24 row (counts summing to M, the
@@ -31,7 +33,6 @@ from qconform.harness.compare import profile_margin
 from qconform.harness.compare_allocation import count_difference, sparse_problem, token_counts
 from qconform.harness.value_diff import Malformed, first_difference
 from qconform.harness.verdicts import Diff, Verdict, brief, failed, passed, precision
-from qconform.spec.allocation_fp64 import fp64_may_differ
 from qconform.spec.constants import M
 from qconform.spec.sampling import sample_sparse
 
@@ -49,13 +50,14 @@ def check_answer(output: dict, depth: int) -> None:
         raise Malformed("tokens", "must be integer token ids")
 
 
-def row_excuse(case: dict, i: int, profile: PrecisionProfile, support_size: int) -> str | None:
+def row_excuse(case: dict, i: int, profile: PrecisionProfile) -> str | None:
     """Why a divergent row ``i`` lies inside the declared margins, if it does."""
-    tie_gap = decode_rational(case["expected"]["tie_gap"][i])
-    exp_margin = decode_rational(case["expected"]["exp_margin_ulp"][i])
+    expected = case["expected"]
+    exp_margin = decode_rational(expected["exp_margin_ulp"][i])
     exp_ulp = profile_margin(profile, "exp_ulp")
-    if profile.fp64_allocation and fp64_may_differ(tie_gap, support_size):
-        return f"row {i} tie_gap {brief(tie_gap)} is within the FP64 bound and the profile allocates in FP64"
+    if profile.fp64_allocation and expected["fp64_may_differ"][i]:
+        tie_gap = decode_rational(expected["tie_gap"][i])
+        return f"row {i} fp64_may_differ (tie_gap {brief(tie_gap)}) and the profile allocates in FP64"
     if exp_margin < exp_ulp:
         return f"row {i} exp_margin_ulp {brief(exp_margin)} < profile exp_ulp {brief(exp_ulp)}"
     return None
@@ -69,7 +71,6 @@ def sampled_token(counts: dict[int, int], u24: int) -> int:
 def compare(case: dict, output: dict, profile: PrecisionProfile) -> Verdict:
     case_id, expected, inp = case["id"], case["expected"], case["input"]
     depth, vocab = decode_blob(inp["base_logits"])[1]
-    support_size = min(inp["support"].get("k", vocab), vocab)
     check_answer(output, depth)
     diff = first_difference(expected["draws"], output["draws"], "draws")
     if diff is not None:
@@ -101,7 +102,7 @@ def compare(case: dict, output: dict, profile: PrecisionProfile) -> Verdict:
         row_diff = count_difference(token_counts(want_row, False, vocab), got_counts, False)
         if row_diff is not None:
             row_diff = Diff(f"{path}.{row_diff.path}", row_diff.expected, row_diff.got)
-            reason = row_excuse(case, i, profile, support_size)
+            reason = row_excuse(case, i, profile)
             if reason is None:
                 return failed(case_id, f"q row differs at {row_diff}", row_diff)
             excused = excused or (row_diff, reason)

@@ -48,8 +48,12 @@ theta at the tied block's fractional part: every token of another weight is more
 than Delta away, and the block's tokens move together).
 
 So a divergence of an FP64 kernel on a vector with ``fp64_tie_gap > 2 * Delta`` is a
-real failure; with ``tie_gap <= 2 * Delta`` (:func:`fp64_may_differ`) it may be
-a legitimate FP64 near-tie. The corpus carries cases where it really is.
+real failure; with ``fp64_tie_gap <= 2 * Delta`` (:func:`fp64_may_differ`) it may
+be a legitimate FP64 near-tie. The corpus carries cases where it really is.
+:func:`fp64_row_may_differ` (and :func:`fp64_sparse_may_differ` for a top-k row)
+is that verdict for one row, with the row's own ``Delta``
+(:func:`fp64_row_error_bound`), as the ``allocation_dense``, ``allocation_sparse``
+and ``proposal_chain`` vectors record it.
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ import struct
 from fractions import Fraction
 from typing import Sequence
 
-from qconform.spec.allocation import common_units, select_top_k
+from qconform.spec.allocation import SparseAllocation, common_units, select_top_k
 from qconform.spec.constants import M
 from qconform.spec.errors import refuse
 from qconform.spec.rules import defines
@@ -190,3 +194,38 @@ def fp64_tie_gap(weights: Sequence[Fraction], counts: Sequence[int]) -> Fraction
 def max_quota(weights: Sequence[Fraction]) -> Fraction:
     """The largest exact quota ``max_v M * w_v / W`` of a row (for :func:`fp64_error_bound`)."""
     return Fraction(M * max(weights), sum(weights))
+
+
+@defines("R06")
+def fp64_row_error_bound(weights: Sequence[Fraction]) -> Fraction:
+    """``Delta`` of one row: :func:`fp64_error_bound` over its n weights with its largest
+    quota (:func:`max_quota`, a ratio of weights, taken on their integer units so
+    that no Fraction is summed)."""
+    return fp64_error_bound(len(weights), max_quota(common_units(weights)))
+
+
+@defines("R06")
+def fp64_row_may_differ(weight_bits: Sequence[int], dtype: str, weights: Sequence[Fraction],
+                        counts: Sequence[int]) -> bool:
+    """Whether the FP64 recipe may legitimately give a row other counts than its exact
+    allocation ``counts``: :func:`fp64_may_differ` of the row's :func:`fp64_tie_gap`
+    (ties between equal weights are no FP64 uncertainty) with the row's own
+    ``Delta`` (:func:`fp64_row_error_bound`), or the FP64 sum of the weights
+    overflows (the recipe then refuses). ``weights`` are the exact values of
+    ``weight_bits`` (``dtype`` "f32" or "f64")."""
+    bound_quota = max_quota(common_units(weights))
+    near_tie = fp64_may_differ(fp64_tie_gap(weights, counts), len(weights), bound_quota)
+    return near_tie or fp64_sum_overflows(weight_bits, dtype)
+
+
+@defines("R06", "R07")
+def fp64_sparse_may_differ(weight_bits: Sequence[int], dtype: str, weights: Sequence[Fraction],
+                           alloc: SparseAllocation) -> bool:
+    """:func:`fp64_row_may_differ` of a top-k row, taken over its support: the FP64
+    recipe selects the same support as the exact rule (selection compares weights,
+    which FP64 represents exactly) and allocates M on it. A support token without
+    an entry in ``alloc.ids`` has count 0."""
+    counts_of = dict(zip(alloc.ids, alloc.counts))
+    return fp64_row_may_differ([weight_bits[v] for v in alloc.support], dtype,
+                               [weights[v] for v in alloc.support],
+                               [counts_of.get(v, 0) for v in alloc.support])

@@ -10,7 +10,9 @@ i = 1..K in order:
    temperature: :func:`qconform.spec.weights.weights_from_logits` (R05);
 3. the dyadic24 counts, dense or top-k sparse:
    :func:`qconform.spec.allocation.allocate_dense` /
-   :func:`qconform.spec.allocation.allocate_sparse` (R06, R07);
+   :func:`qconform.spec.allocation.allocate_sparse` (R06, R07), and whether the
+   design's FP64 recipe may legitimately allocate the row otherwise
+   (:func:`qconform.spec.allocation_fp64.fp64_row_may_differ`, NON-NORMATIVE);
 4. the proposal draw ``u24`` at ``proposal_key(ident, i)``, position
    ``anchor + i - 1``, domain PROPOSAL (R22), and ``x_i`` = the token it picks
    from the counts (R08).
@@ -27,6 +29,7 @@ from fractions import Fraction
 from typing import Sequence
 
 from qconform.spec.allocation import allocate_dense, allocate_sparse
+from qconform.spec.allocation_fp64 import fp64_row_may_differ, fp64_sparse_may_differ
 from qconform.spec.errors import refuse
 from qconform.spec.markov import markov_bias_f32
 from qconform.spec.qrow import QRow
@@ -95,7 +98,8 @@ class ProposalRow:
     """One position of the chain: the q row that sampled ``token``, the draw, and
     the numerical margins of the row (``tie_gap`` of the allocation,
     ``exp_margin_ulp`` of the weights, ``selection_gap`` of a top-k support or
-    None when dense)."""
+    None when dense, and ``fp64_may_differ``: whether the FP64 recipe may
+    legitimately allocate the row otherwise, as the allocation vectors say it)."""
 
     index: int
     q: QRow
@@ -104,6 +108,7 @@ class ProposalRow:
     tie_gap: Fraction
     exp_margin_ulp: Fraction
     selection_gap: Fraction | None
+    fp64_may_differ: bool
 
 
 @dataclass(frozen=True)
@@ -128,16 +133,22 @@ def check_shapes(inp: ProposalInput) -> None:
 
 
 @defines("R05", "R06", "R07")
-def proposal_row(logits: Sequence[int], bias: Sequence[int], temperature_bits: int, support: SupportPolicy) -> tuple[QRow, Fraction, Fraction, Fraction | None]:
+def proposal_row(logits: Sequence[int], bias: Sequence[int], temperature_bits: int,
+                 support: SupportPolicy) -> tuple[QRow, Fraction, Fraction, Fraction | None, bool]:
     """The q row of one position from its base logits and Markov bias:
-    ``(q, tie_gap, exp_margin_ulp, selection_gap)``."""
+    ``(q, tie_gap, exp_margin_ulp, selection_gap, fp64_may_differ)``.
+
+    ``fp64_may_differ`` is taken on the FP32 weights of the row, over the whole
+    row when dense and over the selected support when top-k."""
     weights = weights_from_logits(logits, temperature_bits, bias)
     if support.policy == DENSE_POLICY:
         dense = allocate_dense(weights.weights)
-        return QRow.dense(dense.counts), dense.tie_gap, weights.exp_margin_ulp, None
+        may_differ = fp64_row_may_differ(weights.weights_f32, "f32", weights.weights, dense.counts)
+        return QRow.dense(dense.counts), dense.tie_gap, weights.exp_margin_ulp, None, may_differ
     sparse = allocate_sparse(weights.weights, support.k)
     row = QRow.sparse(len(logits), sparse.ids, sparse.counts)
-    return row, sparse.tie_gap, weights.exp_margin_ulp, sparse.selection_gap
+    may_differ = fp64_sparse_may_differ(weights.weights_f32, "f32", weights.weights, sparse)
+    return row, sparse.tie_gap, weights.exp_margin_ulp, sparse.selection_gap, may_differ
 
 
 @defines("R01", "R05", "R15", "R22", "R35")
@@ -154,11 +165,12 @@ def proposal_chain(inp: ProposalInput) -> ProposalResult:
     rows = []
     for i, logits in enumerate(inp.base_logits, start=1):
         bias = markov_bias_f32(previous, inp.markov_left, inp.markov_right)
-        q, tie_gap, exp_margin, selection_gap = proposal_row(logits, bias, inp.temperature_bits, inp.support)
+        q, tie_gap, exp_margin, selection_gap, may_differ = proposal_row(logits, bias, inp.temperature_bits,
+                                                                         inp.support)
         key = proposal_key(inp.identity, i)
         u24 = proposal_draw(key)
         token = sample_qrow(q, u24)
         draw = ProposalDraw(key.position, key.counter_words(), u24)
-        rows.append(ProposalRow(i, q, token, draw, tie_gap, exp_margin, selection_gap))
+        rows.append(ProposalRow(i, q, token, draw, tie_gap, exp_margin, selection_gap, may_differ))
         previous = token
     return ProposalResult(rows)

@@ -16,12 +16,15 @@ from qconform.spec.allocation_fp64 import (
     allocate_sparse_fp64,
     fp64_error_bound,
     fp64_may_differ,
+    fp64_row_error_bound,
+    fp64_row_may_differ,
+    fp64_sparse_may_differ,
     fp64_sum_overflows,
     max_quota,
 )
 from qconform.spec.constants import M
 from qconform.spec.errors import SpecError
-from qconform.spec.weights import weights_from_f32
+from qconform.spec.weights import weights_from_f32, weights_from_f64
 
 pytestmark = pytest.mark.rules("R06", "R07")
 
@@ -47,6 +50,12 @@ def fp64_allocation_reversed_sum(weights: list[float]) -> list[int]:
     return counts
 
 
+def both_fp64_kernels_give(bits: list[int], counts: list[int]) -> bool:
+    """Whether the FP64 recipe and its reversed-sum variant both return ``counts`` for FP32 ``bits``."""
+    floats = [struct.unpack("<f", struct.pack("<I", b))[0] for b in bits]
+    return allocate_dense_fp64(bits, "f32") == counts and fp64_allocation_reversed_sum(floats) == counts
+
+
 f32_weights = st.lists(
     st.one_of(st.floats(min_value=0, max_value=1e6, width=32), st.just(0.0), st.integers(0, 9).map(float)),
     min_size=1, max_size=50,
@@ -62,8 +71,7 @@ def test_theorem_fp64_equals_exact_outside_the_bound(values):
     n = len(weights)
     assert fp64_error_bound(n, max_quota(weights)) <= fp64_error_bound(n)
     if not fp64_may_differ(exact.tie_gap, n, max_quota(weights)):
-        assert allocate_dense_fp64(bits, "f32") == exact.counts
-        assert fp64_allocation_reversed_sum([struct.unpack("<f", struct.pack("<I", b))[0] for b in bits]) == exact.counts
+        assert both_fp64_kernels_give(bits, exact.counts)
     if not fp64_may_differ(exact.tie_gap, n):
         assert allocate_dense_fp64(bits, "f32") == exact.counts
 
@@ -123,3 +131,66 @@ def test_sparse_fp64_equals_exact_outside_the_bound(values, data):
     support_weights = [weights_from_f32(bits)[v] for v in exact.support]
     if not fp64_may_differ(exact.tie_gap, len(exact.support), max_quota(support_weights)):
         assert allocate_sparse_fp64(bits, "f32", k) == (exact.ids, exact.counts)
+
+
+# --- the per-row verdict that the vector families record ---------------------------------------
+
+#: weights drawn from a few values, so that equal weights (and exact ties between them) are common
+few_valued_weights = st.lists(st.sampled_from([0.0, 0.25, 1.0, 3.0, 7.5]), min_size=1, max_size=40).filter(
+    lambda ws: sum(ws) > 0)
+
+
+@given(st.one_of(f32_weights, few_valued_weights))
+@settings(max_examples=120, deadline=None)
+def test_row_verdict_is_sound_and_never_wider_than_the_plain_tie_gap_bound(values):
+    bits = [f32(x) for x in values]
+    weights = weights_from_f32(bits)
+    exact = allocate_dense(weights)
+    n = len(weights)
+    may_differ = fp64_row_may_differ(bits, "f32", weights, exact.counts)
+    assert fp64_row_error_bound(weights) == fp64_error_bound(n, max(Fraction(M) * w / sum(weights) for w in weights))
+    if not may_differ:  # the theorem, with ties between equal weights ignored
+        assert both_fp64_kernels_give(bits, exact.counts)
+    if may_differ:  # FP32 sums never overflow: only a near-tie can make FP64 differ
+        assert fp64_may_differ(exact.tie_gap, n)
+
+
+def test_an_exact_tie_between_equal_weights_is_no_fp64_uncertainty():
+    bits = [f32(x) for x in (1.0, 3.0, 1.0, 1.0)]  # M/6 each for the 1s: two tickets among three equal weights
+    weights = weights_from_f32(bits)
+    exact = allocate_dense(weights)
+    assert exact.tie_gap == 0 and exact.counts[0] > exact.counts[3]
+    assert fp64_may_differ(exact.tie_gap, 4, max_quota(weights))  # the plain tie gap would excuse it
+    assert not fp64_row_may_differ(bits, "f32", weights, exact.counts)
+    assert allocate_dense_fp64(bits, "f32") == exact.counts
+
+
+@given(st.integers(2**21, 2**22 - 1), st.integers(2**20, 2**21 - 1), st.integers(31, 80))
+@settings(max_examples=20, deadline=None)
+def test_rows_where_fp64_really_differs_are_flagged(a, b, tiny):
+    flipped = near_tie_row(a, b, tiny, larger_first=True)
+    weights = weights_from_f32(flipped)
+    assert allocate_dense_fp64(flipped, "f32") != allocate_dense(weights).counts
+    assert fp64_row_may_differ(flipped, "f32", weights, allocate_dense(weights).counts)
+
+
+def test_an_overflowing_fp64_sum_is_flagged():
+    bits = [f64(1.5e308), f64(1.0e308), f64(1.0)]
+    weights = weights_from_f64(bits)
+    assert fp64_row_may_differ(bits, "f64", weights, allocate_dense(weights).counts)
+
+
+@given(st.one_of(f32_weights, few_valued_weights), st.data())
+@settings(max_examples=60, deadline=None)
+def test_sparse_verdict_is_the_row_verdict_on_the_support(values, data):
+    bits = [f32(x) for x in values]
+    weights = weights_from_f32(bits)
+    k = data.draw(st.integers(1, len(bits)))
+    sparse = allocate_sparse(weights, k)
+    support_bits = [bits[v] for v in sparse.support]
+    support_weights = [weights[v] for v in sparse.support]
+    on_support = allocate_dense(support_weights)  # the sparse allocation is the dense one of the support
+    may_differ = fp64_sparse_may_differ(bits, "f32", weights, sparse)
+    assert may_differ == fp64_row_may_differ(support_bits, "f32", support_weights, on_support.counts)
+    if not may_differ:
+        assert allocate_sparse_fp64(bits, "f32", k) == (sparse.ids, sparse.counts)

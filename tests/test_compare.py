@@ -433,12 +433,53 @@ def test_a_row_inside_its_exp_margin_is_precision(policy):
 
 @needs_pc
 @pytest.mark.rules("R06")
-def test_a_row_at_a_near_tie_is_precision_for_an_fp64_profile():
-    case = copy.deepcopy(pc_case("dense"))
-    case["expected"]["tie_gap"][0] = "0/1"  # constructed: row 0 is an exact tie
+@pytest.mark.parametrize("policy", ["dense", "top_k"])
+def test_a_row_is_excused_for_fp64_only_where_the_case_says_fp64_may_differ(policy):
+    case = copy.deepcopy(pc_case(policy))
+    assert case["expected"]["fp64_may_differ"][0] is False
     answer = perturbed_first_row(case)
-    assert judge(case, answer, adapter_config([PC], fp64_allocation=True)).cls is PRECISION
+    fp64 = adapter_config([PC], fp64_allocation=True)
+    assert judge(case, answer, fp64).cls is FAIL
+    case["expected"]["fp64_may_differ"][0] = True  # constructed: row 0 is an FP64 near-tie
+    excused = judge(case, answer, fp64)
+    assert excused.cls is PRECISION and "row 0 fp64_may_differ" in excused.message
     assert judge(case, answer, adapter_config([PC])).cls is FAIL
+    case["expected"]["fp64_may_differ"][1] = True  # a near-tie in another row excuses nothing in row 0
+    case["expected"]["fp64_may_differ"][0] = False
+    assert judge(case, answer, fp64).cls is FAIL
+
+
+def tie_order_reversed(case: dict, i: int) -> dict:
+    """The expected answer with row i's tied tickets given to the highest IDs of equal weight instead."""
+    answer = copy.deepcopy(case["expected"])
+    row = answer["rows"][i]
+    counts = decode_blob(row["counts"])[0]
+    ids = decode_blob(row["ids"])[0] if "ids" in row else list(range(len(counts)))
+    weights = decode_blob(case["input"]["base_logits"])[0]  # no Markov bias: equal logits, equal weights
+    vocab = decode_blob(case["input"]["base_logits"])[1][1]
+    logit = {v: weights[i * vocab + v] for v in ids}
+    for j, v in enumerate(ids):
+        later = [w for w in ids[j + 1:] if logit[w] == logit[v] and counts[ids.index(w)] == counts[j] - 1]
+        if later:
+            counts[j], counts[ids.index(later[-1])] = counts[j] - 1, counts[j]
+            break
+    else:
+        raise AssertionError(f"row {i} has no tie between equal weights")
+    row["counts"] = encode_blob("u32", counts)
+    answer["tokens"][i] = sample_sparse(ids, counts, answer["draws"][i]["u24"])
+    return answer
+
+
+@needs_pc
+@pytest.mark.rules("R06")
+@pytest.mark.parametrize("name", ["dense-v7-equal-logits", "topk5-v12-equal-logits"])
+def test_a_wrong_order_of_an_exact_tie_between_equal_weights_fails_an_fp64_profile(name):
+    case = next(c for c in family_cases(PC) if c["id"] == f"{PC}/exact_ties/{name}")
+    i = next(i for i, gap in enumerate(case["expected"]["tie_gap"]) if Fraction(gap) == 0)
+    assert case["expected"]["fp64_may_differ"][i] is False
+    answer = tie_order_reversed(case, i)
+    verdict = judge(case, answer, adapter_config([PC], fp64_allocation=True))
+    assert verdict.cls is FAIL and verdict.diff.path.startswith(f"rows[{i}].counts[")
 
 
 @needs_pc

@@ -10,7 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from qconform.generators.encoding import encode_blob
+from qconform.generators.families import allocation_dense, allocation_sparse
 from qconform.spec.allocation import allocate_dense
+from qconform.spec.allocation_fp64 import allocate_dense_fp64, fp64_may_differ
 from qconform.spec.errors import SpecError
 from qconform.spec.markov import markov_bias_f32
 from qconform.spec.philox import philox4x32
@@ -18,7 +21,7 @@ from qconform.spec.proposal import ProposalInput, SupportPolicy, proposal_chain,
 from qconform.spec.rng_abi import RngIdentity
 from qconform.spec.weights import weights_from_logits
 
-pytestmark = pytest.mark.rules("R01", "R05", "R07", "R08", "R15", "R22")
+pytestmark = pytest.mark.rules("R01", "R05", "R06", "R07", "R08", "R15", "R22")
 
 
 def f32(x: float) -> int:
@@ -103,3 +106,45 @@ def test_refusals():
     with pytest.raises(SpecError) as info:
         proposal_chain(outside)
     assert info.value.code == "TOKEN_OUT_OF_RANGE"
+
+
+# --- fp64_may_differ: the allocation families' per-row verdict -----------------------------------
+
+
+@pytest.mark.parametrize("support", [SupportPolicy.dense(), SupportPolicy.top_k(5)])
+def test_an_exact_tie_between_equal_weights_may_not_differ_in_fp64(support):
+    values = (0.5, -1.25, 0.5, 2.0, 0.5, -1.25, 0.5, 0.5)  # the weights e^-1.5 tie at the ticket threshold
+    logits = [f32(x) for x in values]
+    q, tie_gap, _, _, may_differ = proposal_row(logits, [0] * len(values), f32(1.0), support)
+    assert tie_gap == 0
+    assert fp64_may_differ(tie_gap, len(q.counts))  # the plain tie gap bound would excuse any tie order
+    assert may_differ is False
+    dense = q.dense_counts()
+    tied = [v for v, x in enumerate(values) if x == 0.5 and dense[v] > 0]
+    assert len({dense[v] for v in tied}) == 2  # one ticket apart: the tie is at the threshold
+    assert [dense[v] for v in tied] == sorted((dense[v] for v in tied), reverse=True)  # lowest IDs win
+
+
+def few_valued_row(seed: int, vocab: int) -> list[int]:
+    rng = random.Random(seed)
+    return [f32(rng.choice([0.5, -1.25, 2.0, -3.0])) for _ in range(vocab)]
+
+
+@given(st.integers(0, 2**32), st.integers(1, 24), st.booleans(), st.data())
+@settings(max_examples=40, deadline=None)
+def test_each_row_records_what_the_allocation_families_record(seed, vocab, equal_logits, data):
+    """fp64_may_differ of a chain row equals the allocation_dense / allocation_sparse field of
+    the same FP32 weights, and where it is false the FP64 recipe agrees with the exact counts."""
+    logits = few_valued_row(seed, vocab) if equal_logits else make_input(seed, vocab, 1, 1, 0.0, SupportPolicy.dense(),
+                                                                           RngIdentity(0, 0, 0, 0)).base_logits[0]
+    k = data.draw(st.none() | st.integers(1, vocab))
+    support = SupportPolicy.dense() if k is None else SupportPolicy.top_k(k)
+    q, _, _, _, may_differ = proposal_row(logits, [0] * vocab, f32(1.0), support)
+    weight_bits = weights_from_logits(logits, f32(1.0), [0] * vocab).weights_f32
+    case_input = {"weights": encode_blob("f32", weight_bits)}
+    if k is None:
+        assert may_differ == allocation_dense.solve(case_input)["fp64_may_differ"]
+        if not may_differ:
+            assert allocate_dense_fp64(weight_bits, "f32") == list(q.counts)
+    else:
+        assert may_differ == allocation_sparse.solve({**case_input, "k": k})["fp64_may_differ"]

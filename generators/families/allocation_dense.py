@@ -33,15 +33,8 @@ from qconform.generators.encoding import (
 from qconform.generators.registry import Case, Family, Group, Note
 from qconform.generators.schemas import closed_object as closed
 from qconform.generators.schemas import blob_schema
-from qconform.spec.allocation import allocate_dense, common_units
-from qconform.spec.allocation_fp64 import (
-    allocate_dense_fp64,
-    fp64_error_bound,
-    fp64_may_differ,
-    fp64_sum_overflows,
-    fp64_tie_gap,
-    max_quota,
-)
+from qconform.spec.allocation import allocate_dense
+from qconform.spec.allocation_fp64 import allocate_dense_fp64, fp64_row_error_bound, fp64_row_may_differ
 from qconform.spec.constants import M, VOCAB
 from qconform.spec.errors import SpecError, refuse
 from qconform.spec.floats import F32_MAX, F32_NEG_INF, round_to_f32
@@ -64,7 +57,8 @@ NOTES = {
     ),
     "FP64_NEAR_TIE": Note(
         "NUMERICAL",
-        "tie_gap <= 2 * fp64_error_bound, so FP64 arithmetic may legitimately differ; the FP64 recipe happens to agree.",
+        "The tie gap between tokens of different weights is <= 2 * fp64_error_bound (fp64_may_differ), so FP64 "
+        "arithmetic may legitimately differ; the FP64 recipe happens to agree.",
         "A divergence here is classified 'precision'; an exact implementation must match.",
     ),
     "FLOOR_TO_ZERO": Note(
@@ -223,18 +217,13 @@ def expected_weight_bits(source: RowSource, expected: dict) -> tuple[list[int], 
 
 
 def fp64_fields(weight_bits: list[int], dtype: str, weights: Sequence[Fraction], counts: Sequence[int]) -> dict:
-    """``fp64_error_bound`` and ``fp64_may_differ`` of the exact allocation ``counts`` of
-    ``weights`` (with bit patterns ``weight_bits`` of ``dtype``). Ties between equal
-    weights are no FP64 uncertainty (:func:`fp64_tie_gap`).
-
-    The bound uses the row's largest quota, a ratio of weights, computed on their
-    integer units (no Fraction sum); the FP64 recipe may also differ when its FP64
-    sum overflows (it then refuses).
-    """
-    n = len(weights)
-    quota = max_quota(common_units(weights))
-    may_differ = fp64_may_differ(fp64_tie_gap(weights, counts), n, quota) or fp64_sum_overflows(weight_bits, dtype)
-    return {"fp64_error_bound": encode_rational(fp64_error_bound(n, quota)), "fp64_may_differ": may_differ}
+    """``fp64_error_bound`` (:func:`fp64_row_error_bound`) and ``fp64_may_differ``
+    (:func:`fp64_row_may_differ`) of the exact allocation ``counts`` of ``weights``
+    (with bit patterns ``weight_bits`` of ``dtype``)."""
+    return {
+        "fp64_error_bound": encode_rational(fp64_row_error_bound(weights)),
+        "fp64_may_differ": fp64_row_may_differ(weight_bits, dtype, weights, counts),
+    }
 
 
 def numeric_flags(flags: tuple[str, ...], expected: dict, fp64_counts: list[int] | None,
@@ -244,7 +233,7 @@ def numeric_flags(flags: tuple[str, ...], expected: dict, fp64_counts: list[int]
     theorem's bound is a generator error."""
     if fp64_counts != exact_counts:
         if not expected["fp64_may_differ"]:
-            raise AssertionError("FP64 recipe differs although tie_gap > 2 * Delta")
+            raise AssertionError("FP64 recipe differs although fp64_may_differ is false")
         flags += ("FP64_DIFFERS",)
     elif expected["fp64_may_differ"]:
         flags += ("FP64_NEAR_TIE",)

@@ -25,7 +25,6 @@ from qconform.generators.families.allocation_dense import (
     RowSource,
     exact_f32,
     expected_weight_bits,
-    fp64_fields,
     fp64_flip_rows,
     log_uniform,
     numeric_flags,
@@ -39,7 +38,7 @@ from qconform.generators.registry import Case, Family, Group, Note
 from qconform.generators.schemas import closed_object as closed
 from qconform.generators.schemas import blob_schema
 from qconform.spec.allocation import allocate_sparse
-from qconform.spec.allocation_fp64 import allocate_dense_fp64
+from qconform.spec.allocation_fp64 import allocate_dense_fp64, fp64_row_error_bound, fp64_sparse_may_differ
 from qconform.spec.errors import SpecError
 from qconform.spec.floats import F32_NEG_INF
 
@@ -94,10 +93,6 @@ def sparse_answer(source: RowSource, k: int) -> dict:
     (the FP64 fields over the support's weights), and a logits row's fields."""
     row = resolve(source)
     alloc = allocate_sparse(row.weights, k)
-    support_bits = [row.weight_bits[v] for v in alloc.support]
-    support_weights = [row.weights[v] for v in alloc.support]
-    counts_of = dict(zip(alloc.ids, alloc.counts))
-    support_counts = [counts_of.get(v, 0) for v in alloc.support]
     return {
         "ids": encode_blob("i32", alloc.ids),
         "counts": encode_blob("u32", alloc.counts),
@@ -105,7 +100,8 @@ def sparse_answer(source: RowSource, k: int) -> dict:
         "remaining": alloc.remaining,
         "tie_gap": encode_rational(alloc.tie_gap),
         "selection_gap": encode_rational(alloc.selection_gap),
-        **fp64_fields(support_bits, row.weight_dtype, support_weights, support_counts),
+        "fp64_error_bound": encode_rational(fp64_row_error_bound([row.weights[v] for v in alloc.support])),
+        "fp64_may_differ": fp64_sparse_may_differ(row.weight_bits, row.weight_dtype, row.weights, alloc),
         **row.logit_fields,
     }
 

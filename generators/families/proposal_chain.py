@@ -7,7 +7,10 @@ position: the Markov bias from the previous token, the weights
 (``weights_from_logits``), the dyadic24 counts (dense or top-k), the proposal
 draw at ``proposal_key(identity, i)``, and the sampled token that conditions
 the next row. Expected (:func:`solve` of the input): the K tokens, the K q
-rows, the draws (counter words and u24), and per row the exp margin and tie gap.
+rows, the draws (counter words and u24), and per row the exp margin, the tie
+gap and ``fp64_may_differ`` (whether the design's FP64 allocation recipe may
+legitimately allocate the row otherwise, exactly as ``allocation_dense`` /
+``allocation_sparse`` record it for the same row).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Iterator
 from qconform.generators.encoding import (
     decode_blob,
     decode_f32,
+    decode_rational,
     decode_u64,
     encode_blob,
     encode_f32,
@@ -79,6 +83,12 @@ NOTES = {
         "EDGE_CASE",
         "The 64-bit seed has high bits set (key word 1 nonzero).",
         "Catches a seed truncated to 32 bits.",
+    ),
+    "EXACT_TIE": Note(
+        "EDGE_CASE",
+        "A row's fractional parts tie exactly at the ticket threshold (tie_gap = 0): the lowest token ID wins "
+        "(R06). Here the tied tokens have equal weights, which FP64 gives equal quotas, so fp64_may_differ is false.",
+        "Catches ties broken by highest ID, by sort instability or by thread order, in an FP64 implementation too.",
     ),
     "TEMPERATURE": Note(
         "FUNCTIONALITY",
@@ -154,6 +164,7 @@ def encode_result(result: ProposalResult) -> dict:
         ],
         "exp_margin_ulp": [encode_rational(row.exp_margin_ulp) for row in result.rows],
         "tie_gap": [encode_rational(row.tie_gap) for row in result.rows],
+        "fp64_may_differ": [row.fp64_may_differ for row in result.rows],
     }
 
 
@@ -181,7 +192,7 @@ def prefix_conditioned(inp: ProposalInput, tokens: list[int], rows: list[QRow]) 
 
 def chain_case(name: str, comment: str, flags: tuple[str, ...], inp: ProposalInput) -> Case:
     """A case whose expected answer is :func:`solve` of the chain's input; PREFIX_CONDITIONED
-    is computed from the answer's first two rows."""
+    is computed from the answer's first two rows, EXACT_TIE from its tie gaps."""
     case_input = encode_input(inp)
     expected = solve(case_input)
     assert "error" not in expected, (name, expected)
@@ -189,6 +200,8 @@ def chain_case(name: str, comment: str, flags: tuple[str, ...], inp: ProposalInp
     rows = [decode_qrow(row, vocab) for row in expected["rows"]]
     if prefix_conditioned(inp, expected["tokens"], rows):
         flags += ("PREFIX_CONDITIONED",)
+    if any(decode_rational(gap) == 0 for gap in expected["tie_gap"]):
+        flags += ("EXACT_TIE",)
     return Case(name=name, comment=comment, rules=RULES + (("R07",) if inp.support.k else ()),
                 flags=tuple(dict.fromkeys(flags)), input=case_input, expected=expected)
 
@@ -205,6 +218,17 @@ def make_input(seed: int, vocab: int, rank: int, markov_scale: float, temperatur
     right = random_matrix(rng, rank, vocab, markov_scale)
     last = rng.randrange(vocab)
     return ProposalInput(logits, left, right, last, f32_bits(temperature), support, identity)
+
+
+def tied_input(seed: int, vocab: int, support: SupportPolicy, identity: RngIdentity) -> ProposalInput:
+    """A chain without Markov bias whose base logits take three values only: equal
+    logits give equal weights, whose fractional parts tie exactly."""
+    rng = random.Random(seed)
+    values = [f32_bits(x) for x in (0.5, -1.25, 2.0)]
+    logits = [[rng.choice(values) for _ in range(vocab)] for _ in range(DEPTH)]
+    zero_left = [[f32_bits(0.0)] for _ in range(vocab)]
+    zero_right = [[f32_bits(0.0)] * vocab]
+    return ProposalInput(logits, zero_left, zero_right, rng.randrange(vocab), f32_bits(1.0), support, identity)
 
 
 def chain_cases() -> Iterator[Case]:
@@ -237,8 +261,20 @@ def identity_cases() -> Iterator[Case]:
                      make_input(0xC4B2, 128, 2, 2.0, 1.0, SupportPolicy.top_k(8), high))
 
 
+def tie_cases() -> Iterator[Case]:
+    ident = RngIdentity(seed=20240607, generation=1, round=3, anchor=1000)
+    yield chain_case("dense-v7-equal-logits",
+                     "Three logit values over V = 7: rows tie exactly between equal weights.",
+                     ("DENSE_CHAIN", "NO_MARKOV"), tied_input(0xC4A7, 7, SupportPolicy.dense(), ident))
+    yield chain_case("topk5-v12-equal-logits",
+                     "Top-5 of three logit values over V = 12: selection and allocation ties.",
+                     ("TOP_K_CHAIN", "NO_MARKOV"), tied_input(0xC4A8, 12, SupportPolicy.top_k(5), ident))
+
+
 def build() -> Iterator[Group]:
     yield Group("chains", "Depth-5 chains, dense and top-k, Markov-conditioned.", RULES, list(chain_cases()))
+    yield Group("exact_ties", "Rows that tie exactly between equal weights, decided by the lowest ID; "
+                "no FP64 uncertainty.", RULES, list(tie_cases()))
     yield Group("rng_identity", "Chains that pin the draw keys.", RULES, list(identity_cases()))
 
 
@@ -261,7 +297,7 @@ FAMILY = Family(
     description="The worker's proposal chain: Markov bias, weights, counts and the PROPOSAL draw, row by row (R01).",
     rules=RULES + ("R07",),
     notes=NOTES,
-    margins=("tie_gap", "exp_margin_ulp"),
+    margins=("tie_gap", "exp_margin_ulp", "fp64_may_differ"),
     build=build,
     solve=solve,
     input_schema=closed({
@@ -282,5 +318,6 @@ FAMILY = Family(
         "draws": {"type": "array", "items": DRAW},
         "exp_margin_ulp": RATIONALS,
         "tie_gap": RATIONALS,
+        "fp64_may_differ": {"type": "array", "items": {"type": "boolean"}},
     }),
 )
