@@ -409,16 +409,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     began = time.perf_counter()
-    if args.smoke:
-        os.environ["TRITON_INTERPRET"] = "1"  # before Triton is imported: it reads the variable then
+    # Triton reads TRITON_INTERPRET when it is imported: decide the device with torch first
     try:
         import torch
-        import triton  # noqa: F401 - both candidates must be importable
-    except ImportError as exc:
-        print(f"gpu_check: {exc.name} is not installed; install the candidates first: "
-              "pip install -e '.[torch,triton]'", file=sys.stderr)
+    except ImportError:
+        print("gpu_check: torch is not installed; install the candidates first: pip install -e '.[torch,triton]'",
+              file=sys.stderr)
         return 2
     if args.smoke:
+        os.environ["TRITON_INTERPRET"] = "1"
         device, vocab, repeat = "cpu", 4096, min(args.repeat, 2)
     elif not torch.cuda.is_available():
         print("gpu_check: no CUDA device on this machine; nothing to check (use --smoke to test the script on CPU).")
@@ -426,6 +425,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         os.environ.pop("TRITON_INTERPRET", None)
         device, vocab, repeat = "cuda", VOCAB, args.repeat
+    try:
+        import triton  # noqa: F401 - the Triton candidate must be importable
+    except ImportError:
+        print("gpu_check: triton is not installed; install the candidates first: pip install -e '.[torch,triton]'",
+              file=sys.stderr)
+        return 2
     label, env = device_label(device), environment(device)
     out = out_path(args, label)
     out.parent.mkdir(parents=True, exist_ok=True)

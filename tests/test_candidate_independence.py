@@ -7,6 +7,7 @@ through anything it imports.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -47,8 +48,8 @@ def loaded_spec_modules(module: str) -> list[str]:
 @pytest.mark.parametrize("module", CANDIDATES)
 def test_candidate_never_loads_the_spec(module):
     pytest.importorskip("torch")
-    if "triton" in module:
-        pytest.importorskip("triton")
+    if "triton" in module and importlib.util.find_spec("triton") is None:  # not imported: it reads TRITON_INTERPRET
+        pytest.skip("triton is not installed")
     assert loaded_spec_modules(module) == []
 
 
