@@ -1,10 +1,11 @@
 """Build the golden vector corpus from the families and write it deterministically.
 
-For each family: call ``family.build()``, assemble the Wycheproof-style file object
-(case ids ``family/group/name``), lint it, validate it against the schema built by
-:func:`qconform.generators.schemas.build_family_schema`, and serialize it with
-sorted keys, so the bytes depend on nothing but the spec and the generators (not
-on dict order, hash seeds or the machine). ``index.json`` pins every case by the
+For each family: call ``family.build()``, add the ``fuzz`` group of its committed
+found inputs (:mod:`qconform.generators.findings`), assemble the Wycheproof-style
+file object (case ids ``family/group/name``), lint it, validate it against the
+schema built by :func:`qconform.generators.schemas.build_family_schema`, and
+serialize it with sorted keys, so the bytes depend on nothing but the spec, the
+generators and the found inputs (not on dict order, hash seeds or the machine). ``index.json`` pins every case by the
 sha256 of its canonical JSON, and a root hash pins the whole corpus.
 
 All outputs of one run are first written to temporary files beside their targets
@@ -24,8 +25,9 @@ from typing import Callable, Iterable, Sequence
 
 from qconform.generators import registry
 from qconform.generators.encoding import canonical_json
+from qconform.generators.findings import found_groups
 from qconform.generators.lint import duplicate_ids, lint_vector_file
-from qconform.generators.registry import Case, Family, Group
+from qconform.generators.registry import FUZZ_GROUP, Case, Family, Group
 from qconform.generators.schemas import (
     INDEX_SCHEMA,
     INDEX_SCHEMA_FILE,
@@ -155,13 +157,25 @@ class FamilyOutput:
         }
 
 
+def family_groups(family: Family) -> list[Group]:
+    """The groups of ``family``'s file: those its ``build`` yields, then the ``fuzz`` group
+    of its committed found inputs, if any (:mod:`qconform.generators.findings`).
+
+    A malformed found-inputs file raises :class:`~qconform.generators.findings.FoundFileError`.
+    """
+    groups = list(family.build())
+    if any(group.name == FUZZ_GROUP for group in groups):
+        raise CorpusError([f"{family.name}: build() yields the group {FUZZ_GROUP!r}, which holds found inputs"])
+    return groups + found_groups(family)
+
+
 def build_family(family: Family) -> tuple[FamilyOutput, dict]:
     """Build, lint, validate and serialize one family; return its output and file object.
 
     Raises :class:`CorpusError` listing every problem of the generated file.
     """
     schema = build_family_schema(family)
-    obj = assemble_file(family, family.build())
+    obj = assemble_file(family, family_groups(family))
     problems = [f"schema {path} accepts unknown properties" for path in loose_objects(schema)]
     try:
         validate_against(Path(f"{family.name}.json"), obj, schema)

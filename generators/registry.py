@@ -31,6 +31,11 @@ FAMILY_MODULES: tuple[str, ...] = (
 
 RESULTS = ("valid", "invalid", "acceptable")
 
+#: The group that holds a family's committed fuzz findings (``<family>/fuzz/<name>``):
+#: ``qconform generate`` builds it from ``generators/found/<family>.json``
+#: (:mod:`qconform.generators.findings`); a family's own ``build`` never yields it.
+FUZZ_GROUP = "fuzz"
+
 
 @dataclass(frozen=True)
 class Note:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from qconform.generators.registry import RESULTS, Family
+from qconform.generators.registry import FUZZ_GROUP, RESULTS, Family
 from qconform.spec import SPEC_VERSION
 from qconform.spec.rules import RULES
 
@@ -192,6 +192,41 @@ def build_family_schema(family: Family) -> dict:
         "title": f"qconform vector file: {family.name}",
         "description": family.description,
         **schema,
+        "$defs": defs,
+    }
+
+
+def found_schema_id(family_name: str) -> str:
+    """The stable ``$id`` of the schema of a family's found-inputs file."""
+    return f"urn:qconform:generators:found:{family_name}"
+
+
+def build_found_schema(family: Family) -> dict:
+    """The strict JSON Schema of ``generators/found/<family>.json``: committed fuzz findings.
+
+    A JSON list of entries ``{id, comment, flags, rules?, input}``: the id names the
+    ``fuzz`` group of the family, flags are the family's notes, rules the family's
+    rules, and the input validates as the family's case input. No ``expected``: the
+    generator asks the family's ``solve``.
+    """
+    defs: dict[str, Any] = copy.deepcopy(COMMON_DEFS)
+    defs["input"] = _hoist_defs(family.input_schema, defs, f"{family.name}.input_schema")
+    defs["entry"] = closed_object(
+        {
+            "id": {"type": "string", "pattern": f"^{family.name}/{FUZZ_GROUP}/{CASE_NAME_PATTERN}$"},
+            "comment": {"type": "string", "minLength": 1},
+            "flags": {"type": "array", "items": {"enum": sorted(family.notes)}, "uniqueItems": True},
+            "rules": {"type": "array", "items": {"enum": list(family.rules)}, "uniqueItems": True, "minItems": 1},
+            "input": {"$ref": "#/$defs/input"},
+        },
+        required=["id", "comment", "flags", "input"],
+    )
+    return {
+        "$schema": DRAFT,
+        "$id": found_schema_id(family.name),
+        "title": f"qconform found inputs: {family.name}",
+        "type": "array",
+        "items": {"$ref": "#/$defs/entry"},
         "$defs": defs,
     }
 

@@ -36,7 +36,7 @@ class VectorFileError(ValueError):
         super().__init__(f"{self.path}: {json_path}: {detail}")
 
 
-def _shorten(text: str) -> str:
+def shorten(text: str) -> str:
     """One line, short: schema messages quote whole instances (base64 rows)."""
     text = " ".join(text.split())
     return text if len(text) <= _MESSAGE_LIMIT else text[: _MESSAGE_LIMIT - 3] + "..."
@@ -82,11 +82,16 @@ def _most_relevant(errors: Iterable[ValidationError]) -> ValidationError | None:
     return error
 
 
+def first_violation(obj: Any, schema: dict) -> ValidationError | None:
+    """The most relevant violation of ``schema`` by ``obj``, or None when it validates."""
+    return _most_relevant(Draft202012Validator(schema).iter_errors(obj))
+
+
 def validate_against(path: Path, obj: Any, schema: dict) -> None:
     """Raise :class:`VectorFileError` at the most relevant schema violation, if any."""
-    error = _most_relevant(Draft202012Validator(schema).iter_errors(obj))
+    error = first_violation(obj, schema)
     if error is not None:
-        raise VectorFileError(path, error.json_path, _shorten(error.message))
+        raise VectorFileError(path, error.json_path, shorten(error.message))
 
 
 def load_json_file(path: Path) -> Any:
@@ -99,7 +104,7 @@ def check_vector_object(path: Path, obj: Any, schema: dict) -> dict:
     problems = lint_vector_file(obj)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise VectorFileError(path, problems[0].path, _shorten(problems[0].message) + more)
+        raise VectorFileError(path, problems[0].path, shorten(problems[0].message) + more)
     return obj
 
 

@@ -6,7 +6,9 @@ Each hypothesis example is one family and one to four valid case inputs of it
 call, and :func:`qconform.harness.compare.judge` decides. ``fail`` and ``error``
 are findings; ``precision`` is not. On a finding hypothesis shrinks the example
 while the same adapter process keeps answering, and :func:`fuzz` returns the
-minimal failing case as a ready-to-commit vector (:func:`vector_of`).
+minimal failing case as a ready-to-commit vector (:func:`vector_of`), which
+:func:`record_vector` files among the family's found inputs
+(``generators/found/<family>.json``) for ``qconform generate`` to add to the corpus.
 
 Runs are reproducible: a fixed hypothesis seed, no example database, no
 deadline. See docs/fuzzing.md.
@@ -17,6 +19,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import accumulate
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -24,12 +27,13 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Flaky
 
-from qconform.generators.corpus import assemble_file
+from qconform.generators.corpus import assemble_file, write_atomically
 from qconform.generators.encoding import canonical_json, encode_blob, encode_u64, encode_word, f32_bits
 from qconform.generators.families import allocation_dense, allocation_sparse, categorical_sampling
 from qconform.generators.families import verification_round
+from qconform.generators.findings import entry_of, with_entry
 from qconform.generators.lint import lint_vector_file
-from qconform.generators.registry import load_family
+from qconform.generators.registry import FUZZ_GROUP, load_family
 from qconform.generators.schemas import build_family_schema
 from qconform.generators.validation import VectorFileError, validate_against
 from qconform.harness.case_runner import Client
@@ -49,8 +53,6 @@ FUZZ_FAMILIES: tuple[str, ...] = (
 FINDINGS = frozenset({VerdictClass.FAIL, VerdictClass.ERROR})
 #: case inputs per example, sent in one ``run_batch`` call
 CASES_PER_EXAMPLE = 4
-#: the group a found vector is filed under (``<family>/fuzz/<name>``)
-FUZZ_GROUP = "fuzz"
 #: the fields of a test object of the corpus, in file order
 VECTOR_KEYS = ("id", "comment", "flags", "rules", "result", "input", "expected")
 
@@ -368,8 +370,18 @@ def rng_abi_labels(case_input: dict, expected: dict) -> Labels:
 
 
 def categorical_labels(case_input: dict, expected: dict) -> Labels:
+    """RANDOM_ROW, and the edges the case shows: draws 0 or M - 1, a draw on a cumulative
+    boundary, zero-count tokens, a sparse row."""
+    flags: tuple[str, ...] = ("RANDOM_ROW",)
+    if "error" not in expected:
+        draws = set(case_input["draws"])
+        counts = categorical_sampling.decode_qrow(case_input["row"], case_input["vocab"]).dense_counts()
+        boundaries = {d for c in accumulate(counts) if 0 < c < M for d in (c - 1, c)}
+        flags += ("EXTREME_DRAW",) if draws & {0, M - 1} else ()
+        flags += ("CUMULATIVE_BOUNDARY",) if draws & boundaries else ()
+        flags += ("ZERO_COUNT",) if 0 in counts else ()
     sparse = case_input["row"]["representation"] == "sparse"
-    return categorical_sampling.RULES, ("RANDOM_ROW",) + (("SPARSE_GLOBAL_ID",) if sparse else ())
+    return categorical_sampling.RULES, flags + (("SPARSE_GLOBAL_ID",) if sparse else ())
 
 
 def allocation_flags(expected: dict) -> tuple[str, ...]:
@@ -551,3 +563,18 @@ def vector_problems(vector: dict) -> list[str]:
     except VectorFileError as exc:
         return [str(exc)]
     return [str(p) for p in lint_vector_file(file_obj) if not p.path.startswith("$.notes.")]
+
+
+def record_vector(vector: dict, found_dir: Path | None = None) -> tuple[Path, bool]:
+    """Append ``vector``'s entry (id, comment, flags, rules, input) to its family's found-inputs
+    file; return the file and whether it was added (False: that id is already there).
+
+    ``qconform generate`` then writes it as a case of the family's ``fuzz`` group. A
+    malformed file, or an entry it would not accept, raises ``FoundFileError`` and writes
+    nothing; see :mod:`qconform.generators.findings`.
+    """
+    family = load_family(vector["id"].split("/", 1)[0])
+    path, data = with_entry(family, entry_of(vector), found_dir)
+    if data is not None:
+        write_atomically({path: data})
+    return path, data is not None

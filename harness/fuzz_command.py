@@ -1,8 +1,10 @@
 """``qconform fuzz``: differential fuzzing of an adapter against the spec (docs/fuzzing.md).
 
 Exit status: 0 when no finding, 1 on a finding (the minimal failing case is
-printed as a ready-to-commit vector), 2 for a usage error (unknown adapter or
-family, a family the adapter does not declare, an adapter that cannot start).
+printed as a ready-to-commit vector; ``--record`` files its input among the
+family's found inputs for ``qconform generate``) or a malformed found-inputs file,
+2 for a usage error (unknown adapter or family, a family the adapter does not
+declare, an adapter that cannot start).
 """
 
 from __future__ import annotations
@@ -46,8 +48,9 @@ def fuzz_families(requested: tuple[str, ...], declared: tuple[str, ...]) -> tupl
     return families
 
 
-def print_finding(report, vector_out: str | None) -> None:
-    """The finding, and its case as a vector (also written to ``vector_out`` if given)."""
+def print_finding(report, vector_out: str | None) -> dict:
+    """Print the finding and its case as a vector (also written to ``vector_out`` if given);
+    return the vector."""
     from qconform.harness.fuzz import vector_of, vector_problems
 
     finding = report.finding
@@ -65,6 +68,33 @@ def print_finding(report, vector_out: str | None) -> None:
     click.echo(text)
     if vector_out is not None:
         Path(vector_out).write_text(text + "\n", encoding="utf-8")
+    return vector
+
+
+def check_found_files(families: tuple[str, ...]) -> None:
+    """Refuse to start a ``--record`` run whose found-inputs files could not take a finding
+    (one ``Error:`` line, exit 1, as for any malformed or unwritable file)."""
+    from qconform.cli import user_errors
+    from qconform.generators.findings import load_found
+    from qconform.generators.registry import load_family
+
+    with user_errors():
+        for family in families:
+            load_found(load_family(family))
+
+
+def record_finding(vector: dict) -> None:
+    """File ``vector``'s input among its family's found inputs and say what to run next."""
+    from qconform.cli import user_errors
+    from qconform.harness.fuzz import record_vector
+
+    with user_errors():
+        path, added = record_vector(vector)
+    family = vector["id"].split("/", 1)[0]
+    if added:
+        click.echo(f"recorded {vector['id']} in {path}; run `qconform generate` to add it to vectors/{family}.json")
+    else:
+        click.echo(f"already recorded: {vector['id']} in {path} (nothing written)")
 
 
 @click.command("fuzz")
@@ -81,17 +111,24 @@ def print_finding(report, vector_out: str | None) -> None:
 @click.option("--vector-out", metavar="FILE", help="Also write the minimal failing vector (JSON) to FILE.")
 @click.option("--no-shrink", "no_shrink", is_flag=True,
               help="Report the first failing case as found, without shrinking it (faster, larger).")
+@click.option("--record", is_flag=True,
+              help="On a finding, append its input to generators/found/<family>.json (once per id); "
+                   "then run `qconform generate`.")
 @click.pass_context
 def fuzz(ctx: click.Context, adapter: str, examples: int, families: tuple[str, ...], seed_value: int,
-         device: str, timeout: float, vector_out: str | None, no_shrink: bool) -> None:
+         device: str, timeout: float, vector_out: str | None, no_shrink: bool, record: bool) -> None:
     """Differential fuzzing: random valid inputs, the spec's answer vs the adapter's."""
     from qconform.harness.fuzz import fuzz as run_fuzz
 
     with open_checked(adapter, device, timeout) as client:
         chosen = fuzz_families(families, client.config.capabilities.families)
+        if record:
+            check_found_files(chosen)
         report = run_fuzz(client, adapter, chosen, examples, seed_value, shrink=not no_shrink)
     if report.finding is not None:
-        print_finding(report, vector_out)
+        vector = print_finding(report, vector_out)
+        if record:
+            record_finding(vector)
     elif report.flaky is not None:
         click.echo(f"finding: the adapter is nondeterministic: {report.flaky}")
     click.echo(report.summary())

@@ -18,6 +18,7 @@ from harness_stubs import StubClient
 from qconform.adapters.reference import ReferenceAdapter
 from qconform.generators.families.categorical_sampling import decode_qrow
 from qconform.generators.families.verification_round import decode_request, encode_p_weights, request_json
+from qconform.generators.encoding import encode_blob
 from qconform.generators.registry import load_family
 from qconform.harness import fuzz as fuzzing
 from qconform.harness.fuzz_command import fuzz as fuzz_command
@@ -107,6 +108,22 @@ def test_boundary_requests_put_the_draft_exactly_on_the_acceptance_boundary(data
     assert result.accepted == position - 1
     boundary = result.draws[position - 1]
     assert (boundary.decision, boundary.margin) == ("reject", 0)
+
+
+@pytest.mark.parametrize("counts, draws, flags", [
+    ([1, M - 1], [1], ["RANDOM_ROW", "CUMULATIVE_BOUNDARY"]),  # C_0 = 1: the draw 1 picks token 1
+    ([1, M - 1], [0], ["RANDOM_ROW", "EXTREME_DRAW", "CUMULATIVE_BOUNDARY"]),  # 0 = C_0 - 1
+    ([M // 2, M // 2], [5, M // 2 + 1], ["RANDOM_ROW"]),
+    ([M // 2, M // 2], [M // 2 - 1], ["RANDOM_ROW", "CUMULATIVE_BOUNDARY"]),
+    ([M], [M - 1, 7], ["RANDOM_ROW", "EXTREME_DRAW"]),  # one token: no boundary below M
+    ([0, M], [0], ["RANDOM_ROW", "EXTREME_DRAW", "ZERO_COUNT"]),  # C_0 = 0 is no boundary
+])
+def test_categorical_flags_name_the_edges_the_draws_hit(counts, draws, flags):
+    case_input = {"vocab": len(counts), "row": {"representation": "dense", "counts": encode_blob("u32", counts)},
+                  "draws": draws}
+    case = fuzzing.spec_case("categorical_sampling", case_input)
+    assert case["flags"] == flags
+    assert fuzzing.vector_problems({k: case[k] for k in fuzzing.VECTOR_KEYS}) == []
 
 
 # --- the driver, in process ---------------------------------------------------------------------------
