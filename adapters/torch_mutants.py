@@ -241,6 +241,33 @@ def stop_token_ignored(stop_mask: Callable) -> Callable:
     return buggy
 
 
+def sampled_from_bf16(sample_counts: Callable) -> Callable:
+    def buggy(counts, u24):
+        rows = counts.reshape(-1, counts.shape[-1])
+        bf16 = rows.to(torch.float32).to(torch.bfloat16).to(torch.float32)  # the q the sampler saw
+        requantized = allocation.largest_remainder_counts(bf16).reshape(counts.shape)
+        return sample_counts(requantized, u24)  # while the exact counts are the ones sent
+
+    return buggy
+
+
+def draft_temperature_ignored(logits_to_weights: Callable) -> Callable:
+    def buggy(logits, temperature, bias=None):
+        return logits_to_weights(logits, 1.0, bias)
+
+    return buggy
+
+
+def request_zero_parameters(verify_round: Callable) -> Callable:
+    def buggy(seeds, generation, round_id, anchor, draft_tokens, q, p_weights, stop_tokens=None, budget=None):
+        batch = len(seeds)
+        stop_tokens = None if stop_tokens is None else [stop_tokens[0]] * batch
+        budget = None if budget is None else [budget[0]] * batch
+        return verify_round(seeds, generation, round_id, anchor, draft_tokens, q, p_weights, stop_tokens, budget)
+
+    return buggy
+
+
 # --- the table ----------------------------------------------------------------------------
 
 VERIFY = ("verification_round",)
@@ -297,6 +324,12 @@ MUTANTS: dict[str, Mutant] = {
                ("R11",), VERIFY, "max_tokens overrun"),
         Mutant("stop-token-ignored", "torch_candidate.verification:stop_mask", stop_token_ignored,
                ("R11",), VERIFY, "emitting past EOS"),
+        Mutant("sampled-from-bf16-q", "torch_candidate.sampling:sample_counts", sampled_from_bf16,
+               ("R01", "R08"), ("categorical_sampling",) + CHAIN, "DeepSpec #31 (bf16 draft, fp32 q verified)"),
+        Mutant("draft-temperature-ignored", "torch_candidate.weights:logits_to_weights", draft_temperature_ignored,
+               ("R05",), ("allocation_dense", "allocation_sparse") + CHAIN, "vLLM #9834 (params on the wrong side)"),
+        Mutant("request-zero-parameters", "torch_candidate.verification:verify_round", request_zero_parameters,
+               ("R11", "R24"), VERIFY, "TRT-LLM #12588 (request 0's parameters for the batch)"),
     )
 }
 

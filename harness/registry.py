@@ -75,6 +75,9 @@ TORCH_MUTANTS: dict[str, str] = {
     "correction-position-off-by-one": "the correction after j accepts draws at anchor + j + 1 instead of anchor + j",
     "budget-off-by-one": "the output budget is read as budget + 1",
     "stop-token-ignored": "stop tokens never end emission",
+    "sampled-from-bf16-q": "the draft is sampled from its q rounded to bf16, while the exact q is the one sent",
+    "draft-temperature-ignored": "the draft temperature is not applied (T = 1): it went to the other side",
+    "request-zero-parameters": "request 0's stop tokens and output budget are applied to every request of the batch",
 }
 
 BUILTIN_ADAPTERS: dict[str, BuiltinAdapter] = {

@@ -206,6 +206,13 @@ NOTES = {
         "The same request alone and at different batch positions gives the same result.",
         "Catches RNG keyed by batch row instead of by request (FlashInfer ChainSpeculativeSampling).",
     ),
+    "PER_REQUEST_PARAMETERS": Note(
+        "KNOWN_BUG",
+        "A batch whose requests carry different stop tokens and output budgets: each request's own "
+        "parameters end its own emission.",
+        "Catches per-request parameters sliced wrongly, so that request 0's apply to the whole batch "
+        "(TRT-LLM #12588).",
+    ),
     "DEPTH5_BATCH": Note(
         "BASIC",
         "Four depth-5 requests with distinct seeds, generations, rounds and anchors (R27); drafts "
@@ -442,6 +449,22 @@ def full_acceptance_cases() -> Iterator[Case]:
                          ("FULL_ACCEPTANCE",), [full_acceptance_request(ident, depth)])
 
 
+def per_request_parameter_cases() -> Iterator[Case]:
+    """Four fully accepted depth-5 requests, each with its own stop tokens and budget; the same
+    batch reversed, so that neither the first request's parameters nor the last's fit the others."""
+    idents = [RngIdentity(0x5A0 + r, 1 + r, 3, 700 + 100 * r) for r in range(4)]
+    requests = [full_acceptance_request(ident, 5) for ident in idents]
+    free, budget_2, stopped, budget_4 = requests
+    batch = [free, replace(budget_2, budget=2), replace(stopped, stop_tokens=frozenset({stopped.draft_tokens[1]})),
+             replace(budget_4, budget=4, stop_tokens=frozenset({6, 7}))]
+    yield round_case("per-request-parameters", "Four requests: no limit, budget 2, a stop token at x_2, budget 4 "
+                     "with the bonus tokens as stop tokens; each ends where its own parameters say.",
+                     ("PER_REQUEST_PARAMETERS", "STOP_TOKEN", "OUTPUT_BUDGET", "FULL_ACCEPTANCE"), batch)
+    yield round_case("per-request-parameters-reversed", "The four requests of per-request-parameters in reverse "
+                     "order: the budget-4 request first, the unlimited one last.",
+                     ("PER_REQUEST_PARAMETERS", "STOP_TOKEN", "OUTPUT_BUDGET", "FULL_ACCEPTANCE"), batch[::-1])
+
+
 def stop_budget_cases() -> Iterator[Case]:
     base = full_acceptance_request(RngIdentity(0x570B, 1, 3, 500), 5)
     drafts = base.draft_tokens
@@ -457,6 +480,7 @@ def stop_budget_cases() -> Iterator[Case]:
                          ("OUTPUT_BUDGET",), [replace(base, budget=budget)])
     yield round_case("budget-6-bonus-fits", "Budget K + 1 = 6: the bonus is drawn and emitted.",
                      ("OUTPUT_BUDGET", "FULL_ACCEPTANCE"), [replace(base, budget=6)])
+    yield from per_request_parameter_cases()
     target = p_row({1: Fraction(1, 2), 3: Fraction(1, 2)})
     ident = RngIdentity(0x570C, 1, 3, 9)
     yield round_case("stop-token-drafted-and-rejected", "x_1 = 0 is a stop token but p(0) = 0: rejected, not emitted;"
