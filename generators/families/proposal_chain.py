@@ -16,6 +16,8 @@ legitimately allocate the row otherwise, exactly as ``allocation_dense`` /
 from __future__ import annotations
 
 import random
+from dataclasses import replace
+from itertools import accumulate
 from typing import Iterator
 
 from qconform.generators.encoding import (
@@ -46,7 +48,7 @@ from qconform.spec.proposal import (
     proposal_row,
 )
 from qconform.spec.qrow import QRow
-from qconform.spec.rng_abi import RngIdentity
+from qconform.spec.rng_abi import RngIdentity, proposal_draw, proposal_key
 
 RULES = ("R01", "R05", "R06", "R08", "R15", "R22", "R35")
 
@@ -89,6 +91,13 @@ NOTES = {
         "A row's fractional parts tie exactly at the ticket threshold (tie_gap = 0): the lowest token ID wins "
         "(R06). Here the tied tokens have equal weights, which FP64 gives equal quotas, so fp64_may_differ is false.",
         "Catches ties broken by highest ID, by sort instability or by thread order, in an FP64 implementation too.",
+    ),
+    "DRAW_ON_BOUNDARY": Note(
+        "EDGE_CASE",
+        "Row 1's proposal draw is a cumulative count C_v of its own q row, or C_v - 1: the first draw of token "
+        "v + 1, or the last of token v (R08). The seed was searched for it.",
+        "Catches a chain that samples from another q than the one it sends (a bf16 softmax, a re-normalized or "
+        "re-quantized row, DeepSpec #31) and an inclusive cumulative search, which random draws rarely expose.",
     ),
     "TEMPERATURE": Note(
         "FUNCTIONALITY",
@@ -271,11 +280,36 @@ def tie_cases() -> Iterator[Case]:
                      ("TOP_K_CHAIN", "NO_MARKOV"), tied_input(0xC4A8, 12, SupportPolicy.top_k(5), ident))
 
 
+def boundary_seed(inp: ProposalInput, offset: int) -> int:
+    """The first seed from the input's own whose row-1 proposal draw is ``C_v + offset`` for
+    an interior cumulative count ``C_v`` of row 1 (which no seed changes: it is conditioned on
+    the committed token only)."""
+    bias = markov_bias_f32(inp.last_committed_token, inp.markov_left, inp.markov_right)
+    row = proposal_row(inp.base_logits[0], bias, inp.temperature_bits, inp.support)[0]
+    boundaries = set(accumulate(count for _, count in row.support())) - {M}
+    seed = inp.identity.seed
+    while proposal_draw(proposal_key(replace(inp.identity, seed=seed), 1)) - offset not in boundaries:
+        seed += 1
+    return seed
+
+
+def boundary_cases() -> Iterator[Case]:
+    ident = RngIdentity(seed=0xB0B0, generation=1, round=4, anchor=77)
+    for name, offset, where in (("below", -1, "C_v - 1: the last draw of token v"),
+                                ("at", 0, "C_v: the first draw of token v + 1")):
+        inp = make_input(0xC4C1, 1024, 2, 1.0, 1.0, SupportPolicy.dense(), ident)
+        inp = replace(inp, identity=replace(ident, seed=boundary_seed(inp, offset)))
+        yield chain_case(f"dense-v1024-draw-{name}-boundary", f"Dense rows over V = 1024; row 1's draw is {where}.",
+                         ("DENSE_CHAIN", "DRAW_ON_BOUNDARY"), inp)
+
+
 def build() -> Iterator[Group]:
     yield Group("chains", "Depth-5 chains, dense and top-k, Markov-conditioned.", RULES, list(chain_cases()))
     yield Group("exact_ties", "Rows that tie exactly between equal weights, decided by the lowest ID; "
                 "no FP64 uncertainty.", RULES, list(tie_cases()))
     yield Group("rng_identity", "Chains that pin the draw keys.", RULES, list(identity_cases()))
+    yield Group("draw_boundaries", "Row 1's draw on a cumulative boundary of its q row, from either side.", RULES,
+                list(boundary_cases()))
 
 
 WORD = {"$ref": "#/$defs/word32"}
