@@ -21,6 +21,21 @@ def configure_logging(level: str) -> None:
     logging.basicConfig(stream=sys.stderr, level=getattr(logging, level.upper()), format=LOG_FORMAT, force=True)
 
 
+class EndpointUsageError(click.ClickException):
+    """A bad argument or a missing dependency: one ``Error:`` line, exit status 2."""
+
+    exit_code = 2
+
+
+def require_torch(role: str) -> None:
+    """The worker and the driving target sample with the torch candidate."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise EndpointUsageError(f"{role} samples with the torch candidate; install it: pip install -e '.[torch]'") \
+            from None
+
+
 def parse_address(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     if not host or not port.isdigit():
@@ -94,12 +109,13 @@ def endpoint_group() -> None:
 def worker(host, port, vocab, dense_stride, max_support, no_control, log_level, model_seed, device) -> None:
     """The drafter leader: sends HELLO, samples proposals under the RNG ABI, sends dense or sparse q rows."""
     configure_logging(log_level)
+    if dense_stride is not None and dense_stride < vocab:
+        raise click.BadParameter("the dense stride must hold the vocabulary", param_hint="--dense-stride")
+    require_torch("the worker")
     from qconform.adapters.endpoint.deployment import hello_config
     from qconform.adapters.endpoint.model import DraftModel
     from qconform.adapters.endpoint.worker import WorkerEndpoint
 
-    if dense_stride is not None and dense_stride < vocab:
-        raise click.BadParameter("the dense stride must hold the vocabulary", param_hint="--dense-stride")
     endpoint = WorkerEndpoint(hello_config(vocab, dense_stride, max_support), DraftModel.random(vocab, model_seed),
                               control_allowed=not no_control, device=device)
     sys.exit(asyncio.run(serve_until_signalled(endpoint, host, port)))
@@ -110,17 +126,20 @@ def worker(host, port, vocab, dense_stride, max_support, no_control, log_level, 
 @click.option("--mutant", default=None, metavar="NAME", help="Serve a receiver with a seeded bug (docs/endpoint.md).")
 @click.option("--worker", "worker_address", default=None, metavar="HOST:PORT",
               help="Also drive rounds, as the target, against the worker at HOST:PORT.")
-@click.option("--rounds", type=click.IntRange(min=0), default=10, show_default=True, help="Rounds to drive.")
+@click.option("--rounds", type=click.IntRange(min=0), default=10, show_default=True,
+              help="Rounds to drive on each slot.")
+@click.option("--slots", type=int, default=None,
+              help="Slots to drive concurrently, 1..the HELLO's slots (default: all of them).")
 @click.option("--exit-after-rounds", is_flag=True, help="Stop once the rounds are driven (else wait for a signal).")
 @click.option("--support-policy", type=click.IntRange(min=0), default=0, show_default=True,
               help="STEP support policy: 0 dense, k sparse top-k.")
 @click.option("--watchdog", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True,
               help="Seconds a round may take before its proposal is discarded.")
 @click.option("--seed", type=click.IntRange(0, (1 << 64) - 1), default=0x5EED, show_default=True,
-              help="Request seed of the driven slot.")
+              help="Request seed of slot 0; slot s uses SEED + s (mod 2^64).")
 @click.option("--target-seed", type=int, default=2, show_default=True, help="Seed of the toy target model.")
 def verifier(host, port, vocab, dense_stride, max_support, no_control, log_level, mutant, worker_address, rounds,
-             exit_after_rounds, support_policy, watchdog, seed, target_seed) -> None:
+             slots, exit_after_rounds, support_policy, watchdog, seed, target_seed) -> None:
     """The receiving side: validates every frame through its own receiver; optionally drives rounds."""
     configure_logging(log_level)
     from qconform.adapters.endpoint.deployment import hello_config
@@ -130,14 +149,18 @@ def verifier(host, port, vocab, dense_stride, max_support, no_control, log_level
     if mutant is not None and mutant not in MUTANTS:
         raise click.BadParameter(f"unknown mutant; known: {', '.join(MUTANTS)}", param_hint="--mutant")
     config = hello_config(vocab, dense_stride, max_support)
+    if slots is not None and not 1 <= slots <= config["max_slots"]:
+        raise EndpointUsageError(f"--slots {slots}: the deployment has slots 1..{config['max_slots']}")
     endpoint = VerifierEndpoint(config, mutant=mutant, control_allowed=not no_control)
     driver = None
     if worker_address is not None:
+        require_torch("the driving target (--worker)")
         from qconform.adapters.endpoint.model import TargetModel
         from qconform.adapters.endpoint.target import Target
 
         worker_host, worker_port = parse_address(worker_address)
         endpoint.target = Target(config, TargetModel.random(vocab, target_seed), worker_host, worker_port, seed=seed,
-                                 support_policy=support_policy, watchdog_s=watchdog, receiver_cls=receiver_class(mutant))
+                                 support_policy=support_policy, watchdog_s=watchdog, slots=slots,
+                                 receiver_cls=receiver_class(mutant))
         driver = endpoint.target.run(rounds)
     sys.exit(asyncio.run(serve_until_signalled(endpoint, host, port, driver, exit_after_rounds)))

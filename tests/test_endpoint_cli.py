@@ -116,6 +116,16 @@ def test_worker_and_verifier_drive_rounds_then_stop(processes, request):
     assert "received SIGTERM" in worker_log and "worker stopped" in worker_log
 
 
+def test_the_roles_that_sample_say_they_need_torch(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    result = CliRunner().invoke(endpoint_group, ["worker", "--port", "0"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        "Error: the worker samples with the torch candidate; install it: pip install -e '.[torch]'"]
+    result = CliRunner().invoke(endpoint_group, ["verifier", "--port", "0", "--worker", "127.0.0.1:1"])
+    assert result.exit_code == 2 and "the driving target (--worker) samples with the torch candidate" in result.output
+
+
 def test_usage_errors():
     runner = CliRunner()
     result = runner.invoke(endpoint_group, ["verifier", "--port", "0", "--mutant", "nope"])

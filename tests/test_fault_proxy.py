@@ -107,10 +107,10 @@ def test_fault_discards_the_whole_proposal(kind):
     assert [f.kind for f in proxy.applied] == [kind]
     faulted = target.records[FAULTED_ROUND - 1]
     assert faulted.round == FAULTED_ROUND
-    # 1. no partial commit: nothing of the round is committed, the committed position stays
-    assert (faulted.outcome, faulted.reason, faulted.accepted, faulted.token) == ("discarded", reason, None, None)
+    # 1. no partial commit: nothing of the proposal is committed, only the one target-only token (R25)
+    assert (faulted.outcome, faulted.reason, faulted.accepted, faulted.tokens) == ("target-only", reason, None, [])
     assert FAULTED_ROUND not in [entry["round"] for entry in consumed(target)]
-    assert target.records[FAULTED_ROUND].anchor == faulted.anchor
+    assert faulted.token == faulted.draw.token and target.records[FAULTED_ROUND].anchor == faulted.anchor + 1
     # 2. no stale q consumed: only whole, validated rounds of a live generation, each the spec's
     check_recovered_and_exact(target, model, target_model, SupportPolicy.dense())
     assert all(r.generation > faulted.generation for r in target.records[FAULTED_ROUND:])
@@ -135,7 +135,7 @@ def test_sparse_rounds_with_a_dropped_completion_time_out():
     target, proxy, model, target_model = asyncio.run(
         play([Fault("drop", FAULTED_ROUND, COMPLETION)], support_policy=8, watchdog_s=0.5))
     faulted = target.records[FAULTED_ROUND - 1]
-    assert (faulted.outcome, faulted.reason) == ("discarded", "timeout")
+    assert (faulted.outcome, faulted.reason) == ("target-only", "timeout")
     assert target.receiver.counters["timeouts"] == 1
     check_recovered_and_exact(target, model, target_model, SupportPolicy.top_k(8))
 

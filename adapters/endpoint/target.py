@@ -1,9 +1,24 @@
 """The verifier endpoint in its driving role: the target side of rounds against a worker (R16, R17, R24, R25, R28).
 
 :class:`Target` connects to a worker (directly, or through a fault-injecting
-proxy), negotiates the worker's HELLO, and plays rounds on one slot: RESET when
-no generation is live, STEP, then every frame through its receiver until the
-round resolves:
+proxy), negotiates the worker's HELLO, and plays rounds on slots 0..S-1 at once
+(``slots``: 1 by default; None, the CLI's default, is every slot of the
+negotiated HELLO), concurrently over the one connection: frames of different
+slots interleave on the wire and all go through the one receiver. Each driven
+slot is a :class:`Lane` with its own request seed, generation, committed
+position, previous token, round counter and records. Slot ``s`` uses the seed
+``(seed + s) mod 2^64``, so slot 0 keeps the target's seed and a one-slot target
+with seed ``seed + s`` replays slot s draw for draw. At most the HELLO's
+``max_requests`` rounds are open at once.
+
+One reader task takes every frame off the connection, feeds it to the receiver
+and dispatches it by its slot field: the round in flight on that slot wakes
+when it became consumable, and every slot whose proposal the verdict discarded
+wakes with the reason. A frame for a slot with no round in flight goes through
+the receiver all the same (late and stale frames are the receiver's business).
+
+A round RESETs its slot when no generation is live, sends STEP, then waits
+until it resolves:
 
 * the COMPLETION validated: the K rows are consumed, verified against the
   target p with the torch candidate's standard verification (ACCEPT and
@@ -11,12 +26,21 @@ round resolves:
   bonus token, new committed position);
 * the receiver discarded the proposal (missing, corrupt, reordered, retried
   differently, worker FAILED), the watchdog fired, the link dropped, or the
-  round was preempted by a RESET: nothing of it is consumed, the committed
-  position stays, the outcome is target-only from the committed prefix (R25),
-  and the next round RESETs to a new generation first.
+  round was preempted by a RESET: nothing of it is consumed, and the outcome is
+  target-only from the committed prefix (R25). This endpoint's choice of that
+  token: the bonus draw of an empty proposal (K = 0), i.e. the CORRECTION draw
+  at the round's anchor under the round's RNG identity, sampled from the target
+  row p_1 with the torch candidate's sampler (:func:`target_only_draw`). It is
+  committed (committed position + 1, previous token = it) and the next round
+  RESETs to a new generation at the new committed position first (a
+  preemption's RESET carries it at once).
 
-Every round leaves a :class:`RoundRecord`; the receiver's journal and counters
-say what was consumed and why anything was discarded.
+No wire message carries a target-only token to the worker (a RESET names only
+the committed position), so the round after one records ``draft_previous``
+None: the worker was told no token for its prefix. Every round leaves a
+:class:`RoundRecord`; the receiver's journal and counters say what was consumed
+and why anything was discarded, and :attr:`Target.frames` logs the last frames
+that went through the receiver (direction, type, slot).
 """
 
 from __future__ import annotations
@@ -24,18 +48,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass, field
+import struct
+from collections import deque
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
 
-from qconform.adapters.torch_candidate.verification import verify_round
+from qconform.adapters.torch_candidate.philox import CORRECTION, draw_word0, seed_keys, u32_of
+from qconform.adapters.torch_candidate.sampling import sample_mass
+from qconform.adapters.torch_candidate.verification import BONUS, Draw, verify_round
 
 from . import layout, stream
 from .answers import row_json
 from .codec import encode
 from .model import TargetModel
-from .receiver import ACCEPT, Receiver
+from .receiver import ACCEPT, Receiver, Verdict
 from .validation import QRow
 
 log = logging.getLogger("qconform.endpoint.target")
@@ -43,7 +71,11 @@ log = logging.getLogger("qconform.endpoint.target")
 #: how often a waiting round looks at a preemption request (seconds)
 POLL_S = 0.02
 ONE_F32 = 0x3F800000
-_WAITING = object()
+#: how many frames :attr:`Target.frames` keeps
+FRAME_LOG = 4096
+COMMITTED, TARGET_ONLY = "committed", "target-only"
+#: a round in flight whose rows became consumable
+_READY = "ready"
 
 
 class TargetError(RuntimeError):
@@ -52,7 +84,14 @@ class TargetError(RuntimeError):
 
 @dataclass
 class RoundRecord:
-    """One round as the target saw it; ``previous`` is the committed token before it (None: none yet)."""
+    """One round as the target saw it.
+
+    ``previous`` is the committed token before it (None: none yet);
+    ``draft_previous`` the one the worker was told by a COMMIT for the committed
+    position the round starts from (None: none, e.g. after a target-only token),
+    which is what the worker's draft conditions on. A target-only round holds
+    its ``token`` and the ``draw`` it came from.
+    """
 
     slot: int
     generation: int
@@ -60,6 +99,7 @@ class RoundRecord:
     anchor: int
     seed: int
     previous: int | None
+    draft_previous: int | None = None
     outcome: str = "open"
     reason: str | None = None
     tokens: list[int] = field(default_factory=list)
@@ -67,31 +107,99 @@ class RoundRecord:
     accepted: int | None = None
     token: int | None = None
     new_committed: int | None = None
+    draw: Draw | None = None
 
     def to_json(self) -> dict:
-        out = {k: getattr(self, k) for k in ("slot", "generation", "round", "anchor", "previous", "outcome",
-                                              "reason", "tokens", "accepted", "token", "new_committed")}
-        return {**out, "seed": str(self.seed), "rows": [row_json(row) for row in self.rows]}
+        out = {k: getattr(self, k) for k in ("slot", "generation", "round", "anchor", "previous", "draft_previous",
+                                              "outcome", "reason", "tokens", "accepted", "token", "new_committed")}
+        return {**out, "seed": str(self.seed), "rows": [row_json(row) for row in self.rows],
+                "draw": None if self.draw is None else asdict(self.draw)}
+
+
+@dataclass
+class Lane:
+    """One driven slot: its seed, committed position, previous tokens, round counter, records, round in flight."""
+
+    slot: int
+    seed: int
+    committed: int = 0
+    last_token: int | None = None
+    #: the token the worker was told by the last COMMIT at ``committed`` (None: none)
+    told_token: int | None = None
+    round_id: int = 0
+    records: list[RoundRecord] = field(default_factory=list)
+    preempt_requested: bool = False
+    #: while a round is in flight: ``_READY`` or the reason it was discarded, once known
+    outcome: str | None = None
+    woken: asyncio.Event = field(default_factory=asyncio.Event)
+    in_flight: bool = False
+
+    def wake(self, outcome: str) -> None:
+        """The round in flight resolved; a discard overrides a readiness not yet acted on."""
+        if self.in_flight and self.outcome in (None, _READY):
+            self.outcome = outcome
+            self.woken.set()
+
+
+def slot_seed(seed: int, slot: int) -> int:
+    """The request seed of driven slot ``slot``: ``(seed + slot) mod 2^64``."""
+    return (seed + slot) % (1 << 64)
+
+
+def frame_slot(data: bytes) -> int | None:
+    """The slot field of a v2 frame (not yet verified: it only says whom to wake), None when it has none."""
+    if len(data) < layout.HEADER_SIZE or data[:4] != layout.V2_MAGIC:
+        return None
+    fixed = layout.FIELDS.get(struct.unpack_from("<H", data, 6)[0])
+    if fixed is None or "slot" not in fixed.names or len(data) < layout.HEADER_SIZE + fixed.codec.size:
+        return None
+    return fixed.codec.unpack_from(data, layout.HEADER_SIZE)[fixed.names.index("slot")]
+
+
+def frame_type(data: bytes) -> str:
+    if len(data) >= 8 and data[:4] == layout.V2_MAGIC:
+        return layout.TYPE_NAMES.get(struct.unpack_from("<H", data, 6)[0], "?")
+    return "?"
+
+
+def target_only_draw(seed: int, generation: int, round_id: int, anchor: int, p_row: torch.Tensor) -> Draw:
+    """The target-only token of a round not consumed: the bonus draw of an empty proposal (K = 0).
+
+    The CORRECTION draw at position ``anchor`` under the round's RNG identity
+    (docs/rng-abi.md: ``anchor + K`` for the bonus), sampled from the FP32
+    target weights ``p_row`` as FP64 mass, as the torch candidate samples a bonus (R11).
+    """
+    _, word0 = draw_word0(seed_keys([seed]), torch.tensor([anchor]), torch.tensor([round_id]),
+                          torch.tensor([generation]), CORRECTION)
+    u32 = u32_of(word0)
+    token = sample_mass(p_row.to(torch.float64)[None], u32)
+    return Draw(CORRECTION, anchor, 0, int(u32[0]), BONUS, int(token[0]))
 
 
 class Target:
-    """Drives rounds of one slot against a worker (see the module docstring)."""
+    """Drives rounds on ``slots`` slots against a worker (see the module docstring)."""
 
     def __init__(self, config: dict, target: TargetModel, host: str, port: int, *, seed: int = 0x5EED,
-                 support_policy: int = 0, temperature_bits: int = ONE_F32, watchdog_s: float = 1.0, slot: int = 0,
-                 receiver_cls: type[Receiver] = Receiver, connect_timeout_s: float = 5.0) -> None:
+                 support_policy: int = 0, temperature_bits: int = ONE_F32, watchdog_s: float = 1.0,
+                 slots: int | None = 1, receiver_cls: type[Receiver] = Receiver,
+                 connect_timeout_s: float = 5.0) -> None:
         self.receiver = receiver_cls(config)
         self.target = target
         self.host, self.port = host, port
         self.seed, self.support_policy, self.temperature_bits = seed, support_policy, temperature_bits
-        self.watchdog_s, self.slot, self.connect_timeout_s = watchdog_s, slot, connect_timeout_s
+        self.watchdog_s, self.slot_count, self.connect_timeout_s = watchdog_s, slots, connect_timeout_s
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
-        self.pending: asyncio.Task | None = None
-        self.round_id = 0
-        self.last_token: int | None = None
-        self.preempt_requested = False
+        self.reading: asyncio.Task | None = None
+        #: which connection is current (a link lost twice is handled once)
+        self.link = 0
+        self.connecting = asyncio.Lock()
+        self.requests: asyncio.Semaphore | None = None
+        self.lanes: list[Lane] = []
+        #: every round, all slots, in the order they were opened
         self.records: list[RoundRecord] = []
+        #: the last frames through the receiver: (``"in"`` or ``"out"``, type name, slot)
+        self.frames: deque[tuple[str, str, int | None]] = deque(maxlen=FRAME_LOG)
 
     # -- the link ------------------------------------------------------------------------------
 
@@ -106,146 +214,227 @@ class Target:
                 if loop.time() > deadline:
                     raise TargetError(f"no worker at {self.host}:{self.port}: {exc}") from None
                 await asyncio.sleep(0.02)
-        item = await self.next_item(self.connect_timeout_s)
+        self.link += 1
+        try:
+            item = await asyncio.wait_for(stream.read_item(self.reader, self.receiver.decoder,
+                                                           self.receiver.negotiated, control_allowed=False),
+                                          self.connect_timeout_s)
+        except (asyncio.TimeoutError, ConnectionError, OSError):
+            item = None
         verdict = self.receiver.feed(item.data) if isinstance(item, stream.Item) else None
         if verdict is None or verdict.kind != ACCEPT or self.receiver.negotiated is None:
             await self.drop_link()
             raise TargetError(f"the worker's HELLO was not accepted: {verdict}")
-        log.info("connected to %s:%d, negotiated session %#x", self.host, self.port,
-                 self.receiver.negotiated["session_id"])
+        self.open_lanes(self.receiver.negotiated)
+        self.reading = asyncio.ensure_future(self.read_frames(self.link))
+        log.info("connected to %s:%d, negotiated session %#x, driving %d slots", self.host, self.port,
+                 self.receiver.negotiated["session_id"], len(self.lanes))
 
-    async def next_item(self, timeout: float):
-        """The next item read (None at EOF), or ``_WAITING`` when ``timeout`` passed first.
+    def open_lanes(self, hello: dict) -> None:
+        """The driven slots, once: ``slots`` of them (None: every slot of the HELLO), slot s with seed + s."""
+        count = hello["max_slots"] if self.slot_count is None else self.slot_count
+        if not 1 <= count <= hello["max_slots"]:
+            raise TargetError(f"{count} slots to drive; the HELLO has {hello['max_slots']}")
+        if not self.lanes:
+            self.lanes = [Lane(s, slot_seed(self.seed, s)) for s in range(count)]
+            self.requests = asyncio.Semaphore(hello["max_requests"])
 
-        A read in progress survives a timeout, so a frame is never cut in two.
-        """
-        if self.pending is None:
-            self.pending = asyncio.ensure_future(stream.read_item(
-                self.reader, self.receiver.decoder, self.receiver.negotiated, control_allowed=False))
-        done, _ = await asyncio.wait({self.pending}, timeout=timeout)
-        if not done:
-            return _WAITING
-        task, self.pending = self.pending, None
-        try:
-            return task.result()
-        except (ConnectionError, OSError):
-            return None
+    async def read_frames(self, link: int) -> None:
+        """The reader task of one connection: every frame through the receiver, dispatched by its slot."""
+        while True:
+            try:
+                item = await stream.read_item(self.reader, self.receiver.decoder, self.receiver.negotiated,
+                                              control_allowed=False)
+            except (ConnectionError, OSError):
+                item = None
+            if item is None:
+                return await self.lose_link(link, "disconnect")
+            verdict = self.receiver.feed(item.data)
+            slot = frame_slot(item.data)
+            self.frames.append(("in", frame_type(item.data), slot))
+            log.debug("frame of %d bytes, slot %s: %s %s", len(item.data), slot, verdict.kind, verdict.reason or "")
+            self.dispatch(verdict, slot)
+            if item.kind == stream.BROKEN:
+                return await self.lose_link(link, verdict.reason or "disconnect")
+
+    def lane_of(self, slot: int | None) -> Lane | None:
+        return next((lane for lane in self.lanes if lane.slot == slot), None)
+
+    def dispatch(self, verdict: Verdict, slot: int | None) -> None:
+        """Wake every round the verdict discarded, and the frame's own slot once its rows are consumable."""
+        for index in verdict.discarded:
+            if (lane := self.lane_of(index)) is not None:
+                lane.wake(verdict.reason or "worker_failed")
+        lane = self.lane_of(slot)
+        if lane is not None and lane.in_flight and self.receiver.consumable_rows(slot) is not None:
+            lane.wake(_READY)
+
+    async def lose_link(self, link: int, reason: str) -> None:
+        """The connection ``link`` dropped: a Disconnect event, every round in flight wakes discarded."""
+        if link != self.link or self.writer is None:
+            return
+        verdict = self.receiver.disconnect()
+        for lane in self.lanes:
+            lane.wake(reason)
+        await self.drop_link()
+        log.warning("link lost (%s): %s", reason, verdict)
 
     async def drop_link(self) -> None:
-        if self.pending is not None:
-            self.pending.cancel()
+        """Forget the connection at once (no command goes out on it any more), then end its reader and close it."""
+        reading, writer = self.reading, self.writer
+        self.reading, self.reader, self.writer = None, None, None
+        if reading is not None and reading is not asyncio.current_task():
+            reading.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.pending
-            self.pending = None
-        if self.writer is not None:
-            self.writer.close()
+                await reading
+        if writer is not None:
+            writer.close()
             with contextlib.suppress(ConnectionError, OSError):
-                await self.writer.wait_closed()
-        self.reader = self.writer = None
+                await writer.wait_closed()
 
-    async def send_own(self, message_type: int, fields: dict) -> tuple[int, ...]:
-        """Feed the target's own command to its receiver (it must accept), then send it."""
-        data = encode(message_type, {"session_id": self.receiver.negotiated["session_id"], "slot": self.slot, **fields})
+    def own(self, slot: int, message_type: int, fields: dict) -> tuple[bytes, Verdict]:
+        """The target's own command, fed to its receiver (it must accept); the frame to send."""
+        if self.writer is None:
+            raise ConnectionResetError("no link to the worker")
+        data = encode(message_type, {"session_id": self.receiver.negotiated["session_id"], "slot": slot, **fields})
         verdict = self.receiver.feed(data)
         if verdict.kind != ACCEPT:
             raise TargetError(f"own {layout.TYPE_NAMES[message_type]} refused: {verdict.reason}")
-        await stream.send(self.writer, data)
+        self.frames.append(("out", layout.TYPE_NAMES[message_type], slot))
+        return data, verdict
+
+    async def send_own(self, slot: int, message_type: int, fields: dict) -> tuple[int, ...]:
+        """Feed the target's own command to its receiver (it must accept), then send it."""
+        data, verdict = self.own(slot, message_type, fields)
+        await self.transmit(data)
         return verdict.discarded
 
-    async def ensure_ready(self) -> None:
-        if self.writer is None:
-            await self.connect()
-        slot = self.receiver.slots[self.slot]
-        if not slot.live:
-            await self.reset()
+    async def transmit(self, data: bytes) -> None:
+        """Send one own frame; a failure to send is the link lost."""
+        link = self.link
+        try:
+            await stream.send(self.writer, data)
+        except (ConnectionError, OSError):
+            await self.lose_link(link, "disconnect")
+            raise
 
-    async def reset(self) -> tuple[int, ...]:
-        slot = self.receiver.slots[self.slot]
-        generation = slot.generation + 1
-        discarded = await self.send_own(layout.RESET, {"seed": self.seed, "generation": generation,
-                                                       "committed": slot.committed})
-        log.info("slot %d RESET generation=%d committed=%d", self.slot, generation, slot.committed)
+    async def ensure_ready(self, lane: Lane | None = None) -> None:
+        async with self.connecting:
+            if self.writer is None:
+                await self.connect()
+        if lane is not None and not self.receiver.slots[lane.slot].live:
+            await self.reset(lane)
+
+    async def reset(self, lane: Lane) -> tuple[int, ...]:
+        """A new generation of the lane's slot at its committed position."""
+        generation = self.receiver.slots[lane.slot].generation + 1
+        discarded = await self.send_own(lane.slot, layout.RESET, {"seed": lane.seed, "generation": generation,
+                                                                  "committed": lane.committed})
+        log.info("slot %d RESET generation=%d committed=%d", lane.slot, generation, lane.committed)
         return discarded
 
     # -- rounds ------------------------------------------------------------------------------
 
-    def preempt(self) -> None:
-        """Ask the round in flight to be given up by a RESET (the scheduler preempted the request)."""
-        self.preempt_requested = True
+    def preempt(self, slot: int | None = None) -> None:
+        """Ask the round in flight on ``slot`` (None: on every slot) to be given up by a RESET."""
+        for lane in self.lanes:
+            if slot is None or lane.slot == slot:
+                lane.preempt_requested = True
 
     async def run(self, rounds: int) -> list[RoundRecord]:
-        for _ in range(rounds):
-            await self.play_round()
+        """``rounds`` rounds on every driven slot, the slots concurrently; every record, in the order opened."""
+        await self.ensure_ready()
+        tasks = [asyncio.ensure_future(self.drive(lane, rounds)) for lane in self.lanes]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
         return self.records
 
-    async def play_round(self) -> RoundRecord:
-        try:
+    async def drive(self, lane: Lane, rounds: int) -> None:
+        for _ in range(rounds):
+            await self.play_round(lane)
+
+    async def play_round(self, lane: Lane | None = None) -> RoundRecord | None:
+        """One round on ``lane`` (None: the first driven slot); None when the link dropped before its STEP."""
+        if lane is None:
             await self.ensure_ready()
-            slot = self.receiver.slots[self.slot]
-            self.round_id += 1
-            record = RoundRecord(self.slot, slot.generation, self.round_id, slot.committed, self.seed, self.last_token)
-            self.records.append(record)
-            await self.send_own(layout.STEP, {
-                "generation": slot.generation, "round": self.round_id, "anchor": slot.committed,
-                "support_policy": self.support_policy, "context_version": 1, "temperature": self.temperature_bits,
-                "depth": self.receiver.negotiated["depth"], "prefix_digest": bytes(32)})
-            await self.resolve(record)
-        except (ConnectionError, OSError) as exc:
-            record = self.records[-1] if self.records else None
-            verdict = self.receiver.disconnect()
-            await self.drop_link()
-            if record is not None and record.outcome == "open":
-                self.discarded(record, "disconnect")
-            log.warning("link lost (%s): %s", exc, verdict)
-        return self.records[-1]
+            lane = self.lanes[0]
+        record = None
+        async with self.requests:
+            try:
+                await self.ensure_ready(lane)
+                slot = self.receiver.slots[lane.slot]
+                lane.round_id += 1
+                record = RoundRecord(lane.slot, slot.generation, lane.round_id, lane.committed, lane.seed,
+                                     lane.last_token, lane.told_token)
+                lane.records.append(record)
+                self.records.append(record)
+                lane.outcome, lane.in_flight = None, True
+                lane.woken.clear()
+                await self.send_own(lane.slot, layout.STEP, {
+                    "generation": slot.generation, "round": lane.round_id, "anchor": lane.committed,
+                    "support_policy": self.support_policy, "context_version": 1, "temperature": self.temperature_bits,
+                    "depth": self.receiver.negotiated["depth"], "prefix_digest": bytes(32)})
+                await self.resolve(lane, record)
+            except (ConnectionError, OSError) as exc:  # the link was lost as it was written to
+                log.warning("slot %d: link lost (%s)", lane.slot, exc)
+                if record is not None and record.outcome == "open":
+                    self.fall_back(lane, record, lane.outcome if lane.outcome not in (None, _READY) else "disconnect")
+            finally:
+                lane.in_flight = False
+        return record
 
-    def discarded(self, record: RoundRecord, reason: str) -> None:
-        record.outcome, record.reason = "discarded", reason
-        log.warning("slot %d round %d (generation %d) discarded: %s; target-only from committed position %d",
-                    record.slot, record.round, record.generation, reason, record.anchor)
-
-    async def resolve(self, record: RoundRecord) -> None:
+    async def resolve(self, lane: Lane, record: RoundRecord) -> None:
+        """Wait until the round is consumable or discarded, its watchdog fires, or it is preempted."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.watchdog_s
-        while True:
-            if self.preempt_requested:
-                self.preempt_requested = False
-                await self.reset()
-                return self.discarded(record, "reset")
+        while not lane.woken.is_set():
+            if lane.preempt_requested:
+                lane.preempt_requested = False
+                self.fall_back(lane, record, "reset")
+                await self.reset(lane)  # at the new committed position; it discards the open round
+                return
             remaining = deadline - loop.time()
             if remaining <= 0:
-                self.receiver.timeout(self.slot)
-                return self.discarded(record, "timeout")
-            item = await self.next_item(min(remaining, POLL_S))
-            if item is _WAITING:
-                continue
-            if item is None or item.kind == stream.BROKEN:
-                reason = "disconnect" if item is None else self.receiver.feed(item.data).reason
-                await self.drop_link()
-                self.receiver.disconnect()
-                return self.discarded(record, reason)
-            verdict = self.receiver.feed(item.data)
-            log.debug("frame of %d bytes: %s %s", len(item.data), verdict.kind, verdict.reason or "")
-            if self.slot in verdict.discarded:
-                return self.discarded(record, verdict.reason or "worker_failed")
-            ready = self.receiver.consumable_rows(self.slot)
-            if ready is not None:
-                return await self.commit(record, *ready)
+                self.receiver.timeout(lane.slot)
+                return self.fall_back(lane, record, "timeout")
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(lane.woken.wait(), min(remaining, POLL_S))
+        ready = self.receiver.consumable_rows(lane.slot) if lane.outcome == _READY else None
+        if ready is None:
+            return self.fall_back(lane, record, lane.outcome if lane.outcome != _READY else "discarded")
+        await self.commit(lane, record, *ready)
 
-    async def commit(self, record: RoundRecord, tokens: list[int], rows: list[QRow]) -> None:
+    def fall_back(self, lane: Lane, record: RoundRecord, reason: str) -> None:
+        """The round is not consumed: one token sampled target-only from the committed prefix, committed (R25)."""
+        draw = target_only_draw(lane.seed, record.generation, record.round, record.anchor, self.target.weights[0])
+        record.outcome, record.reason, record.draw, record.token = TARGET_ONLY, reason, draw, draw.token
+        record.new_committed = (record.anchor + 1) % layout.POSITIONS
+        lane.committed, lane.last_token, lane.told_token = record.new_committed, draw.token, None
+        log.warning("slot %d round %d (generation %d) discarded: %s; target-only token %d (u32 %#010x) at position "
+                    "%d, committed position %d", record.slot, record.round, record.generation, reason, draw.token,
+                    draw.u32, record.anchor, record.new_committed)
+
+    async def commit(self, lane: Lane, record: RoundRecord, tokens: list[int], rows: list[QRow]) -> None:
         """Verify the consumed rows against p and commit the outcome (R11, R17)."""
         q = torch.from_numpy(np.stack([row.dense() for row in rows]))[None]
-        result = verify_round([self.seed], record.generation, record.round, record.anchor,
+        result = verify_round([lane.seed], record.generation, record.round, record.anchor,
                               torch.tensor([tokens]), q, self.target.weights[None])
         accepted, token = int(result.accepted[0]), int(result.final_token[0])
         new_committed = (record.anchor + accepted + 1) % layout.POSITIONS
-        await self.send_own(layout.COMMIT, {"generation": record.generation, "round": record.round,
-                                            "new_committed": new_committed, "token": token, "accepted": accepted})
-        record.outcome, record.tokens, record.rows = "committed", tokens, rows
+        data, _ = self.own(lane.slot, layout.COMMIT, {"generation": record.generation, "round": record.round,
+                                                      "new_committed": new_committed, "token": token,
+                                                      "accepted": accepted})
+        record.outcome, record.tokens, record.rows = COMMITTED, tokens, rows
         record.accepted, record.token, record.new_committed = accepted, token, new_committed
-        self.last_token = token
+        lane.committed, lane.last_token, lane.told_token = new_committed, token, None
+        await self.transmit(data)  # consumed once fed; the worker is told the token once it went out
+        lane.told_token = token
         log.info("slot %d round %d committed: drafts %s, accepted %d, token %d, committed position %d",
-                 self.slot, record.round, tokens, accepted, token, new_committed)
+                 lane.slot, record.round, tokens, accepted, token, new_committed)
 
     async def close(self) -> None:
         await self.drop_link()
