@@ -283,6 +283,11 @@ def margins_optional(schema: Any, margins: set[str]) -> Any:
     return out
 
 
+def is_refusal(output: dict) -> bool:
+    """Whether ``output`` is a well-formed refusal: what :data:`REFUSAL_SCHEMA` accepts."""
+    return len(output) == 1 and isinstance(output.get("error"), str) and output["error"] != ""
+
+
 @lru_cache(maxsize=None)
 def output_validator(family: str) -> Any:
     """A jsonschema validator of one family's outputs (``expected`` or a refusal).
@@ -323,6 +328,8 @@ def check_output(family: str, output: dict) -> str | None:
     problem = encoding_problem(output)
     if problem:
         return problem
+    if is_refusal(output):
+        return None  # exactly REFUSAL_SCHEMA, one branch of the anyOf: no schema walk needed
     validator = output_validator(family)
     if validator is None:
         return None

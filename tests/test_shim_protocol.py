@@ -243,6 +243,8 @@ def test_outputs_are_checked_against_the_family_schema(toy_registry):
     )
     assert "'extra' was unexpected" in check_output("toy", {"tokens": [], "extra": 1})
     assert check_output("toy", {"error": ""}).startswith("output['error'] does not match")
+    for not_a_refusal in ({"error": 5}, {"error": "CODE", "detail": "x"}, {"error": None}):
+        assert check_output("toy", not_a_refusal) is not None, not_a_refusal
     blob = {**encode_blob("u32", [5]), "shape": [2]}
     assert check_output("toy", {"tokens": [], "counts": blob}).startswith("blob at output.counts holds 4 bytes")
     assert check_output("not_registered", {"anything": [1]}) is None  # only encoding checks apply
