@@ -170,23 +170,46 @@ def allocation_invalid(inp: dict, device: str) -> dict:
     return allocation_sparse(inp, device) if "k" in inp else allocation_dense(inp, device)
 
 
+def propose_batch(requests: Sequence[dict], device: str) -> list[dict]:
+    """Proposal chains of one batch of requests of one draft model, in ONE batched
+    ``propose`` call: each request keeps its own identity, last token, temperature
+    and base logits (R22); more than four requests, or requests of different
+    depths, support policies or Markov heads are BAD_SHAPE (R27)."""
+    first = requests[0]
+    if len(requests) > MAX_REQUESTS:
+        raise CandidateError("BAD_SHAPE", f"{len(requests)} requests; the batch bound is {MAX_REQUESTS} (R27)")
+    if any(r["support"] != first["support"] or r["markov"] != first["markov"] or r["depth"] != first["depth"]
+           for r in requests):
+        raise CandidateError("BAD_SHAPE", "a batch has one depth, one support policy and one Markov head")
+    base = torch.stack([blob_tensor(r["base_logits"], device) for r in requests])
+    if base.shape[1] != first["depth"]:
+        raise CandidateError("BAD_SHAPE", f"depth {first['depth']} with {base.shape[1]} base logit rows")
+    left = blob_tensor(first["markov"]["left"], device)
+    right = blob_tensor(first["markov"]["right"], device)
+    top_k = first["support"]["k"] if first["support"]["policy"] == "top_k" else None
+    field = lambda name: [r[name] for r in requests]  # noqa: E731
+    result = proposal.propose([int(r["seed"]) for r in requests], field("generation"), field("round"),
+                              field("anchor"), field("last_committed_token"), base,
+                              [f32_scalar(r["temperature"]) for r in requests], (left, right), top_k)
+    answers = []
+    for b in range(len(requests)):
+        if result.sparse is None:
+            rows = [q_row_json(result.counts[b, i], None) for i in range(base.shape[1])]
+        else:
+            rows = [q_row_json(result.sparse.counts[b, i], result.sparse.ids[b, i]) for i in range(base.shape[1])]
+        draws = [{"position": int(result.counters[b, i, 0]),
+                  "counter": [word(w) for w in result.counters[b, i].tolist()], "u24": int(result.u24[b, i])}
+                 for i in range(base.shape[1])]
+        answers.append({"tokens": result.tokens[b].tolist(), "rows": rows, "draws": draws})
+    return answers
+
+
 def proposal_chain(inp: dict, device: str) -> dict:
-    base = blob_tensor(inp["base_logits"], device)
-    left = blob_tensor(inp["markov"]["left"], device)
-    right = blob_tensor(inp["markov"]["right"], device)
-    support = inp["support"]
-    top_k = support["k"] if support["policy"] == "top_k" else None
-    result = proposal.propose([int(inp["seed"])], inp["generation"], inp["round"], inp["anchor"],
-                              inp["last_committed_token"], base[None], f32_scalar(inp["temperature"]),
-                              (left, right), top_k)
-    depth = base.shape[0]
-    if result.sparse is None:
-        rows = [q_row_json(result.counts[0, i], None) for i in range(depth)]
-    else:
-        rows = [q_row_json(result.sparse.counts[0, i], result.sparse.ids[0, i]) for i in range(depth)]
-    draws = [{"position": int(result.counters[0, i, 0]), "counter": [word(w) for w in result.counters[0, i].tolist()],
-              "u24": int(result.u24[0, i])} for i in range(depth)]
-    return {"tokens": result.tokens[0].tolist(), "rows": rows, "draws": draws}
+    return propose_batch([inp], device)[0]
+
+
+def proposal_batch(inp: dict, device: str) -> dict:
+    return {"requests": propose_batch(inp["requests"], device)}
 
 
 def verification_round(inp: dict, device: str) -> dict:
@@ -219,6 +242,7 @@ FAMILIES: dict[str, Callable[[dict, str], dict]] = {
     "allocation_sparse": allocation_sparse,
     "allocation_invalid": allocation_invalid,
     "proposal_chain": proposal_chain,
+    "proposal_batch": proposal_batch,
     "verification_round": verification_round,
 }
 

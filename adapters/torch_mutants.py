@@ -258,6 +258,15 @@ def draft_temperature_ignored(logits_to_weights: Callable) -> Callable:
     return buggy
 
 
+def request_zero_temperature(logits_to_weights: Callable) -> Callable:
+    def buggy(logits, temperature, bias=None):
+        if not isinstance(temperature, (int, float)):  # one temperature per row: all take row 0's
+            temperature = [float(temperature[0])] * len(temperature)
+        return logits_to_weights(logits, temperature, bias)
+
+    return buggy
+
+
 def request_zero_parameters(verify_round: Callable) -> Callable:
     def buggy(seeds, generation, round_id, anchor, draft_tokens, q, p_weights, stop_tokens=None, budget=None):
         batch = len(seeds)
@@ -272,7 +281,7 @@ def request_zero_parameters(verify_round: Callable) -> Callable:
 
 VERIFY = ("verification_round",)
 RNG = ("rng_abi",)
-CHAIN = ("proposal_chain",)
+CHAIN = ("proposal_chain", "proposal_batch")
 ALLOCATION = ("allocation_dense", "allocation_sparse")
 
 MUTANTS: dict[str, Mutant] = {
@@ -330,6 +339,8 @@ MUTANTS: dict[str, Mutant] = {
                ("R05",), ("allocation_dense", "allocation_sparse") + CHAIN, "vLLM #9834 (params on the wrong side)"),
         Mutant("request-zero-parameters", "torch_candidate.verification:verify_round", request_zero_parameters,
                ("R11", "R24"), VERIFY, "TRT-LLM #12588 (request 0's parameters for the batch)"),
+        Mutant("request-zero-temperature", "torch_candidate.weights:logits_to_weights", request_zero_temperature,
+               ("R05", "R22"), ("proposal_batch",), "TRT-LLM #12588 (request 0's temperature for the batch)"),
     )
 }
 

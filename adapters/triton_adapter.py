@@ -199,18 +199,39 @@ def allocation_invalid(inp: dict, device: str) -> dict:
     return allocation_sparse(inp, device) if "k" in inp else allocation_dense(inp, device)
 
 
+def propose_batch(requests: list[dict], device: str) -> list[dict]:
+    """Proposal chains of one batch of requests of one draft model, in one batched launch
+    sequence; each request keeps its own identity, last token, temperature and logits."""
+    first = requests[0]
+    if len(requests) > MAX_REQUESTS:
+        raise TritonCandidateError("BAD_SHAPE", f"{len(requests)} requests; the batch bound is {MAX_REQUESTS} (R27)")
+    if any(r["support"] != first["support"] or r["markov"] != first["markov"] or r["depth"] != first["depth"]
+           for r in requests):
+        raise TritonCandidateError("BAD_SHAPE", "a batch has one depth, one support policy and one Markov head")
+    base = torch.stack([blob_tensor(r["base_logits"], device) for r in requests])
+    if base.shape[1] != first["depth"]:
+        raise TritonCandidateError("BAD_SHAPE", f"depth {first['depth']} with {base.shape[1]} base logit rows")
+    markov = (blob_tensor(first["markov"]["left"], device), blob_tensor(first["markov"]["right"], device))
+    top_k = first["support"]["k"] if first["support"]["policy"] == "top_k" else None
+    field = lambda name: [r[name] for r in requests]  # noqa: E731
+    result = propose([int(r["seed"]) for r in requests], field("generation"), field("round"), field("anchor"),
+                     field("last_committed_token"), base, [f32_value(r["temperature"]) for r in requests], markov,
+                     top_k)
+    answers = []
+    for b in range(len(requests)):
+        rows = [q_row_json(None if ids is None else ids.cpu(), counts.cpu()) for ids, counts in result.rows[b]]
+        draws = [{"position": c[0], "counter": [word(w) for w in c], "u24": u}
+                 for c, u in zip(result.counters[b].tolist(), result.u24[b].tolist())]
+        answers.append({"tokens": result.tokens[b].tolist(), "rows": rows, "draws": draws})
+    return answers
+
+
 def proposal_chain(inp: dict, device: str) -> dict:
-    base = blob_tensor(inp["base_logits"], device)
-    markov = (blob_tensor(inp["markov"]["left"], device), blob_tensor(inp["markov"]["right"], device))
-    support = inp["support"]
-    top_k = support["k"] if support["policy"] == "top_k" else None
-    result = propose([int(inp["seed"])], [inp["generation"]], [inp["round"]], [inp["anchor"]],
-                     [inp["last_committed_token"]], base[None], f32_value(inp["temperature"]), markov, top_k)
-    rows = [q_row_json(None if ids is None else ids.cpu(), counts.cpu()) for ids, counts in result.rows[0]]
-    counters = result.counters[0].tolist()
-    draws = [{"position": c[0], "counter": [word(w) for w in c], "u24": u}
-             for c, u in zip(counters, result.u24[0].tolist())]
-    return {"tokens": result.tokens[0].tolist(), "rows": rows, "draws": draws}
+    return propose_batch([inp], device)[0]
+
+
+def proposal_batch(inp: dict, device: str) -> dict:
+    return {"requests": propose_batch(inp["requests"], device)}
 
 
 def verification_round(inp: dict, device: str) -> dict:
@@ -238,7 +259,7 @@ def verification_round(inp: dict, device: str) -> dict:
 
 #: family name -> the function answering one of its inputs
 FAMILIES: dict[str, Callable[[dict, str], dict]] = {solve.__name__: solve for solve in (
-    rng_abi, categorical_sampling, allocation_dense, allocation_sparse, allocation_invalid, proposal_chain,
+    rng_abi, categorical_sampling, allocation_dense, allocation_sparse, allocation_invalid, proposal_chain, proposal_batch,
     verification_round)}
 
 

@@ -21,6 +21,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "allocation_invalid",
     "categorical_sampling",
     "proposal_chain",
+    "proposal_batch",
     "verification_round",
     "distribution",
     "admission",

@@ -114,6 +114,7 @@ COMPARATORS: dict[str, str] = {
     "allocation_dense": "qconform.harness.compare_allocation",
     "allocation_sparse": "qconform.harness.compare_allocation",
     "proposal_chain": "qconform.harness.compare_proposal",
+    "proposal_batch": "qconform.harness.compare_proposal_batch",
     "sharding": "qconform.harness.compare_sharding",
     "verification_round": "qconform.harness.compare_verification",
     "wire_frames": "qconform.harness.compare_wire",

@@ -78,6 +78,7 @@ TORCH_MUTANTS: dict[str, str] = {
     "sampled-from-bf16-q": "the draft is sampled from its q rounded to bf16, while the exact q is the one sent",
     "draft-temperature-ignored": "the draft temperature is not applied (T = 1): it went to the other side",
     "request-zero-parameters": "request 0's stop tokens and output budget are applied to every request of the batch",
+    "request-zero-temperature": "request 0's draft temperature is applied to every request of a proposal batch",
 }
 
 BUILTIN_ADAPTERS: dict[str, BuiltinAdapter] = {

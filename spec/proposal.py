@@ -30,6 +30,7 @@ from typing import Sequence
 
 from qconform.spec.allocation import allocate_dense, allocate_sparse
 from qconform.spec.allocation_fp64 import fp64_row_may_differ, fp64_sparse_may_differ
+from qconform.spec.constants import MAX_REQUESTS
 from qconform.spec.errors import refuse
 from qconform.spec.markov import markov_bias_f32
 from qconform.spec.qrow import QRow
@@ -174,3 +175,22 @@ def proposal_chain(inp: ProposalInput) -> ProposalResult:
         rows.append(ProposalRow(i, q, token, draw, tie_gap, exp_margin, selection_gap, may_differ))
         previous = token
     return ProposalResult(rows)
+
+
+@defines("R22", "R27")
+def proposal_batch(inputs: Sequence[ProposalInput]) -> list[ProposalResult]:
+    """One round of proposals for a batch of requests of one draft model: at most
+    four requests of one depth, one vocabulary, one support policy and one Markov
+    head (R27), else BAD_SHAPE. Each request's chain is its own: its identity,
+    last committed token, draft temperature and base logits, whatever the other
+    requests of the batch hold (R22)."""
+    if not 1 <= len(inputs) <= MAX_REQUESTS:
+        raise refuse("BAD_SHAPE", f"a batch holds 1..{MAX_REQUESTS} requests, not {len(inputs)}")
+    first = inputs[0]
+    for inp in inputs[1:]:
+        if len(inp.base_logits) != len(first.base_logits):
+            raise refuse("BAD_SHAPE", "a batch has one fixed depth (R27, R35)")
+        if inp.support != first.support or (inp.markov_left, inp.markov_right) != (first.markov_left,
+                                                                                   first.markov_right):
+            raise refuse("BAD_SHAPE", "a batch has one draft model: one support policy and one Markov head")
+    return [proposal_chain(inp) for inp in inputs]

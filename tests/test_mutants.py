@@ -47,6 +47,7 @@ FAST_KILLS = {
     "residual-pad-token": ("verification_round", "verification_round/residual/correction-top-draw"),
     "topk-selected-after-allocation": ("allocation_sparse", "allocation_sparse/"),
     "rng-keyed-by-batch-row": ("verification_round", "verification_round/stop_and_budget/per-request-parameters"),
+    "request-zero-temperature": ("proposal_batch", "proposal_batch/batches/four-temperatures"),
 }
 
 

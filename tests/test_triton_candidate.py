@@ -520,6 +520,6 @@ def test_the_adapter_passes_the_corpus_through_the_harness():
             verdicts += runner.run(cases)
     finally:
         runner.close()
-    assert len(families) == 7 and len(verdicts) > 80
+    assert len(families) == 8 and len(verdicts) > 80
     assert [v.line() for v in verdicts if v.unexpected] == []
     assert {v.cls.value for v in verdicts} == {"pass", "precision"}  # the FP64 near-tie flips are precision

@@ -57,7 +57,8 @@ def propose(seeds: Sequence[int], generations: Sequence[int], rounds: Sequence[i
             markov: tuple[torch.Tensor, torch.Tensor] | None, top_k: int | None) -> Proposal:
     """Sample B proposal chains (see the module docstring).
 
-    ``base_logits``: FP32 ``[B, K, V]``; ``temperature``: the FP32 draft temperature;
+    ``base_logits``: FP32 ``[B, K, V]``; ``temperature``: the FP32 draft temperature, or one
+    per request;
     ``markov``: FP32 ``(left [V, r], right [r, V])`` or None; ``top_k``: None for dense
     q rows, else the support size k.
     """
@@ -66,7 +67,10 @@ def propose(seeds: Sequence[int], generations: Sequence[int], rounds: Sequence[i
     if top_k is not None and not 1 <= top_k <= vocab:
         raise TritonCandidateError("BAD_SUPPORT_SIZE", f"k = {top_k} for V = {vocab}")
     counters, u24 = proposal_draws(seeds, generations, rounds, anchors, depth, device)
-    temperatures = torch.full((batch,), temperature, dtype=torch.float32, device=device)
+    per_request = list(temperature) if isinstance(temperature, (list, tuple)) else [temperature] * batch
+    if len(per_request) != batch:
+        raise TritonCandidateError("BAD_SHAPE", f"{len(per_request)} temperatures for {batch} requests")
+    temperatures = torch.tensor(per_request, dtype=torch.float32, device=device)
     prev = torch.tensor(list(last_tokens), dtype=torch.int64, device=device)
     if bool(((prev < 0) | (prev >= vocab)).any()):
         raise TritonCandidateError("TOKEN_OUT_OF_RANGE", "last committed token")
