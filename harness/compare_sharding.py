@@ -34,38 +34,29 @@ from qconform.harness.verdicts import Diff, Verdict, brief, failed, passed, prec
 SUM_FIELDS = ("shifted_sum", "support_sum", "remainder_sum", "target_sum")
 
 
-def sum_paths(expected: dict) -> list[tuple[str, dict, str]]:
-    """``(path, parent object, key)`` of every sum field the expected answer holds."""
-    parents = [(f"shards[{i}]", shard) for i, shard in enumerate(expected.get("shards", []))]
-    parents.append(("merged", expected.get("merged", {})))
-    return [(f"{path}.{key}", parent, key) for path, parent in parents for key in SUM_FIELDS if key in parent]
-
-
-def parent_of(answer: dict, path: str) -> dict | None:
-    """The object at ``shards[i]`` or ``merged`` of an answer, if it has that shape."""
-    head = path.split(".")[0]
-    if head == "merged":
-        found = answer.get("merged")
-    else:
-        index = int(head[len("shards["):-1])
-        shards = answer.get("shards")
-        found = shards[index] if isinstance(shards, list) and index < len(shards) else None
-    return found if isinstance(found, dict) else None
+def paired_parents(expected: dict, answer: dict) -> list[tuple[str, dict, object]]:
+    """``(path, expected object, answered object)`` of the objects that hold sums: each
+    ``shards[i]`` and ``merged`` (the answered one None where the answer lacks it)."""
+    shards = answer.get("shards") if isinstance(answer.get("shards"), list) else []
+    pairs = [(f"shards[{i}]", want, shards[i] if i < len(shards) else None)
+             for i, want in enumerate(expected.get("shards", []))]
+    return pairs + [("merged", expected.get("merged", {}), answer.get("merged"))]
 
 
 def sum_divergences(expected: dict, output: dict) -> tuple[dict, list[tuple[str, Fraction, Fraction]]]:
     """The answer with each well-formed sum set to its expected value, and the sums that
-    differed: ``(path, expected, answered)``. A malformed sum is left for the exact
-    comparison to report."""
+    differed: ``(path, expected, answered)``. A malformed or missing sum is left for the
+    exact comparison to report."""
     decisions = copy.deepcopy(output)
     differing = []
-    for path, parent, key in sum_paths(expected):
-        answered_parent = parent_of(decisions, path.rsplit(".", 1)[0])
-        if answered_parent is None or key not in answered_parent:
+    for where, want, got in paired_parents(expected, decisions):
+        if not isinstance(got, dict):
             continue
-        if first_difference(parent[key], answered_parent[key], path) is not None:
-            differing.append((path, decode_rational(parent[key]), decode_rational(answered_parent[key])))
-            answered_parent[key] = parent[key]
+        for key in SUM_FIELDS:
+            path = f"{where}.{key}"
+            if key in want and key in got and first_difference(want[key], got[key], path) is not None:
+                differing.append((path, decode_rational(want[key]), decode_rational(got[key])))
+                got[key] = want[key]
     return decisions, differing
 
 
