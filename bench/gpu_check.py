@@ -179,8 +179,6 @@ def conformance_runs(device: str, gpus: int, families: tuple[str, ...] = ()) -> 
 
 def rows_differ(a, b) -> str:
     """``yes`` when two tensors are equal, else how many of their rows (first axis) differ."""
-    import torch
-
     a, b = a.cpu(), b.cpu()
     if a.shape != b.shape:
         return f"shapes {tuple(a.shape)} / {tuple(b.shape)}"
