@@ -2,7 +2,7 @@
 
 A faulty adapter answers like the reference, except on the *affected* cases
 (:func:`affected`: a fixed hash of the case input, so about half of them). Modes
-(``FAULTY_MODES`` in qconform.harness.registry):
+(``FAULTY_MODES`` in qconform.adapters.catalog):
 
 * per case: ``raise`` (run_batch raises), ``wrong_shape`` (a blob whose shape does
   not match its bytes), ``wrong_dtype`` (a blob of unknown dtype ``f16``), ``nan``
@@ -30,7 +30,7 @@ from typing import Any, Sequence
 from qconform.adapters.reference import ReferenceAdapter
 from qconform.generators.encoding import canonical_json, encode_blob
 from qconform.harness.adapter import Outcome
-from qconform.harness.registry import FAULTY_MODES
+from qconform.adapters.catalog import FAULTY_MODES
 
 EXIT_STATUS = 3
 HANG_S = 3600.0
@@ -113,7 +113,7 @@ class FaultyAdapter(ReferenceAdapter):
         elif self.mode == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         elif self.mode == "garbage":
-            from qconform.harness import host
+            from qconform.harness.transport import host
 
             stream = host.PROTOCOL_OUT or sys.stdout.buffer
             stream.write(GARBAGE)

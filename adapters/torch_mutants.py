@@ -9,9 +9,9 @@ a few rewrite one comparison. The candidate itself stays bug-free: a mutant is
 applied only inside the process that serves ``torch-mutant:<name>``
 (:class:`MutantTorchAdapter`), and :meth:`Mutant.apply` returns its own undo.
 
-``qconform mutants`` (qconform.harness.mutants_command) runs the corpus against
+``qconform mutants`` (qconform.cli.mutants) runs the corpus against
 every mutant and fails unless each one is killed. The one-line descriptions live
-in :data:`qconform.harness.registry.TORCH_MUTANTS`, so that listing adapters
+in :data:`qconform.adapters.catalog.TORCH_MUTANTS`, so that listing adapters
 never imports torch.
 """
 
@@ -27,7 +27,7 @@ import torch
 from qconform.adapters import torch_adapter
 from qconform.adapters.torch_candidate import allocation, philox
 from qconform.adapters.torch_candidate.verification import TWO56
-from qconform.harness.registry import TORCH_MUTANTS
+from qconform.adapters.catalog import TORCH_MUTANTS
 
 #: package whose modules a patch rebinds
 ADAPTERS_PACKAGE = "qconform.adapters"

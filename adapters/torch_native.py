@@ -19,7 +19,7 @@ their correction from the residual, and the accepted ones move on, grouped by
 token. After K acceptances the bonus is drawn from the next target row.
 
 ``torch-native-mutant:<name>`` serves the same sampler with one seeded bug
-(:data:`qconform.harness.stat_mutant_table.STAT_MUTANTS`).
+(:data:`qconform.adapters.stat_mutants.STAT_MUTANTS`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from qconform.adapters.torch_candidate.errors import CandidateError
 from qconform.adapters.torch_candidate.sampling import sample_counts, sample_mass
 from qconform.adapters.torch_candidate.verification import accepts, residual_rows
 from qconform.harness.adapter import AdapterError, Capabilities, Outcome
-from qconform.harness.stat_mutant_table import STAT_MUTANTS, TILT
+from qconform.adapters.stat_mutants import STAT_MUTANTS, TILT
 
 #: ``run`` families: their cases give every draw, or need none
 DRAW_FREE_FAMILIES = ("categorical_sampling", "allocation_dense", "allocation_sparse", "allocation_invalid")
@@ -79,7 +79,7 @@ class NativeDraws:
 
 def tilted(mass: torch.Tensor, tilt: float) -> torch.Tensor:
     """The residual tilt of ``residual-tilt-1pct`` in FP64 (exactly:
-    :func:`qconform.harness.stat_mutants.tilted_masses`)."""
+    :func:`qconform.adapters.stat_mutant_laws.tilted_masses`)."""
     positive = (mass > 0).nonzero().flatten()
     if positive.numel() < 2:
         return mass

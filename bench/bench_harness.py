@@ -1,7 +1,7 @@
 """Harness overhead: the full corpus through the runner with noop, reference and torch, in one run.
 
 Run from the repository root: ``.venv/bin/python bench/bench_harness.py [--repeat 5]``.
-Every case of the corpus goes through :class:`qconform.harness.case_runner.CaseRunner`
+Every case of the corpus goes through :class:`qconform.harness.run.case_runner.CaseRunner`
 (chunks of 64 cases per ``run_batch``, the shim protocol to the adapter's child
 process, output checks, ``judge``) once per repeat, for each adapter:
 
@@ -37,8 +37,8 @@ from typing import Callable, Sequence
 
 from qconform.generators.corpus import default_vectors_dir
 from qconform.generators.validation import iter_cases
-from qconform.harness.case_runner import CHUNK, CaseRunner
-from qconform.harness.client import open_adapter
+from qconform.harness.run.case_runner import CHUNK, CaseRunner
+from qconform.harness.transport.client import open_adapter
 
 GOAL = 0.10
 ADAPTERS = ("noop", "reference", "torch")

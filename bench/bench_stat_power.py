@@ -1,7 +1,7 @@
 """Samples statistical mode needs to catch the stat mutants, against today's fixed-N distance tests.
 
 Run from the repository root: ``.venv/bin/python bench/bench_stat_power.py``. For
-each stat mutant (harness/stat_mutants.py: the correction reusing the acceptance
+each stat mutant (adapters/stat_mutant_laws.py: the correction reusing the acceptance
 draw, and the residual tilted by 1% TV in the direction a chi-square sees worst)
 it prints the rounds per case that reach power 0.99 at family-wise level
 ``alpha = 1e-6``:
@@ -50,8 +50,8 @@ import torch
 from qconform.adapters.torch_native import TorchNativeAdapter, tilted
 from qconform.generators.corpus import default_vectors_dir
 from qconform.generators.families.verification_round import decode_request
-from qconform.harness.stat import StatOptions, final_df, load_cases
-from qconform.harness.stat_chisquare import (
+from qconform.harness.stat.runner import StatOptions, final_df, load_cases
+from qconform.harness.stat.chisquare import (
     bin_counts,
     chi2_isf,
     chi2_sf,
@@ -62,9 +62,9 @@ from qconform.harness.stat_chisquare import (
     pearson,
     power_at,
 )
-from qconform.harness.stat_laws import request_outcome_law
-from qconform.harness.stat_mutant_table import STAT_MUTANTS, TILT
-from qconform.harness.stat_mutants import MUTANT_CORRECTIONS
+from qconform.harness.stat.laws import request_outcome_law
+from qconform.adapters.stat_mutants import STAT_MUTANTS, TILT
+from qconform.adapters.stat_mutant_laws import MUTANT_CORRECTIONS
 
 ALPHA = 1e-6
 POWER = 0.99

@@ -130,7 +130,7 @@ def found_groups(family: Family, found_dir: Path | None = None) -> list[Group]:
 
 
 def entry_of(vector: dict) -> dict:
-    """The entry of a found test object (``qconform.harness.fuzz.vector_of``): no result, no expected."""
+    """The entry of a found test object (``qconform.harness.fuzz.driver.vector_of``): no result, no expected."""
     return {key: vector[key] for key in ENTRY_KEYS if key in vector}
 
 

@@ -3,7 +3,7 @@
 ``family_cases(name)`` gives the committed cases of a family when ``vectors/`` holds
 them, else the cases the family's generator builds (cached per session), so the
 comparison tests run against real vectors either way. :class:`StubClient` stands
-for :class:`qconform.harness.client.AdapterClient` in-process: it answers each
+for :class:`qconform.harness.transport.client.AdapterClient` in-process: it answers each
 input through ``answer(family, input)``.
 """
 
@@ -82,8 +82,8 @@ class StubClient:
 class ScriptedAdapter:
     """Opens stub clients that answer each case's ``expected``, except where ``overrides`` (by id) says.
 
-    ``open`` has the signature of :func:`qconform.harness.case_runner.open_client`, so a
-    test monkeypatches ``qconform.harness.plugin.open_client`` with it.
+    ``open`` has the signature of :func:`qconform.harness.run.case_runner.open_client`, so a
+    test monkeypatches ``qconform.harness.run.plugin.open_client`` with it.
     """
 
     def __init__(self, cases: Sequence[dict], overrides: dict | None = None, families: Sequence[str] = (),

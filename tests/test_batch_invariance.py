@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from harness_stubs import StubClient, adapter_config, family_cases
 
 from qconform.generators.registry import load_family
-from qconform.harness.batch_invariance import (
+from qconform.harness.run.batch_invariance import (
     AnswerLog,
     Request,
     batch_invariance,
@@ -31,7 +31,7 @@ SMALL = "verification_round/[!p]*"
 ROW_KEYED_SHIM = '''
 import sys
 from qconform.adapters.reference import ReferenceAdapter
-from qconform.harness.host import Host, claim_stdio
+from qconform.harness.transport.host import Host, claim_stdio
 
 
 class RowKeyed(ReferenceAdapter):

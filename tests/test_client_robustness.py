@@ -15,9 +15,9 @@ from qconform.adapters.faulty import ECHO_FAMILY, affected
 from qconform.generators.encoding import encode_blob
 from qconform.harness.adapter import AdapterError, Unimplemented
 from qconform.adapters.noop import NoopAdapter
-from qconform.harness import registry
-from qconform.harness.client import AdapterStartError, host_command, open_adapter
-from qconform.harness.registry import FAULTY_MODES, UnknownAdapter, available_adapters, load_adapter
+from qconform.adapters import catalog as registry
+from qconform.harness.transport.client import AdapterStartError, host_command, open_adapter
+from qconform.adapters.catalog import FAULTY_MODES, UnknownAdapter, available_adapters, load_adapter
 
 pytestmark = pytest.mark.rules()
 

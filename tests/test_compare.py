@@ -10,8 +10,8 @@ from harness_stubs import adapter_config, available_families, family_cases
 
 from qconform.generators.encoding import decode_blob, encode_blob, encode_f32, encode_rational
 from qconform.harness.adapter import AdapterError, Unimplemented
-from qconform.harness.compare import judge
-from qconform.harness.value_diff import Malformed, first_difference
+from qconform.harness.judging.judge import judge
+from qconform.harness.judging.value_diff import Malformed, first_difference
 from qconform.harness.verdicts import VerdictClass
 from qconform.spec.allocation_fp64 import allocate_dense_fp64
 from qconform.spec.sampling import sample_sparse

@@ -1,4 +1,4 @@
-"""The sharding comparator (harness/compare_sharding.py) on the real sharding vectors:
+"""The sharding comparator (harness/judging/sharding.py) on the real sharding vectors:
 decisions exact, the exact sums within the declared ``sum_rel`` and nowhere else."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from harness_stubs import adapter_config, family_cases
 
 from qconform.generators.encoding import decode_rational, encode_rational
-from qconform.harness.compare import judge
-from qconform.harness.compare_sharding import SUM_FIELDS
+from qconform.harness.judging.judge import judge
+from qconform.harness.judging.sharding import SUM_FIELDS
 from qconform.harness.verdicts import VerdictClass
 
 pytestmark = pytest.mark.rules("R30", "R31", "R32", "R33")

@@ -9,8 +9,8 @@ import pytest
 
 from qconform.generators.corpus import default_vectors_dir
 from qconform.harness.adapter import AdapterConfig, Capabilities, PrecisionProfile
-from qconform.harness.compare import judge
-from qconform.harness.compare_wire import structural_difference
+from qconform.harness.judging.judge import judge
+from qconform.harness.judging.wire import structural_difference
 
 pytestmark = pytest.mark.rules("R16", "R19")
 

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 from endpoint_servers import opt_in_slow
 
-from qconform.harness.endpoint_command import endpoint_group, parse_address
+from qconform.cli.endpoint import endpoint_group, parse_address
 
 pytestmark = pytest.mark.rules("R12", "R13", "R22", "R25")
 
@@ -81,7 +81,7 @@ def processes():
 
 
 def test_verifier_answers_and_stops_on_sigint(processes):
-    from qconform.harness.tcp_adapter import TcpAdapter
+    from qconform.harness.transport.tcp_adapter import TcpAdapter
 
     verifier = processes("verifier", "--port", "0", "--vocab", "64")
     port = int(verifier.wait_for(LISTENING).group(1))

@@ -28,9 +28,9 @@ from qconform.adapters.endpoint.target import Target  # noqa: E402
 from qconform.adapters.endpoint.verifier import VerifierEndpoint  # noqa: E402
 from qconform.adapters.endpoint.worker import WorkerEndpoint  # noqa: E402
 from qconform.generators.corpus import default_vectors_dir  # noqa: E402
-from qconform.harness.compare import judge  # noqa: E402
-from qconform.harness.fault_proxy import COMPLETION, Fault, FaultProxy  # noqa: E402
-from qconform.harness.tcp_adapter import TcpAdapter  # noqa: E402
+from qconform.harness.judging.judge import judge  # noqa: E402
+from qconform.adapters.fault_proxy import COMPLETION, Fault, FaultProxy  # noqa: E402
+from qconform.harness.transport.tcp_adapter import TcpAdapter  # noqa: E402
 
 pytestmark = pytest.mark.rules("R02", "R03", "R16", "R18", "R19", "R28")
 

@@ -31,7 +31,8 @@ pytest.importorskip("torch")
 import torch  # noqa: E402
 from endpoint_servers import check_committed_round  # noqa: E402
 
-from qconform.adapters.endpoint import control, stream  # noqa: E402
+from qconform.adapters.endpoint import stream  # noqa: E402
+from qconform.harness import control
 from qconform.adapters.endpoint.codec import Decoder  # noqa: E402
 from qconform.adapters.endpoint.deployment import hello_config  # noqa: E402
 from qconform.adapters.endpoint.model import DraftModel, TargetModel  # noqa: E402
@@ -39,8 +40,8 @@ from qconform.adapters.endpoint.target import Target, TargetError  # noqa: E402
 from qconform.adapters.endpoint.verifier import VerifierEndpoint  # noqa: E402
 from qconform.adapters.endpoint.worker import WorkerEndpoint  # noqa: E402
 from qconform.adapters.torch_candidate.philox import philox4x32_10  # noqa: E402
-from qconform.harness.endpoint_command import endpoint_group  # noqa: E402
-from qconform.harness.fault_proxy import Fault, FaultProxy  # noqa: E402
+from qconform.cli.endpoint import endpoint_group  # noqa: E402
+from qconform.adapters.fault_proxy import Fault, FaultProxy  # noqa: E402
 from qconform.spec.proposal import SupportPolicy  # noqa: E402
 from qconform.spec.rng_abi import RngIdentity, correction_key, uniform32_draw  # noqa: E402
 from qconform.spec.sampling import mass_draw  # noqa: E402

@@ -16,7 +16,8 @@ import struct
 
 import pytest
 
-from qconform.adapters.endpoint import control, layout, stream
+from qconform.adapters.endpoint import layout, stream
+from qconform.harness import control
 from qconform.adapters.endpoint.codec import Decoder
 from qconform.adapters.endpoint.deployment import hello_config
 from qconform.adapters.endpoint.verifier import VerifierEndpoint

@@ -18,7 +18,8 @@ pytest.importorskip("torch")
 
 from endpoint_servers import check_committed_round  # noqa: E402
 
-from qconform.adapters.endpoint import control, layout, stream  # noqa: E402
+from qconform.adapters.endpoint import layout, stream  # noqa: E402
+from qconform.harness import control
 from qconform.adapters.endpoint.codec import Decoder, encode  # noqa: E402
 from qconform.adapters.endpoint.deployment import hello_config  # noqa: E402
 from qconform.adapters.endpoint.model import DraftModel, TargetModel  # noqa: E402

@@ -16,7 +16,7 @@ from qconform.generators.encoding import encode_word
 from qconform.generators.registry import load_family
 from qconform.generators.validation import iter_cases
 from qconform.harness.adapter import Unimplemented
-from qconform.harness.client import open_adapter
+from qconform.harness.transport.client import open_adapter
 from qconform.spec.philox import KNOWN_ANSWERS
 
 SHIM = Path(__file__).resolve().parents[1] / "examples" / "shim" / "python_shim.py"

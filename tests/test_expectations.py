@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from qconform.harness.expectations import Expectations, ExpectationsError
-from qconform.harness.run_summary import account
+from qconform.harness.run.summary import account
 from qconform.harness.verdicts import Diff, Verdict, VerdictClass
 
 pytestmark = pytest.mark.rules()

@@ -27,7 +27,7 @@ from qconform.adapters.endpoint.deployment import hello_config  # noqa: E402
 from qconform.adapters.endpoint.model import DraftModel, TargetModel  # noqa: E402
 from qconform.adapters.endpoint.target import Target  # noqa: E402
 from qconform.adapters.endpoint.worker import WorkerEndpoint  # noqa: E402
-from qconform.harness.fault_proxy import COMPLETION, FAULT_KINDS, Fault, FaultProxy, redrawn  # noqa: E402
+from qconform.adapters.fault_proxy import COMPLETION, FAULT_KINDS, Fault, FaultProxy, redrawn  # noqa: E402
 from qconform.spec.proposal import SupportPolicy  # noqa: E402
 from qconform.spec.wire.codec import decode_frame, encode_frame, reply_from_row  # noqa: E402
 from qconform.spec.wire.negotiation import example_config  # noqa: E402

@@ -20,10 +20,10 @@ from qconform.generators.families.categorical_sampling import decode_qrow
 from qconform.generators.families.verification_round import decode_request, encode_p_weights, request_json
 from qconform.generators.encoding import encode_blob
 from qconform.generators.registry import load_family
-from qconform.harness import fuzz as fuzzing
-from qconform.harness.fuzz_command import fuzz as fuzz_command
-from qconform.harness.fuzz_command import fuzz_families
-from qconform.harness.run_command import RunUsageError
+from qconform.harness.fuzz import driver as fuzzing
+from qconform.cli.fuzz import fuzz as fuzz_command
+from qconform.cli.fuzz import fuzz_families
+from qconform.cli.run import RunUsageError
 from qconform.spec import verification
 from qconform.spec.constants import M
 from qconform.spec.rng_abi import RngIdentity, accept_key, uniform32_draw
@@ -36,7 +36,7 @@ import sys
 from itertools import accumulate
 from qconform.adapters.reference import ReferenceAdapter
 from qconform.generators.families.categorical_sampling import decode_qrow
-from qconform.harness.host import Host, claim_stdio
+from qconform.harness.transport.host import Host, claim_stdio
 
 
 class CumulativeGe(ReferenceAdapter):

@@ -18,8 +18,8 @@ from qconform.generators.families.categorical_sampling import decode_qrow
 from qconform.generators.findings import FoundFileError
 from qconform.generators.registry import Group, load_family
 from qconform.generators.validation import load_vector_file
-from qconform.harness import fuzz as fuzzing
-from qconform.harness.fuzz_command import fuzz as fuzz_command
+from qconform.harness.fuzz import driver as fuzzing
+from qconform.cli.fuzz import fuzz as fuzz_command
 from qconform.spec.constants import M
 
 pytestmark = pytest.mark.rules("R03", "R04", "R07", "R08", "R22", "R23")

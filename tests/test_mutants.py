@@ -28,10 +28,10 @@ from click.testing import CliRunner  # noqa: E402
 from qconform.adapters import torch_mutants  # noqa: E402
 from qconform.adapters.torch_mutants import ADAPTERS_PACKAGE, MUTANTS, adapter_modules  # noqa: E402
 from qconform.generators.corpus import default_vectors_dir  # noqa: E402
-from qconform.harness import mutants_command  # noqa: E402
-from qconform.harness.case_runner import CaseRunner, open_client  # noqa: E402
-from qconform.harness.mutants_command import MutantJob, family_cases, run_jobs, run_mutant, select_jobs  # noqa: E402
-from qconform.harness.registry import BUILTIN_ADAPTERS, TORCH_MUTANTS, load_adapter  # noqa: E402
+from qconform.cli import mutants as mutants_command  # noqa: E402
+from qconform.harness.run.case_runner import CaseRunner, open_client  # noqa: E402
+from qconform.cli.mutants import MutantJob, family_cases, run_jobs, run_mutant, select_jobs  # noqa: E402
+from qconform.adapters.catalog import BUILTIN_ADAPTERS, TORCH_MUTANTS, load_adapter  # noqa: E402
 from qconform.harness.verdicts import VerdictClass  # noqa: E402
 
 pytestmark = pytest.mark.rules("R01", "R02", "R06", "R07", "R08", "R11", "R19", "R22", "R23", "R33")
@@ -165,7 +165,7 @@ HARMLESS_HOST = """\
 import sys
 
 from qconform_harmless_mutant import harmless
-from qconform.harness.host import main
+from qconform.harness.transport.host import main
 
 harmless.apply()
 sys.exit(main(["--adapter", "torch"]))

@@ -9,10 +9,10 @@ import xml.etree.ElementTree as ET
 import pytest
 from harness_stubs import ScriptedAdapter, corpus_cases, small_corpus
 
-from qconform.harness import plugin
+from qconform.harness.run import plugin
 from qconform.harness.adapter import AdapterError, Unimplemented
-from qconform.harness.case_runner import CHUNK
-from qconform.harness.plugin import PLUGIN_ARGS
+from qconform.harness.run.case_runner import CHUNK
+from qconform.harness.run.plugin import PLUGIN_ARGS
 
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.rules()

@@ -10,7 +10,7 @@ from harness_stubs import adapter_config, case, family_cases
 
 from qconform.generators.families import proposal_batch as family
 from qconform.generators.families import proposal_chain as chain
-from qconform.harness.compare import judge
+from qconform.harness.judging.judge import judge
 from qconform.harness.verdicts import VerdictClass
 from qconform.spec.errors import SpecError
 from qconform.spec.proposal import proposal_batch, proposal_chain

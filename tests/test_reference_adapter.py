@@ -14,7 +14,7 @@ from qconform.generators.corpus import default_vectors_dir
 from qconform.generators.registry import FAMILY_MODULES, load_family
 from qconform.generators.validation import iter_cases
 from qconform.harness.adapter import Capabilities, PrecisionProfile
-from qconform.harness.client import open_adapter
+from qconform.harness.transport.client import open_adapter
 
 VECTORS = default_vectors_dir()
 COMMITTED = [name for name in FAMILY_MODULES if (VECTORS / f"{name}.json").is_file()]

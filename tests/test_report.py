@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from qconform.harness import json_report
-from qconform.harness.report import header_lines, render_to_text
-from qconform.harness.run_summary import RunHeader, RunSummary
+from qconform.harness.run import json_report
+from qconform.harness.run.report import header_lines, render_to_text
+from qconform.harness.run.summary import RunHeader, RunSummary
 from qconform.harness.verdicts import Diff, Verdict, VerdictClass
 
 pytestmark = pytest.mark.rules()

@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 from harness_stubs import ScriptedAdapter, corpus_cases, small_corpus
 
-from qconform.harness import plugin
-from qconform.harness.run_command import checkout_expectations, pytest_args, run
+from qconform.harness.run import plugin
+from qconform.cli.run import checkout_expectations, pytest_args, run
 
 pytestmark = pytest.mark.rules()
 
@@ -67,7 +67,7 @@ def test_pytest_arguments_isolate_the_run(tmp_path):
     args = pytest_args("torch", "cuda", tmp_path, ("rng_abi",), "kat", None, tmp_path / "r.json",
                        tmp_path / "r.xml", "4", 30.0, tmp_path / "pytest.ini")
     text = " ".join(args)
-    for part in ("-p no:qconform -p qconform.harness.plugin", "--noconftest", "-p no:cacheprovider",
+    for part in ("-p no:qconform -p qconform.harness.run.plugin", "--noconftest", "-p no:cacheprovider",
                  f"--rootdir {tmp_path}", f"-c {tmp_path / 'pytest.ini'}", "--qconform-family rng_abi", "-k kat",
                  "-n 4 --dist loadgroup", f"--junitxml {tmp_path / 'r.xml'}", "--qconform-timeout 30.0"):
         assert part in text

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from qconform.generators import registry
 from qconform.generators.encoding import DTYPES, encode_blob
 from qconform.generators.registry import Family
-from qconform.harness import shim_protocol
+from qconform.harness.transport import shim_protocol
 from qconform.harness.adapter import (
     Adapter,
     AdapterConfig,
@@ -24,8 +24,8 @@ from qconform.harness.adapter import (
     PrecisionProfile,
     Unimplemented,
 )
-from qconform.harness.host import Host
-from qconform.harness.shim_protocol import (
+from qconform.harness.transport.host import Host
+from qconform.harness.transport.shim_protocol import (
     NonFinite,
     ProtocolError,
     blob_problem,

@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 from qconform.generators.corpus import default_vectors_dir
 from qconform.generators.families.verification_round import decode_request
 from qconform.harness.adapter import Adapter, AdapterError, Capabilities, PrecisionProfile, Unimplemented
-from qconform.harness.host import Host
-from qconform.harness.shim_protocol import check_sample_output, encode_message
-from qconform.harness.stat import FAIL, PASS, InProcess, StatOptions, load_cases, run_stat
-from qconform.harness.stat_chisquare import (
+from qconform.harness.transport.host import Host
+from qconform.harness.transport.shim_protocol import check_sample_output, encode_message
+from qconform.harness.stat.runner import FAIL, PASS, InProcess, StatOptions, load_cases, run_stat
+from qconform.harness.stat.chisquare import (
     Bin,
     chi2_isf,
     chi2_sf,
@@ -34,9 +34,9 @@ from qconform.harness.stat_chisquare import (
     ncx2_sf,
     power_at,
 )
-from qconform.harness.stat_laws import request_outcome_law
-from qconform.harness.stat_mutants import MUTANT_CORRECTIONS, tilted_masses
-from qconform.harness.stat_sequential import sequential_p_value, spending_looks
+from qconform.harness.stat.laws import request_outcome_law
+from qconform.adapters.stat_mutant_laws import MUTANT_CORRECTIONS, tilted_masses
+from qconform.harness.stat.sequential import sequential_p_value, spending_looks
 from qconform.spec.constants import M
 from qconform.spec.distribution import round_law, total_variation
 from qconform.spec.qrow import QRow
@@ -390,7 +390,7 @@ def test_a_forbidden_outcome_fails_its_case_at_once():
 
 @pytest.mark.parametrize("with_matplotlib", [False, True])
 def test_plots_of_failing_cases_fall_back_to_csv(tmp_path, monkeypatch, with_matplotlib):
-    from qconform.harness import stat_report
+    from qconform.harness.stat import report as stat_report
 
     if with_matplotlib:
         pytest.importorskip("matplotlib")

@@ -29,12 +29,12 @@ from qconform.adapters.endpoint.verifier import VerifierEndpoint  # noqa: E402
 from qconform.adapters.endpoint.worker import WorkerEndpoint  # noqa: E402
 from qconform.generators.corpus import default_vectors_dir  # noqa: E402
 from qconform.harness.adapter import AdapterError  # noqa: E402
-from qconform.harness.client import open_adapter  # noqa: E402
-from qconform.harness.compare import judge  # noqa: E402
-from qconform.harness.registry import load_adapter  # noqa: E402
-from qconform.harness.run_command import RunUsageError, check_adapter  # noqa: E402
-from qconform.harness.shim_protocol import AdapterStartError  # noqa: E402
-from qconform.harness.tcp_adapter import TcpAdapter, allocation_bound, parse_tcp_url  # noqa: E402
+from qconform.harness.transport.client import open_adapter  # noqa: E402
+from qconform.harness.judging.judge import judge  # noqa: E402
+from qconform.adapters.catalog import load_adapter  # noqa: E402
+from qconform.cli.run import RunUsageError, check_adapter  # noqa: E402
+from qconform.harness.transport.shim_protocol import AdapterStartError  # noqa: E402
+from qconform.harness.transport.tcp_adapter import TcpAdapter, allocation_bound, parse_tcp_url  # noqa: E402
 from qconform.spec.wire.codec import encode_frame, encode_v1  # noqa: E402
 from qconform.spec.wire.header import seal  # noqa: E402
 from qconform.spec.wire.messages import Cancel  # noqa: E402

@@ -39,7 +39,7 @@ from qconform.adapters.tp_emulator.rank import (  # noqa: E402
 from qconform.generators.corpus import default_vectors_dir  # noqa: E402
 from qconform.generators.validation import iter_cases  # noqa: E402
 from qconform.harness.adapter import AdapterError  # noqa: E402
-from qconform.harness.compare import judge  # noqa: E402
+from qconform.harness.judging.judge import judge  # noqa: E402
 from qconform.harness.verdicts import VerdictClass  # noqa: E402
 
 pytestmark = pytest.mark.rules("R30", "R31", "R32", "R33", "R34")

@@ -501,9 +501,9 @@ def test_the_adapter_passes_the_corpus_through_the_harness():
     (docs/triton.md); this keeps the unit test short."""
     from qconform.generators.corpus import default_vectors_dir
     from qconform.generators.validation import iter_cases
-    from qconform.harness.case_runner import CaseRunner, open_client
+    from qconform.harness.run.case_runner import CaseRunner, open_client
     from qconform.harness.expectations import Expectations
-    from qconform.harness.run_command import checkout_expectations
+    from qconform.cli.run import checkout_expectations
 
     path = checkout_expectations("triton")
     runner = CaseRunner(lambda: open_client("triton", DEVICE, 300.0), Expectations.load(path) if path else None)

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 
-from . import control
+from qconform.harness import control
 from .stream import Item
 
 log = logging.getLogger("qconform.endpoint")

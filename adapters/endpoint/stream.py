@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from . import control, layout
+from qconform.harness import control
+
+from . import layout
 from .codec import Decoder, Refusal
 
 FRAME, ENVELOPE, BROKEN = "frame", "envelope", "broken"

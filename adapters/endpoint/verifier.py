@@ -22,7 +22,9 @@ import asyncio
 import logging
 import time
 
-from . import control, layout, stream
+from qconform.harness import control
+
+from . import layout, stream
 from .answers import counters_json, hello_fields, message_json, state_json, verdict_json
 from .codec import Refusal
 from .mutants import receiver_class

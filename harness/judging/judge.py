@@ -1,0 +1,133 @@
+"""Judging one case's outcome: ``judge(case, outcome, config) -> Verdict``.
+
+The order of the checks is the contract (docs/harness.md):
+
+1. a family the adapter does not declare is ``unsupported`` (the adapter is never
+   asked), as is an ``Unimplemented`` outcome; an ``AdapterError`` is ``error``;
+2. the case's ``result`` is read *first* (Wycheproof's lesson): an ``invalid``
+   case passes only with ``{"error": <the expected code>}``; any other code, or
+   a normal output, is ``fail``. A ``valid`` case answered with a refusal is
+   ``fail``. An ``acceptable`` case passes with its expected output or with any
+   refusal (its flags document why both are allowed);
+3. an output is compared with ``expected`` exactly, after decoding, by the
+   family's comparator (:data:`COMPARATORS`), which alone may classify a
+   divergence as ``precision``; other families use exact equality;
+4. an answer that does not have the structure of ``expected`` (wrong or missing
+   fields, wrong blob dtype or shape, NaN) is ``error``: the adapter answered
+   garbage.
+"""
+
+from __future__ import annotations
+
+import importlib
+from fractions import Fraction
+from types import ModuleType
+from typing import Any, Callable
+
+from qconform.generators.encoding import decode_rational
+from qconform.harness.adapter import AdapterConfig, AdapterError, Outcome, PrecisionProfile, Unimplemented
+from qconform.harness.judging.value_diff import Malformed, first_difference
+from qconform.harness.verdicts import Diff, Verdict, errored, failed, passed, precision, unsupported
+
+#: ``comparator(case, output, profile) -> Verdict`` for a valid case's output.
+Comparator = Callable[[dict, dict, PrecisionProfile], Verdict]
+
+#: An output for an invalid case is shown as this in a diff.
+AN_OUTPUT = "<an output>"
+
+
+def case_family(case: dict) -> str:
+    return case.get("family") or case["id"].split("/", 1)[0]
+
+
+def compare_exact(case: dict, output: dict, profile: PrecisionProfile) -> Verdict:
+    """Exact equality of the decoded output with ``expected``; no precision class."""
+    diff = first_difference(case["expected"], output)
+    if diff is None:
+        return passed(case["id"])
+    return failed(case["id"], f"output differs at {diff}", diff)
+
+
+def refusal_code(output: dict) -> str | None:
+    """The code of a refusal ``{"error": CODE}``; None for a normal output."""
+    if "error" not in output:
+        return None
+    code = output["error"]
+    if set(output) != {"error"} or not isinstance(code, str) or not code:
+        raise Malformed("error", f"a refusal must be exactly {{'error': CODE}}, got keys {sorted(output)}")
+    return code
+
+
+def judge_invalid(case: dict, output: dict) -> Verdict:
+    want = case["expected"]["error"]
+    code = refusal_code(output)
+    if code is None:
+        return failed(case["id"], f"answered an output for an invalid input; expected refusal {want}",
+                      Diff("error", want, AN_OUTPUT))
+    if code != want:
+        return failed(case["id"], f"refused with {code}, expected {want}", Diff("error", want, code))
+    return passed(case["id"], f"refused with {code}")
+
+
+def judge_output(case: dict, output: dict, profile: PrecisionProfile) -> Verdict:
+    code = refusal_code(output)
+    if code is not None and case["result"] == "acceptable":
+        flags = ", ".join(case.get("flags", ())) or "none"
+        return passed(case["id"], f"refused an acceptable case with {code} (flags: {flags})")
+    module = family_module(case_family(case))
+    if code is not None:
+        diff = Diff("error", AN_OUTPUT, code)
+        excuse = getattr(module, "refusal_excuse", None)
+        reason = excuse(case, code, profile) if excuse is not None else None
+        if reason is not None:
+            return precision(case["id"], f"refused with {code} within declared margins: {reason}", diff)
+        return failed(case["id"], f"refused a valid case with {code}", diff)
+    comparator: Comparator = compare_exact if module is None else module.compare
+    return comparator(case, output, profile)
+
+
+def judge(case: dict, outcome: Outcome | Any, config: AdapterConfig) -> Verdict:
+    """The verdict on ``case`` (a vector-file case object) given the adapter's ``outcome``."""
+    case_id, family = case["id"], case_family(case)
+    if family not in config.capabilities.families:
+        return unsupported(case_id, f"adapter {config.name} does not declare family {family}")
+    if isinstance(outcome, Unimplemented):
+        return unsupported(case_id, outcome.reason or f"adapter {config.name} reports it unimplemented")
+    if isinstance(outcome, AdapterError):
+        return errored(case_id, outcome.message)
+    if not isinstance(outcome, dict):
+        return errored(case_id, f"malformed answer: a {type(outcome).__name__}, not an object")
+    try:
+        if case["result"] == "invalid":
+            return judge_invalid(case, outcome)
+        return judge_output(case, outcome, config.precision)
+    except Malformed as exc:
+        return errored(case_id, f"malformed answer: {exc}")
+
+
+#: family -> module of its comparator, for the families with a precision class.
+#: The module defines ``compare(case, output, profile) -> Verdict`` and may define
+#: ``refusal_excuse(case, code, profile) -> str | None``: why refusing this valid
+#: case lies inside the declared margins. Every other family is compared by
+#: :func:`compare_exact`, and its refusals of valid cases fail.
+COMPARATORS: dict[str, str] = {
+    "allocation_dense": "qconform.harness.judging.allocation",
+    "allocation_sparse": "qconform.harness.judging.allocation",
+    "proposal_chain": "qconform.harness.judging.proposal",
+    "proposal_batch": "qconform.harness.judging.proposal_batch",
+    "sharding": "qconform.harness.judging.sharding",
+    "verification_round": "qconform.harness.judging.verification",
+    "wire_frames": "qconform.harness.judging.wire",
+    "wire_sessions": "qconform.harness.judging.wire",
+}
+
+
+def family_module(family: str) -> ModuleType | None:
+    """The comparator module of ``family`` (imported on first use: it imports this module)."""
+    name = COMPARATORS.get(family)
+    return None if name is None else importlib.import_module(name)
+
+
+def profile_margin(profile: PrecisionProfile, name: str) -> Fraction:
+    """One of the profile's declared margins as an exact rational."""
+    return decode_rational(getattr(profile, name))

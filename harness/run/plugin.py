@@ -1,0 +1,337 @@
+"""The qconform pytest plugin: one pytest item per vector case, judged against an adapter.
+
+Registered under the ``pytest11`` entry point ``qconform``. It does nothing unless
+``--qconform-adapter`` is given, so a project's own test runs are unaffected.
+With it, and without explicit test paths, pytest collects the selected family
+files of the corpus (``--qconform-vectors``, default the installed
+``qconform.vectors``) and nothing else::
+
+    pytest --qconform-adapter=reference -n auto --junitxml=out.xml --qconform-json=out.json
+
+Each item is named by its case id and marked ``xdist_group(<family>)``; plain
+``-n`` (``--dist load``) is switched to ``--dist loadgroup`` so a family runs on
+one worker. The first item of a family that has no verdict yet sends the next
+:data:`qconform.harness.run.case_runner.CHUNK` cases of that worker's family items in
+one ``run_batch`` call; the items then report their verdicts: ``pass`` and
+``precision`` pass, ``fail``, ``error`` and ``xpass`` fail, ``unsupported`` and
+``disabled`` skip, ``xfail`` xfails. Each item's verdict travels as the user
+property ``qconform`` (so JUnit carries it too) and the controller assembles
+the summary, the JSON report and the exit status from the reports.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+import pytest
+
+from qconform.harness.run.case_runner import CHUNK, CaseRunner, open_client
+from qconform.harness.expectations import Expectations, ExpectationsError
+from qconform.harness.run.summary import RunHeader, RunSummary, account
+from qconform.harness.verdicts import Verdict, VerdictClass
+
+#: the user property that carries an item's verdict (JSON text)
+PROPERTY = "qconform"
+#: pytest options that load this plugin explicitly whether or not its entry point
+#: is installed (blocking the entry point name avoids a double registration)
+PLUGIN_ARGS = ("-p", "no:qconform", "-p", "qconform.harness.run.plugin")
+_WORKER_DESELECTED = "qconform_deselected"
+_WORKER_CONFIG = "qconform_adapter_config"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("qconform", "qconform conformance run")
+    group.addoption("--qconform-adapter", metavar="A", default=None,
+                    help="Run the vector corpus against adapter A (a registered name or shim:<command>).")
+    group.addoption("--qconform-family", metavar="F", action="append", default=[],
+                    help="Only family F (repeatable; default: every family of the corpus).")
+    group.addoption("--qconform-expectations", metavar="FILE", default=None,
+                    help="Expectations TOML ([disabled] and [xfail] globs).")
+    group.addoption("--qconform-device", metavar="D", default="cpu", help="Device for the adapter (default cpu).")
+    group.addoption("--qconform-vectors", metavar="DIR", default=None,
+                    help="Vector corpus directory (default: $QCONFORM_VECTORS or the installed qconform.vectors).")
+    group.addoption("--qconform-json", metavar="FILE", default=None, help="Write the JSON run report to FILE.")
+    group.addoption("--qconform-timeout", metavar="S", type=float, default=None,
+                    help="Seconds one run_batch call may take before its cases are errors.")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "xdist_group(name): run every item of the group on one xdist worker")
+    if config.getoption("qconform_adapter") is None:
+        return
+    config.pluginmanager.register(ConformanceRun(config), "qconform-run")
+
+
+def case_id_of(nodeid: str) -> str | None:
+    """The case id of a conformance item's node id (xdist's ``@group`` suffix removed)."""
+    if "::" not in nodeid:
+        return None
+    name = nodeid.split("::", 1)[1]
+    family = name.split("/", 1)[0]
+    suffix = f"@{family}"
+    return name[: -len(suffix)] if name.endswith(suffix) else name
+
+
+def verdict_of(report: pytest.TestReport) -> Verdict | None:
+    for name, value in report.user_properties:
+        if name == PROPERTY:
+            return Verdict.from_json(json.loads(value))
+    return None
+
+
+class CaseFailure(Exception):
+    """A case judged ``fail``, ``error`` or ``xpass``; its text is the whole report."""
+
+
+class CaseItem(pytest.Item):
+    case: dict
+    family: str
+    run: "ConformanceRun"
+
+    def runtest(self) -> None:
+        verdict = self.run.verdict_for(self)
+        self.user_properties.append((PROPERTY, json.dumps(verdict.to_json())))
+        if verdict.cls in (VerdictClass.PASS, VerdictClass.PRECISION):
+            return
+        if verdict.cls in (VerdictClass.UNSUPPORTED, VerdictClass.DISABLED):
+            # reported at the case (like a skip mark), not at this line of the plugin
+            raise pytest.skip.Exception(f"{verdict.cls.value}: {verdict.message}", _use_item_location=True)
+        if verdict.cls is VerdictClass.XFAIL:
+            pytest.xfail(verdict.message)
+        raise CaseFailure(verdict.line())
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, CaseFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, self.name  # the family file; JSON has no useful line
+
+
+class FamilyFile(pytest.File):
+    family: str
+    run: "ConformanceRun"
+
+    def collect(self) -> Iterable[CaseItem]:
+        from qconform.generators.validation import VectorFileError, iter_cases
+
+        try:
+            cases = list(iter_cases(self.run.root, [self.family]))
+        except VectorFileError as exc:
+            raise self.CollectError(str(exc)) from None  # reported as its one line, no traceback
+        for case in cases:
+            item = CaseItem.from_parent(self, name=case.id)
+            item.case = {"id": case.id, "family": case.family, "result": case.result, "flags": list(case.flags),
+                         "input": case.input, "expected": case.expected}
+            item.family = case.family
+            item.run = self.run
+            item.add_marker(pytest.mark.xdist_group(name=case.family))
+            item.extra_keyword_matches.update(case.flags)
+            item.extra_keyword_matches.update(case.rules)
+            yield item
+
+
+def _resolve(path: str | Path) -> Path:
+    return Path(path).expanduser().resolve()
+
+
+class ConformanceRun:
+    """The plugin object of one session with ``--qconform-adapter`` (on every process)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        from qconform import __version__
+        from qconform.generators.corpus import default_vectors_dir
+        from qconform.generators.validation import VectorFileError, load_index
+
+        self.config = config
+        self.is_worker = hasattr(config, "workerinput")
+        self.adapter = config.getoption("qconform_adapter")
+        self.device = config.getoption("qconform_device")
+        self.root = _resolve(config.getoption("qconform_vectors") or default_vectors_dir())
+        try:
+            self.index = load_index(self.root)
+        except VectorFileError as exc:
+            raise pytest.UsageError(f"qconform: no usable corpus index: {exc}") from None
+        self.families = self._selected_families(config.getoption("qconform_family"))
+        expectations_path = config.getoption("qconform_expectations")
+        try:
+            self.expectations = Expectations.load(expectations_path) if expectations_path else Expectations()
+        except ExpectationsError as exc:
+            raise pytest.UsageError(f"qconform: {exc}") from None
+        timeout = config.getoption("qconform_timeout")
+        self.runner = CaseRunner(lambda: open_client(self.adapter, self.device, timeout), self.expectations, timeout)
+        self.summary = RunSummary(RunHeader(
+            adapter=self.adapter, device=self.device, corpus_root=self.index["root"], vectors=str(self.root),
+            qconform_version=__version__, expectations=str(_resolve(expectations_path)) if expectations_path else "",
+            families=tuple(self.families)))
+        self.family_files = {self.index["families"][f]["file"]: f for f in self.families}
+        self.collected: list[str] | None = None
+        self.deselected: set[str] = set()
+        self.collection_errors: dict[str, str] = {}
+        self._verdicts: dict[str, Verdict] = {}
+        self._family_items: dict[str, list[CaseItem]] = {}
+        self.console = None
+        self.progress = None
+        if config.args_source is not pytest.Config.ArgsSource.ARGS:
+            config.args = [str(self.root / name) for name in self.family_files]
+        if getattr(config.option, "dist", "no") == "load":
+            config.option.dist = "loadgroup"
+
+    def _selected_families(self, names: list[str]) -> list[str]:
+        indexed = list(self.index["families"])
+        unknown = [n for n in names if n not in indexed]
+        if unknown:
+            raise pytest.UsageError(
+                f"qconform: unknown family {', '.join(unknown)}; the corpus at {self.root} has: {', '.join(indexed)}")
+        return list(dict.fromkeys(names)) if names else indexed
+
+    # -- collection ---------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collect_directory(self, path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+        """The corpus directory and its parents are plain directories (never imported packages)."""
+        if path == self.root or path in self.root.parents:
+            return pytest.Dir.from_parent(parent, path=path)
+        return None
+
+    def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+        if file_path.parent == self.root and file_path.name in self.family_files:
+            node = FamilyFile.from_parent(parent, path=file_path)
+            node.family = self.family_files[file_path.name]
+            node.run = self
+            return node
+        return None
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed and report.nodeid not in self.collection_errors:
+            text = str(report.longrepr).strip().splitlines()
+            self.collection_errors[report.nodeid] = text[-1] if text else "collection failed"
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self.deselected.update(item.name for item in items if isinstance(item, CaseItem))
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        items = [item for item in session.items if isinstance(item, CaseItem)]
+        if self.is_worker:
+            self.config.workeroutput[_WORKER_DESELECTED] = sorted(self.deselected)
+            return
+        self._collected([item.name for item in items])
+
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        if self.collected is None:
+            self._collected([cid for cid in map(case_id_of, ids) if cid is not None])
+
+    def _collected(self, ids: list[str]) -> None:
+        self.collected = ids
+        if self.progress is not None:
+            self.progress.start(len(ids))
+
+    # -- running ------------------------------------------------------------------------
+
+    def verdict_for(self, item: CaseItem) -> Verdict:
+        """The item's verdict, judging the next chunk of its family's items if needed."""
+        if item.name not in self._verdicts:
+            family_items = self._family_items.get(item.family)
+            if family_items is None:
+                family_items = [i for i in item.session.items if isinstance(i, CaseItem) and i.family == item.family]
+                self._family_items[item.family] = family_items
+            start = family_items.index(item)
+            chunk = [i for i in family_items[start:] if i.name not in self._verdicts][:CHUNK]
+            for verdict in self.runner.run([i.case for i in chunk]):
+                self._verdicts[verdict.case_id] = verdict
+        return self._verdicts[item.name]
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if self.is_worker:
+            return
+        verdict = verdict_of(report)
+        case_id = case_id_of(report.nodeid)
+        if verdict is None and report.failed and case_id in self.index["cases"]:
+            lines = str(report.longrepr).strip().splitlines()
+            verdict = Verdict(VerdictClass.ERROR, case_id, f"harness error ({report.when}): "
+                              f"{lines[-1] if lines else 'no details'}")
+        if verdict is None or verdict.case_id in self.summary.verdicts:
+            return
+        self.summary.add(verdict)
+        if self.progress is not None:
+            self.progress.advance(verdict.cls, verdict.family)
+
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        output = getattr(node, "workeroutput", None) or {}
+        self.deselected.update(output.get(_WORKER_DESELECTED, ()))
+        if output.get(_WORKER_CONFIG):
+            self.summary.adapter_config = output[_WORKER_CONFIG]
+
+    # -- reporting ----------------------------------------------------------------------
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        from qconform.harness.run.report import header_lines
+
+        return header_lines(self.summary.header)
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if self.is_worker or self.config.pluginmanager.getplugin("terminalreporter") is not None:
+            return
+        from rich.console import Console
+
+        from qconform.harness.run.report import RunProgress, render_header
+
+        self.console = Console(highlight=False)
+        if not self.console.is_terminal:
+            self.console.width = 132  # CI logs: do not wrap at 80 columns
+        render_header(self.console, self.summary.header)
+        self.progress = RunProgress(self.console)
+
+    def _adapter_config_json(self) -> dict:
+        config = self.runner.config
+        if config is None:
+            return {}
+        return {"name": config.name, "device": config.device, "capabilities": config.capabilities.to_json(),
+                "precision": config.precision.to_json()}
+
+    def finish(self) -> None:
+        """Account for every corpus case and collect the problems (controller only)."""
+        summary = self.summary
+        result = account(self.index["cases"], self.families, self.collected or [], self.deselected,
+                         summary.verdicts)
+        summary.not_run = result.not_run
+        summary.problems = [
+            *(f"collection error in {nodeid or 'the session'}: {text}" for nodeid, text in self.collection_errors.items()),
+            *self.expectations.stale_entries(self.index["cases"]),
+            *result.problems,
+        ]
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.is_worker:
+            self.config.workeroutput[_WORKER_CONFIG] = self._adapter_config_json()
+        elif not self.summary.adapter_config:
+            self.summary.adapter_config = self._adapter_config_json()
+        self.runner.close()
+        if self.is_worker:
+            return
+        if self.progress is not None:
+            self.progress.stop()
+        self.finish()
+        json_path = self.config.getoption("qconform_json")
+        if json_path:
+            from qconform.harness.run import json_report
+
+            json_report.write(_resolve(json_path), self.summary)
+        if self.console is not None:
+            from qconform.harness.run.report import render_summary
+
+            render_summary(self.console, self.summary)
+        if not self.summary.ok and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.is_worker:
+            return
+        from qconform.harness.run.report import render_to_text
+
+        terminalreporter.section("qconform")
+        text = render_to_text(self.summary, width=terminalreporter._tw.fullwidth, color=terminalreporter.hasmarkup)
+        terminalreporter.write(text)

@@ -1,0 +1,373 @@
+"""Drive an implementation under test through the shim protocol, robustly.
+
+:func:`open_adapter` starts the adapter as a child process (a registered adapter
+through ``python -m qconform.harness.transport.host``, or any ``shim:<command line>``) and
+returns an :class:`AdapterClient`. Whatever the child does (crash, hang,
+``os._exit``, a signal, garbage on stdout, a wrong reply) becomes an
+:class:`AdapterError` for the cases in flight; the child is then restarted for the
+next request. Only a child that cannot start, or whose ``get_config`` fails,
+raises :class:`AdapterStartError`.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from collections import deque
+from typing import Any, Callable, Sequence
+
+from qconform.harness.adapter import AdapterConfig, AdapterError, Outcome, Unimplemented
+from qconform.harness.transport.shim_protocol import (
+    AdapterStartError,
+    ProtocolError,
+    check_output,
+    check_sample_output,
+    decode_line,
+    encode_message,
+    entry_to_outcome,
+    parse_config,
+    quote,
+)
+
+__all__ = ["AdapterClient", "AdapterStartError", "open_adapter", "host_command"]
+
+SHIM_PREFIX = "shim:"
+#: bytes of the child's stderr kept for diagnostics, and how much a message quotes
+STDERR_KEEP = 64 * 1024
+STDERR_QUOTE = 1500
+#: seconds a child gets to exit after EOF on stdout, or after ``shutdown``
+EXIT_GRACE_S = 5.0
+_EOF = object()
+
+
+class ChildFailure(Exception):
+    """The child misbehaved during one request; the text becomes the cases' AdapterError."""
+
+
+def host_command(name: str, device: str) -> list[str]:
+    """The command that serves the registered adapter ``name`` over the protocol."""
+    return [sys.executable, "-m", "qconform.harness.transport.host", "--adapter", name, "--device", device]
+
+
+def describe_exit(returncode: int | None) -> str:
+    if returncode is None:
+        return "closed its stdout but is still running"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "unknown signal"
+        return f"was killed by signal {-returncode} ({name})"
+    return f"exited with status {returncode}"
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the child's whole process group (the child leads its own session)."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            proc.kill()
+    try:
+        proc.wait(timeout=EXIT_GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+class Child:
+    """One running child: a reader thread per output pipe, a bounded stderr tail."""
+
+    def __init__(self, command: Sequence[str]) -> None:
+        try:
+            self.proc = subprocess.Popen(
+                list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, start_new_session=True,
+            )
+        except OSError as exc:
+            raise AdapterStartError(f"cannot run {shlex.join(command)}: {exc}") from None
+        self.lines: queue.Queue = queue.Queue()
+        self._stderr: deque[bytes] = deque()
+        self._stderr_size = 0
+        self._stderr_lock = threading.Lock()
+        self._threads = [
+            threading.Thread(target=self._read_stdout, daemon=True),
+            threading.Thread(target=self._read_stderr, daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+        self._finalizer = weakref.finalize(self, _kill_group, self.proc)
+
+    def _read_stdout(self) -> None:
+        try:
+            for line in self.proc.stdout:
+                self.lines.put(line)
+        except (OSError, ValueError):
+            pass
+        self.lines.put(_EOF)
+        self.proc.stdout.close()
+
+    def _read_stderr(self) -> None:
+        try:
+            while chunk := self.proc.stderr.read1(65536):
+                with self._stderr_lock:
+                    self._stderr.append(chunk)
+                    self._stderr_size += len(chunk)
+                    while self._stderr_size - len(self._stderr[0]) >= STDERR_KEEP:
+                        self._stderr_size -= len(self._stderr.popleft())
+        except (OSError, ValueError):
+            pass
+        self.proc.stderr.close()
+
+    def stderr_tail(self, limit: int = STDERR_QUOTE) -> str:
+        with self._stderr_lock:
+            data = b"".join(self._stderr)
+        text = data.decode("utf-8", "replace").strip()
+        return text if len(text) <= limit else "..." + text[-limit:]
+
+    def send(self, data: bytes) -> None:
+        """Write ``data`` on a thread, so a child that stops reading cannot block us."""
+
+        def write() -> None:
+            try:
+                self.proc.stdin.write(data)
+                self.proc.stdin.flush()
+            except (OSError, ValueError):
+                pass  # the child is gone; the reader sees EOF
+
+        threading.Thread(target=write, daemon=True).start()
+
+    def read_line(self, deadline: float) -> Any:
+        """The next stdout line, ``_EOF``, or None when ``deadline`` passes first."""
+        try:
+            return self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            return None
+
+    def exit_status(self) -> str:
+        try:
+            self.proc.wait(timeout=EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        return describe_exit(self.proc.poll())
+
+    def failure(self, what: str) -> str:
+        """``what``, with the tail of the child's stderr for diagnosis."""
+        if self.proc.poll() is not None:
+            self._threads[1].join(timeout=1.0)  # let the last stderr bytes arrive
+        tail = self.stderr_tail()
+        return f"{what}; stderr: {tail}" if tail else f"{what}; stderr was empty"
+
+    def kill(self) -> None:
+        """Kill the child's process group. The reader threads close stdout/stderr
+        themselves at EOF (closing them here could block on a pending read)."""
+        _kill_group(self.proc)
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        self._finalizer.detach()
+
+    def close(self, shutdown_line: bytes) -> None:
+        """Ask the child to shut down (request, then EOF), wait a grace period, kill the rest."""
+        try:
+            self.proc.stdin.write(shutdown_line)
+            self.proc.stdin.close()
+        except (OSError, ValueError):
+            pass
+        try:
+            self.proc.wait(timeout=EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        self.kill()
+
+
+class AdapterClient:
+    """A running adapter, driven over the shim protocol.
+
+    ``config`` is the validated answer of the first ``get_config``. ``restarts``
+    counts how often the child was replaced after a failure.
+    """
+
+    def __init__(self, spec: str, command: Sequence[str], device: str = "cpu", timeout_s: float = 60.0) -> None:
+        self.spec = spec
+        self.command = list(command)
+        self.device = device
+        self.timeout_s = timeout_s
+        self.restarts = 0
+        self._next_id = 1
+        self._lock = threading.Lock()
+        self._child: Child | None = None
+        self.config: AdapterConfig = self._start()
+        self._check_device()
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def _start(self) -> AdapterConfig:
+        """Start a child and run ``get_config``; AdapterStartError on any failure."""
+        child = Child(self.command)
+        self._child = child
+        try:
+            reply = self._exchange({"op": "get_config"}, self.timeout_s)
+        except ChildFailure as exc:
+            raise AdapterStartError(f"adapter {self.spec!r} did not start: {exc}") from None
+        try:
+            if reply.get("status") != "ok":
+                detail = reply.get("message", reply.get("reason", ""))
+                raise ProtocolError(f"get_config answered status {reply.get('status')!r}: {detail}")
+            config = parse_config(reply.get("config"))
+        except ProtocolError as exc:
+            self._discard(child)
+            raise AdapterStartError(f"adapter {self.spec!r} did not start: {child.failure(str(exc))}") from None
+        return config
+
+    def _check_device(self) -> None:
+        devices = self.config.capabilities.devices
+        if self.device.split(":")[0] not in devices:
+            self.close()
+            raise AdapterStartError(
+                f"adapter {self.spec!r} runs on {', '.join(devices)}, not on device {self.device!r}"
+            )
+
+    def _discard(self, child: Child) -> None:
+        child.kill()
+        if self._child is child:
+            self._child = None
+
+    def close(self) -> None:
+        """Shut the child down (idempotent)."""
+        with self._lock:
+            if self._child is not None:
+                self._child.close(encode_message({"id": self._take_id(), "op": "shutdown"}))
+                self._child = None
+
+    def __enter__(self) -> AdapterClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- one request --------------------------------------------------------------------
+
+    def _take_id(self) -> int:
+        request_id = self._next_id
+        self._next_id += 1
+        return request_id
+
+    def _exchange(self, request: dict, timeout_s: float) -> dict:
+        """Send one request and return its reply; ChildFailure (child killed) otherwise."""
+        child = self._child
+        assert child is not None
+        request_id = self._take_id()
+        child.send(encode_message({"id": request_id, **request}))
+        line = child.read_line(time.monotonic() + timeout_s)
+        if line is None:
+            self._discard(child)
+            raise ChildFailure(child.failure(f"timed out after {timeout_s:g}s"))
+        if line is _EOF:
+            status = child.exit_status()
+            self._discard(child)
+            raise ChildFailure(child.failure(f"adapter {status} before answering request {request_id}"))
+        try:
+            reply = decode_line(line)
+            if reply.get("id") != request_id:
+                raise ProtocolError(f"reply id {reply.get('id')!r} does not match request id {request_id}: {quote(line)}")
+        except ProtocolError as exc:
+            self._discard(child)  # the stream is out of step: start afresh
+            raise ChildFailure(child.failure(f"protocol violation: {exc}")) from None
+        return reply
+
+    def _ensure_child(self) -> None:
+        if self._child is None:
+            self._start()
+            self.restarts += 1
+
+    # -- the API ----------------------------------------------------------------------
+
+    def run_batch(self, family: str, inputs: Sequence[dict], timeout_s: float | None = None) -> list[Outcome]:
+        """Run case ``inputs`` of ``family``: one outcome per input, in order.
+
+        Never raises for adapter misbehaviour: such cases come back as
+        :class:`AdapterError`. A family outside the adapter's capabilities is
+        answered :class:`Unimplemented` without contacting the child.
+        """
+        inputs = list(inputs)
+        if inputs and family not in self.config.capabilities.families:
+            return [Unimplemented(f"{self.config.name} does not declare family {family}")] * len(inputs)
+        request = {"op": "run", "family": family, "inputs": inputs}
+        return self._batch(request, timeout_s, lambda output: check_output(family, output))
+
+    def sample_batch(self, family: str, inputs: Sequence[dict], samples: int, seed: int,
+                     timeout_s: float | None = None) -> list[Outcome]:
+        """Sample ``samples`` rounds of each of ``inputs`` with the adapter's own RNG (the
+        ``sample`` op, docs/stat-mode.md): one outcome per input, in order, an outcome
+        histogram or a refusal. Misbehaviour becomes :class:`AdapterError` as for
+        :meth:`run_batch`; a family outside the declared ``sampling`` capability is
+        :class:`Unimplemented` without contacting the child.
+        """
+        inputs = list(inputs)
+        if inputs and family not in self.config.capabilities.sampling:
+            return [Unimplemented(f"{self.config.name} does not declare sampling of {family}")] * len(inputs)
+        request = {"op": "sample", "family": family, "inputs": inputs, "samples": samples, "seed": str(seed)}
+        return self._batch(request, timeout_s, lambda output: check_sample_output(family, output, samples))
+
+    def _batch(self, request: dict, timeout_s: float | None, check: Callable[[dict], str | None]) -> list[Outcome]:
+        """Send one batch request and return its per-input outcomes, each checked by ``check``."""
+        count = len(request["inputs"])
+        if not count:
+            return []
+        with self._lock:
+            try:
+                self._ensure_child()
+            except AdapterStartError as exc:
+                return [AdapterError(f"adapter restart failed: {exc}")] * count
+            try:
+                reply = self._exchange(request, self.timeout_s if timeout_s is None else timeout_s)
+            except ChildFailure as exc:
+                return [AdapterError(str(exc))] * count
+        return outcomes_of(reply, count, check)
+
+
+def outcomes_of(reply: dict, count: int, check: Callable[[dict], str | None]) -> list[Outcome]:
+    """The per-case outcomes of a ``run`` or ``sample`` reply whose id matched."""
+    status = reply.get("status")
+    if status == "unimplemented":
+        return [Unimplemented(str(reply.get("reason", "")))] * count
+    if status == "error":
+        return [AdapterError(f"adapter failed the whole request: {reply.get('message', '')}")] * count
+    outputs = reply.get("outputs")
+    if status != "ok" or not isinstance(outputs, list):
+        return [AdapterError(f"malformed reply (needs status and an outputs list): {quote(repr(reply))}")] * count
+    if len(outputs) != count:
+        return [AdapterError(f"adapter answered {len(outputs)} outputs for {count} inputs")] * count
+    return [entry_to_outcome(entry, check) for entry in outputs]
+
+
+def open_adapter(spec: str, device: str = "cpu", timeout_s: float = 60.0) -> AdapterClient:
+    """Start the adapter ``spec`` and return a client for it.
+
+    ``spec`` is a registered adapter name (``reference``, ``noop``, ``faulty:<mode>``,
+    an entry point) served by ``python -m qconform.harness.transport.host``, or
+    ``shim:<command line>`` for a program that speaks the protocol itself, or
+    ``tcp://HOST:PORT`` for a wire v2 endpoint (served by the host as ``TcpAdapter``).
+    Raises :class:`AdapterStartError` (``UnknownAdapter`` for an unknown name)
+    when the adapter cannot start.
+    """
+    if spec.startswith(SHIM_PREFIX):
+        command = shlex.split(spec[len(SHIM_PREFIX):])
+        if not command:
+            raise AdapterStartError("shim: needs a command line, e.g. shim:./my_shim --flag")
+    else:
+        from qconform.adapters.catalog import TCP_PREFIX, UnknownAdapter, available_adapters
+
+        names = available_adapters()
+        if spec not in names and not spec.startswith(TCP_PREFIX):
+            raise UnknownAdapter(spec, list(names))
+        command = host_command(spec, device)
+    return AdapterClient(spec, command, device, timeout_s)

@@ -1,0 +1,214 @@
+"""Serve an in-process adapter over the shim protocol (docs/shim-protocol.md).
+
+``python -m qconform.harness.transport.host --adapter NAME [--device D]`` loads a registered
+adapter and answers protocol requests on stdin/stdout until ``shutdown`` or EOF.
+
+Stdout belongs to the protocol alone: before the adapter is loaded, file
+descriptor 1 is pointed at stderr (and fd 0 at /dev/null), so a stray ``print``,
+a C++ warning or a child process of the implementation cannot corrupt a reply.
+Exceptions in ``run_batch`` become per-case errors: the batch is re-run one case
+at a time so each exception is pinned to the case that raised it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from typing import Any, BinaryIO, Callable, Sequence
+
+from qconform.harness.adapter import Adapter, AdapterError, Unimplemented
+from qconform.harness.transport.shim_protocol import (
+    OPS,
+    PROTOCOL_VERSION,
+    ProtocolError,
+    config_to_json,
+    decode_line,
+    encode_message,
+    outcome_to_entry,
+)
+
+#: The protocol's output stream once :func:`claim_stdio` ran. Only a deliberately
+#: broken adapter (adapters/faulty.py, mode ``garbage``) writes to it directly.
+PROTOCOL_OUT: BinaryIO | None = None
+
+
+def claim_stdio() -> tuple[BinaryIO, BinaryIO]:
+    """Take private copies of fds 0/1 for the protocol; send fd 1 to stderr, fd 0 to /dev/null."""
+    global PROTOCOL_OUT
+    sys.stdout.flush()
+    proto_in = os.fdopen(os.dup(0), "rb")
+    proto_out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    sys.stdout = sys.stderr
+    PROTOCOL_OUT = proto_out
+    return proto_in, proto_out
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``Type: message (at file:line)`` of the innermost frame."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def entry_json(outcome: Any) -> str:
+    """One serialized output entry; an outcome that is not strict JSON becomes an error entry."""
+    if not isinstance(outcome, (dict, Unimplemented, AdapterError)):
+        outcome = AdapterError(f"run_batch returned a {type(outcome).__name__} where an output object belongs")
+    try:
+        return json.dumps(outcome_to_entry(outcome), separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return json.dumps(outcome_to_entry(AdapterError(f"output is not strict JSON: {exc}")), separators=(",", ":"))
+
+
+def one_by_one(call: Callable[[list], Any], inputs: Sequence[dict], what: str) -> list[Any]:
+    """Re-run a failed batch case by case so each exception lands on its own case."""
+    outcomes: list[Any] = []
+    for case_input in inputs:
+        try:
+            single = call([case_input])
+        except Exception as exc:  # noqa: BLE001 - the adapter's failure is the result
+            outcomes.append(AdapterError(describe_exception(exc)))
+            continue
+        if not isinstance(single, list) or len(single) != 1:
+            outcomes.append(AdapterError(f"{what} returned {_count(single)} for 1 input"))
+        else:
+            outcomes.append(single[0])
+    return outcomes
+
+
+def _count(outcomes: Any) -> str:
+    return f"{len(outcomes)} outcomes" if isinstance(outcomes, list) else f"a {type(outcomes).__name__}"
+
+
+def batch_reply(call: Callable[[list], Any], what: str, request_id: Any, inputs: list) -> bytes:
+    """The serialized answer to a request whose outcomes ``call(inputs)`` computes
+    (``what`` names the adapter method, for messages)."""
+    try:
+        outcomes = call(inputs)
+    except Exception:  # noqa: BLE001 - attribute it to cases below
+        traceback.print_exc()  # to stderr, which the client quotes
+        outcomes = one_by_one(call, inputs, what)
+    if not isinstance(outcomes, list) or len(outcomes) != len(inputs):
+        return error_reply(request_id, f"{what} returned {_count(outcomes)} for {len(inputs)} inputs")
+    body = ",".join(entry_json(outcome) for outcome in outcomes)
+    head = json.dumps(request_id)
+    return f'{{"id":{head},"status":"ok","outputs":[{body}]}}\n'.encode("utf-8")
+
+
+def unimplemented_reply(adapter: Adapter, request_id: Any, what: str) -> bytes:
+    return encode_message({"id": request_id, "status": "unimplemented", "reason": f"{adapter.name} does not {what}"})
+
+
+def run_reply(adapter: Adapter, families: tuple[str, ...], request_id: Any, family: Any, inputs: Any) -> bytes:
+    """The serialized answer to one ``run`` request."""
+    if not isinstance(family, str) or not isinstance(inputs, list):
+        return error_reply(request_id, "run needs a string family and a list of inputs")
+    if family not in families:
+        return unimplemented_reply(adapter, request_id, f"implement {family}")
+    return batch_reply(lambda batch: adapter.run_batch(family, batch), "run_batch", request_id, inputs)
+
+
+def sample_reply(adapter: Adapter, sampling: tuple[str, ...], request_id: Any, request: dict) -> bytes:
+    """The serialized answer to one ``sample`` request (docs/stat-mode.md)."""
+    family, inputs, samples, seed = (request.get(key) for key in ("family", "inputs", "samples", "seed"))
+    if not isinstance(family, str) or not isinstance(inputs, list):
+        return error_reply(request_id, "sample needs a string family and a list of inputs")
+    if type(samples) is not int or samples < 1:
+        return error_reply(request_id, f"sample needs a positive integer samples, got {samples!r}")
+    if not isinstance(seed, str) or not seed.isdigit() or int(seed) >= 1 << 64:
+        return error_reply(request_id, f"sample needs a 64-bit seed as a decimal string, got {seed!r}")
+    if family not in sampling:
+        return unimplemented_reply(adapter, request_id, f"sample {family}")
+    return batch_reply(lambda batch: adapter.sample_batch(family, batch, samples, int(seed)), "sample_batch",
+                       request_id, inputs)
+
+
+def error_reply(request_id: Any, message: str) -> bytes:
+    return encode_message({"id": request_id, "status": "error", "message": message})
+
+
+class Host:
+    """The serving side of one adapter; with no adapter, every request but
+    ``shutdown`` is answered with ``load_error`` (so the client can show it)."""
+
+    def __init__(self, adapter: Adapter | None, load_error: str = "") -> None:
+        self.adapter = adapter
+        self.load_error = load_error
+        self.families: tuple[str, ...] | None = None
+        self.sampling: tuple[str, ...] | None = None
+
+    def answer(self, request: dict) -> tuple[bytes, bool]:
+        """(reply line, keep serving) for one decoded request."""
+        request_id, op = request.get("id"), request.get("op")
+        if op == "shutdown":
+            return encode_message({"id": request_id, "status": "ok"}), False
+        if self.adapter is None:
+            return error_reply(request_id, self.load_error), True
+        if op == "get_config":
+            config = self.adapter.config()
+            self.families = config.capabilities.families
+            self.sampling = config.capabilities.sampling
+            return encode_message({"id": request_id, "status": "ok", "config": config_to_json(config)}), True
+        if op == "run":
+            if self.families is None:
+                self.families = self.adapter.capabilities().families
+            reply = run_reply(self.adapter, self.families, request_id, request.get("family"), request.get("inputs"))
+            return reply, True
+        if op == "sample":
+            if self.sampling is None:
+                self.sampling = self.adapter.capabilities().sampling
+            return sample_reply(self.adapter, self.sampling, request_id, request), True
+        message = f"unknown op {op!r}; protocol {PROTOCOL_VERSION} has {', '.join(OPS)}"
+        return error_reply(request_id, message), True
+
+    def serve(self, proto_in: BinaryIO, proto_out: BinaryIO) -> int:
+        """Answer requests until ``shutdown`` or EOF."""
+        for line in proto_in:
+            if not line.strip():
+                continue
+            try:
+                request = decode_line(line, "request")
+            except ProtocolError as exc:
+                reply, keep_serving = error_reply(None, f"bad request: {exc}"), True
+            else:
+                try:
+                    reply, keep_serving = self.answer(request)
+                except Exception as exc:  # noqa: BLE001 - e.g. capabilities() raised: report it
+                    reply, keep_serving = error_reply(request.get("id"), describe_exception(exc)), True
+            proto_out.write(reply)
+            proto_out.flush()
+            if not keep_serving:
+                break
+        return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m qconform.harness.transport.host", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--adapter", required=True, help="registered adapter name (docs/adapters.md)")
+    parser.add_argument("--device", default="cpu", help="device to run on (default cpu)")
+    args = parser.parse_args(argv)
+    proto_in, proto_out = claim_stdio()
+    from qconform.adapters.catalog import load_adapter
+
+    adapter, load_error = None, ""
+    try:
+        adapter = load_adapter(args.adapter, args.device)
+    except Exception as exc:  # noqa: BLE001 - reported through get_config
+        traceback.print_exc()
+        load_error = f"cannot load adapter {args.adapter!r} on {args.device}: {describe_exception(exc)}"
+    return Host(adapter, load_error).serve(proto_in, proto_out)
+
+
+if __name__ == "__main__":
+    # Run the module under its import name, so adapters that import
+    # qconform.harness.transport.host see the same PROTOCOL_OUT as the server.
+    from qconform.harness.transport.host import main as host_main
+
+    sys.exit(host_main())

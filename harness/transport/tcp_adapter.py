@@ -1,0 +1,317 @@
+"""The transport adapter: ``--adapter tcp://HOST:PORT`` drives a wire v2 endpoint over TCP.
+
+It is an ordinary :class:`~qconform.harness.adapter.Adapter` (served by the
+adapter host like any other, so the runner, verdicts and reports are the usual
+ones). It asks the endpoint what it is (the ``about`` command of the
+test-control protocol, docs/endpoint.md) and declares the families its role
+serves:
+
+* a **verifier** (receiver) plays ``wire_frames``: per case, a fresh receiver
+  under the case's configuration (``configure``), the HELLO when the case is
+  negotiated, then the frame in a CHECK envelope, whose answer is the verdict;
+  and ``wire_sessions``: every event in order (frames in APPLY envelopes, the
+  ``timeout`` command, a real TCP disconnect and reconnection), then the final
+  state and counters. R18 is checked on the side: a frame whose declared length
+  fails the negotiated bounds must cost the endpoint no payload allocation (as
+  the endpoint reports it in ``allocated``; no report is taken as none), else
+  the answer is the refusal ``ALLOCATED_BEFORE_BOUNDS`` (a ``fail``);
+* a **worker** (drafter leader) plays ``proposal_chain`` end to end: the case's
+  draft model goes to the worker (``configure``), then on a fresh connection the
+  harness is the target: it negotiates the worker's HELLO, sends RESET and STEP,
+  and passes every frame that comes back through the spec's own receiver
+  (``qconform.spec.wire.receiver``). The round's tokens and validated q rows,
+  with the draws the worker reports (``trace``), are the answer, which the
+  family's comparator checks against the spec draw for draw. A frame the spec
+  receiver refuses makes the answer ``WIRE_<REASON>`` (a ``fail``).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import Sequence
+from urllib.parse import urlsplit
+
+from qconform.harness import control
+from qconform.generators.encoding import decode_blob
+from qconform.generators.families.wire_frames import fields_to_json, hello_from_json, q_row_json
+from qconform.harness.adapter import Adapter, AdapterError, Capabilities, Outcome, PrecisionProfile
+from qconform.adapters.catalog import TCP_PREFIX
+from qconform.harness.transport.shim_protocol import ProtocolError, parse_precision
+from qconform.spec.wire import layout
+from qconform.spec.wire.codec import decode_frame, encode_frame
+from qconform.spec.wire.header import check_header, parse_header
+from qconform.spec.wire.messages import Reply, Reset, Step
+from qconform.spec.wire.negotiation import example_config
+from qconform.spec.wire.reasons import WireReject
+from qconform.spec.wire.receiver import ACCEPT, FrameIn, consumable_rows, initial_state, step
+from qconform.spec.wire.validation import payload_bounds
+
+#: seconds one socket operation may take
+IO_TIMEOUT_S = 30.0
+#: largest frame the harness reads from a worker
+MAX_FRAME = 64 << 20
+ONE_F32 = 0x3F800000
+#: answer of a wire_frames case whose frame was refused on its bounds after the endpoint allocated its payload
+ALLOCATED_BEFORE_BOUNDS = "ALLOCATED_BEFORE_BOUNDS"
+
+
+class EndpointFailure(Exception):
+    """The endpoint broke the control protocol or the connection; its cases are errors."""
+
+
+class RoundRefused(Exception):
+    """The spec's receiver refused a frame of the round, or the worker gave the round up."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def parse_tcp_url(url: str) -> tuple[str, int]:
+    """``(host, port)`` of ``tcp://HOST:PORT``; ValueError otherwise."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if not url.startswith(TCP_PREFIX) or not parts.hostname or port is None or parts.path not in ("", "/") or parts.query:
+        raise ValueError(f"{url!r} is not tcp://HOST:PORT")
+    return parts.hostname, port
+
+
+class EndpointLink:
+    """One blocking connection to an endpoint: control envelopes out, answers and frames in."""
+
+    def __init__(self, host: str, port: int, timeout_s: float = IO_TIMEOUT_S) -> None:
+        try:
+            self.sock = socket.create_connection((host, port), timeout=timeout_s)
+        except OSError as exc:
+            raise EndpointFailure(f"cannot connect to {host}:{port}: {exc}") from None
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        #: wire frames that arrived while an answer was awaited
+        self.frames: list[bytes] = []
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def read_exact(self, count: int) -> bytes:
+        chunks, left = [], count
+        try:
+            while left:
+                chunk = self.sock.recv(min(left, 1 << 20))
+                if not chunk:
+                    raise EndpointFailure("the endpoint closed the connection")
+                chunks.append(chunk)
+                left -= len(chunk)
+        except OSError as exc:
+            raise EndpointFailure(f"reading from the endpoint: {exc}") from None
+        return b"".join(chunks)
+
+    def send(self, data: bytes) -> None:
+        try:
+            self.sock.sendall(data)
+        except OSError as exc:
+            raise EndpointFailure(f"writing to the endpoint: {exc}") from None
+
+    def read_item(self) -> tuple[int, bytes]:
+        """``(envelope kind, body)``, or ``(0, frame bytes)`` for a v2 frame (header checked by the spec)."""
+        magic = self.read_exact(4)
+        if magic == control.MAGIC:
+            kind, length = control.body_length(magic + self.read_exact(control.ENVELOPE_SIZE - 4))
+            return kind, self.read_exact(length)
+        if magic != layout.V2_MAGIC:
+            raise WireReject("BAD_MAGIC", f"{magic!r} on the worker's stream")
+        head = magic + self.read_exact(layout.HEADER_SIZE - 4)
+        header = parse_header(head)
+        check_header(header)
+        if header.payload_length > MAX_FRAME:
+            raise WireReject("UNEXPECTED_SIZE", f"a {header.payload_length}-byte payload")
+        return 0, head + self.read_exact(header.payload_length)
+
+    def read_frame(self) -> bytes:
+        """The next item, which must be a wire frame."""
+        kind, data = self.read_item()
+        if kind:
+            raise EndpointFailure(f"an envelope of kind {kind} where a wire frame belongs")
+        return data
+
+    def request(self, kind: int, body: bytes) -> dict:
+        """Send one envelope and return the endpoint's JSON answer (frames meanwhile are kept)."""
+        self.send(control.envelope(kind, body))
+        while True:
+            answer_kind, data = self.read_item()
+            if answer_kind == control.ANSWER:
+                answer = control.json_body(data)
+                if "error" in answer:
+                    raise EndpointFailure(f"the endpoint refused the request: {answer['error']}")
+                return answer
+            if answer_kind:
+                raise EndpointFailure(f"envelope kind {answer_kind} where an answer belongs")
+            self.frames.append(data)
+
+    def command(self, op: str, **args) -> dict:
+        return self.request(control.COMMAND, control.json_bytes({"op": op, **args}))
+
+
+def allocation_bound(data: bytes, params, negotiated: bool) -> int:
+    """The payload bytes a decoder may allocate for ``data`` before refusing it (R18).
+
+    Zero unless the header is sound and the declared length lies within the
+    negotiated bounds and the bytes present; then the declared length.
+    """
+    if len(data) < 4:
+        return 0
+    if data[:4] == layout.V1_MAGIC:
+        if len(data) < layout.V1_HEADER_SIZE:
+            return 0
+        _, version, kind, length = struct.unpack_from("<4sHHI", data)
+        ok = (version, kind) == (layout.V1_VERSION, layout.V1_GREEDY.code) and 4 <= length <= 4 + 4 * layout.V1_MAX_TOKENS
+        return length if ok and len(data) == layout.V1_HEADER_SIZE + length else 0
+    if data[:4] != layout.V2_MAGIC or len(data) < layout.HEADER_SIZE:
+        return 0
+    header = parse_header(data[:layout.HEADER_SIZE])
+    try:
+        check_header(header)
+    except WireReject:
+        return 0
+    message = layout.MESSAGES[header.message_type]
+    if not negotiated and message is not layout.HELLO:
+        return 0
+    least, greatest = payload_bounds(message, params if negotiated else None)
+    fits = least <= header.payload_length <= greatest and len(data) == layout.HEADER_SIZE + header.payload_length
+    return header.payload_length if fits else 0
+
+
+class TcpAdapter(Adapter):
+    """A wire v2 endpoint under test, reached over TCP (see the module docstring)."""
+
+    def __init__(self, url: str, device: str = "cpu") -> None:
+        super().__init__(device)
+        self.name = url
+        self.host, self.port = parse_tcp_url(url)
+        link = self.link()
+        try:
+            self.about = link.command("about")
+        finally:
+            link.close()
+
+    def link(self) -> EndpointLink:
+        return EndpointLink(self.host, self.port)
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(families=tuple(self.about.get("families", ())), injected_draws=True,
+                            devices=tuple(self.about.get("devices", ("cpu",))))
+
+    def precision(self) -> PrecisionProfile:
+        try:
+            return parse_precision(self.about.get("precision", {}))
+        except ProtocolError as exc:
+            raise EndpointFailure(f"the endpoint's precision profile: {exc}") from None
+
+    def run_batch(self, family: str, inputs: Sequence[dict]) -> list[Outcome]:
+        play = {"wire_frames": self.wire_frames, "wire_sessions": self.wire_sessions,
+                "proposal_chain": self.proposal_chain}[family]
+        try:
+            return play(list(inputs))
+        except (EndpointFailure, control.ControlError) as exc:
+            return [AdapterError(f"endpoint {self.name}: {exc}")] * len(inputs)
+
+    # -- verifier families ---------------------------------------------------------------------
+
+    def wire_frames(self, inputs: list[dict]) -> list[Outcome]:
+        link = self.link()
+        try:
+            return [self.frame_case(link, inp) for inp in inputs]
+        finally:
+            link.close()
+
+    def frame_case(self, link: EndpointLink, inp: dict) -> dict:
+        link.command("configure", config=inp["hello"])
+        params = hello_from_json(inp["hello"])
+        if inp["negotiated"]:
+            hello = link.request(control.APPLY, encode_frame(params))
+            if hello["verdict"] != ACCEPT:
+                return {"error": f"HELLO_REFUSED_{hello.get('reason')}"}
+        data = bytes(decode_blob(inp["frame"], "u8")[0])
+        answer = link.request(control.CHECK, data)
+        if answer.get("allocated", 0) > allocation_bound(data, params, inp["negotiated"]):
+            return {"error": ALLOCATED_BEFORE_BOUNDS}
+        return {key: answer[key] for key in ("verdict", "reason", "message") if key in answer}
+
+    def wire_sessions(self, inputs: list[dict]) -> list[Outcome]:
+        return [self.session_case(inp) for inp in inputs]
+
+    def session_case(self, inp: dict) -> dict:
+        link = self.link()
+        try:
+            link.command("configure", config=inp["config"])
+            verdicts = []
+            for event in inp["events"]:
+                if "frame" in event:
+                    answer = link.request(control.APPLY, bytes(decode_blob(event["frame"], "u8")[0]))
+                elif "timeout" in event:
+                    answer = link.command("timeout", slot=event["timeout"])
+                else:
+                    link.close()
+                    link = self.link()
+                    answer = link.command("disconnect_status")
+                verdicts.append({key: answer[key] for key in ("verdict", "reason", "discarded") if key in answer})
+            state = link.command("state")
+            return {"verdicts": verdicts, "final": state["final"], "counters": state["counters"]}
+        finally:
+            link.close()
+
+    # -- worker family ---------------------------------------------------------------------------
+
+    def proposal_chain(self, inputs: list[dict]) -> list[Outcome]:
+        return [self.chain_case(inp) for inp in inputs]
+
+    def chain_case(self, inp: dict) -> dict:
+        vocab = decode_blob(inp["base_logits"])[1][1]
+        k = inp["support"].get("k", 0)
+        config = example_config(vocab=vocab, max_support=k or min(16, vocab))
+        model = {"base_logits": inp["base_logits"], "markov": inp["markov"],
+                 "last_committed_token": inp["last_committed_token"]}
+        link = self.link()
+        try:
+            link.command("configure", hello=fields_to_json(config), model=model)
+        finally:
+            link.close()
+        link = self.link()
+        try:
+            return self.play_round(link, config, inp, k)
+        except (WireReject, RoundRefused) as refused:
+            return {"error": f"WIRE_{refused.code}"}
+        finally:
+            link.close()
+
+    def play_round(self, link: EndpointLink, config, inp: dict, k: int) -> dict:
+        """The harness as the target of one round; every frame through the spec's receiver."""
+        state = initial_state(config)
+
+        def through(data: bytes, own: bool) -> None:
+            nonlocal state
+            state, verdict = step(state, FrameIn(data))
+            if verdict.kind != ACCEPT or verdict.discarded:
+                raise RoundRefused(verdict.reason or "WORKER_FAILED")
+            if own:
+                link.send(data)
+
+        through(link.read_frame(), own=False)  # the worker's HELLO
+        session = state.negotiated.session_id
+        seed, generation, round_id, anchor = int(inp["seed"]), inp["generation"], inp["round"], inp["anchor"]
+        through(encode_frame(Reset(session, seed, generation, anchor, 0)), own=True)
+        step_message = Step(session, generation, round_id, anchor, k, 1, int(inp["temperature"]["f32"], 16), 0,
+                            config.depth, bytes(32))
+        through(encode_frame(step_message), own=True)
+        tokens = []
+        while consumable_rows(state, 0) is None:
+            data = link.read_frame()
+            through(data, own=False)
+            message = decode_frame(data, state.negotiated)
+            if isinstance(message, Reply):
+                tokens.append(message.token)
+        rows = consumable_rows(state, 0)
+        draws = link.command("trace", slot=0)["draws"]
+        return {"tokens": tokens, "rows": [q_row_json(row) for row in rows], "draws": draws}
