@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, Callable
 
-from qconform.adapters.tp_emulator.mutants import TP_MUTANTS
-from qconform.harness.adapter import ENTRY_POINT_GROUP, Adapter
-from qconform.harness.transport.shim_protocol import AdapterStartError
 from qconform.adapters.stat_mutants import STAT_MUTANTS
+from qconform.adapters.tp_emulator.mutants import TP_MUTANTS
+from qconform.harness.adapter import ENTRY_POINT_GROUP, Adapter, AdapterStartError
 
 
 @dataclass(frozen=True)
@@ -32,10 +31,6 @@ class BuiltinAdapter:
         module, _, attribute = self.target.partition(":")
         return getattr(importlib.import_module(module), attribute)
 
-
-#: Prefix of a network endpoint under test, ``tcp://HOST:PORT`` (harness/transport/tcp_adapter.py, docs/endpoint.md):
-#: not a registered name but a URL, served by :class:`qconform.harness.transport.tcp_adapter.TcpAdapter`.
-TCP_PREFIX = "tcp://"
 
 #: Modes of the deliberately broken ``faulty:<mode>`` adapters (adapters/faulty.py).
 FAULTY_MODES: dict[str, str] = {
@@ -165,13 +160,10 @@ def load_adapter(name: str, device: str = "cpu") -> Adapter:
     """Construct the adapter ``name`` for ``device`` (in this process).
 
     Raises :class:`UnknownAdapter` for a name that is neither built in nor
-    registered under the ``qconform.adapters`` entry-point group. A ``tcp://HOST:PORT``
-    name is the transport adapter of the endpoint at that address.
+    registered under the ``qconform.adapters`` entry-point group. (A ``tcp://HOST:PORT``
+    endpoint is not an adapter of this catalog: the harness's transport serves it,
+    :func:`qconform.harness.transport.host.construct_adapter`.)
     """
-    if name.startswith(TCP_PREFIX):
-        from qconform.harness.transport.tcp_adapter import TcpAdapter
-
-        return TcpAdapter(name, device)
     if name in BUILTIN_ADAPTERS:
         builtin = BUILTIN_ADAPTERS[name]
         adapter = builtin.load()(device=device, **builtin.kwargs)

@@ -25,7 +25,7 @@ import os
 import signal
 import sys
 import time
-from typing import Any, Sequence
+from typing import Any, BinaryIO, Sequence
 
 from qconform.adapters.reference import ReferenceAdapter
 from qconform.generators.encoding import canonical_json, encode_blob
@@ -99,6 +99,9 @@ class FaultyAdapter(ReferenceAdapter):
         super().__init__(device)
         self.mode = mode
         self.name = f"faulty:{mode}"
+        #: the protocol's output stream, set by the shim host that serves this adapter
+        #: (qconform.harness.transport.host), for mode ``garbage`` to corrupt
+        self.protocol_out: BinaryIO | None = None
 
     def load_solvers(self) -> dict:
         return {**super().load_solvers(), ECHO_FAMILY: echo}
@@ -113,9 +116,7 @@ class FaultyAdapter(ReferenceAdapter):
         elif self.mode == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         elif self.mode == "garbage":
-            from qconform.harness.transport import host
-
-            stream = host.PROTOCOL_OUT or sys.stdout.buffer
+            stream = self.protocol_out or sys.stdout.buffer
             stream.write(GARBAGE)
             stream.flush()
         elif self.mode == "raise":

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from qconform.generators.registry import FAMILY_MODULES
+from qconform.generators.registry import family_names
 from qconform.harness.adapter import Adapter, Capabilities, Outcome, PrecisionProfile
 
 NOOP_CODE = "NOOP"
@@ -21,7 +21,7 @@ class NoopAdapter(Adapter):
     name = "noop"
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(families=FAMILY_MODULES, injected_draws=True, devices=("cpu", "cuda"))
+        return Capabilities(families=family_names(), injected_draws=True, devices=("cpu", "cuda"))
 
     def precision(self) -> PrecisionProfile:
         return PrecisionProfile(notes="answers nothing: every case is refused with error code NOOP")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from qconform.generators.registry import FAMILY_MODULES, load_family
+from qconform.generators.registry import family_names, load_family
 from qconform.harness.adapter import Adapter, AdapterError, Capabilities, Outcome, PrecisionProfile
 
 
@@ -21,7 +21,7 @@ def solvers() -> dict[str, Callable[[dict], dict]]:
     but fails to import raises (a broken spec must not look like a missing one).
     """
     found: dict[str, Callable[[dict], dict]] = {}
-    for name in FAMILY_MODULES:
+    for name in family_names():
         try:
             family = load_family(name)
         except ModuleNotFoundError as exc:

@@ -7,7 +7,7 @@ native-RNG sampler can have, served as ``torch-native-mutant:<name>``
 
 Besides the one-line description, each mutant has the exact law of its
 correction step, :data:`MUTANT_CORRECTIONS`, in the form
-:func:`qconform.harness.stat.laws.request_outcome_law` takes: ``(residual masses,
+:func:`qconform.spec.outcome_law.request_outcome_law` takes: ``(residual masses,
 acceptance probability of the rejected draft) -> law of the correction token``.
 The benchmark (bench/bench_stat_power.py) computes from it the samples each
 mutant needs to be detected. This module never imports torch.

@@ -2,7 +2,7 @@
 
 Kept apart from their exact laws (:mod:`qconform.adapters.stat_mutant_laws`, which
 imports the spec) so that the candidate that serves them,
-``adapters/torch_native.py``, and the adapter registry import neither the spec
+``adapters/torch_native.py``, and the adapter catalog import neither the spec
 nor torch.
 """
 

@@ -62,7 +62,7 @@ from qconform.harness.stat.chisquare import (
     pearson,
     power_at,
 )
-from qconform.harness.stat.laws import request_outcome_law
+from qconform.spec.outcome_law import request_outcome_law
 from qconform.adapters.stat_mutants import STAT_MUTANTS, TILT
 from qconform.adapters.stat_mutant_laws import MUTANT_CORRECTIONS
 

@@ -281,7 +281,7 @@ def plan(
     others: list[FamilyOutput] = []
     if partial:
         built = {f.name for f in families}
-        for name in registry.FAMILY_MODULES:
+        for name in registry.family_names():
             if name not in built and (committed := committed_output(root, name)) is not None:
                 others.append(committed)
     index = build_index([*outputs, *others])

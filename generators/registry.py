@@ -1,34 +1,36 @@
-"""The registry of vector families.
+"""The registry of vector families: the one place a family registers.
 
-A family module under ``qconform.generators.families`` defines one module-level
-``FAMILY = Family(...)``. Its ``build`` callable yields :class:`Group` objects
-deterministically: same spec, same bytes, whatever the hash seed.
+A family is a module under ``qconform.generators.families`` that defines one
+module-level ``FAMILY = Family(...)``; the modules are found by listing that
+package, so adding a family touches its module, its comparator (if it has one)
+and its doc, and nothing else (docs/adding-a-family.md). Its ``build`` callable
+yields :class:`Group` objects deterministically: same spec, same bytes, whatever
+the hash seed. Everything the harness needs to know about a family hangs off its
+:class:`Family`: the comparator that judges it, its fuzzing hooks
+(:class:`FuzzHooks`) and its statistical-mode hooks (:class:`StatHooks`).
 """
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from fractions import Fraction
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from qconform.spec.rules import check_rule_ids
 
-#: Family modules, in corpus order. Add a family by adding its module name here.
-FAMILY_MODULES: tuple[str, ...] = (
-    "rng_abi",
-    "allocation_dense",
-    "allocation_sparse",
-    "allocation_invalid",
-    "categorical_sampling",
-    "proposal_chain",
-    "proposal_batch",
-    "verification_round",
-    "distribution",
-    "admission",
-    "wire_frames",
-    "wire_sessions",
-    "sharding",
-)
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
+
+__all__ = [
+    "Case", "Family", "FuzzHooks", "Group", "Note", "StatHooks", "FAMILIES_PACKAGE", "FUZZ_GROUP", "RESULTS",
+    "all_families", "family_names", "load_family",
+]
+
+#: the package whose modules are the families (one ``FAMILY`` each)
+FAMILIES_PACKAGE = "qconform.generators.families"
 
 RESULTS = ("valid", "invalid", "acceptable")
 
@@ -74,6 +76,38 @@ class Group:
     tests: list[Case] = field(default_factory=list)
 
 
+#: ``(rules, flags)`` of a found vector
+Labels = tuple[tuple[str, ...], tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class FuzzHooks:
+    """What the differential fuzzer (docs/fuzzing.md) needs of a family.
+
+    ``inputs()`` builds the hypothesis strategy of the family's valid case inputs
+    (called once, on first use, so that loading a family imports no hypothesis);
+    ``labels(input, expected)`` gives the rules and flags of a found vector.
+    """
+
+    inputs: Callable[[], SearchStrategy[dict]]
+    labels: Callable[[dict, dict], Labels]
+
+
+@dataclass(frozen=True)
+class StatHooks:
+    """What statistical mode (docs/stat-mode.md) needs of a family that can be sampled.
+
+    ``per_request``: a ``sample`` answer holds one histogram per request of the case
+    (``{"requests": [{"outcomes": [...]}]}``, outcomes carrying ``accepted``), else
+    one histogram ``{"outcomes": [...]}`` of emitted sequences. ``laws(input)``: the
+    exact law of ``(accepted, emitted)`` of each histogram, as
+    :mod:`qconform.spec.outcome_law` computes it.
+    """
+
+    per_request: bool
+    laws: Callable[[dict], list[dict[tuple[int, tuple[int, ...]], Fraction]]]
+
+
 @dataclass(frozen=True)
 class Family:
     name: str
@@ -96,16 +130,32 @@ class Family:
     #: (tie gaps, decision margins): an adapter may omit them, the harness reads them
     #: to classify a divergence as ``precision`` and never compares them.
     margins: tuple[str, ...] = ()
+    #: the module that judges this family's outputs, under ``qconform.harness.judging``:
+    #: it defines ``compare(case, output, profile) -> Verdict`` and may define
+    #: ``refusal_excuse(case, code, profile) -> str | None``. None: exact equality with
+    #: ``expected``, no ``precision`` class (docs/harness.md).
+    comparator: str | None = None
+    #: the fuzzer's hooks; None: ``qconform fuzz`` does not draw inputs for this family
+    fuzz: FuzzHooks | None = None
+    #: statistical mode's hooks; None: ``qconform stat`` does not sample this family
+    stat: StatHooks | None = None
 
     def __post_init__(self) -> None:
         check_rule_ids(self.rules)
 
 
+@lru_cache(maxsize=None)
+def family_names() -> tuple[str, ...]:
+    """Every registered family, in name order: the modules of :data:`FAMILIES_PACKAGE`."""
+    package = importlib.import_module(FAMILIES_PACKAGE)
+    return tuple(sorted(info.name for info in pkgutil.iter_modules(package.__path__) if not info.name.startswith("_")))
+
+
 def load_family(name: str) -> Family:
     """Import and return the family ``name``; KeyError for an unknown name."""
-    if name not in FAMILY_MODULES:
+    if name not in family_names():
         raise KeyError(name)
-    module = importlib.import_module(f"qconform.generators.families.{name}")
+    module: Any = importlib.import_module(f"{FAMILIES_PACKAGE}.{name}")
     family = module.FAMILY
     if family.name != name:
         raise RuntimeError(f"family module {name} declares FAMILY.name={family.name!r}")
@@ -113,4 +163,4 @@ def load_family(name: str) -> Family:
 
 
 def all_families() -> list[Family]:
-    return [load_family(name) for name in FAMILY_MODULES]
+    return [load_family(name) for name in family_names()]

@@ -131,3 +131,12 @@ class Adapter(ABC):
 
     def config(self) -> AdapterConfig:
         return AdapterConfig(self.name, self.capabilities(), self.precision(), self.device)
+
+
+class AdapterStartError(RuntimeError):
+    """The adapter could not be started or its ``get_config`` failed.
+
+    This is a configuration problem of the user (wrong name, wrong command, a
+    shim that does not speak the protocol), so it is the one failure that the
+    harness raises instead of recording as a per-case ``error``.
+    """

@@ -91,7 +91,7 @@ def family_coverage(vectors_dir: Path) -> tuple[dict[str, list[str]], list[str]]
 
     covering: dict[str, list[str]] = {rid: [] for rid in RULES}
     warnings = []
-    for name in registry.FAMILY_MODULES:
+    for name in registry.family_names():
         cited: set[str] = set()
         try:
             cited.update(registry.load_family(name).rules)

@@ -17,14 +17,14 @@ from typing import Callable, Sequence
 
 from qconform.generators.corpus import assemble_file, default_vectors_dir, generate
 from qconform.generators.encoding import canonical_json
-from qconform.generators.registry import FAMILY_MODULES, load_family
+from qconform.generators.registry import family_names, load_family
 from qconform.harness.adapter import AdapterConfig, Capabilities, Outcome, PrecisionProfile
 
 
 def available_families() -> list[str]:
     """Registered families whose generator module exists."""
     found = []
-    for name in FAMILY_MODULES:
+    for name in family_names():
         try:
             load_family(name)
         except ModuleNotFoundError:

@@ -1,4 +1,4 @@
-"""Batch invariance (harness.batch_invariance): the re-batchings, the torch candidate keeping
+"""Batch invariance (harness.run.batch_invariance, cli.batch_invariance): the re-batchings, the torch candidate keeping
 every answer, and adapters whose answers depend on the batch being caught."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from click.testing import CliRunner
 from harness_stubs import StubClient, adapter_config, family_cases
 
 from qconform.generators.registry import load_family
+from qconform.cli.batch_invariance import batch_invariance
 from qconform.harness.run.batch_invariance import (
     AnswerLog,
     Request,
-    batch_invariance,
     check_batch_invariance,
     corpus_requests,
     rebatchings,

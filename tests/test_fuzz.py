@@ -18,12 +18,13 @@ from harness_stubs import StubClient
 from qconform.adapters.reference import ReferenceAdapter
 from qconform.generators.families.categorical_sampling import decode_qrow
 from qconform.generators.families.verification_round import decode_request, encode_p_weights, request_json
+from qconform.generators import fuzz_inputs
 from qconform.generators.encoding import encode_blob
 from qconform.generators.registry import load_family
 from qconform.harness.fuzz import driver as fuzzing
 from qconform.cli.fuzz import fuzz as fuzz_command
 from qconform.cli.fuzz import fuzz_families
-from qconform.cli.run import RunUsageError
+from qconform.cli.errors import UsageLineError
 from qconform.spec import verification
 from qconform.spec.constants import M
 from qconform.spec.rng_abi import RngIdentity, accept_key, uniform32_draw
@@ -78,10 +79,10 @@ def reference_client(answer=None) -> StubClient:
 # --- strategies -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("family", fuzzing.FUZZ_FAMILIES)
+@pytest.mark.parametrize("family", fuzzing.fuzz_families())
 def test_strategies_draw_valid_inputs_that_make_valid_vectors(family):
     @settings(max_examples=12, database=None, deadline=None)
-    @given(fuzzing.STRATEGIES[family])
+    @given(fuzzing.fuzz_hooks(family).inputs())
     def check(case_input):
         case = fuzzing.spec_case(family, case_input)
         assert case["result"] == "valid", case["expected"]
@@ -95,7 +96,7 @@ def test_strategies_draw_valid_inputs_that_make_valid_vectors(family):
 @given(st.data(), st.integers(3, 8), st.integers(1, 5))
 def test_boundary_requests_put_the_draft_exactly_on_the_acceptance_boundary(data, vocab, depth):
     ident = RngIdentity(data.draw(st.integers(0, (1 << 64) - 1)), 1, 2, 3)
-    ident, drafts, q_rows, p_bits = fuzzing.draw_boundary_request(data.draw, vocab, depth, ident)
+    ident, drafts, q_rows, p_bits = fuzz_inputs.draw_boundary_request(data.draw, vocab, depth, ident)
     body = request_json(verification.RoundInput(ident, drafts, q_rows, []), encode_p_weights(p_bits))
     request = decode_request(body, vocab)
     position = next(i for i in range(1, depth + 1) if request.p_rows[i - 1] != [Fraction(c, M) for c in
@@ -243,7 +244,7 @@ def test_the_torch_candidate_survives_a_short_run():
     assert result.exit_code == 0, result.output
     summary = result.output.splitlines()[-1]
     assert summary.startswith("fuzz: 30 examples") and summary.endswith("no finding")
-    for family in fuzzing.FUZZ_FAMILIES:
+    for family in fuzzing.fuzz_families():
         assert family in summary
 
 
@@ -260,7 +261,7 @@ def test_families_are_those_requested_that_the_adapter_declares():
     declared = ("rng_abi", "categorical_sampling", "proposal_chain")
     assert fuzz_families((), declared) == ("categorical_sampling", "rng_abi")
     assert fuzz_families(("rng_abi", "rng_abi"), declared) == ("rng_abi",)
-    with pytest.raises(RunUsageError, match="does not declare family allocation_dense"):
+    with pytest.raises(UsageLineError, match="does not declare family allocation_dense"):
         fuzz_families(("allocation_dense",), declared)
-    with pytest.raises(RunUsageError, match="declares none of the fuzzed families"):
+    with pytest.raises(UsageLineError, match="declares none of the fuzzed families"):
         fuzz_families((), ("proposal_chain",))

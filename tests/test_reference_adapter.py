@@ -11,13 +11,13 @@ import pytest
 from qconform.adapters.noop import NOOP_CODE
 from qconform.adapters.reference import solvers
 from qconform.generators.corpus import default_vectors_dir
-from qconform.generators.registry import FAMILY_MODULES, load_family
+from qconform.generators.registry import family_names, load_family
 from qconform.generators.validation import iter_cases
 from qconform.harness.adapter import Capabilities, PrecisionProfile
 from qconform.harness.transport.client import open_adapter
 
 VECTORS = default_vectors_dir()
-COMMITTED = [name for name in FAMILY_MODULES if (VECTORS / f"{name}.json").is_file()]
+COMMITTED = [name for name in family_names() if (VECTORS / f"{name}.json").is_file()]
 BATCH = 64
 
 
@@ -44,7 +44,7 @@ def test_reference_declares_every_family_with_a_solver_exact_on_cpu(reference):
     config = reference.config
     assert config.name == "reference"
     assert config.capabilities == Capabilities(tuple(solvers()), injected_draws=True, devices=("cpu",))
-    assert set(config.capabilities.families) <= set(FAMILY_MODULES)
+    assert set(config.capabilities.families) <= set(family_names())
     exact = PrecisionProfile()
     assert (config.precision.fp64_allocation, config.precision.exp_ulp, config.precision.ratio_margin,
             config.precision.residual_margin) == (exact.fp64_allocation, exact.exp_ulp, exact.ratio_margin,
@@ -71,7 +71,7 @@ def test_reference_reproduces_every_committed_case(reference, family):
     assert reference.restarts == 0
 
 
-@pytest.mark.parametrize("family", [family_param(name) for name in FAMILY_MODULES if name in solvers()])
+@pytest.mark.parametrize("family", [family_param(name) for name in family_names() if name in solvers()])
 def test_reference_reproduces_the_generators_cases(reference, family):
     """Also without a committed corpus: the family's own build() against the adapter."""
     cases = [case for group in load_family(family).build() for case in group.tests]
@@ -81,10 +81,10 @@ def test_reference_reproduces_the_generators_cases(reference, family):
 
 @pytest.mark.rules()
 def test_noop_refuses_every_case_well_formed():
-    families = [name for name in FAMILY_MODULES if (VECTORS / f"{name}.json").is_file()]
+    families = [name for name in family_names() if (VECTORS / f"{name}.json").is_file()]
     with open_adapter("noop") as client:
-        assert client.config.capabilities.families == FAMILY_MODULES
-        outcomes = client.run_batch(FAMILY_MODULES[0], [{"anything": 1}, {}])
+        assert client.config.capabilities.families == family_names()
+        outcomes = client.run_batch(family_names()[0], [{"anything": 1}, {}])
         for family in families:
             outcomes += client.run_batch(family, [case.input for case in committed_cases(family)][:BATCH])
     assert outcomes and all(outcome == {"error": NOOP_CODE} for outcome in outcomes)

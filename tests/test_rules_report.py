@@ -113,7 +113,7 @@ def test_report_joins_families_committed_cases_and_tests(tmp_path, monkeypatch):
 def test_report_warns_for_unimplemented_families_and_missing_tests(tmp_path, monkeypatch):
     from qconform.generators import registry
 
-    monkeypatch.setattr(registry, "FAMILY_MODULES", ("no_such_family",))
+    monkeypatch.setattr(registry, "family_names", lambda: ("no_such_family",))
     monkeypatch.chdir(tmp_path)
     report = rules_report.build_report(None, tmp_path)
     assert "vector family no_such_family is registered but has no module yet" in report.warnings

@@ -10,7 +10,8 @@ from click.testing import CliRunner
 from harness_stubs import ScriptedAdapter, corpus_cases, small_corpus
 
 from qconform.harness.run import plugin
-from qconform.cli.run import checkout_expectations, pytest_args, run
+from qconform.cli.arguments import checkout_expectations
+from qconform.cli.run import pytest_args, run
 
 pytestmark = pytest.mark.rules()
 

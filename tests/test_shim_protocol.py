@@ -228,7 +228,7 @@ TOY_FAMILY = Family(
 
 @pytest.fixture
 def toy_registry(monkeypatch):
-    monkeypatch.setattr(registry, "FAMILY_MODULES", ("toy",))
+    monkeypatch.setattr(registry, "family_names", lambda: ("toy",))
     monkeypatch.setattr(registry, "load_family", lambda name: {"toy": TOY_FAMILY}[name])
     shim_protocol.output_validator.cache_clear()
     yield

@@ -34,7 +34,7 @@ from qconform.harness.stat.chisquare import (
     ncx2_sf,
     power_at,
 )
-from qconform.harness.stat.laws import request_outcome_law
+from qconform.spec.outcome_law import request_outcome_law
 from qconform.adapters.stat_mutant_laws import MUTANT_CORRECTIONS, tilted_masses
 from qconform.harness.stat.sequential import sequential_p_value, spending_looks
 from qconform.spec.constants import M

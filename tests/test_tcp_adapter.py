@@ -31,8 +31,9 @@ from qconform.generators.corpus import default_vectors_dir  # noqa: E402
 from qconform.harness.adapter import AdapterError  # noqa: E402
 from qconform.harness.transport.client import open_adapter  # noqa: E402
 from qconform.harness.judging.judge import judge  # noqa: E402
-from qconform.adapters.catalog import load_adapter  # noqa: E402
-from qconform.cli.run import RunUsageError, check_adapter  # noqa: E402
+from qconform.harness.transport.host import construct_adapter  # noqa: E402
+from qconform.cli.arguments import check_adapter  # noqa: E402
+from qconform.cli.errors import UsageLineError  # noqa: E402
 from qconform.harness.transport.shim_protocol import AdapterStartError  # noqa: E402
 from qconform.harness.transport.tcp_adapter import TcpAdapter, allocation_bound, parse_tcp_url  # noqa: E402
 from qconform.spec.wire.codec import encode_frame, encode_v1  # noqa: E402
@@ -108,9 +109,9 @@ def test_tcp_urls():
 
 
 def test_the_url_is_an_adapter_name_everywhere(verifier_url):
-    assert isinstance(load_adapter(verifier_url), TcpAdapter)
+    assert isinstance(construct_adapter(verifier_url), TcpAdapter)
     check_adapter(verifier_url)
-    with pytest.raises(RunUsageError, match="tcp://HOST:PORT"):
+    with pytest.raises(UsageLineError, match="tcp://HOST:PORT"):
         check_adapter("tcp://nowhere")
     with open_adapter(verifier_url, timeout_s=60) as client:
         assert client.config.name == verifier_url

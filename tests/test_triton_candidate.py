@@ -503,7 +503,7 @@ def test_the_adapter_passes_the_corpus_through_the_harness():
     from qconform.generators.validation import iter_cases
     from qconform.harness.run.case_runner import CaseRunner, open_client
     from qconform.harness.expectations import Expectations
-    from qconform.cli.run import checkout_expectations
+    from qconform.cli.arguments import checkout_expectations
 
     path = checkout_expectations("triton")
     runner = CaseRunner(lambda: open_client("triton", DEVICE, 300.0), Expectations.load(path) if path else None)

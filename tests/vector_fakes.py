@@ -153,10 +153,10 @@ def load_fake(name: str) -> Family:
 def install(monkeypatch=None) -> None:
     """Make the registry serve the fake families (undone by ``monkeypatch``, if given)."""
     if monkeypatch is None:
-        registry.FAMILY_MODULES = tuple(FAKE_FAMILIES)
+        registry.family_names = lambda: tuple(FAKE_FAMILIES)
         registry.load_family = load_fake
         return
-    monkeypatch.setattr(registry, "FAMILY_MODULES", tuple(FAKE_FAMILIES))
+    monkeypatch.setattr(registry, "family_names", lambda: tuple(FAKE_FAMILIES))
     monkeypatch.setattr(registry, "load_family", load_fake)
 
 

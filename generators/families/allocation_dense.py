@@ -17,7 +17,7 @@ import math
 import random
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from qconform.generators.encoding import (
     EncodingError,
@@ -30,7 +30,7 @@ from qconform.generators.encoding import (
     f32_bits,
     f64_bits,
 )
-from qconform.generators.registry import Case, Family, Group, Note
+from qconform.generators.registry import Case, Family, FuzzHooks, Group, Labels, Note
 from qconform.generators.schemas import closed_object as closed
 from qconform.generators.schemas import blob_schema
 from qconform.spec.allocation import allocate_dense
@@ -39,6 +39,9 @@ from qconform.spec.constants import M, VOCAB
 from qconform.spec.errors import SpecError, refuse
 from qconform.spec.floats import F32_MAX, F32_NEG_INF, round_to_f32
 from qconform.spec.weights import weights_from_f32, weights_from_f64, weights_from_logits
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
 
 RULES = ("R03", "R04", "R05", "R06", "R09")
 
@@ -476,6 +479,26 @@ DENSE_FIELDS = {
     **FP64_FIELDS,
 }
 
+
+# --- fuzzing ------------------------------------------------------------------------------------
+
+
+def fuzz_strategy() -> SearchStrategy[dict]:
+    from qconform.generators import fuzz_inputs
+
+    return fuzz_inputs.allocation_dense_inputs()
+
+
+def allocation_flags(expected: dict) -> tuple[str, ...]:
+    """RANDOM_ROW, and the exact ties the answer records (``tie_gap``, ``selection_gap`` 0)."""
+    flags = ("RANDOM_ROW",) + (("EXACT_TIE",) if expected.get("tie_gap") == "0/1" else ())
+    return flags + (("SELECTION_TIE",) if expected.get("selection_gap") == "0/1" else ())
+
+
+def fuzz_labels(case_input: dict, expected: dict) -> Labels:
+    return RULES, allocation_flags(expected)
+
+
 FAMILY = Family(
     name="allocation_dense",
     description="Exact dense dyadic24 allocation (R06): floor plus largest remainders of M*w/W, ties to the lowest ID.",
@@ -486,4 +509,6 @@ FAMILY = Family(
     solve=solve,
     input_schema={"oneOf": [closed(fields) for fields in ROW_INPUTS]},
     expected_schema={"oneOf": [closed(DENSE_FIELDS), closed({**DENSE_FIELDS, **LOGIT_FIELDS})]},
+    comparator="allocation",
+    fuzz=FuzzHooks(inputs=fuzz_strategy, labels=fuzz_labels),
 )

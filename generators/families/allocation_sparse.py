@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from fractions import Fraction
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from qconform.generators.encoding import decode_blob, decode_rational, encode_blob, encode_rational, f32_bits
 from qconform.generators.families.allocation_dense import (
@@ -23,6 +23,7 @@ from qconform.generators.families.allocation_dense import (
     PRODUCTION_SEED,
     ROW_INPUTS,
     RowSource,
+    allocation_flags,
     exact_f32,
     expected_weight_bits,
     fp64_flip_rows,
@@ -34,13 +35,16 @@ from qconform.generators.families.allocation_dense import (
     run_fp64,
     uniform_logits,
 )
-from qconform.generators.registry import Case, Family, Group, Note
+from qconform.generators.registry import Case, Family, FuzzHooks, Group, Labels, Note
 from qconform.generators.schemas import closed_object as closed
 from qconform.generators.schemas import blob_schema
 from qconform.spec.allocation import allocate_sparse
 from qconform.spec.allocation_fp64 import allocate_dense_fp64, fp64_row_error_bound, fp64_sparse_may_differ
 from qconform.spec.errors import SpecError
 from qconform.spec.floats import F32_NEG_INF
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
 
 RULES = ("R04", "R05", "R06", "R07")
 
@@ -208,6 +212,20 @@ SPARSE_FIELDS = {
 }
 K = {"type": "integer", "minimum": 1}
 
+
+# --- fuzzing ------------------------------------------------------------------------------------
+
+
+def fuzz_strategy() -> SearchStrategy[dict]:
+    from qconform.generators import fuzz_inputs
+
+    return fuzz_inputs.allocation_sparse_inputs()
+
+
+def fuzz_labels(case_input: dict, expected: dict) -> Labels:
+    return RULES, allocation_flags(expected)
+
+
 FAMILY = Family(
     name="allocation_sparse",
     description="Exact sparse top-k dyadic24 allocation (R07): select the global support, normalize within it, "
@@ -219,4 +237,6 @@ FAMILY = Family(
     solve=solve,
     input_schema={"oneOf": [closed({**fields, "k": K}) for fields in ROW_INPUTS]},
     expected_schema={"oneOf": [closed(SPARSE_FIELDS), closed({**SPARSE_FIELDS, **LOGIT_FIELDS})]},
+    comparator="allocation",
+    fuzz=FuzzHooks(inputs=fuzz_strategy, labels=fuzz_labels),
 )

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import random
 from itertools import accumulate
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from qconform.generators.encoding import EncodingError, decode_blob, encode_blob
-from qconform.generators.registry import Case, Family, Group, Note
+from qconform.generators.registry import Case, Family, FuzzHooks, Group, Labels, Note
 from qconform.generators.schemas import closed_object as closed
 from qconform.spec.constants import M, VOCAB
 from qconform.spec.errors import SpecError, refuse
 from qconform.spec.qrow import QRow
 from qconform.spec.sampling import sample_qrow
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
 
 
 def encode_qrow(row: QRow) -> dict:
@@ -227,6 +230,31 @@ def build() -> Iterator[Group]:
 ROW_ERRORS = ["WRONG_TOTAL_MASS", "BAD_SPARSE_SUPPORT", "TOKEN_OUT_OF_RANGE", "BAD_SHAPE", "NOT_DYADIC24"]
 DRAWS = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": M - 1}}
 
+
+# --- fuzzing ------------------------------------------------------------------------------------
+
+
+def fuzz_strategy() -> SearchStrategy[dict]:
+    from qconform.generators import fuzz_inputs
+
+    return fuzz_inputs.categorical_inputs()
+
+
+def fuzz_labels(case_input: dict, expected: dict) -> Labels:
+    """RANDOM_ROW, and the edges the case shows: draws 0 or M - 1, a draw on a cumulative
+    boundary, zero-count tokens, a sparse row."""
+    flags: tuple[str, ...] = ("RANDOM_ROW",)
+    if "error" not in expected:
+        draws = set(case_input["draws"])
+        counts = decode_qrow(case_input["row"], case_input["vocab"]).dense_counts()
+        boundaries = {d for c in accumulate(counts) if 0 < c < M for d in (c - 1, c)}
+        flags += ("EXTREME_DRAW",) if draws & {0, M - 1} else ()
+        flags += ("CUMULATIVE_BOUNDARY",) if draws & boundaries else ()
+        flags += ("ZERO_COUNT",) if 0 in counts else ()
+    sparse = case_input["row"]["representation"] == "sparse"
+    return RULES, flags + (("SPARSE_GLOBAL_ID",) if sparse else ())
+
+
 FAMILY = Family(
     name="categorical_sampling",
     description="The proposal rule (R08): first token whose cumulative count exceeds the 24-bit draw.",
@@ -241,4 +269,5 @@ FAMILY = Family(
             closed({"error": {"enum": ROW_ERRORS}}),
         ]
     },
+    fuzz=FuzzHooks(inputs=fuzz_strategy, labels=fuzz_labels),
 )

@@ -21,7 +21,7 @@ from typing import Callable, Iterator
 
 from qconform.generators.encoding import decode_rational, encode_rational
 from qconform.generators.families.categorical_sampling import decode_qrow, encode_qrow
-from qconform.generators.registry import Case, Family, Group, Note
+from qconform.generators.registry import Case, Family, Group, Note, StatHooks
 from qconform.generators.schemas import closed_object as closed
 from qconform.spec.constants import M
 from qconform.spec.distribution import (
@@ -32,6 +32,7 @@ from qconform.spec.distribution import (
     round_deviation,
     round_law,
 )
+from qconform.spec.outcome_law import Law, chain_outcome_law
 from qconform.spec.qrow import QRow
 
 RULES = ("R08", "R09", "R11")
@@ -204,6 +205,16 @@ def build() -> Iterator[Group]:
 RATIONALS = {"type": "array", "items": {"$ref": "#/$defs/rational"}}
 PREFIX_KEYS = {"pattern": r"^(?:[0-9]+(?:,[0-9]+)*)?$"}
 
+
+# --- statistical mode ---------------------------------------------------------------------------
+
+
+def outcome_laws(case_input: dict) -> list[Law]:
+    """The exact law of ``(accepted, emitted)`` of one round whose drafts are sampled too
+    (one histogram in a ``sample`` answer)."""
+    return [chain_outcome_law(*decode_law_input(case_input))]
+
+
 FAMILY = Family(
     name="distribution",
     description="The exact law of one round's emitted tokens at small vocabularies, and its quantization deviation.",
@@ -237,4 +248,5 @@ FAMILY = Family(
             "round_deviation_bound": {"$ref": "#/$defs/rational"},
         }
     ),
+    stat=StatHooks(per_request=False, laws=outcome_laws),
 )

@@ -135,4 +135,5 @@ FAMILY = Family(
                              "items": chain.FAMILY.expected_schema}}),
         closed({"error": {"enum": ["BAD_SHAPE"]}}),
     ]},
+    comparator="proposal_batch",
 )

@@ -354,4 +354,5 @@ FAMILY = Family(
         "tie_gap": RATIONALS,
         "fp64_may_differ": {"type": "array", "items": {"type": "boolean"}},
     }),
+    comparator="proposal",
 )

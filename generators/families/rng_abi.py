@@ -10,10 +10,10 @@ Group ``round_schedule`` pins which position each draw of a round uses. Group
 from __future__ import annotations
 
 import random
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from qconform.generators.encoding import decode_u64, decode_word, encode_u64, encode_word
-from qconform.generators.registry import Case, Family, Group, Note
+from qconform.generators.registry import Case, Family, FuzzHooks, Group, Labels, Note
 from qconform.generators.schemas import closed_object as closed
 from qconform.spec.errors import SpecError
 from qconform.spec.philox import KNOWN_ANSWERS, philox4x32
@@ -28,6 +28,9 @@ from qconform.spec.rng_abi import (
     proposal_key,
     uniform32_draw,
 )
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
 
 U32_MAX = (1 << 32) - 1
 U64_MAX = (1 << 64) - 1
@@ -313,6 +316,24 @@ EXPECTED_SCHEMA = {
     ]
 }
 
+
+# --- fuzzing ------------------------------------------------------------------------------------
+
+
+def fuzz_strategy() -> SearchStrategy[dict]:
+    from qconform.generators import fuzz_inputs
+
+    return fuzz_inputs.rng_abi_inputs
+
+
+def fuzz_labels(case_input: dict, expected: dict) -> Labels:
+    if "counter" in case_input:
+        return ("R22",), ()
+    if "depth" in case_input:
+        return ("R14", "R22", "R23"), ("ROUND_SCHEDULE",)
+    return ("R22", "R23"), ("DRAW_READOUT",)
+
+
 FAMILY = Family(
     name="rng_abi",
     description="Philox4x32-10 known answers and the RNG ABI philox4x32-10-qconform-v1 (docs/rng-abi.md).",
@@ -322,4 +343,5 @@ FAMILY = Family(
     input_schema=INPUT_SCHEMA,
     expected_schema=EXPECTED_SCHEMA,
     solve=solve,
+    fuzz=FuzzHooks(inputs=fuzz_strategy, labels=fuzz_labels),
 )

@@ -591,4 +591,5 @@ FAMILY = Family(
     input_schema={"oneOf": PROPOSAL_INPUTS + [RESIDUAL_INPUT]},
     expected_schema={"oneOf": [PROPOSAL_ANSWER, RESIDUAL_ANSWER,
                                closed({"error": {"enum": ["BAD_SHARD_RANGES"]}})]},
+    comparator="sharding",
 )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 from fractions import Fraction
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from qconform.generators.encoding import (
     EncodingError,
@@ -30,10 +30,11 @@ from qconform.generators.encoding import (
     f32_bits,
 )
 from qconform.generators.families.categorical_sampling import decode_qrow, encode_qrow
-from qconform.generators.registry import Case, Family, Group, Note
+from qconform.generators.registry import Case, Family, FuzzHooks, Group, Labels, Note, StatHooks
 from qconform.generators.schemas import closed_object as closed
 from qconform.spec.constants import M, MAX_REQUESTS, VOCAB
 from qconform.spec.errors import SpecError
+from qconform.spec.outcome_law import Law, request_outcome_law
 from qconform.spec.qrow import QRow
 from qconform.spec.rng_abi import (
     RngIdentity,
@@ -46,6 +47,9 @@ from qconform.spec.rng_abi import (
 )
 from qconform.spec.sampling import sample_qrow
 from qconform.spec.verification import RoundInput, RoundResult, target_rows_from_f32, verify_batch
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
 
 U32_LIMIT = 1 << 32
 #: u32 >= 2^32 - FP32_ONE_GAP makes u32 / 2^32 round to 1.0 in FP32
@@ -640,6 +644,34 @@ DRAW_SCHEMA = closed(
 
 RESULT_SCHEMA = closed({"accepted": NONNEG, "emitted": TOKENS, "draws": {"type": "array", "items": DRAW_SCHEMA}})
 
+
+# --- fuzzing and statistical mode ---------------------------------------------------------------
+
+
+def fuzz_strategy() -> SearchStrategy[dict]:
+    from qconform.generators import fuzz_inputs
+
+    return fuzz_inputs.verification_inputs()
+
+
+def fuzz_labels(case_input: dict, expected: dict) -> Labels:
+    """Rules, and the flags the answer shows: a reject exactly on the boundary, stops, budgets."""
+    requests = case_input["requests"]
+    draws = [d for r in expected.get("requests", ()) for d in r["draws"]]
+    flags = (("ACCEPT_BOUNDARY",) if any(d["decision"] == "reject" and d["margin"] == "0/1" for d in draws) else ())
+    flags += ("STOP_TOKEN",) if any("stop_tokens" in r for r in requests) else ()
+    flags += ("OUTPUT_BUDGET",) if any("budget" in r for r in requests) else ()
+    rules = RULES + (("R27",) if len(requests) > 1 else ())
+    return rules, flags
+
+
+def outcome_laws(case_input: dict) -> list[Law]:
+    """The exact law of ``(accepted, emitted)`` of each request of a case, its drafts given
+    (one histogram per request in a ``sample`` answer)."""
+    vocab = case_input["vocab"]
+    return [request_outcome_law(decode_request(request, vocab)) for request in case_input["requests"]]
+
+
 FAMILY = Family(
     name="verification_round",
     description="Standard speculative verification of a batch of rounds, every draw pinned (R11, R23, R33).",
@@ -660,4 +692,7 @@ FAMILY = Family(
             closed({"error": {"enum": ["ZERO_Q_AT_TOKEN", "TOKEN_OUT_OF_RANGE", "BAD_TARGET_ROW", "BAD_SHAPE"]}}),
         ]
     },
+    comparator="verification",
+    fuzz=FuzzHooks(inputs=fuzz_strategy, labels=fuzz_labels),
+    stat=StatHooks(per_request=True, laws=outcome_laws),
 )

@@ -508,4 +508,5 @@ FAMILY = Family(
     input_schema=INPUT_SCHEMA,
     expected_schema=EXPECTED_SCHEMA,
     solve=solve,
+    comparator="wire",
 )

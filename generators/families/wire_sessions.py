@@ -670,4 +670,5 @@ FAMILY = Family(
     input_schema=INPUT_SCHEMA,
     expected_schema=EXPECTED_SCHEMA,
     solve=solve,
+    comparator="wire",
 )

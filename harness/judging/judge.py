@@ -10,8 +10,9 @@ The order of the checks is the contract (docs/harness.md):
    ``fail``. An ``acceptable`` case passes with its expected output or with any
    refusal (its flags document why both are allowed);
 3. an output is compared with ``expected`` exactly, after decoding, by the
-   family's comparator (:data:`COMPARATORS`), which alone may classify a
-   divergence as ``precision``; other families use exact equality;
+   family's comparator (the module its ``Family.comparator`` names under
+   ``qconform.harness.judging``), which alone may classify a divergence as
+   ``precision``; other families use exact equality;
 4. an answer that does not have the structure of ``expected`` (wrong or missing
    fields, wrong blob dtype or shape, NaN) is ``error``: the adapter answered
    garbage.
@@ -105,27 +106,20 @@ def judge(case: dict, outcome: Outcome | Any, config: AdapterConfig) -> Verdict:
         return errored(case_id, f"malformed answer: {exc}")
 
 
-#: family -> module of its comparator, for the families with a precision class.
-#: The module defines ``compare(case, output, profile) -> Verdict`` and may define
-#: ``refusal_excuse(case, code, profile) -> str | None``: why refusing this valid
-#: case lies inside the declared margins. Every other family is compared by
-#: :func:`compare_exact`, and its refusals of valid cases fail.
-COMPARATORS: dict[str, str] = {
-    "allocation_dense": "qconform.harness.judging.allocation",
-    "allocation_sparse": "qconform.harness.judging.allocation",
-    "proposal_chain": "qconform.harness.judging.proposal",
-    "proposal_batch": "qconform.harness.judging.proposal_batch",
-    "sharding": "qconform.harness.judging.sharding",
-    "verification_round": "qconform.harness.judging.verification",
-    "wire_frames": "qconform.harness.judging.wire",
-    "wire_sessions": "qconform.harness.judging.wire",
-}
+#: the package of the comparator modules a :class:`~qconform.generators.registry.Family` names
+JUDGING_PACKAGE = "qconform.harness.judging"
 
 
 def family_module(family: str) -> ModuleType | None:
-    """The comparator module of ``family`` (imported on first use: it imports this module)."""
-    name = COMPARATORS.get(family)
-    return None if name is None else importlib.import_module(name)
+    """The comparator module of ``family`` (imported on first use: it imports this module);
+    None for a family compared exactly, or one the registry does not know."""
+    from qconform.generators.registry import load_family
+
+    try:
+        name = load_family(family).comparator
+    except KeyError:
+        return None
+    return None if name is None else importlib.import_module(f"{JUDGING_PACKAGE}.{name}")
 
 
 def profile_margin(profile: PrecisionProfile, name: str) -> Fraction:

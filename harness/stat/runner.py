@@ -5,7 +5,7 @@ cannot be checked draw for draw. Statistical mode asks it instead, through the
 ``sample`` op (docs/stat-mode.md), for ``N`` independent rounds of each case of the
 ``verification_round`` and ``distribution`` families, as histograms of outcomes
 ``(accepted, emitted)``, and compares them with the exact law of the spec
-(:mod:`qconform.harness.stat.laws`) by Pearson's chi-square with rare outcomes
+(:mod:`qconform.spec.outcome_law`) by Pearson's chi-square with rare outcomes
 pooled (:mod:`qconform.harness.stat.chisquare`). Holm's procedure holds the
 family-wise false-alarm probability at ``alpha`` across cases; every case reports
 the total-variation deviation it would have detected with the requested power.
@@ -28,8 +28,9 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Hashable, Protocol, Sequence
 
+from qconform.generators.registry import family_names, load_family
 from qconform.harness.adapter import Adapter, AdapterConfig, AdapterError, Outcome, Unimplemented
-from qconform.harness.transport.shim_protocol import SAMPLE_FAMILIES, check_sample_output
+from qconform.harness.transport.shim_protocol import check_sample_output, sample_per_request
 from qconform.harness.stat.chisquare import (
     Bin,
     bin_counts,
@@ -39,7 +40,7 @@ from qconform.harness.stat.chisquare import (
     merge_bins,
     pearson,
 )
-from qconform.harness.stat.laws import Law, case_laws
+from qconform.spec.outcome_law import Law
 from qconform.harness.stat.sequential import (
     LOOKS,
     Look,
@@ -50,8 +51,21 @@ from qconform.harness.stat.sequential import (
     spending_looks,
 )
 
-#: the families statistical mode samples
-STAT_FAMILIES: tuple[str, ...] = tuple(SAMPLE_FAMILIES)
+
+
+def stat_families() -> tuple[str, ...]:
+    """The families statistical mode samples: those whose ``Family`` has ``stat`` hooks."""
+    return tuple(name for name in family_names() if load_family(name).stat is not None)
+
+
+def case_laws(family: str, case_input: dict) -> list[Law]:
+    """The exact law of every independent histogram a ``sample`` answer holds for a case
+    (the family's ``stat.laws``)."""
+    hooks = load_family(family).stat
+    if hooks is None:
+        raise ValueError(f"statistical mode has no law for family {family}")
+    return hooks.laws(case_input)
+
 PASS, FAIL, ERROR, UNSUPPORTED = "pass", "fail", "error", "unsupported"
 
 
@@ -117,13 +131,13 @@ class InProcess:
         return checked
 
 
-def load_cases(vectors: Path, families: Sequence[str] = STAT_FAMILIES, patterns: Sequence[str] = ()) -> list[StatCase]:
+def load_cases(vectors: Path, families: Sequence[str] | None = None, patterns: Sequence[str] = ()) -> list[StatCase]:
     """The cases of ``families`` whose id matches one of the ``fnmatch`` ``patterns`` (all
     when none), with the exact laws of the valid ones."""
     from qconform.generators.validation import iter_cases
 
     cases = []
-    for case in iter_cases(vectors, list(families)):
+    for case in iter_cases(vectors, list(stat_families() if families is None else families)):
         if patterns and not any(fnmatch(case.id, pattern) for pattern in patterns):
             continue
         valid = case.result == "valid"
@@ -198,12 +212,12 @@ def request_seed(base: int, family: str, index: int) -> int:
 
 def outcome_key(family: str, outcome: dict) -> tuple[int, tuple[int, ...]]:
     emitted = tuple(outcome["emitted"])
-    return (outcome["accepted"] if SAMPLE_FAMILIES[family] else len(emitted) - 1, emitted)
+    return (outcome["accepted"] if sample_per_request(family) else len(emitted) - 1, emitted)
 
 
 def histograms_of(case: StatCase, output: dict) -> list[dict] | str:
     """The histograms of an answer, one per law, or why the answer does not fit the case."""
-    found = output["requests"] if SAMPLE_FAMILIES[case.family] else [output]
+    found = output["requests"] if sample_per_request(case.family) else [output]
     if len(found) != len(case.laws):
         return f"malformed answer: {len(found)} histograms for {len(case.laws)} requests"
     return found

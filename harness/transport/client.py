@@ -39,6 +39,9 @@ from qconform.harness.transport.shim_protocol import (
 __all__ = ["AdapterClient", "AdapterStartError", "open_adapter", "host_command"]
 
 SHIM_PREFIX = "shim:"
+#: Prefix of a network endpoint under test, ``tcp://HOST:PORT`` (docs/endpoint.md): not a
+#: registered name but a URL, served by :class:`qconform.harness.transport.tcp_adapter.TcpAdapter`.
+TCP_PREFIX = "tcp://"
 #: bytes of the child's stderr kept for diagnostics, and how much a message quotes
 STDERR_KEEP = 64 * 1024
 STDERR_QUOTE = 1500
@@ -364,7 +367,7 @@ def open_adapter(spec: str, device: str = "cpu", timeout_s: float = 60.0) -> Ada
         if not command:
             raise AdapterStartError("shim: needs a command line, e.g. shim:./my_shim --flag")
     else:
-        from qconform.adapters.catalog import TCP_PREFIX, UnknownAdapter, available_adapters
+        from qconform.adapters.catalog import UnknownAdapter, available_adapters
 
         names = available_adapters()
         if spec not in names and not spec.startswith(TCP_PREFIX):

@@ -20,6 +20,7 @@ import traceback
 from typing import Any, BinaryIO, Callable, Sequence
 
 from qconform.harness.adapter import Adapter, AdapterError, Unimplemented
+from qconform.harness.transport.client import TCP_PREFIX
 from qconform.harness.transport.shim_protocol import (
     OPS,
     PROTOCOL_VERSION,
@@ -30,14 +31,8 @@ from qconform.harness.transport.shim_protocol import (
     outcome_to_entry,
 )
 
-#: The protocol's output stream once :func:`claim_stdio` ran. Only a deliberately
-#: broken adapter (adapters/faulty.py, mode ``garbage``) writes to it directly.
-PROTOCOL_OUT: BinaryIO | None = None
-
-
 def claim_stdio() -> tuple[BinaryIO, BinaryIO]:
     """Take private copies of fds 0/1 for the protocol; send fd 1 to stderr, fd 0 to /dev/null."""
-    global PROTOCOL_OUT
     sys.stdout.flush()
     proto_in = os.fdopen(os.dup(0), "rb")
     proto_out = os.fdopen(os.dup(1), "wb")
@@ -46,7 +41,6 @@ def claim_stdio() -> tuple[BinaryIO, BinaryIO]:
     os.dup2(devnull, 0)
     os.close(devnull)
     sys.stdout = sys.stderr
-    PROTOCOL_OUT = proto_out
     return proto_in, proto_out
 
 
@@ -189,26 +183,37 @@ class Host:
         return 0
 
 
+def construct_adapter(name: str, device: str = "cpu") -> Adapter:
+    """The adapter ``name`` on ``device``, in this process: the transport adapter of the
+    endpoint at a ``tcp://HOST:PORT`` name, else the catalog's or an entry point's
+    (:func:`qconform.adapters.catalog.load_adapter`)."""
+    if name.startswith(TCP_PREFIX):
+        from qconform.harness.transport.tcp_adapter import TcpAdapter
+
+        return TcpAdapter(name, device)
+    from qconform.adapters.catalog import load_adapter
+
+    return load_adapter(name, device)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m qconform.harness.transport.host", description=__doc__.split("\n\n")[0])
     parser.add_argument("--adapter", required=True, help="registered adapter name (docs/adapters.md)")
     parser.add_argument("--device", default="cpu", help="device to run on (default cpu)")
     args = parser.parse_args(argv)
     proto_in, proto_out = claim_stdio()
-    from qconform.adapters.catalog import load_adapter
-
     adapter, load_error = None, ""
     try:
-        adapter = load_adapter(args.adapter, args.device)
+        adapter = construct_adapter(args.adapter, args.device)
     except Exception as exc:  # noqa: BLE001 - reported through get_config
         traceback.print_exc()
         load_error = f"cannot load adapter {args.adapter!r} on {args.device}: {describe_exception(exc)}"
+    if adapter is not None and hasattr(adapter, "protocol_out"):
+        # only a deliberately broken adapter (adapters/faulty.py, mode ``garbage``) asks
+        # for the protocol's output stream, to corrupt it
+        adapter.protocol_out = proto_out
     return Host(adapter, load_error).serve(proto_in, proto_out)
 
 
 if __name__ == "__main__":
-    # Run the module under its import name, so adapters that import
-    # qconform.harness.transport.host see the same PROTOCOL_OUT as the server.
-    from qconform.harness.transport.host import main as host_main
-
-    sys.exit(host_main())
+    sys.exit(main())

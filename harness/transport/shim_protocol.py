@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from qconform.harness.adapter import (
     AdapterConfig,
+    AdapterStartError,
     AdapterError,
     Capabilities,
     Outcome,
@@ -41,15 +42,6 @@ QUOTE_CHARS = 200
 
 class ProtocolError(ValueError):
     """A message that breaks docs/shim-protocol.md; the text says how."""
-
-
-class AdapterStartError(RuntimeError):
-    """The adapter could not be started or its ``get_config`` failed.
-
-    This is a configuration problem of the user (wrong name, wrong command, a
-    shim that does not speak the protocol), so it is the one failure that the
-    harness raises instead of recording as a per-case ``error``.
-    """
 
 
 class NonFinite(str):
@@ -297,10 +289,10 @@ def output_validator(family: str) -> Any:
     """
     import jsonschema
 
-    from qconform.generators.registry import FAMILY_MODULES, load_family
+    from qconform.generators.registry import family_names, load_family
     from qconform.generators.schemas import DRAFT, build_family_schema
 
-    if family not in FAMILY_MODULES:
+    if family not in family_names():
         return None
     try:
         spec = load_family(family)
@@ -357,11 +349,18 @@ def _best_error(error: Any) -> Any:
 
 # --- sample: outcome histograms ------------------------------------------------------
 
-#: families the ``sample`` op answers, and whether their answer holds one histogram
-#: per request of the case (``{"requests": [{"outcomes": [...]}]}``) whose outcomes
-#: carry the ``accepted`` count, or one histogram ``{"outcomes": [...]}`` of emitted
-#: sequences (docs/stat-mode.md)
-SAMPLE_FAMILIES: dict[str, bool] = {"verification_round": True, "distribution": False}
+def sample_per_request(family: str) -> bool | None:
+    """How the ``sample`` op answers ``family`` (its ``Family.stat`` hooks, docs/stat-mode.md):
+    True for one histogram per request of the case (``{"requests": [{"outcomes": [...]}]}``)
+    whose outcomes carry the ``accepted`` count, False for one histogram ``{"outcomes": [...]}``
+    of emitted sequences, None for a family that cannot be sampled."""
+    from qconform.generators.registry import load_family
+
+    try:
+        hooks = load_family(family).stat
+    except KeyError:
+        return None
+    return None if hooks is None else hooks.per_request
 
 
 def _count_problem(value: Any, where: str) -> str | None:
@@ -405,9 +404,10 @@ def check_sample_output(family: str, output: dict, samples: int) -> str | None:
     if "error" in output:
         return None if set(output) == {"error"} and isinstance(output["error"], str) and output["error"] else (
             "a refusal must be exactly {\"error\": <nonempty code>}")
-    if family not in SAMPLE_FAMILIES:
+    per_request = sample_per_request(family)
+    if per_request is None:
         return None  # a family the harness has no histogram format for: only encoding checks
-    if not SAMPLE_FAMILIES[family]:
+    if not per_request:
         return histogram_problem(output, samples, False, "output")
     requests = output.get("requests")
     if set(output) != {"requests"} or not isinstance(requests, list) or not requests:

@@ -36,7 +36,7 @@ from qconform.harness import control
 from qconform.generators.encoding import decode_blob
 from qconform.generators.families.wire_frames import fields_to_json, hello_from_json, q_row_json
 from qconform.harness.adapter import Adapter, AdapterError, Capabilities, Outcome, PrecisionProfile
-from qconform.adapters.catalog import TCP_PREFIX
+from qconform.harness.transport.client import TCP_PREFIX
 from qconform.harness.transport.shim_protocol import ProtocolError, parse_precision
 from qconform.spec.wire import layout
 from qconform.spec.wire.codec import decode_frame, encode_frame

@@ -14,37 +14,25 @@ from pathlib import Path
 
 import click
 
-from qconform.cli.run import RunUsageError, check_adapter
-
-
-def open_checked(adapter: str, device: str, timeout: float):
-    """The started adapter client of a command that drives it directly (fuzz, batch-invariance);
-    an unknown adapter, or one that cannot start, is a usage error (exit 2)."""
-    from qconform.harness.transport.client import AdapterStartError, open_adapter
-
-    check_adapter(adapter)
-    try:
-        return open_adapter(adapter, device=device, timeout_s=timeout)
-    except AdapterStartError as exc:
-        raise RunUsageError(str(exc)) from None
+from qconform.cli.arguments import open_checked
+from qconform.cli.errors import UsageLineError
 
 
 def fuzz_families(requested: tuple[str, ...], declared: tuple[str, ...]) -> tuple[str, ...]:
     """The families to fuzz: those requested (default: every family the fuzzer draws inputs
     for and whose spec has a ``solve``) that the adapter declares."""
-    from qconform.generators.registry import load_family
-    from qconform.harness.fuzz.driver import FUZZ_FAMILIES
+    from qconform.harness.fuzz.driver import fuzz_families as fuzzable_families
 
-    fuzzable = tuple(f for f in FUZZ_FAMILIES if load_family(f).solve is not None)
+    fuzzable = fuzzable_families()
     unknown = [f for f in requested if f not in fuzzable]
     if unknown:
-        raise RunUsageError(f"cannot fuzz family {', '.join(unknown)}; the fuzzer knows: {', '.join(fuzzable)}")
+        raise UsageLineError(f"cannot fuzz family {', '.join(unknown)}; the fuzzer knows: {', '.join(fuzzable)}")
     undeclared = [f for f in requested if f not in declared]
     if undeclared:
-        raise RunUsageError(f"the adapter does not declare family {', '.join(undeclared)}")
+        raise UsageLineError(f"the adapter does not declare family {', '.join(undeclared)}")
     families = tuple(f for f in (dict.fromkeys(requested) or fuzzable) if f in declared)
     if not families:
-        raise RunUsageError(f"the adapter declares none of the fuzzed families ({', '.join(fuzzable)})")
+        raise UsageLineError(f"the adapter declares none of the fuzzed families ({', '.join(fuzzable)})")
     return families
 
 
@@ -74,7 +62,7 @@ def print_finding(report, vector_out: str | None) -> dict:
 def check_found_files(families: tuple[str, ...]) -> None:
     """Refuse to start a ``--record`` run whose found-inputs files could not take a finding
     (one ``Error:`` line, exit 1, as for any malformed or unwritable file)."""
-    from qconform.cli import user_errors
+    from qconform.cli.errors import user_errors
     from qconform.generators.findings import load_found
     from qconform.generators.registry import load_family
 
@@ -85,7 +73,7 @@ def check_found_files(families: tuple[str, ...]) -> None:
 
 def record_finding(vector: dict) -> None:
     """File ``vector``'s input among its family's found inputs and say what to run next."""
-    from qconform.cli import user_errors
+    from qconform.cli.errors import user_errors
     from qconform.harness.fuzz.driver import record_vector
 
     with user_errors():

@@ -24,7 +24,8 @@ from typing import Sequence
 
 import click
 
-from qconform.cli.run import RunUsageError, check_corpus, checkout_expectations
+from qconform.cli.arguments import check_corpus, checkout_expectations
+from qconform.cli.errors import UsageLineError
 from qconform.harness.verdicts import Verdict, VerdictClass
 
 #: verdict classes that kill a mutant
@@ -193,7 +194,7 @@ def select_jobs(mutants: dict, names: tuple[str, ...], families: tuple[str, ...]
     """The jobs to run, and the mutants the family filter leaves without a family."""
     unknown = [n for n in names if n not in mutants]
     if unknown:
-        raise RunUsageError(f"unknown mutant {', '.join(unknown)}; mutants: {', '.join(mutants)}")
+        raise UsageLineError(f"unknown mutant {', '.join(unknown)}; mutants: {', '.join(mutants)}")
     jobs, skipped = [], []
     for name in dict.fromkeys(names) or mutants:
         own = tuple(corpus_families) if all_families else mutants[name].families
@@ -210,7 +211,7 @@ def parse_workers(value: str) -> int:
         return os.cpu_count() or 1
     if value.isdigit() and int(value) >= 1:
         return int(value)
-    raise RunUsageError(f"-n takes a number of workers (1 or more) or 'auto', not {value!r}")
+    raise UsageLineError(f"-n takes a number of workers (1 or more) or 'auto', not {value!r}")
 
 
 @click.command("mutants")
@@ -229,7 +230,7 @@ def mutants(ctx: click.Context, names: tuple[str, ...], families: tuple[str, ...
             workers: str, json_path: str | None, vectors: str | None, timeout: float | None) -> None:
     """Run the corpus against seeded-bug mutants of the torch candidate; fail if one survives."""
     from qconform.adapters.torch_mutants import MUTANTS
-    from qconform.cli import wide_console
+    from qconform.cli.console import wide_console
     from qconform.generators.corpus import default_vectors_dir
     from qconform.generators.validation import VectorFileError, load_index
 
@@ -239,7 +240,7 @@ def mutants(ctx: click.Context, names: tuple[str, ...], families: tuple[str, ...
     jobs, skipped = select_jobs(MUTANTS, names, families, all_families, corpus_families, root, timeout)
     missing = sorted({f for job in jobs for f in job.families} - set(corpus_families))
     if missing:
-        raise RunUsageError(f"the corpus at {root} lacks the families {', '.join(missing)}")
+        raise UsageLineError(f"the corpus at {root} lacks the families {', '.join(missing)}")
     try:
         results = run_jobs(jobs, parse_workers(workers))
     except VectorFileError as exc:

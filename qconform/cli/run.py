@@ -20,88 +20,19 @@ from pathlib import Path
 
 import click
 
-#: name of the expectations folder at the root of a checkout
-EXPECTATIONS_DIR = "expectations"
-
-
-class RunUsageError(click.ClickException):
-    """A bad argument: one ``Error:`` line, exit status 2, no usage banner."""
-
-    exit_code = 2
-
-
-def checkout_expectations(adapter: str) -> Path | None:
-    """``expectations/<adapter>.toml`` of the checkout this package runs from, if present."""
-    import qconform.harness
-
-    path = Path(qconform.harness.__file__).resolve().parent.parent / EXPECTATIONS_DIR / f"{adapter}.toml"
-    return path if path.is_file() else None
-
-
-def check_device(adapter: str, device: str) -> None:
-    """Refuse ``--device cuda`` up front where torch sees no CUDA device, for the bundled
-    in-process adapters (a shim or an endpoint owns its device and says so itself):
-    otherwise every case would be an error saying the same thing."""
-    from qconform.harness.transport.client import SHIM_PREFIX
-    from qconform.adapters.catalog import TCP_PREFIX
-
-    if not device.startswith("cuda") or adapter.startswith((SHIM_PREFIX, TCP_PREFIX)):
-        return
-    try:
-        import torch
-    except ImportError:
-        raise RunUsageError(f"--device {device} needs torch with CUDA; torch is not installed") from None
-    if not torch.cuda.is_available():
-        raise RunUsageError(f"--device {device}: torch {torch.__version__} sees no CUDA device on this machine")
-
-
-def check_adapter(adapter: str) -> None:
-    from qconform.harness.transport.client import SHIM_PREFIX
-    from qconform.adapters.catalog import TCP_PREFIX, available_adapters
-
-    if adapter.startswith(TCP_PREFIX):
-        from qconform.harness.transport.tcp_adapter import parse_tcp_url
-
-        try:
-            parse_tcp_url(adapter)
-        except ValueError as exc:
-            raise RunUsageError(f"{exc}, e.g. --adapter tcp://127.0.0.1:7700") from None
-        return
-    if adapter.startswith(SHIM_PREFIX):
-        if not adapter[len(SHIM_PREFIX):].strip():
-            raise RunUsageError("shim: needs a command line, e.g. --adapter 'shim:./my_shim --flag'")
-        return
-    names = available_adapters()
-    if adapter not in names:
-        raise RunUsageError(f"unknown adapter {adapter!r}; available adapters: {', '.join(names)}")
-
-
-def check_corpus(vectors: Path, families: tuple[str, ...]) -> None:
-    from qconform.generators.validation import VectorFileError, load_index
-
-    try:
-        index = load_index(vectors)
-    except VectorFileError as exc:
-        raise RunUsageError(f"no usable vector corpus: {exc}") from None
-    unknown = [f for f in families if f not in index["families"]]
-    if unknown:
-        raise RunUsageError(
-            f"unknown family {', '.join(unknown)}; the corpus at {vectors} has: {', '.join(index['families'])}")
-
-
-def check_expectations(path: Path) -> None:
-    from qconform.harness.expectations import Expectations, ExpectationsError
-
-    try:
-        Expectations.load(path)
-    except ExpectationsError as exc:
-        raise RunUsageError(str(exc)) from None
-
+from qconform.cli.arguments import (
+    check_adapter,
+    check_corpus,
+    check_device,
+    check_expectations,
+    checkout_expectations,
+)
+from qconform.cli.errors import UsageLineError
 
 def parse_workers(value: str) -> str:
     if value == "auto" or (value.isdigit()):
         return value
-    raise RunUsageError(f"-n takes a number of workers or 'auto', not {value!r}")
+    raise UsageLineError(f"-n takes a number of workers or 'auto', not {value!r}")
 
 
 def pytest_args(

@@ -17,10 +17,13 @@ from pathlib import Path
 
 import click
 
-from qconform.cli.run import RunUsageError, check_adapter, check_corpus
-from qconform.harness.stat.runner import STAT_FAMILIES, StatOptions, load_cases, run_stat
+from qconform.cli.arguments import check_adapter, check_corpus
+from qconform.cli.errors import UsageLineError
+from qconform.harness.stat.runner import StatOptions, load_cases, run_stat, stat_families
 from qconform.harness.stat.sequential import LOOKS
 
+#: the families statistical mode samples (the ones with ``stat`` hooks)
+STAT_FAMILIES = stat_families()
 #: exit status when no case matches the selection (pytest's)
 NO_CASES = 5
 
@@ -53,7 +56,7 @@ def stat_command(adapter, families, patterns, samples, alpha, power, sequential,
     from qconform.generators.corpus import default_vectors_dir
     from qconform.harness.transport.client import AdapterStartError, open_adapter
     from qconform.harness.stat.report import render, write_json, write_plots
-    from qconform.cli import wide_console
+    from qconform.cli.console import wide_console
 
     check_adapter(adapter)
     root = vectors or default_vectors_dir()
@@ -68,11 +71,11 @@ def stat_command(adapter, families, patterns, samples, alpha, power, sequential,
     try:
         client = open_adapter(adapter, device, timeout_s)
     except AdapterStartError as exc:
-        raise RunUsageError(str(exc)) from None
+        raise UsageLineError(str(exc)) from None
     with client:
         sampled = [family for family in selected if family in client.config.capabilities.sampling]
         if not sampled:
-            raise RunUsageError(f"adapter {adapter!r} samples none of {', '.join(selected)} "
+            raise UsageLineError(f"adapter {adapter!r} samples none of {', '.join(selected)} "
                                 f"(capabilities.sampling is {list(client.config.capabilities.sampling)}); "
                                 "statistical mode needs the sample op (docs/stat-mode.md)")
         run = run_stat(client, cases, options)

@@ -1,4 +1,5 @@
-"""The exact laws that statistical mode compares sampled rounds with (docs/stat-mode.md).
+"""The exact law of one round's outcome, which statistical mode compares sampled rounds with
+(docs/stat-mode.md).
 
 An outcome of one round is a pair ``(accepted, emitted)``: the number of drafts
 accepted and the tuple of tokens emitted. Its law is computed exactly, with the
@@ -32,8 +33,8 @@ from qconform.spec.verification import (
 )
 
 #: ``(accepted, emitted)`` of one round
-Outcome = tuple[int, tuple[int, ...]]
-Law = dict[Outcome, Fraction]
+RoundOutcome = tuple[int, tuple[int, ...]]
+Law = dict[RoundOutcome, Fraction]
 #: ``(residual masses, acceptance probability of the rejected draft) -> correction law``
 CorrectionLaw = Callable[[Sequence[Fraction], Fraction], list[Fraction]]
 
@@ -85,21 +86,6 @@ def chain_outcome_law(vocab: int, depth: int, q, p) -> Law:
     """The exact law of ``(accepted, emitted)`` of a round whose drafts are sampled too
     (the ``distribution`` family): :func:`qconform.spec.distribution.round_law`."""
     return {(len(emitted) - 1, emitted): probability for emitted, probability in round_law(vocab, depth, q, p).items()}
-
-
-def case_laws(family: str, case_input: dict) -> list[Law]:
-    """The exact law of every independent histogram a ``sample`` answer holds for a case:
-    one per request (``verification_round``) or one (``distribution``)."""
-    if family == "verification_round":
-        from qconform.generators.families.verification_round import decode_request
-
-        vocab = case_input["vocab"]
-        return [request_outcome_law(decode_request(request, vocab)) for request in case_input["requests"]]
-    if family == "distribution":
-        from qconform.generators.families.distribution import decode_law_input
-
-        return [chain_outcome_law(*decode_law_input(case_input))]
-    raise ValueError(f"statistical mode has no law for family {family}")
 
 
 def law_total(law: Law) -> Fraction:

@@ -1,0 +1,118 @@
+"""Checks of the arguments several commands share: family, adapter, device, corpus and
+expectations. Each mistake is one :class:`~qconform.cli.errors.UsageLineError` line
+(exit status 2), raised before any work starts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from qconform.cli.errors import UsageLineError
+
+#: name of the expectations folder at the root of a checkout
+EXPECTATIONS_DIR = "expectations"
+
+
+def _load(name: str):
+    from qconform.generators import registry
+
+    try:
+        return registry.load_family(name)
+    except ImportError as exc:
+        raise click.ClickException(f"family {name} cannot be loaded: {exc}") from None
+
+
+def resolve_families(names: tuple[str, ...]) -> list | None:
+    """The registered families named, in the order given; None (all) when no name is given.
+
+    Every family that a run needs must load; an unknown name is a usage error.
+    """
+    from qconform.generators import registry
+
+    known = registry.family_names()
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise UsageLineError(f"unknown family {', '.join(unknown)}; known families: {', '.join(known)}")
+    families = [_load(n) for n in (dict.fromkeys(names) or known)]
+    return families if names else None
+
+
+def checkout_expectations(adapter: str) -> Path | None:
+    """``expectations/<adapter>.toml`` of the checkout this package runs from, if present."""
+    import qconform.harness
+
+    path = Path(qconform.harness.__file__).resolve().parent.parent / EXPECTATIONS_DIR / f"{adapter}.toml"
+    return path if path.is_file() else None
+
+
+def check_device(adapter: str, device: str) -> None:
+    """Refuse ``--device cuda`` up front where torch sees no CUDA device, for the bundled
+    in-process adapters (a shim or an endpoint owns its device and says so itself):
+    otherwise every case would be an error saying the same thing."""
+    from qconform.harness.transport.client import SHIM_PREFIX, TCP_PREFIX
+
+    if not device.startswith("cuda") or adapter.startswith((SHIM_PREFIX, TCP_PREFIX)):
+        return
+    try:
+        import torch
+    except ImportError:
+        raise UsageLineError(f"--device {device} needs torch with CUDA; torch is not installed") from None
+    if not torch.cuda.is_available():
+        raise UsageLineError(f"--device {device}: torch {torch.__version__} sees no CUDA device on this machine")
+
+
+def check_adapter(adapter: str) -> None:
+    from qconform.adapters.catalog import available_adapters
+    from qconform.harness.transport.client import SHIM_PREFIX, TCP_PREFIX
+
+    if adapter.startswith(TCP_PREFIX):
+        from qconform.harness.transport.tcp_adapter import parse_tcp_url
+
+        try:
+            parse_tcp_url(adapter)
+        except ValueError as exc:
+            raise UsageLineError(f"{exc}, e.g. --adapter tcp://127.0.0.1:7700") from None
+        return
+    if adapter.startswith(SHIM_PREFIX):
+        if not adapter[len(SHIM_PREFIX):].strip():
+            raise UsageLineError("shim: needs a command line, e.g. --adapter 'shim:./my_shim --flag'")
+        return
+    names = available_adapters()
+    if adapter not in names:
+        raise UsageLineError(f"unknown adapter {adapter!r}; available adapters: {', '.join(names)}")
+
+
+def check_corpus(vectors: Path, families: tuple[str, ...]) -> None:
+    from qconform.generators.validation import VectorFileError, load_index
+
+    try:
+        index = load_index(vectors)
+    except VectorFileError as exc:
+        raise UsageLineError(f"no usable vector corpus: {exc}") from None
+    unknown = [f for f in families if f not in index["families"]]
+    if unknown:
+        raise UsageLineError(
+            f"unknown family {', '.join(unknown)}; the corpus at {vectors} has: {', '.join(index['families'])}")
+
+
+def check_expectations(path: Path) -> None:
+    from qconform.harness.expectations import Expectations, ExpectationsError
+
+    try:
+        Expectations.load(path)
+    except ExpectationsError as exc:
+        raise UsageLineError(str(exc)) from None
+
+
+def open_checked(adapter: str, device: str, timeout: float):
+    """The started adapter client of a command that drives it directly (fuzz, batch-invariance);
+    an unknown adapter, or one that cannot start, is a usage error (exit 2)."""
+    from qconform.harness.transport.client import AdapterStartError, open_adapter
+
+    check_adapter(adapter)
+    try:
+        return open_adapter(adapter, device=device, timeout_s=timeout)
+    except AdapterStartError as exc:
+        raise UsageLineError(str(exc)) from None
