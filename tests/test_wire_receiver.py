@@ -16,7 +16,7 @@ from qconform.spec.wire.receiver import (
     EVENT_COUNTERS,
     REJECT,
     ReceiverState,
-    Verdict,
+    Disposition,
     consumable_rows,
     counter,
     initial_state,
@@ -26,7 +26,7 @@ from qconform.spec.wire.receiver import (
 pytestmark = pytest.mark.rules("R12", "R16", "R17", "R24", "R25", "R27", "R28")
 
 
-def run(script: Script) -> tuple[ReceiverState, list[Verdict], list[ReceiverState]]:
+def run(script: Script) -> tuple[ReceiverState, list[Disposition], list[ReceiverState]]:
     state = initial_state(script.config)
     verdicts, states = [], []
     for obj in script.events:
@@ -50,7 +50,7 @@ def test_rows_become_consumable_only_after_completion():
     s.commit(r1, 1)
     s.complete(r1, frames)
     state, verdicts, _ = run(s)
-    assert verdicts[-2] == Verdict(REJECT, "CONSUMED_BEFORE_COMPLETION")
+    assert verdicts[-2] == Disposition(REJECT, "CONSUMED_BEFORE_COMPLETION")
     rows = consumable_rows(state, 0)
     assert rows == tuple(s.row(r1, i)[0] for i in range(5))
     s.commit(r1, 1)
@@ -64,7 +64,7 @@ def test_corrupt_q_discards_the_entire_proposal():
     s.replies(r1, range(3))
     s.raw(s.reply_frame(r1, 3, values=(0x3F000000, 0x3F000000, 0x3E800000)))  # mass 5/4 M
     state, verdicts, _ = run(s)
-    assert verdicts[-1] == Verdict(REJECT, "WRONG_TOTAL_MASS", (0,))
+    assert verdicts[-1] == Disposition(REJECT, "WRONG_TOTAL_MASS", (0,))
     slot = state.slots[0]
     assert slot.open is None and not slot.live and slot.committed == 100  # target-only from the committed prefix
     assert counter(state, "discarded_proposals") == 1 and counter(state, "WRONG_TOTAL_MASS") == 1
@@ -82,7 +82,7 @@ def test_an_unattributable_frame_discards_every_open_round():
     s.replies(b, range(1))
     s.raw(b"QSMP\x02\x00")
     state, verdicts, _ = run(s)
-    assert verdicts[-1] == Verdict(REJECT, "TRUNCATED", (0, 2))
+    assert verdicts[-1] == Disposition(REJECT, "TRUNCATED", (0, 2))
     assert all(slot.open is None for slot in state.slots)
 
 
@@ -111,7 +111,7 @@ def test_identical_retries_are_idempotent_and_different_ones_discard():
     assert verdicts[-1].kind == "duplicate" and without_counters(states[-1]) == without_counters(states[-2])
     s.raw(s.redrawn_frame(r1, 2))
     state, verdicts, _ = run(s)
-    assert verdicts[-1] == Verdict(REJECT, "RETRY_MISMATCH", (0,)) and state.slots[0].open is None
+    assert verdicts[-1] == Disposition(REJECT, "RETRY_MISMATCH", (0,)) and state.slots[0].open is None
 
 
 def test_reconnection_invalidates_keys_in_flight():

@@ -19,7 +19,7 @@ from qconform.generators.families.wire_sessions import Script
 from qconform.spec.wire.codec import completion_for, encode_frame
 from qconform.spec.wire.messages import Cancel, Commit, Reset, Step
 from qconform.spec.wire.negotiation import example_config
-from qconform.spec.wire.receiver import Disconnect, FrameIn, Timeout, Verdict, counter, initial_state, step
+from qconform.spec.wire.receiver import Disconnect, FrameIn, Timeout, Disposition, counter, initial_state, step
 
 pytestmark = pytest.mark.rules("R16", "R17", "R19", "R24", "R25", "R28")
 
@@ -72,7 +72,7 @@ class ReceiverMachine(RuleBasedStateMachine):
 
     def expect(self, event, kind: str, reason: str | None = None, discarded: tuple[int, ...] = ()) -> None:
         self.state, verdict = step(self.state, event)
-        assert verdict == Verdict(kind, reason, discarded)
+        assert verdict == Disposition(kind, reason, discarded)
         self.rejections += kind == "reject"
 
     def send(self, message, kind: str, reason: str | None = None, discarded: tuple[int, ...] = ()) -> None:

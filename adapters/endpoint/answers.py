@@ -11,7 +11,7 @@ from __future__ import annotations
 from . import layout
 from .blobs import blob
 from .codec import Message
-from .receiver import Receiver, Verdict
+from .receiver import Receiver, Disposition
 from .validation import QRow
 
 
@@ -67,7 +67,7 @@ def message_json(message: Message, row: QRow | None) -> dict:
     return out
 
 
-def verdict_json(verdict: Verdict) -> dict:
+def verdict_json(verdict: Disposition) -> dict:
     out = {"verdict": verdict.kind, "discarded": list(verdict.discarded)}
     if verdict.reason is not None:
         out["reason"] = verdict.reason

@@ -4,7 +4,7 @@ A mutable object rather than the spec's pure function: :meth:`Receiver.feed`
 takes the bytes of one frame (the worker's HELLO, REPLY and COMPLETION, and the
 target's own STEP, COMMIT, RESET and CANCEL as it sends them),
 :meth:`Receiver.timeout` a slot's watchdog, :meth:`Receiver.disconnect` a
-dropped link; each returns a :class:`Verdict`. The rules are those of
+dropped link; each returns a :class:`Disposition`. The rules are those of
 docs/wire-v2.md ("Receiver state machine"):
 
 * a round's rows are consumable only once its COMPLETION validated (exact byte
@@ -60,7 +60,7 @@ class Slot:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Disposition:
     """What became of one event, the slots whose proposal it discarded, and the payload bytes it allocated."""
 
     kind: str
@@ -94,8 +94,8 @@ class Receiver:
         self.journal: list[dict] = []
         self.decoder = self.decoder_class()
         self.validator = self.validator_class()
-        self.last_verdict: Verdict | None = None
-        self.last_disconnect: Verdict | None = None
+        self.last_verdict: Disposition | None = None
+        self.last_disconnect: Disposition | None = None
 
     # -- stateless ----------------------------------------------------------------------
 
@@ -112,7 +112,7 @@ class Receiver:
 
     # -- events -------------------------------------------------------------------------
 
-    def feed(self, data: bytes) -> Verdict:
+    def feed(self, data: bytes) -> Disposition:
         """One frame through the state machine."""
         try:
             message, row = self.check(data)
@@ -120,35 +120,35 @@ class Receiver:
             verdict = self.refuse_frame(refusal)
         else:
             verdict = self.route(message, row, data)
-        verdict = Verdict(verdict.kind, verdict.reason, verdict.discarded, self.decoder.allocated)
+        verdict = Disposition(verdict.kind, verdict.reason, verdict.discarded, self.decoder.allocated)
         self.last_verdict = verdict
         return verdict
 
-    def route(self, message: Message, row: QRow | None, data: bytes) -> Verdict:
+    def route(self, message: Message, row: QRow | None, data: bytes) -> Disposition:
         if message.type == 0:
             self.counters["v1_greedy_frames"] += 1
-            return Verdict(GREEDY_V1)
+            return Disposition(GREEDY_V1)
         handlers = {layout.HELLO: self.on_hello, layout.STEP: self.on_step, layout.REPLY: self.on_reply,
                     layout.COMPLETION: self.on_completion, layout.COMMIT: self.on_commit,
                     layout.RESET: self.on_reset, layout.CANCEL: self.on_cancel}
         return handlers[message.type](message, row, data)
 
-    def timeout(self, index: int) -> Verdict:
+    def timeout(self, index: int) -> Disposition:
         """A slot's watchdog: discards its open round and ends its generation; idle, it is ignored."""
         if index >= len(self.slots) or self.slots[index].open is None:
             self.counters["ignored_timers"] += 1
-            return Verdict(IGNORE)
+            return Disposition(IGNORE)
         self.counters["timeouts"] += 1
-        return Verdict(ACCEPT, None, self.discard((index,), "timeout"))
+        return Disposition(ACCEPT, None, self.discard((index,), "timeout"))
 
-    def disconnect(self) -> Verdict:
+    def disconnect(self) -> Disposition:
         """The link dropped: every open round discarded, no generation live, HELLO awaited."""
         self.counters["disconnects"] += 1
         discarded = self.discard(self.open_slots(), "disconnect")
         for slot in self.slots:
             slot.live = False
         self.negotiated = None
-        self.last_disconnect = Verdict(ACCEPT, None, discarded)
+        self.last_disconnect = Disposition(ACCEPT, None, discarded)
         return self.last_disconnect
 
     # -- bookkeeping ----------------------------------------------------------------------
@@ -172,14 +172,14 @@ class Receiver:
             done.append(index)
         return tuple(done)
 
-    def refuse(self, code: str, discard: tuple[int, ...] = ()) -> Verdict:
+    def refuse(self, code: str, discard: tuple[int, ...] = ()) -> Disposition:
         discarded = self.discard(discard, code)
         self.counters[code] += 1
-        return Verdict(REJECT, code, discarded)
+        return Disposition(REJECT, code, discarded)
 
-    def accept(self, discarded: tuple[int, ...] = ()) -> Verdict:
+    def accept(self, discarded: tuple[int, ...] = ()) -> Disposition:
         self.counters["accepted"] += 1
-        return Verdict(ACCEPT, None, discarded)
+        return Disposition(ACCEPT, None, discarded)
 
     def addresses_open_round(self, route: Route) -> bool:
         params = self.negotiated
@@ -191,7 +191,7 @@ class Receiver:
         return (slot.live and slot.open is not None and route.generation == slot.generation
                 and route.round == slot.open.step["round"])
 
-    def refuse_frame(self, refusal: Refusal) -> Verdict:
+    def refuse_frame(self, refusal: Refusal) -> Disposition:
         """A frame refused statelessly: discard what it can be attributed to."""
         if refusal.route is None:
             return self.refuse(refusal.code, self.open_slots())
@@ -223,22 +223,22 @@ class Receiver:
     def is_consumable(current: OpenRound) -> bool:
         return current.completion is not None
 
-    def retried(self, first: bytes, again: bytes, index: int) -> Verdict:
+    def retried(self, first: bytes, again: bytes, index: int) -> Disposition:
         if first == again:
             self.counters["duplicate_retries"] += 1
-            return Verdict(DUPLICATE)
+            return Disposition(DUPLICATE)
         return self.refuse("RETRY_MISMATCH", (index,))
 
     # -- handlers ---------------------------------------------------------------------------
 
-    def on_hello(self, message: Message, row, data: bytes) -> Verdict:
+    def on_hello(self, message: Message, row, data: bytes) -> Disposition:
         if self.negotiated is not None:
             return self.refuse("UNEXPECTED_MESSAGE")
         self.negotiated = message.fields
         self.slots = [self.slots[i] if i < len(self.slots) else Slot() for i in range(message["max_slots"])]
         return self.accept()
 
-    def on_step(self, message: Message, row, data: bytes) -> Verdict:
+    def on_step(self, message: Message, row, data: bytes) -> Disposition:
         slot = self.slots[message["slot"]]
         problem = self.command_problem(slot, message["generation"])
         if problem:
@@ -257,7 +257,7 @@ class Receiver:
         slot.open, slot.last_round = OpenRound(message), round_id
         return self.accept()
 
-    def on_reply(self, message: Message, row: QRow, data: bytes) -> Verdict:
+    def on_reply(self, message: Message, row: QRow, data: bytes) -> Disposition:
         index = message["slot"]
         slot = self.slots[index]
         problem = self.worker_problem(slot, message["generation"], message["round"])
@@ -280,7 +280,7 @@ class Receiver:
         current.rows.append(row)
         return self.accept()
 
-    def on_completion(self, message: Message, row, data: bytes) -> Verdict:
+    def on_completion(self, message: Message, row, data: bytes) -> Disposition:
         index = message["slot"]
         slot = self.slots[index]
         problem = self.worker_problem(slot, message["generation"], message["round"])
@@ -306,7 +306,7 @@ class Receiver:
         current.completion = data
         return self.accept()
 
-    def on_commit(self, message: Message, row, data: bytes) -> Verdict:
+    def on_commit(self, message: Message, row, data: bytes) -> Disposition:
         index = message["slot"]
         slot = self.slots[index]
         problem = self.command_problem(slot, message["generation"])
@@ -328,7 +328,7 @@ class Receiver:
         slot.committed, slot.open = message["new_committed"], None
         return self.accept()
 
-    def on_reset(self, message: Message, row, data: bytes) -> Verdict:
+    def on_reset(self, message: Message, row, data: bytes) -> Disposition:
         index = message["slot"]
         slot = self.slots[index]
         if message["generation"] < slot.generation:
@@ -339,7 +339,7 @@ class Receiver:
         self.slots[index] = Slot(message["generation"], True, message["committed"], None, message["seed"])
         return self.accept(discarded)
 
-    def on_cancel(self, message: Message, row, data: bytes) -> Verdict:
+    def on_cancel(self, message: Message, row, data: bytes) -> Disposition:
         index = message["slot"]
         problem = self.command_problem(self.slots[index], message["generation"])
         if problem:

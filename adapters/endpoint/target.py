@@ -63,7 +63,7 @@ from . import layout, stream
 from .answers import row_json
 from .codec import encode
 from .model import TargetModel
-from .receiver import ACCEPT, Receiver, Verdict
+from .receiver import ACCEPT, Receiver, Disposition
 from .validation import QRow
 
 log = logging.getLogger("qconform.endpoint.target")
@@ -260,7 +260,7 @@ class Target:
     def lane_of(self, slot: int | None) -> Lane | None:
         return next((lane for lane in self.lanes if lane.slot == slot), None)
 
-    def dispatch(self, verdict: Verdict, slot: int | None) -> None:
+    def dispatch(self, verdict: Disposition, slot: int | None) -> None:
         """Wake every round the verdict discarded, and the frame's own slot once its rows are consumable."""
         for index in verdict.discarded:
             if (lane := self.lane_of(index)) is not None:
@@ -292,7 +292,7 @@ class Target:
             with contextlib.suppress(ConnectionError, OSError):
                 await writer.wait_closed()
 
-    def own(self, slot: int, message_type: int, fields: dict) -> tuple[bytes, Verdict]:
+    def own(self, slot: int, message_type: int, fields: dict) -> tuple[bytes, Disposition]:
         """The target's own command, fed to its receiver (it must accept); the frame to send."""
         if self.writer is None:
             raise ConnectionResetError("no link to the worker")

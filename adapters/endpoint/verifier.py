@@ -28,7 +28,7 @@ from . import layout, stream
 from .answers import counters_json, hello_fields, message_json, state_json, verdict_json
 from .codec import Refusal
 from .mutants import receiver_class
-from .receiver import Receiver, Verdict
+from .receiver import Receiver, Disposition
 from .server import Endpoint
 
 log = logging.getLogger("qconform.endpoint.verifier")
@@ -37,7 +37,7 @@ log = logging.getLogger("qconform.endpoint.verifier")
 DISCONNECT_WAIT_S = 5.0
 
 
-def describe(verdict: Verdict) -> str:
+def describe(verdict: Disposition) -> str:
     text = verdict.kind + (f" {verdict.reason}" if verdict.reason else "")
     return text + (f", discarded slots {list(verdict.discarded)}" if verdict.discarded else "")
 

@@ -45,7 +45,7 @@ from qconform.spec.wire.receiver import (
     FrameIn,
     ReceiverState,
     Timeout,
-    Verdict,
+    Disposition,
     initial_state,
     step,
 )
@@ -90,7 +90,7 @@ def event_from_json(obj: dict) -> Event:
     return Disconnect()
 
 
-def verdict_json(verdict: Verdict) -> dict:
+def verdict_json(verdict: Disposition) -> dict:
     out: dict = {"verdict": verdict.kind, "discarded": list(verdict.discarded)}
     if verdict.reason is not None:
         out["reason"] = verdict.reason

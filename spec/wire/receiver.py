@@ -143,7 +143,7 @@ Event = Union[FrameIn, Timeout, Disconnect]
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Disposition:
     """What became of one event: ``kind`` (accept, reject, duplicate, ignore, greedy_v1),
     the reason code of a rejection, and the slots whose unverified proposal it discarded."""
 
@@ -197,14 +197,14 @@ def open_slots(state: ReceiverState) -> tuple[int, ...]:
     return tuple(i for i, slot in enumerate(state.slots) if slot.open is not None)
 
 
-def refuse(state: ReceiverState, code: str, discard_slots: tuple[int, ...] = ()) -> tuple[ReceiverState, Verdict]:
+def refuse(state: ReceiverState, code: str, discard_slots: tuple[int, ...] = ()) -> tuple[ReceiverState, Disposition]:
     """Count the rejection ``code`` and discard the open rounds of ``discard_slots``."""
     state, discarded = discard(state, discard_slots)
-    return counted(state, code), Verdict(REJECT, code, discarded)
+    return counted(state, code), Disposition(REJECT, code, discarded)
 
 
-def accept(state: ReceiverState, discarded: tuple[int, ...] = ()) -> tuple[ReceiverState, Verdict]:
-    return counted(state, "accepted"), Verdict(ACCEPT, None, discarded)
+def accept(state: ReceiverState, discarded: tuple[int, ...] = ()) -> tuple[ReceiverState, Disposition]:
+    return counted(state, "accepted"), Disposition(ACCEPT, None, discarded)
 
 
 @defines("R25", "R28")
@@ -221,7 +221,7 @@ def addresses_open_round(state: ReceiverState, route: Route) -> bool:
 
 
 @defines("R18", "R25")
-def refuse_frame(state: ReceiverState, error: WireReject) -> tuple[ReceiverState, Verdict]:
+def refuse_frame(state: ReceiverState, error: WireReject) -> tuple[ReceiverState, Disposition]:
     """A frame refused by decoding or stateless validation: discard what it can be attributed to."""
     if error.route is None:
         return refuse(state, error.code, open_slots(state))
@@ -256,10 +256,10 @@ def routed_round(state: ReceiverState, message: Reply | Completion) -> OpenRound
 
 
 @defines("R24", "R25")
-def retried(state: ReceiverState, first: bytes, again: bytes, here: tuple[int, ...]) -> tuple[ReceiverState, Verdict]:
+def retried(state: ReceiverState, first: bytes, again: bytes, here: tuple[int, ...]) -> tuple[ReceiverState, Disposition]:
     """A retry repeats the first frame byte for byte (a duplicate, nothing changes) or discards the round."""
     if again == first:
-        return counted(state, "duplicate_retries"), Verdict(DUPLICATE)
+        return counted(state, "duplicate_retries"), Disposition(DUPLICATE)
     return refuse(state, "RETRY_MISMATCH", here)
 
 
@@ -272,7 +272,7 @@ def command_generation_problem(slot: SlotState, generation: int) -> str | None:
 
 
 @defines("R12", "R13")
-def receive_hello(state: ReceiverState, hello: Hello) -> tuple[ReceiverState, Verdict]:
+def receive_hello(state: ReceiverState, hello: Hello) -> tuple[ReceiverState, Disposition]:
     """A HELLO that :func:`check_frame` negotiated turns v2 on, once per connection.
 
     The slots keep their generations and committed positions across a reconnection.
@@ -284,7 +284,7 @@ def receive_hello(state: ReceiverState, hello: Hello) -> tuple[ReceiverState, Ve
 
 
 @defines("R14", "R19", "R27")
-def receive_step(state: ReceiverState, step: Step, data: bytes) -> tuple[ReceiverState, Verdict]:
+def receive_step(state: ReceiverState, step: Step, data: bytes) -> tuple[ReceiverState, Disposition]:
     """Open a round: live generation, idle slot, a fresh round ID, anchored at the committed position."""
     slot = state.slots[step.slot]
     problem = command_generation_problem(slot, step.generation)
@@ -305,7 +305,7 @@ def receive_step(state: ReceiverState, step: Step, data: bytes) -> tuple[Receive
 
 
 @defines("R15", "R24", "R25", "R28")
-def receive_reply(state: ReceiverState, reply: Reply, data: bytes) -> tuple[ReceiverState, Verdict]:
+def receive_reply(state: ReceiverState, reply: Reply, data: bytes) -> tuple[ReceiverState, Disposition]:
     """Append the next row of the open round; an identical retry is a duplicate, a different one discards."""
     current = routed_round(state, reply)
     if isinstance(current, str):
@@ -326,7 +326,7 @@ def receive_reply(state: ReceiverState, reply: Reply, data: bytes) -> tuple[Rece
 
 
 @defines("R16", "R24", "R25", "R28")
-def receive_completion(state: ReceiverState, completion: Completion, data: bytes) -> tuple[ReceiverState, Verdict]:
+def receive_completion(state: ReceiverState, completion: Completion, data: bytes) -> tuple[ReceiverState, Disposition]:
     """Close the open round's replies; only a COMPLETION that validates makes its rows consumable."""
     current = routed_round(state, completion)
     if isinstance(current, str):
@@ -354,7 +354,7 @@ def receive_completion(state: ReceiverState, completion: Completion, data: bytes
 
 
 @defines("R16", "R17")
-def receive_commit(state: ReceiverState, commit: Commit, data: bytes) -> tuple[ReceiverState, Verdict]:
+def receive_commit(state: ReceiverState, commit: Commit, data: bytes) -> tuple[ReceiverState, Disposition]:
     """Consume a completed round: the committed position moves to anchor + accepted + 1."""
     slot = state.slots[commit.slot]
     problem = command_generation_problem(slot, commit.generation)
@@ -372,7 +372,7 @@ def receive_commit(state: ReceiverState, commit: Commit, data: bytes) -> tuple[R
 
 
 @defines("R17", "R24")
-def receive_reset(state: ReceiverState, reset: Reset, data: bytes) -> tuple[ReceiverState, Verdict]:
+def receive_reset(state: ReceiverState, reset: Reset, data: bytes) -> tuple[ReceiverState, Disposition]:
     """Move a slot to a higher generation with an explicit committed position and seed; discard its round."""
     slot = state.slots[reset.slot]
     if reset.generation < slot.generation:
@@ -385,7 +385,7 @@ def receive_reset(state: ReceiverState, reset: Reset, data: bytes) -> tuple[Rece
 
 
 @defines("R17", "R28")
-def receive_cancel(state: ReceiverState, cancel: Cancel, data: bytes) -> tuple[ReceiverState, Verdict]:
+def receive_cancel(state: ReceiverState, cancel: Cancel, data: bytes) -> tuple[ReceiverState, Disposition]:
     """Invalidate the slot's live generation and discard its open round."""
     problem = command_generation_problem(state.slots[cancel.slot], cancel.generation)
     if problem is not None:
@@ -394,7 +394,7 @@ def receive_cancel(state: ReceiverState, cancel: Cancel, data: bytes) -> tuple[R
     return accept(with_slot(state, cancel.slot, replace(state.slots[cancel.slot], live=False)), discarded)
 
 
-Handler = Callable[[ReceiverState, Message, bytes], tuple[ReceiverState, Verdict]]
+Handler = Callable[[ReceiverState, Message, bytes], tuple[ReceiverState, Disposition]]
 HANDLERS: dict[type, Handler] = {
     Step: receive_step,
     Reply: receive_reply,
@@ -425,38 +425,38 @@ def check_frame(data: bytes, config: Hello, negotiated: Hello | None) -> tuple[M
 
 
 @defines("R12", "R18", "R19")
-def receive_frame(state: ReceiverState, data: bytes) -> tuple[ReceiverState, Verdict]:
+def receive_frame(state: ReceiverState, data: bytes) -> tuple[ReceiverState, Disposition]:
     """Check a frame statelessly (:func:`check_frame`), then route it to its handler."""
     try:
         message, _ = check_frame(data, state.config, state.negotiated)
     except WireReject as error:
         return refuse_frame(state, error)
     if isinstance(message, V1Greedy):
-        return counted(state, "v1_greedy_frames"), Verdict(GREEDY_V1)
+        return counted(state, "v1_greedy_frames"), Disposition(GREEDY_V1)
     if isinstance(message, Hello):
         return receive_hello(state, message)
     return HANDLERS[type(message)](state, message, data)
 
 
 @defines("R25", "R28")
-def fire_timeout(state: ReceiverState, index: int) -> tuple[ReceiverState, Verdict]:
+def fire_timeout(state: ReceiverState, index: int) -> tuple[ReceiverState, Disposition]:
     """The watchdog discards the slot's open round and invalidates its generation; idle, it is ignored."""
     if index >= len(state.slots) or state.slots[index].open is None:
-        return counted(state, "ignored_timers"), Verdict(IGNORE)
+        return counted(state, "ignored_timers"), Disposition(IGNORE)
     state, discarded = discard(counted(state, "timeouts"), (index,))
-    return state, Verdict(ACCEPT, None, discarded)
+    return state, Disposition(ACCEPT, None, discarded)
 
 
 @defines("R24", "R25")
-def disconnect(state: ReceiverState) -> tuple[ReceiverState, Verdict]:
+def disconnect(state: ReceiverState) -> tuple[ReceiverState, Disposition]:
     """Discard every open round, invalidate every generation and await a new HELLO."""
     state, discarded = discard(counted(state, "disconnects"), open_slots(state))
     slots = tuple(replace(slot, live=False) for slot in state.slots)
-    return replace(state, negotiated=None, slots=slots), Verdict(ACCEPT, None, discarded)
+    return replace(state, negotiated=None, slots=slots), Disposition(ACCEPT, None, discarded)
 
 
 @defines("R12", "R16", "R17", "R24", "R25", "R28")
-def step(state: ReceiverState, event: Event) -> tuple[ReceiverState, Verdict]:
+def step(state: ReceiverState, event: Event) -> tuple[ReceiverState, Disposition]:
     """The receiver's transition: the new state and the verdict on ``event``."""
     if isinstance(event, FrameIn):
         return receive_frame(state, event.data)
