@@ -97,6 +97,8 @@ def test_folders_import_only_what_the_rule_allows():
     problems = []
     for folder in FOLDERS:
         for path in sorted((REPO / folder).rglob("*.py")):
+            if folder == "qconform" and path.relative_to(REPO / folder).parts[0] in FOLDERS:
+                continue  # qconform/<folder> links to a folder checked under its own rule
             problems += violations(folder, path, path.read_text(encoding="utf-8"))
     assert problems == []
 
