@@ -17,7 +17,7 @@ import json
 import os
 import sys
 import traceback
-from typing import Any, BinaryIO, Callable, Sequence
+from typing import Any, BinaryIO, Callable, Protocol, Sequence, runtime_checkable
 
 from qconform.harness.adapter import Adapter, AdapterError, Unimplemented
 from qconform.harness.transport.client import TCP_PREFIX
@@ -30,6 +30,14 @@ from qconform.harness.transport.shim_protocol import (
     encode_message,
     outcome_to_entry,
 )
+
+@runtime_checkable
+class StreamCorrupter(Protocol):
+    """An adapter that asks for the protocol's output stream, to corrupt it: only the
+    deliberately broken ``faulty:garbage`` (adapters/faulty.py)."""
+
+    protocol_out: BinaryIO | None
+
 
 def claim_stdio() -> tuple[BinaryIO, BinaryIO]:
     """Take private copies of fds 0/1 for the protocol; send fd 1 to stderr, fd 0 to /dev/null."""
@@ -197,7 +205,7 @@ def construct_adapter(name: str, device: str = "cpu") -> Adapter:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m qconform.harness.transport.host", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m qconform.harness.transport.host", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--adapter", required=True, help="registered adapter name (docs/adapters.md)")
     parser.add_argument("--device", default="cpu", help="device to run on (default cpu)")
     args = parser.parse_args(argv)
@@ -208,9 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - reported through get_config
         traceback.print_exc()
         load_error = f"cannot load adapter {args.adapter!r} on {args.device}: {describe_exception(exc)}"
-    if adapter is not None and hasattr(adapter, "protocol_out"):
-        # only a deliberately broken adapter (adapters/faulty.py, mode ``garbage``) asks
-        # for the protocol's output stream, to corrupt it
+    if isinstance(adapter, StreamCorrupter):
         adapter.protocol_out = proto_out
     return Host(adapter, load_error).serve(proto_in, proto_out)
 

@@ -45,6 +45,8 @@ def import_module(name: str) -> ModuleType:
             if not path.is_file():
                 raise AuditUsageError(f"no policy file {name}")
             spec = importlib.util.spec_from_file_location(f"qconform_audited_{path.stem}", path)
+            if spec is None or spec.loader is None:
+                raise AuditUsageError(f"{name} cannot be imported as a Python module")
             module = importlib.util.module_from_spec(spec)
             sys.modules[spec.name] = module  # dataclasses and pickling look modules up by name
             spec.loader.exec_module(module)
