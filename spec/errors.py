@@ -13,7 +13,7 @@ ERROR_CODES: dict[str, tuple[str, str]] = {
     "NEGATIVE_WEIGHT": ("R05", "a weight is negative (or -inf)"),
     "NAN_LOGIT": ("R05", "a logit is NaN"),
     "POS_INF_LOGIT": ("R05", "a logit is +inf"),
-    "ALL_MASKED": ("R05", "every logit is masked with -inf"),
+    "ALL_MASKED": ("R05", "every scaled logit is -inf (masked, or overflowed to -inf in the stated FP32 order)"),
     "ZERO_MASS": ("R05", "the weights have zero effective mass"),
     "BAD_TEMPERATURE": ("R05", "the draft temperature is not a finite positive number"),
     "EMPTY_ROW": ("R05", "the row has no entries"),
