@@ -428,3 +428,24 @@ def test_acceptance_margins_follow_the_documented_formula():
                     zero_target += p == 0
                     assert decode_rational(draw["margin"]) == want, case["id"]
     assert zero_target >= 11
+
+
+@pytest.mark.rules("R22", "R24")
+def test_unseeded_requests_are_keyed_by_their_ids_and_explicit_seeds_as_given(vector_groups):
+    """``request_seeds``: two unseeded requests identical but for their IDs get different answers,
+    so a constant default seed (one answer for both) fails; two requests with one explicit seed
+    and identity draw the same acceptance noise (no batch row or request index in the key)."""
+    cases = {case.name: case for group in vector_groups if group.name == "request_seeds" for case in group.tests}
+    pair = cases["unseeded-pair"]
+    first, second = pair.input["requests"]
+    assert {k: v for k, v in first.items() if k != "request_id"} == {k: v for k, v in second.items()
+                                                                      if k != "request_id"}
+    assert "seed" not in first and first["request_id"] != second["request_id"]
+    want = [(r["accepted"], r["emitted"]) for r in pair.expected["requests"]]
+    assert want[0] != want[1]
+    defaulted = [decode_request({**body, "seed": "0"}, pair.input["vocab"]) for body in (first, second)]
+    assert batch_outcome(defaulted, None) != want  # a default seed of 0 answers both alike
+    shared = cases["explicit-seed-shared"].expected["requests"]
+    accept = [[d["u32"] for d in r["draws"] if d["domain"] == "ACCEPT"] for r in shared]
+    common = min(len(a) for a in accept)
+    assert common >= 1 and accept[0][:common] == accept[1][:common]
