@@ -74,6 +74,8 @@ TORCH_MUTANTS: dict[str, str] = {
     "draft-temperature-ignored": "the draft temperature is not applied (T = 1): it went to the other side",
     "request-zero-parameters": "request 0's stop tokens and output budget are applied to every request of the batch",
     "request-zero-temperature": "request 0's draft temperature is applied to every request of a proposal batch",
+    "markov-bias-fma": "the Markov bias's multiply-add is contracted into one rounding (an FMA)",
+    "unseeded-default-seed": "every request without a seed is keyed by seed 0 instead of its request ID's seed",
 }
 
 BUILTIN_ADAPTERS: dict[str, BuiltinAdapter] = {

@@ -98,6 +98,8 @@ def rng_abi(inp: dict, device: str) -> dict:
         counter = torch.tensor([[int(w, 16) for w in inp["counter"]]], dtype=torch.int64, device=device)
         key = torch.tensor([[int(w, 16) for w in inp["key"]]], dtype=torch.int64, device=device)
         return {"output": [word(w) for w in philox.philox4x32_10(counter, key)[0].tolist()]}
+    if "request_id" in inp:
+        return {"seed": str(philox.request_seed(inp))}
     key = philox.seed_keys([int(inp["seed"])], device)
     if "depth" in inp:
         return rng_schedule(inp, key, device)
@@ -223,8 +225,8 @@ def verification_round(inp: dict, device: str) -> dict:
     p = torch.stack([p_rows_f64(r["p_rows"], device) for r in requests])
     drafts = torch.tensor([r["draft_tokens"] for r in requests], dtype=torch.int64, device=device)
     result = verification.verify_round(
-        [int(r["seed"]) for r in requests], [r["generation"] for r in requests], [r["round"] for r in requests],
-        [r["anchor"] for r in requests], drafts, q, p,
+        [philox.request_seed(r) for r in requests], [r["generation"] for r in requests],
+        [r["round"] for r in requests], [r["anchor"] for r in requests], drafts, q, p,
         [r.get("stop_tokens", []) for r in requests], [r.get("budget") for r in requests],
     )
     return {"requests": [

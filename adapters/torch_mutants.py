@@ -277,6 +277,27 @@ def request_zero_parameters(verify_round: Callable) -> Callable:
     return buggy
 
 
+def markov_bias_fma(markov_bias: Callable) -> Callable:
+    def buggy(left, right, prev):
+        # acc + l * r with one rounding (an FMA, as CUDA's default --fmad=true contracts it): the FP32
+        # product is exact in FP64, so only the final rounding to FP32 remains
+        rows = left.to(torch.float64)[prev.to(torch.int64)]
+        right64 = right.to(torch.float64)
+        bias = torch.zeros((rows.shape[0], right.shape[1]), dtype=torch.float32, device=right.device)
+        for j in range(left.shape[1]):
+            bias = (bias.to(torch.float64) + rows[:, j : j + 1] * right64[j]).to(torch.float32)
+        return bias
+
+    return buggy
+
+
+def unseeded_default_seed(request_seed: Callable) -> Callable:
+    def buggy(request):
+        return int(request["seed"]) if "seed" in request else 0  # every unseeded request gets seed 0
+
+    return buggy
+
+
 # --- the table ----------------------------------------------------------------------------
 
 VERIFY = ("verification_round",)
@@ -341,6 +362,10 @@ MUTANTS: dict[str, Mutant] = {
                ("R11", "R24"), VERIFY, "TRT-LLM #12588 (request 0's parameters for the batch)"),
         Mutant("request-zero-temperature", "torch_candidate.weights:logits_to_weights", request_zero_temperature,
                ("R05", "R22"), ("proposal_batch",), "TRT-LLM #12588 (request 0's temperature for the batch)"),
+        Mutant("markov-bias-fma", "torch_candidate.weights:markov_bias", markov_bias_fma, ("R01", "R05"), CHAIN,
+               "CUDA --fmad=true contracting the Markov bias's multiply-add"),
+        Mutant("unseeded-default-seed", "torch_candidate.philox:request_seed", unseeded_default_seed, ("R24",),
+               RNG + VERIFY, "a constant default seed for requests without one"),
     )
 }
 

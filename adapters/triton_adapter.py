@@ -36,6 +36,7 @@ from qconform.adapters.triton_candidate import (  # noqa: E402
     philox_blocks,
     propose,
     raise_flags,
+    request_seed,
     sample,
     top_k_support,
     verify_batch,
@@ -128,6 +129,8 @@ def rng_abi(inp: dict, device: str) -> dict:
         counter = torch.tensor([[int(w, 16) for w in inp["counter"]]], dtype=torch.int64, device=device)
         key = torch.tensor([[int(w, 16) for w in inp["key"]]], dtype=torch.int64, device=device)
         return {"output": [word(w) for w in philox_blocks(counter, key)[0].tolist()]}
+    if "request_id" in inp:
+        return {"seed": str(request_seed(inp))}
     seed = int(inp["seed"])
     if "depth" in inp:
         return rng_schedule(inp, seed, device)
@@ -246,7 +249,7 @@ def verification_round(inp: dict, device: str) -> dict:
     if any(t.shape != (depth + 1, vocab) for t in targets):
         raise TritonCandidateError("BAD_SHAPE", "K drafts need K + 1 target rows over V")
     drafts = torch.tensor([r["draft_tokens"] for r in requests], dtype=torch.int64, device=device)
-    idents = [Identity(int(r["seed"]), r["generation"], r["round"], r["anchor"]) for r in requests]
+    idents = [Identity(request_seed(r), r["generation"], r["round"], r["anchor"]) for r in requests]
     outcomes = verify_batch(idents, drafts, q, torch.stack(targets), [r.get("stop_tokens", []) for r in requests],
                             [r.get("budget") for r in requests])
     return {"requests": [

@@ -13,7 +13,7 @@ ERROR_CODES: dict[str, tuple[str, str]] = {
     "NEGATIVE_WEIGHT": ("R05", "a weight is negative (or -inf)"),
     "NAN_LOGIT": ("R05", "a logit is NaN"),
     "POS_INF_LOGIT": ("R05", "a logit is +inf"),
-    "ALL_MASKED": ("R05", "every logit is masked with -inf"),
+    "ALL_MASKED": ("R05", "every scaled logit is -inf (masked, or overflowed to -inf in the stated FP32 order)"),
     "ZERO_MASS": ("R05", "the weights have zero effective mass"),
     "BAD_TEMPERATURE": ("R05", "the draft temperature is not a finite positive number"),
     "EMPTY_ROW": ("R05", "the row has no entries"),
@@ -27,6 +27,7 @@ ERROR_CODES: dict[str, tuple[str, str]] = {
     "BAD_SHAPE": ("R27", "rows, depth or batch do not have the required shape"),
     "BAD_TARGET_ROW": ("R10", "a target row is not a probability distribution"),
     "BAD_RNG_FIELD": ("R22", "an RNG key or counter field is out of range"),
+    "BAD_REQUEST_ID": ("R24", "an unseeded request's ID is not a UTF-8 string"),
     "BAD_POLICY": ("R36", "an admission policy is malformed or answered other than admit/stop"),
     "BAD_SHARD_RANGES": ("R31", "global shard ranges are not nonempty contiguous ranges covering the vocabulary"),
 }

@@ -5,7 +5,10 @@ i - 1 (R01): a low-rank bilinear bias, as in DSpark's sequential head, adds
 ``bias_v = sum_j left[x_{i-1}][j] * right[j][v]`` to the base logits. The spec
 fixes the FP32 evaluation order so that the bias, and hence the weights, are
 bit-exact: products and sums are each rounded once to FP32, summed over the
-rank index j in increasing order, starting from +0.0.
+rank index j in increasing order, starting from +0.0. A product and the sum
+after it are two roundings: contracting them into one fused multiply-add, or
+flushing subnormals to zero, gives other bits and is non-conforming
+(docs/vector-format.md, *FP32 evaluation*).
 """
 
 from __future__ import annotations

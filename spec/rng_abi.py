@@ -12,10 +12,14 @@ acceptance or correction (R23). The proposal draw is the top 24 bits of output
 word 0; acceptance, correction and bonus draws are the whole word 0.
 Positions computed from the anchor are taken modulo 2^32; every field handed to
 :class:`DrawKey` must already be in range (BAD_RNG_FIELD otherwise).
+
+A request without a seed gets :func:`unseeded_request_seed` of its request ID
+(docs/rng-abi.md, *Request seeds*), never a constant default.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -28,6 +32,8 @@ WORD_LIMIT: int = 1 << 32
 SEED_LIMIT: int = 1 << 64
 DOMAIN_SHIFT: int = 24
 DRAW_COUNTER_LIMIT: int = 1 << DOMAIN_SHIFT
+#: Domain tag of the unseeded-request seed derivation (docs/rng-abi.md, *Request seeds*).
+UNSEEDED_SEED_TAG: bytes = b"qconform-unseeded-seed-v1\x00"
 
 
 class Domain(IntEnum):
@@ -148,3 +154,23 @@ def proposal_draw(key: DrawKey) -> int:
 def uniform32_draw(key: DrawKey) -> int:
     """The 32-bit acceptance / correction / bonus draw ``u32``: output word 0."""
     return draw_words(key)[0]
+
+
+@defines("R24")
+def unseeded_request_seed(request_id: str) -> int:
+    """The 64-bit seed of a request that carries no seed: the first 8 bytes, read
+    little-endian, of ``SHA-256(UNSEEDED_SEED_TAG || UTF-8(request_id))``.
+
+    docs/rng-abi.md, *Request seeds*: distinct live requests have distinct IDs, so
+    two unseeded requests of one batch never share a seed (and never share draws);
+    the seed is reproducible from the request ID alone. An explicit seed is used
+    as given, shared or not.
+    """
+    if not isinstance(request_id, str):
+        raise refuse("BAD_REQUEST_ID", f"request ID {request_id!r} is not a string")
+    try:
+        encoded = request_id.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise refuse("BAD_REQUEST_ID", f"request ID is not encodable as UTF-8: {exc.reason}") from None
+    digest = hashlib.sha256(UNSEEDED_SEED_TAG + encoded).digest()
+    return int.from_bytes(digest[:8], "little")

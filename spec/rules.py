@@ -67,6 +67,14 @@ RULES: dict[str, Rule] = {
 #: rule id -> qualified names of the spec functions that define it
 SPEC_DEFINITIONS: dict[str, list[str]] = {rid: [] for rid in RULES}
 
+#: Rules that *list* what other rules define rather than define a computation of their
+#: own, each with the reason shown by ``qconform rules``. Only these may go without a
+#: spec function of their own; a vector family still has to pin them.
+LISTING_RULES: dict[str, str] = {
+    "R34": "lists the kernels in dependency order; each kernel is defined by its own rule's spec "
+           "functions (R06-R08 counts and sampling, R11 and R33 residuals, R30-R32 sharded top-k and proposal)",
+}
+
 
 def check_rule_ids(ids: tuple[str, ...] | list[str]) -> None:
     """Raise ValueError naming any id that is not one of R01-R38."""

@@ -84,7 +84,12 @@ class DrawRecord:
 
 @dataclass
 class RoundResult:
-    """The accepted draft count, the emitted tokens, and every draw consumed, in order."""
+    """The accepted draft count, the emitted tokens, and every draw consumed, in order.
+
+    ``accepted`` is the number of draft tokens *emitted*: the largest ``j`` with
+    ``x_1..x_j`` accepted and emission not ended (stop token, budget) before ``x_j``
+    (docs/formats/verification_round.md). A draft after the end is never tested.
+    """
 
     accepted: int
     emitted: list[int] = field(default_factory=list)

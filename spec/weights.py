@@ -215,6 +215,19 @@ def scaled_logit(logit: int, bias: int | None, temperature: int) -> int:
     return f32_div(z, temperature)
 
 
+def all_masked_detail(logit_bits: Sequence[int], bias_bits: Sequence[int] | None, scaled: Sequence[int]) -> str:
+    """The ALL_MASKED message: how many masks were given, and how many finite logits
+    became -inf in the stated FP32 order (``f32(logit + bias)`` or ``f32(z / T)``
+    overflowed), so that a refusal of a row whose exact softmax exists says why."""
+    biases = repeat(0) if bias_bits is None else bias_bits
+    finite = sum(1 for bits, bias in zip(logit_bits, biases)
+                 if not isinstance(decode_f32(bits), Special) and not isinstance(decode_f32(bias), Special))
+    if finite == 0:
+        return f"all {len(scaled)} logits are masked with -inf"
+    return (f"{finite} of {len(scaled)} logits are finite but s_v = f32(f32(logit_v + bias_v) / T) overflowed "
+            "to -inf; their exact softmax exists, the stated FP32 order masks them")
+
+
 @defines("R02", "R05")
 def weights_from_logits(
     logit_bits: Sequence[int],
@@ -246,7 +259,10 @@ def weights_from_logits(
     (``BAD_TEMPERATURE``); any NaN ``s_v`` (``NAN_LOGIT``: a NaN logit or bias, or
     -inf + +inf); any +inf ``s_v`` (``POS_INF_LOGIT``: a +inf logit, or an
     overflow of logit + bias or of the division by T); every token masked
-    (``ALL_MASKED``).
+    (``ALL_MASKED``), which includes finite logits whose ``s_v`` overflowed to
+    -inf: the stated order divides by T before subtracting the max, so
+    ``[-3e38, -3e38]`` at ``T = 0.5`` is ALL_MASKED although its exact softmax is
+    uniform (docs/formats/allocation_dense.md says why the order is kept).
     """
     if len(logit_bits) == 0:
         raise refuse("EMPTY_ROW")
@@ -260,7 +276,7 @@ def weights_from_logits(
     refuse_by_priority([logit_problem(s) for s in scaled], LOGIT_REFUSALS)
     unmasked = [v for v, s in enumerate(scaled) if s != F32_NEG_INF]
     if not unmasked:
-        raise refuse("ALL_MASKED", f"all {len(scaled)} logits are -inf")
+        raise refuse("ALL_MASKED", all_masked_detail(logit_bits, bias_bits, scaled))
     m = max((scaled[v] for v in unmasked), key=decode_f32)
     weights_f32 = [0] * len(scaled)
     margin = Fraction(1, 2)

@@ -16,6 +16,7 @@ from qconform.spec.admission import (
     STOP,
     acceptance_rate,
     audit_policy,
+    dspark_appendix_a_mirrored_scenario,
     dspark_appendix_a_scenario,
     dspark_appendix_a_scheduler,
     expected_tokens,
@@ -101,6 +102,25 @@ def test_appendix_a_distortion_exactly():
     assert audit.first_token_target == (F(3, 10), F(7, 10))
     assert audit.tv == F(3, 20)
     assert [(p.round, p.step, p.name, p.encodes) for p in audit.peeks] == [(1, 1, "c2", 1)]
+
+
+@pytest.mark.rules("R36", "R37")
+def test_mirrored_reading_shows_the_bias_too():
+    """The admitted x1 = 0 with p(0) = 7/10 > q(0) = 1/2: always accepted once admitted, so
+    P(y1 = 0) = 1/2 * 1 + 1/2 * 7/10 = 17/20 instead of 7/10; same confidences, same selection."""
+    scenario = dspark_appendix_a_mirrored_scenario()
+    assert acceptance_rate(scenario.p(()), scenario.q(())) == DSPARK_A1
+    for x1, c2 in DSPARK_C2.items():
+        assert scenario.confidence((x1,)) == c2
+    assert scenario.p(())[0] > scenario.q(()).q(0)
+    assert dspark_appendix_a_scenario().p(())[0] < dspark_appendix_a_scenario().q(()).q(0)
+    table = tabulate_policy(dspark_appendix_a_scheduler(), scenario)
+    assert table.steps[0].decisions[""] == {"0": ADMIT, "1": STOP}
+    audit = audit_policy(dspark_appendix_a_scheduler(), scenario, 1)
+    assert audit.first_token_law == (F(17, 20), F(3, 20))
+    assert audit.first_token_target == (F(7, 10), F(3, 10))
+    assert audit.tv == F(3, 20) and not audit.passes
+    assert audit_policy(fixed_depth(2), scenario, 3).passes
 
 
 @pytest.mark.rules("R37")

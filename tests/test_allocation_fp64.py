@@ -20,6 +20,7 @@ from qconform.spec.allocation_fp64 import (
     fp64_row_may_differ,
     fp64_sparse_may_differ,
     fp64_sum_overflows,
+    fp64_tie_gap,
     max_quota,
 )
 from qconform.spec.constants import M
@@ -194,3 +195,30 @@ def test_sparse_verdict_is_the_row_verdict_on_the_support(values, data):
     assert may_differ == fp64_row_may_differ(support_bits, "f32", support_weights, on_support.counts)
     if not may_differ:
         assert allocate_sparse_fp64(bits, "f32", k) == (sparse.ids, sparse.counts)
+
+
+def documented_fp64_tie_gap(weights: list[Fraction], counts: list[int]) -> Fraction:
+    """``fp64_tie_gap`` exactly as docs/formats/allocation_dense.md (*Margins, as formulas*) states it."""
+    total = sum(weights)
+    frac = [M * w / total - (M * w // total) for w in weights]
+    won = [v for v, w in enumerate(weights) if w and counts[v] > M * w // total]
+    lost = [v for v, w in enumerate(weights) if w and counts[v] == M * w // total]
+    low = min((frac[v] for v in won), default=Fraction(1))
+    high = max((frac[v] for v in lost), default=Fraction(0))
+    if low > high:
+        return low - high
+    tied = {weights[v] for v in won if frac[v] == low} | {weights[v] for v in lost if frac[v] == high}
+    if len(tied) > 1:
+        return Fraction(0)
+    (b,) = tied
+    return min(min((frac[v] for v in won if weights[v] != b), default=Fraction(1)) - high,
+               low - max((frac[v] for v in lost if weights[v] != b), default=Fraction(0)))
+
+
+@pytest.mark.rules("R06")
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([0, 1, 2, 3, 5, 7, 2**20, 3 * 2**21]), min_size=1, max_size=9).filter(any))
+def test_fp64_tie_gap_is_the_documented_formula(units):
+    weights = [Fraction(u) for u in units]
+    counts = allocate_dense(weights).counts
+    assert fp64_tie_gap(weights, counts) == documented_fp64_tie_gap(weights, counts)

@@ -31,6 +31,7 @@ SMALL = "verification_round/[!p]*"
 ROW_KEYED_SHIM = '''
 import sys
 from qconform.adapters.reference import ReferenceAdapter
+from qconform.generators.families.verification_round import request_seed
 from qconform.harness.transport.host import Host, claim_stdio
 
 
@@ -44,7 +45,7 @@ class RowKeyed(ReferenceAdapter):
 
 
 def rekeyed(inp):
-    first = int(inp["requests"][0]["seed"])
+    first = request_seed(inp["requests"][0])  # an unseeded request's seed comes from its ID
     requests = [dict(r, seed=str((first + row) % 2**64)) for row, r in enumerate(inp["requests"])]
     return dict(inp, requests=requests)
 

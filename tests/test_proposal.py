@@ -148,3 +148,69 @@ def test_each_row_records_what_the_allocation_families_record(seed, vocab, equal
             assert allocate_dense_fp64(weight_bits, "f32") == list(q.counts)
     else:
         assert may_differ == allocation_sparse.solve({**case_input, "k": k})["fp64_may_differ"]
+
+
+# --- the stated FP32 order forbids FMA contraction and flush-to-zero -----------------------------
+
+
+def fma_markov_bias(prev_token: int, left_bits, right_bits) -> list[int]:
+    """The Markov bias evaluated with fused multiply-adds: ``acc = RN(acc + l * r)``, one rounding
+    per step instead of two (what ``--fmad=true`` or ``fma.rn.f32`` computes)."""
+    from qconform.spec.floats import decode_f32, f32_add, f32_mul, round_to_f32
+
+    bias = []
+    for v in range(len(right_bits[0])):
+        acc = 0
+        for j, coefficient in enumerate(left_bits[prev_token]):
+            exact = decode_f32(acc) + decode_f32(coefficient) * decode_f32(right_bits[j][v])
+            acc = round_to_f32(exact) if exact != 0 else f32_add(acc, f32_mul(coefficient, right_bits[j][v]))
+        bias.append(acc)
+    return bias
+
+
+FMA_CAUGHT_BY = [
+    "proposal_chain/chains/dense-v32-r2", "proposal_chain/chains/dense-v256-r4-t0.6",
+    "proposal_chain/chains/topk16-v512-r4", "proposal_chain/chains/topk32-v1024-r8-t1.7",
+    "proposal_chain/chains/dense-v64-masked", "proposal_chain/rng_identity/anchor-wraps",
+    "proposal_chain/rng_identity/seed-high-word", "proposal_chain/draw_boundaries/dense-v1024-draw-below-boundary",
+    "proposal_chain/draw_boundaries/dense-v1024-draw-at-boundary",
+]
+
+
+@pytest.mark.rules("R01", "R05")
+def test_an_fma_evaluation_of_the_markov_bias_changes_committed_q_rows(monkeypatch):
+    """docs/vector-format.md, *FP32 evaluation*: contracting ``acc + l * r`` into one FMA changes the
+    bias bits, hence the weights and the dyadic24 counts, of these committed cases."""
+    import json
+    from pathlib import Path
+
+    import qconform.spec.proposal as proposal_module
+    from qconform.generators.registry import load_family
+
+    family = load_family("proposal_chain")
+    corpus = json.loads((Path(__file__).parents[1] / "vectors" / "proposal_chain.json").read_text())
+    monkeypatch.setattr(proposal_module, "markov_bias_f32", fma_markov_bias)
+    caught = []
+    for group in corpus["testGroups"]:
+        for case in group["tests"]:
+            got = family.solve(case["input"])
+            if "rows" in case["expected"] and got.get("rows") != case["expected"]["rows"]:
+                caught.append(case["id"])
+    assert caught == FMA_CAUGHT_BY
+
+
+@pytest.mark.rules("R05")
+def test_flush_to_zero_of_subnormal_weights_is_caught():
+    """``allocation_dense/edges/subnormal-only``: flushing its subnormal weights leaves no mass."""
+    import json
+    from pathlib import Path
+
+    from qconform.generators.encoding import decode_blob
+
+    corpus = json.loads((Path(__file__).parents[1] / "vectors" / "allocation_dense.json").read_text())
+    case = next(c for g in corpus["testGroups"] for c in g["tests"] if c["id"].endswith("/edges/subnormal-only"))
+    bits, _ = decode_blob(case["input"]["weights"], "f32")
+    assert all(0 < b < 0x00800000 for b in bits if b)  # every positive weight is subnormal
+    with pytest.raises(SpecError) as err:
+        allocate_dense([0 for _ in bits])  # FTZ: every weight flushed
+    assert err.value.code == "ZERO_MASS"

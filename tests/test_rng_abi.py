@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from qconform.spec.rng_abi import (
     proposal_draw,
     proposal_key,
     uniform32_draw,
+    unseeded_request_seed,
 )
 
 pytestmark = pytest.mark.rules("R22", "R23", "R24")
@@ -159,5 +161,21 @@ def test_rng_abi_vectors_follow_the_table():
                 assert [d["position"] for d in out["correction"]] == [(anchor + j) % 2**32 for j in range(depth + 1)]
             elif group.name == "invalid_fields":
                 assert case.result == "invalid" and out == {"error": "BAD_RNG_FIELD"}
+            elif group.name == "unseeded_requests":
+                digest = hashlib.sha256(b"qconform-unseeded-seed-v1\0" + inp["request_id"].encode()).digest()
+                assert decode_u64(out["seed"]) == int.from_bytes(digest[:8], "little")
             assert FAMILY.solve(inp) == out
-    assert seen == {"philox_kat", "draw_keys", "round_schedule", "invalid_fields"}
+    assert seen == {"philox_kat", "draw_keys", "round_schedule", "invalid_fields", "unseeded_requests"}
+
+
+@pytest.mark.rules("R24")
+def test_unseeded_request_seed_is_the_documented_hash():
+    """docs/rng-abi.md, *Request seeds*: a known answer, byte order, tag, and distinct IDs apart."""
+    assert unseeded_request_seed("req-a") == 8555414942521934284
+    digest = hashlib.sha256(b"qconform-unseeded-seed-v1\x00req-a").digest()
+    assert unseeded_request_seed("req-a") == int.from_bytes(digest[:8], "little") != int.from_bytes(digest[:8], "big")
+    assert unseeded_request_seed("req-a") != int.from_bytes(hashlib.sha256(b"req-a").digest()[:8], "little")
+    assert len({unseeded_request_seed(f"request-{n}") for n in range(1000)}) == 1000
+    with pytest.raises(SpecError) as err:
+        unseeded_request_seed("\ud800")
+    assert err.value.code == "BAD_REQUEST_ID"

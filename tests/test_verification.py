@@ -3,15 +3,17 @@ and the ``verification_round`` vectors against an independent verifier with seed
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import replace
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qconform.generators.encoding import f32_bits
+from qconform.generators.encoding import decode_rational, f32_bits
 from qconform.generators.families.verification_round import FAMILY, decode_request
 from qconform.spec.constants import M
 from qconform.spec.errors import SpecError
@@ -253,6 +255,7 @@ BUGS = (
     "q_renormalized_over_target_support",
     "ignores_stop_tokens",
     "ignores_budget",
+    "accepted_counts_trimmed_tests",  # tests all K drafts, trims emission, reports the untrimmed count
 )
 
 
@@ -273,6 +276,17 @@ def pick(masses: list[Fraction], u32: int) -> int:
             if cumulative * U32 > u32 * total:
                 return v
     raise AssertionError
+
+
+def leading_passes(inp: RoundInput, first: int, row: int, bug: str | None) -> int:
+    """How many of the drafts x_first, x_first+1, ... pass their acceptance tests, in a row."""
+    passes = 0
+    for i in range(first, len(inp.draft_tokens) + 1):
+        x, p = inp.draft_tokens[i - 1], inp.p_rows[i - 1][inp.draft_tokens[i - 1]]
+        if not draw32(inp, 2, inp.ident.anchor + i - 1, row, bug) * inp.q_rows[i - 1].q(x) < p * U32:
+            break
+        passes += 1
+    return passes
 
 
 def seeded_verifier(inp: RoundInput, row: int, bug: str | None) -> tuple[int, list[int]]:
@@ -313,6 +327,8 @@ def seeded_verifier(inp: RoundInput, row: int, bug: str | None) -> tuple[int, li
             return i - 1, emitted
         emitted.append(x)
         if done():
+            if bug == "accepted_counts_trimmed_tests":
+                return i + leading_passes(inp, i + 1, row, bug), emitted
             return i, emitted
     bonus_row = inp.p_rows[depth - 1 if bug == "bonus_from_last_draft_row" else depth]
     emitted.append(pick(bonus_row, draw32(inp, 3, anchor + depth, row, bug)))
@@ -369,3 +385,67 @@ def test_invalid_vectors_are_refused(vector_groups):
                 assert FAMILY.solve(case.input) == case.expected
                 with pytest.raises(SpecError):
                     verify_batch([decode_request(r, case.input["vocab"]) for r in case.input["requests"]])
+
+
+@pytest.mark.rules("R11")
+def test_accepted_counts_emitted_drafts_only(vector_cases):
+    """``accepted`` is the number of drafts *emitted* (docs/formats/verification_round.md): these
+    cases trim at a stop token or the budget before a draft that would also pass its test, so an
+    engine that tests all K drafts and reports the untrimmed count fails exactly them."""
+    trimmed = sorted(name for name, requests, want in vector_cases
+                     if batch_outcome(requests, "accepted_counts_trimmed_tests") != want)
+    assert trimmed == [
+        "stop_and_budget/budget-1-of-depth-5", "stop_and_budget/budget-3-of-depth-5",
+        "stop_and_budget/per-request-parameters", "stop_and_budget/per-request-parameters-reversed",
+        "stop_and_budget/stop-at-accepted-draft",
+    ], trimmed
+    for name, requests, want in vector_cases:
+        for inp, (accepted, emitted) in zip(requests, want):
+            assert emitted[:accepted] == inp.draft_tokens[:accepted], name
+
+
+@pytest.mark.rules("R11")
+def test_acceptance_margins_follow_the_documented_formula():
+    """Every acceptance draw's margin in the committed corpus is ``1`` when p(x) = 0, else
+    ``|u32/2^32 - p(x)/q(x)|`` (docs/formats/verification_round.md, *Margins*)."""
+    corpus = json.loads((Path(__file__).parents[1] / "vectors" / "verification_round.json").read_text())
+    zero_target = 0
+    for group in corpus["testGroups"]:
+        for case in group["tests"]:
+            if case["result"] != "valid":
+                continue
+            vocab = case["input"]["vocab"]
+            for raw, got in zip(case["input"]["requests"], case["expected"]["requests"]):
+                inp = decode_request(raw, vocab)
+                for draw in got["draws"]:
+                    if draw["domain"] != "ACCEPT":
+                        continue
+                    i = draw["position"] - inp.ident.anchor + 1 if draw["position"] >= inp.ident.anchor else \
+                        draw["position"] + U32 - inp.ident.anchor + 1
+                    x = inp.draft_tokens[i - 1]
+                    p, q = inp.p_rows[i - 1][x], inp.q_rows[i - 1].q(x)
+                    want = Fraction(1) if p == 0 else abs(Fraction(draw["u32"], U32) - p / q)
+                    zero_target += p == 0
+                    assert decode_rational(draw["margin"]) == want, case["id"]
+    assert zero_target >= 11
+
+
+@pytest.mark.rules("R22", "R24")
+def test_unseeded_requests_are_keyed_by_their_ids_and_explicit_seeds_as_given(vector_groups):
+    """``request_seeds``: two unseeded requests identical but for their IDs get different answers,
+    so a constant default seed (one answer for both) fails; two requests with one explicit seed
+    and identity draw the same acceptance noise (no batch row or request index in the key)."""
+    cases = {case.name: case for group in vector_groups if group.name == "request_seeds" for case in group.tests}
+    pair = cases["unseeded-pair"]
+    first, second = pair.input["requests"]
+    assert {k: v for k, v in first.items() if k != "request_id"} == {k: v for k, v in second.items()
+                                                                      if k != "request_id"}
+    assert "seed" not in first and first["request_id"] != second["request_id"]
+    want = [(r["accepted"], r["emitted"]) for r in pair.expected["requests"]]
+    assert want[0] != want[1]
+    defaulted = [decode_request({**body, "seed": "0"}, pair.input["vocab"]) for body in (first, second)]
+    assert batch_outcome(defaulted, None) != want  # a default seed of 0 answers both alike
+    shared = cases["explicit-seed-shared"].expected["requests"]
+    accept = [[d["u32"] for d in r["draws"] if d["domain"] == "ACCEPT"] for r in shared]
+    common = min(len(a) for a in accept)
+    assert common >= 1 and accept[0][:common] == accept[1][:common]

@@ -177,6 +177,22 @@ def test_logit_refusals(logits, temperature, code):
     assert code_of(weights_from_logits, logits, temperature) == code
 
 
+@pytest.mark.rules("R05")
+def test_all_masked_by_overflow_says_so():
+    """[-3e38, -3e38] at T = 0.5: both quotients overflow to -inf, so the stated order refuses
+    ALL_MASKED although the exact softmax is uniform; the message must say that, and only then."""
+    with pytest.raises(SpecError) as overflow:
+        weights_from_logits([f32(-3e38), f32(-3e38)], f32(0.5))
+    assert overflow.value.code == "ALL_MASKED"
+    assert "2 of 2 logits are finite" in overflow.value.detail and "overflowed" in overflow.value.detail
+    with pytest.raises(SpecError) as masked:
+        weights_from_logits([F32_NEG_INF, f32(-3e38)], f32(0.5), [f32(0.0), f32(-3e38)])
+    assert "1 of 2 logits are finite" in masked.value.detail  # the -inf logit is a mask, not an overflow
+    with pytest.raises(SpecError) as plain:
+        weights_from_logits([F32_NEG_INF, F32_NEG_INF], f32(1.0))
+    assert "overflow" not in plain.value.detail
+
+
 def test_masks_and_overflow_to_minus_inf():
     result = weights_from_logits([F32_NEG_INF, f32(-1.0), f32(0.0)], f32(2.0**-140))
     assert result.weights == [0, 0, 1]  # -1 / 2^-140 overflows to -inf: masked

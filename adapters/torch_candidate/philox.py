@@ -11,6 +11,7 @@ Keying (docs/rng-abi.md): key = (seed & 0xffffffff, seed >> 32); counter =
 
 from __future__ import annotations
 
+import hashlib
 from typing import Sequence
 
 import torch
@@ -58,6 +59,19 @@ def philox4x32_10(counter: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
         hi1, lo1 = mulhilo32(PHILOX_M1, c2)
         c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
     return torch.stack((c0, c1, c2, c3), dim=-1)
+
+
+def unseeded_request_seed(request_id: str) -> int:
+    """The seed of a request that carries none (docs/rng-abi.md, *Request seeds*): the
+    first 8 bytes, little-endian, of SHA-256 of the tag ``qconform-unseeded-seed-v1\\0``
+    followed by the UTF-8 request ID."""
+    digest = hashlib.sha256(b"qconform-unseeded-seed-v1\x00" + request_id.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+def request_seed(request: dict) -> int:
+    """A request object's seed: its ``seed``, or the unseeded seed of its ``request_id``."""
+    return int(request["seed"]) if "seed" in request else unseeded_request_seed(request["request_id"])
 
 
 def seed_keys(seeds: Sequence[int], device: torch.device | str = "cpu") -> torch.Tensor:

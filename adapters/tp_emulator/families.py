@@ -28,7 +28,7 @@ from qconform.adapters.torch_adapter import (
 )
 from qconform.adapters.torch_candidate.allocation import M
 from qconform.adapters.torch_candidate.errors import CandidateError
-from qconform.adapters.torch_candidate.philox import ACCEPT, CORRECTION, draw_word0, seed_keys, u32_of
+from qconform.adapters.torch_candidate.philox import ACCEPT, CORRECTION, draw_word0, request_seed, seed_keys, u32_of
 from qconform.adapters.torch_candidate.verification import accepts, check_shapes, residual_rows
 
 from . import kernels
@@ -320,7 +320,7 @@ def verification_round(rank: Rank, inp: dict) -> dict | None:
     c_x = q.gather(2, drafts[:, :, None]).squeeze(2)
     if bool((c_x == 0).any()):
         raise CandidateError("ZERO_Q_AT_TOKEN", "draft token")
-    key = seed_keys([int(r["seed"]) for r in requests], device)
+    key = seed_keys([request_seed(r) for r in requests], device)
     fields = {name: torch.tensor([r[name] for r in requests], dtype=torch.int64, device=device)
               for name in ("anchor", "round", "generation")}
     total = torch.tensor([fp64(t, "BAD_TARGET_ROW") for t in totals], dtype=torch.float64,

@@ -22,7 +22,7 @@ and walks the per-request results. ``launch`` holds block sizes and launch optio
 from .allocation import M, allocate, allocate_rows
 from .errors import TritonCandidateError, raise_flags
 from .lookup import lookup_counts
-from .philox import ACCEPT, CORRECTION, PROPOSAL, abi_draws, key_table, philox_blocks
+from .philox import ACCEPT, CORRECTION, PROPOSAL, abi_draws, key_table, philox_blocks, request_seed
 from .proposal import Proposal, propose
 from .qrows import QRows
 from .sampling import sample, sample_rows
@@ -53,6 +53,7 @@ __all__ = [
     "propose",
     "radix_select",
     "raise_flags",
+    "request_seed",
     "sample",
     "sample_rows",
     "select_compact",

@@ -10,6 +10,8 @@ acceptance, correction) keys its draws the same way.
 
 from __future__ import annotations
 
+import hashlib
+
 import torch
 import triton
 import triton.language as tl
@@ -18,6 +20,17 @@ from .errors import TritonCandidateError
 from .launch import LAUNCH
 
 MASK32 = 0xFFFFFFFF
+#: Tag of the unseeded-request seed (docs/rng-abi.md, *Request seeds*).
+UNSEEDED_TAG = b"qconform-unseeded-seed-v1\x00"
+
+
+def request_seed(request: dict) -> int:
+    """A request's 64-bit seed: ``seed`` as given, else the first 8 bytes (little-endian) of
+    SHA-256(tag || UTF-8 request ID) for a request without one."""
+    if "seed" in request:
+        return int(request["seed"])
+    digest = hashlib.sha256(UNSEEDED_TAG + request["request_id"].encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "little")
 #: RNG domains (docs/rng-abi.md)
 PROPOSAL = 0x01
 ACCEPT = 0x02

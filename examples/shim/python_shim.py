@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import bisect
+import hashlib
 import json
 import struct
 import sys
@@ -80,6 +81,9 @@ def rng_abi(case: dict) -> dict:
     if "counter" in case:  # a known-answer line
         words = philox4x32([word(w) for w in case["counter"]], [word(w) for w in case["key"]], case["rounds"])
         return {"output": [hex_word(w) for w in words]}
+    if "request_id" in case:  # the seed of an unseeded request (docs/rng-abi.md, Request seeds)
+        digest = hashlib.sha256(b"qconform-unseeded-seed-v1\x00" + case["request_id"].encode("utf-8")).digest()
+        return {"seed": str(int.from_bytes(digest[:8], "little"))}
     seed = field(int(case["seed"]), 1 << 64)
     generation = field(case["generation"], 1 << 32)
     round_id = field(case["round"], 1 << 32)

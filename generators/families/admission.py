@@ -33,6 +33,7 @@ from qconform.spec.admission import (
     Scenario,
     TableStep,
     audit_policy,
+    dspark_appendix_a_mirrored_scenario,
     dspark_appendix_a_scenario,
     dspark_appendix_a_scheduler,
     fixed_depth,
@@ -176,6 +177,8 @@ def fixed_depth_cases() -> Iterator[Case]:
                       rules, battery(3, 2, "partial-support"), 3, fixed_depth(2))
     yield policy_case("depth2-dspark-rows", "Depth 2 on the reconstructed DSpark rows: no selection, no bias.",
                       flags, rules, dspark_appendix_a_scenario(), 3, fixed_depth(2))
+    yield policy_case("depth2-dspark-mirrored-rows", "Depth 2 on the mirrored DSpark rows: no selection, no bias.",
+                      flags, rules, dspark_appendix_a_mirrored_scenario(), 3, fixed_depth(2))
 
 
 def admit_second_after_zero(view: AdmissionView) -> str:
@@ -224,6 +227,13 @@ def dspark_cases() -> Iterator[Case]:
                       dspark_appendix_a_scheduler())
     yield policy_case("appendix-a-two-tokens", "The appendix-A selection over two tokens of the stream.",
                       published + ("PREMATURE_READ", "SELECTION_BIAS"), rules, dspark_appendix_a_scenario(), 2,
+                      dspark_appendix_a_scheduler())
+    yield policy_case("appendix-a-mirrored-first-token", "The mirrored reading: the admitted x_1 = 0 has p = 7/10 > "
+                      "q = 1/2, so it is always accepted: token 0 gets 17/20 instead of 7/10.",
+                      published + ("PREMATURE_READ", "SELECTION_BIAS"), rules, dspark_appendix_a_mirrored_scenario(), 1,
+                      dspark_appendix_a_scheduler())
+    yield policy_case("appendix-a-mirrored-two-tokens", "The mirrored appendix-A selection over two tokens.",
+                      published + ("PREMATURE_READ", "SELECTION_BIAS"), rules, dspark_appendix_a_mirrored_scenario(), 2,
                       dspark_appendix_a_scheduler())
     yield policy_case("prefix-scan-appendix-a", "The prefix scan on the same numbers breaks at depth 1 "
                       "(0.9 < 1): target-only every round.", published + ("EARLY_STOP_SCAN",), rules,

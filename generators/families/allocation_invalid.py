@@ -53,7 +53,8 @@ NOTES = {
     ),
     "ALL_MASKED": Note(
         "MALFORMED_INPUT",
-        "Every logit is -inf: nothing can be proposed (R05).",
+        "Every scaled logit s_v = f32(z_v / T) is -inf: masked, or a finite logit whose FP32 quotient overflows "
+        "to -inf in the stated order (R05); nothing can be proposed.",
         "Catches NaN from -inf - (-inf) and a uniform fallback that invents mass.",
     ),
     "BAD_TEMPERATURE": Note(
@@ -119,6 +120,9 @@ def logit_cases() -> Iterator[Case]:
     yield invalid_case("logit-overflow-pos-inf", "3e38 / 0.5 overflows FP32 to +inf.", ("BAD_LOGIT",),
                        RowSource.logits([3.0e38, 1.0], 0.5))
     yield invalid_case("all-masked", "Every logit is -inf.", ("ALL_MASKED",), RowSource("logits", [F32_NEG_INF] * 4, f32_bits(1.0)))
+    yield invalid_case("all-overflow-to-neg-inf", "-3e38 / 0.5 overflows FP32 to -inf for both tokens: ALL_MASKED in "
+                       "the stated FP32 order, though the exact softmax is uniform.", ("ALL_MASKED",),
+                       RowSource.logits([-3.0e38, -3.0e38], 0.5))
     yield invalid_case("empty-logits", "No logits at all.", ("EMPTY_ROW",), RowSource("logits", [], f32_bits(1.0)))
     yield invalid_case("priority-nan-before-inf", "+inf logit at ID 0, NaN at ID 1: NAN_LOGIT.",
                        ("REFUSAL_PRIORITY", "BAD_LOGIT"), RowSource("logits", [F32_POS_INF, F32_QUIET_NAN], f32_bits(1.0)))

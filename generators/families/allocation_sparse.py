@@ -42,6 +42,7 @@ from qconform.spec.allocation import allocate_sparse
 from qconform.spec.allocation_fp64 import allocate_dense_fp64, fp64_row_error_bound, fp64_sparse_may_differ
 from qconform.spec.errors import SpecError
 from qconform.spec.floats import F32_NEG_INF
+from qconform.spec.sparse_support import CANDIDATE_K, SCREEN_KS
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
@@ -187,7 +188,7 @@ def fp64_cases() -> Iterator[Case]:
 
 def production_cases() -> Iterator[Case]:
     source = RowSource("f32", production_row(PRODUCTION_SEED))
-    for k in (16, 32, 64):
+    for k in sorted((CANDIDATE_K, *SCREEN_KS)):
         yield sparse_case(f"v129280-k{k}", f"Top-{k} of a softmax-like row over V = 129280.",
                           ("PRODUCTION_VOCAB", "R29_SUPPORT"), source, k)
 

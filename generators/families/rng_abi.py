@@ -4,7 +4,8 @@ Group ``philox_kat`` holds Random123's three ``philox4x32 10`` lines. Group
 ``draw_keys`` pins how a (seed, generation, round, position, domain, draw
 counter) becomes Philox key and counter words and how the draws are read.
 Group ``round_schedule`` pins which position each draw of a round uses. Group
-``invalid_fields`` holds fields the ABI refuses.
+``invalid_fields`` holds fields the ABI refuses. Group ``unseeded_requests`` pins
+the seed a request without one gets from its request ID.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from qconform.spec.rng_abi import (
     proposal_draw,
     proposal_key,
     uniform32_draw,
+    unseeded_request_seed,
 )
 
 if TYPE_CHECKING:
@@ -83,6 +85,13 @@ NOTES = {
         "The anchor is near 2^32, so anchor + offset wraps modulo 2^32.",
         "Catches 64-bit position arithmetic or a refusal where the ABI wraps.",
     ),
+    "UNSEEDED_REQUEST": Note(
+        "FUNCTIONALITY",
+        "A request without a seed gets the first 8 bytes (little-endian) of SHA-256 of the tag "
+        "'qconform-unseeded-seed-v1\\0' and its UTF-8 request ID (R24).",
+        "Catches a constant default seed (every unseeded request of a batch would draw the same noise), "
+        "a seed from a clock or a batch row, and a wrong byte order or tag.",
+    ),
     "OUT_OF_RANGE_FIELD": Note(
         "MALFORMED_INPUT",
         "A field outside its width; the ABI refuses it with BAD_RNG_FIELD.",
@@ -134,8 +143,11 @@ def schedule_output(case_input: dict) -> dict:
 
 
 def solve(case_input: dict) -> dict:
-    """The spec's answer to one ``rng_abi`` input: a KAT line, one draw key, or a round schedule."""
+    """The spec's answer to one ``rng_abi`` input: a KAT line, one draw key, a round schedule,
+    or the seed of an unseeded request."""
     try:
+        if "request_id" in case_input:
+            return {"seed": encode_u64(unseeded_request_seed(case_input["request_id"]))}
         if "counter" in case_input:
             return kat_output(case_input)
         if "depth" in case_input:
@@ -266,6 +278,18 @@ def invalid_field_cases() -> Iterator[Case]:
     yield invalid_case("round-2pow32", "Round 2^32 does not fit counter word 1.", {**base, "round": 1 << 32})
 
 
+def unseeded_cases() -> Iterator[Case]:
+    ids = {
+        "request-a": ("req-a", "A short request ID."),
+        "request-b": ("req-b", "One character away from req-a: an unrelated seed."),
+        "empty-id": ("", "The empty request ID: the hash of the tag alone."),
+        "engine-style-id": ("cmpl-3f9c2a7e5b1d4c8e9a0f6b2d7e1c5a3b-0", "A completion ID with its sequence suffix."),
+        "non-ascii-id": ("requête-7-请求", "Non-ASCII: the UTF-8 bytes are hashed."),
+    }
+    for name, (request_id, comment) in ids.items():
+        yield solved_case(name, comment, ("R24",), ("UNSEEDED_REQUEST",), {"request_id": request_id})
+
+
 def build() -> Iterator[Group]:
     yield Group("philox_kat", "Random123 known-answer lines for philox4x32 10.", ("R22",), list(kat_cases()))
     yield Group("draw_keys", "Key and counter words of one draw, its output words and draws.",
@@ -274,6 +298,8 @@ def build() -> Iterator[Group]:
                 list(round_schedule_cases()))
     yield Group("invalid_fields", "Fields outside their widths, refused with BAD_RNG_FIELD.", ("R22", "R24"),
                 list(invalid_field_cases()))
+    yield Group("unseeded_requests", "The seed of a request without one, from its request ID.", ("R24",),
+                list(unseeded_cases()))
 
 
 WORD4 = {"type": "array", "items": {"$ref": "#/$defs/word32"}, "minItems": 4, "maxItems": 4}
@@ -304,6 +330,7 @@ INPUT_SCHEMA = {
             "anchor": NONNEG,
             "depth": {"type": "integer", "minimum": 1},
         }),
+        closed({"request_id": {"type": "string"}}),
     ]
 }
 
@@ -312,6 +339,7 @@ EXPECTED_SCHEMA = {
         closed({"output": WORD4}),
         closed({"key": WORD2, "counter": WORD4, "output": WORD4, "u24": NONNEG, "u32": NONNEG}),
         closed({"proposal": SCHEDULE_DRAWS, "accept": SCHEDULE_DRAWS, "correction": SCHEDULE_DRAWS}),
+        closed({"seed": {"$ref": "#/$defs/u64"}}),
         closed({"error": {"const": "BAD_RNG_FIELD"}}),
     ]
 }

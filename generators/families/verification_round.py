@@ -44,6 +44,7 @@ from qconform.spec.rng_abi import (
     proposal_draw,
     proposal_key,
     uniform32_draw,
+    unseeded_request_seed,
 )
 from qconform.spec.sampling import sample_qrow
 from qconform.spec.verification import RoundInput, RoundResult, target_rows_from_f32, verify_batch
@@ -87,10 +88,15 @@ def decode_p_rows(obj: dict) -> list[list[Fraction]]:
     return target_rows_from_f32([flat[r * vocab:(r + 1) * vocab] for r in range(rows)])
 
 
+def request_seed(obj: dict) -> int:
+    """A request object's seed: ``seed`` as given, or the unseeded seed of ``request_id`` (R24)."""
+    return decode_u64(obj["seed"]) if "seed" in obj else unseeded_request_seed(obj["request_id"])
+
+
 def decode_request(obj: dict, vocab: int) -> RoundInput:
     """The spec's :class:`RoundInput` for one request object of a case input."""
     return RoundInput(
-        ident=RngIdentity(decode_u64(obj["seed"]), obj["generation"], obj["round"], obj["anchor"]),
+        ident=RngIdentity(request_seed(obj), obj["generation"], obj["round"], obj["anchor"]),
         draft_tokens=list(obj["draft_tokens"]),
         q_rows=[decode_qrow(row, vocab) for row in obj["q_rows"]],
         p_rows=decode_p_rows(obj["p_rows"]),
@@ -216,6 +222,16 @@ NOTES = {
         "parameters end its own emission.",
         "Catches per-request parameters sliced wrongly, so that request 0's apply to the whole batch "
         "(TRT-LLM #12588).",
+    ),
+    "UNSEEDED_REQUESTS": Note(
+        "KNOWN_BUG",
+        "Requests without a seed carry a request ID; each is keyed by unseeded_request_seed(ID) (R24).",
+        "Catches a constant default seed, under which two unseeded requests of a batch draw identical noise.",
+    ),
+    "SHARED_EXPLICIT_SEED": Note(
+        "FUNCTIONALITY",
+        "Two requests with one explicit seed and identity draw the same acceptance noise, by definition of a seed.",
+        "Catches a verifier that salts the key with the batch row or a request index to avoid shared seeds.",
     ),
     "DEPTH5_BATCH": Note(
         "BASIC",
@@ -525,6 +541,39 @@ def batch_cases() -> Iterator[Case]:
                      rules=RULES + ("R22",))
 
 
+def unseeded_json(inp: RoundInput, request_id: str) -> dict:
+    """The request object of ``inp`` without a seed: it carries ``request_id`` instead, and the
+    spec keys it by ``unseeded_request_seed(request_id)`` (docs/rng-abi.md, *Request seeds*)."""
+    obj = request_json(replace(inp, ident=replace(inp.ident, seed=unseeded_request_seed(request_id))))
+    del obj["seed"]
+    return {"request_id": request_id, **obj}
+
+
+def seed_cases() -> Iterator[Case]:
+    rng = random.Random(0x5EED5)
+    template = random_request(rng, RngIdentity(0, 1, 1, 50))
+    rules = RULES + ("R22", "R24")
+    # The first pair of request IDs whose derived seeds give the two otherwise identical requests
+    # different accepted counts: any shared (default) seed gives them one answer.
+    for n in range(1000):
+        ids = (f"request-{2 * n}", f"request-{2 * n + 1}")
+        bodies = [unseeded_json(template, rid) for rid in ids]
+        answers = solve({"vocab": SMALL_VOCAB, "requests": bodies})["requests"]
+        if answers[0]["accepted"] != answers[1]["accepted"]:
+            break
+    yield batch_case("unseeded-pair", f"Two requests without a seed, identical but for their IDs {ids[0]!r} and "
+                     f"{ids[1]!r}: each is keyed by the seed its ID derives, so they draw different noise and "
+                     "accept different counts.", ("UNSEEDED_REQUESTS",), bodies, rules=rules)
+    yield batch_case("unseeded-alone", f"Request {ids[1]!r} of unseeded-pair, alone.", ("UNSEEDED_REQUESTS",),
+                     [bodies[1]], rules=rules)
+    other = random_request(rng, RngIdentity(0x5EED, 1, 1, 50))
+    shared = replace(template, ident=other.ident)
+    yield round_case("explicit-seed-shared", "Two different requests with one explicit seed and one generation, "
+                     "round and anchor: the seed is the request's, so their acceptance draws coincide "
+                     "(nothing about the request or its batch row enters the key).", ("SHARED_EXPLICIT_SEED",),
+                     [other, shared], rules=rules)
+
+
 def weight_bits(weights: Sequence[int]) -> list[int]:
     """FP32 bit patterns of small nonnegative integer weights (exact in FP32)."""
     return [f32_bits(float(w)) if w else 0 for w in weights]
@@ -606,6 +655,9 @@ def build() -> Iterator[Group]:
                 list(stop_budget_cases()))
     yield Group("batches", "Depth-5 batches of up to four requests; batch invariance.", RULES + ("R22", "R27"),
                 list(batch_cases()))
+    yield Group("request_seeds", "Unseeded requests are keyed by the seed their IDs derive; an explicit seed "
+                "is used as given, shared or not (docs/rng-abi.md, Request seeds).", RULES + ("R22", "R24"),
+                list(seed_cases()))
     yield Group("production_vocab", "Residual sampling over V = 129280 with FP32 target weights.", RULES + ("R07",),
                 list(production_cases()))
     yield Group("invalid_requests", "Requests refused before any draw.", ("R11", "R19", "R27"),
@@ -618,6 +670,7 @@ TOKENS = {"type": "array", "items": NONNEG}
 REQUEST_SCHEMA = closed(
     {
         "seed": {"$ref": "#/$defs/u64"},
+        "request_id": {"type": "string"},
         "generation": NONNEG,
         "round": NONNEG,
         "anchor": NONNEG,
@@ -627,8 +680,10 @@ REQUEST_SCHEMA = closed(
         "stop_tokens": TOKENS,
         "budget": {"type": "integer", "minimum": 1},
     },
-    required=["anchor", "draft_tokens", "generation", "p_rows", "q_rows", "round", "seed"],
+    required=["anchor", "draft_tokens", "generation", "p_rows", "q_rows", "round"],
 )
+#: exactly one of ``seed`` (explicit) and ``request_id`` (unseeded, docs/rng-abi.md)
+REQUEST_SCHEMA["oneOf"] = [{"required": ["seed"]}, {"required": ["request_id"]}]
 
 DRAW_SCHEMA = closed(
     {
@@ -675,7 +730,7 @@ def outcome_laws(case_input: dict) -> list[Law]:
 FAMILY = Family(
     name="verification_round",
     description="Standard speculative verification of a batch of rounds, every draw pinned (R11, R23, R33).",
-    rules=("R01", "R02", "R04", "R07", "R10", "R11", "R19", "R22", "R23", "R27", "R33"),
+    rules=("R01", "R02", "R04", "R07", "R10", "R11", "R19", "R22", "R23", "R24", "R27", "R33"),
     notes=NOTES,
     build=build,
     solve=solve,

@@ -20,6 +20,15 @@ confidences are honest, and the bias owes nothing to a miscalibrated one):
 
 Under the appendix-A scheduler token 0 is emitted first with
 ``1/2 * 3/5 + 1/2 * 3/10 = 9/20`` instead of ``p(0) = 3/10``.
+
+The design does not fix which token the selection admits, so a second,
+**mirrored** reading is pinned too: the admitted token (``x_1 = 0``, the one
+after which ``c_2 = 0.9``) is the one with ``p > q``: before ``x_1``,
+``p = (7/10, 3/10)`` (rate ``1/2 + 3/10 = 4/5``), the rows after ``x_1``
+unchanged. Then the admitted ``x_1 = 0`` is always accepted and token 0 is
+emitted first with ``1/2 * 1 + 1/2 * 7/10 = 17/20`` instead of ``7/10``. Both
+readings move 3/20 of mass: whichever token the selection admits, an exact
+verifier cannot undo it.
 """
 
 from __future__ import annotations
@@ -62,6 +71,15 @@ def dspark_appendix_a_scenario() -> Scenario:
     q_rows = {"": half, "0": half, "1": dyadic_row([1, 0])}
     p_rows = {"": exact_row([3, 7]), "0": exact_row([2, 3]), "1": exact_row([0, 1])}
     return markov_scenario("dspark-appendix-a-v2", 2, len(DSPARK_SPS) - 1, q_rows, p_rows)
+
+
+@defines("R37")
+def dspark_appendix_a_mirrored_scenario() -> Scenario:
+    """The mirrored reading of appendix A: the admitted ``x_1 = 0`` has ``p(0) = 7/10 > q(0) = 1/2``."""
+    half = dyadic_row([1, 1])
+    q_rows = {"": half, "0": half, "1": dyadic_row([1, 0])}
+    p_rows = {"": exact_row([7, 3]), "0": exact_row([2, 3]), "1": exact_row([0, 1])}
+    return markov_scenario("dspark-appendix-a-mirrored-v1", 2, len(DSPARK_SPS) - 1, q_rows, p_rows)
 
 
 @defines("R37")
