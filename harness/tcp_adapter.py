@@ -243,24 +243,32 @@ class TcpAdapter(Adapter):
         return [self.session_case(inp) for inp in inputs]
 
     def session_case(self, inp: dict) -> dict:
-        link = self.link()
+        """One real TCP connection per connection number of the case (opened at its first event);
+        a disconnect closes it for real and the next event of that number opens a new one."""
+        links = {0: self.link()}
         try:
-            link.command("configure", config=inp["config"])
+            links[0].command("configure", config=inp["config"])
             verdicts = []
             for event in inp["events"]:
+                label = event.get("connection", 0)
+                if label not in links:
+                    links[label] = self.link()
+                link = links[label]
                 if "frame" in event:
                     answer = link.request(control.APPLY, bytes(decode_blob(event["frame"], "u8")[0]))
                 elif "timeout" in event:
                     answer = link.command("timeout", slot=event["timeout"])
                 else:
+                    number = link.command("connection")["connection"]
                     link.close()
-                    link = self.link()
-                    answer = link.command("disconnect_status")
+                    links[label] = self.link()
+                    answer = links[label].command("disconnect_status", connection=number)
                 verdicts.append({key: answer[key] for key in ("verdict", "reason", "discarded") if key in answer})
-            state = link.command("state")
+            state = links[0].command("state")
             return {"verdicts": verdicts, "final": state["final"], "counters": state["counters"]}
         finally:
-            link.close()
+            for link in links.values():
+                link.close()
 
     # -- worker family ---------------------------------------------------------------------------
 

@@ -65,6 +65,8 @@ from qconform.spec.wire.reasons import Route, WireReject
 from qconform.spec.wire.validation import validate_message, validate_reply
 
 POSITION_MODULUS: int = 1 << 32
+#: The largest generation a u32 field can name: a slot whose generation reached it is exhausted (R24).
+LAST_GENERATION: int = (1 << 32) - 1
 
 ACCEPT, REJECT, DUPLICATE, IGNORE, GREEDY_V1 = "accept", "reject", "duplicate", "ignore", "greedy_v1"
 VERDICT_KINDS: tuple[str, ...] = (ACCEPT, REJECT, DUPLICATE, IGNORE, GREEDY_V1)
@@ -91,6 +93,8 @@ class OpenRound:
     step: Step
     replies: tuple[bytes, ...] = ()
     completion: bytes | None = None
+    #: the STEP frame's bytes, so that an identical retry is told from a second STEP (R24)
+    step_frame: bytes = b""
 
     @property
     def consumable(self) -> bool:
@@ -99,7 +103,13 @@ class OpenRound:
 
 @dataclass(frozen=True)
 class SlotState:
-    """One probability slot. Generation 0 is never live: the first RESET opens a generation."""
+    """One probability slot. Generation 0 is never live: the first RESET opens a generation.
+
+    A slot lives as long as the receiver (the endpoint), not a connection: its
+    generation only ever grows, so no (seed, generation, round, position) key is
+    accepted twice (R24). ``owner`` is the connection whose RESET opened the live
+    generation; the generation is live only for frames of that connection.
+    """
 
     generation: int = 0
     live: bool = False
@@ -107,24 +117,38 @@ class SlotState:
     last_round: int | None = None
     seed: int = 0
     open: OpenRound | None = None
+    owner: int = 0
 
 
 @dataclass(frozen=True)
 class ReceiverState:
-    """The whole receiver: its configuration, the negotiated HELLO, the slots, the counters."""
+    """The whole receiver (one endpoint): its configuration, the HELLO negotiated on each
+    connection, the slots (shared by every connection, never dropped), the counters."""
 
     config: Hello
-    negotiated: Hello | None = None
+    #: (connection, negotiated HELLO) pairs, sorted by connection; a connection without HELLO is absent
+    links: tuple[tuple[int, Hello], ...] = ()
     slots: tuple[SlotState, ...] = ()
     #: (name, count) pairs, sorted by name, zero counts left out
     counters: tuple[tuple[str, int], ...] = field(default=())
 
+    def link(self, connection: int) -> Hello | None:
+        """The HELLO negotiated on ``connection`` (None before its HELLO)."""
+        return dict(self.links).get(connection)
+
+    @property
+    def negotiated(self) -> Hello | None:
+        """The HELLO negotiated on connection 0 (the one link of a single-connection receiver)."""
+        return self.link(0)
+
 
 @dataclass(frozen=True)
 class FrameIn:
-    """A frame received (or, for STEP, COMMIT, RESET and CANCEL, sent by the target), as bytes."""
+    """A frame received (or, for STEP, COMMIT, RESET and CANCEL, sent by the target), as bytes,
+    on ``connection`` (0 unless several connections share the endpoint)."""
 
     data: bytes
+    connection: int = 0
 
 
 @dataclass(frozen=True)
@@ -136,7 +160,9 @@ class Timeout:
 
 @dataclass(frozen=True)
 class Disconnect:
-    """The connection dropped."""
+    """The connection dropped (a later frame on the same number is a new connection)."""
+
+    connection: int = 0
 
 
 Event = Union[FrameIn, Timeout, Disconnect]
@@ -177,28 +203,39 @@ def with_slot(state: ReceiverState, index: int, slot: SlotState) -> ReceiverStat
     return replace(state, slots=tuple(slots))
 
 
+def live_on(slot: SlotState, connection: int) -> bool:
+    """Whether the slot's generation is live for frames of ``connection`` (the one whose RESET opened it)."""
+    return slot.live and slot.owner == connection
+
+
 @defines("R25", "R28")
-def discard(state: ReceiverState, indices: tuple[int, ...]) -> tuple[ReceiverState, tuple[int, ...]]:
+def discard(state: ReceiverState, indices: tuple[int, ...],
+            force: bool = False) -> tuple[ReceiverState, tuple[int, ...]]:
     """Discard the open round of each slot in ``indices`` that has one and invalidate its generation.
 
-    The slot keeps its committed position: the outcome is target-only from the
-    committed prefix, and a RESET must open a new generation before the next STEP.
+    A round whose COMPLETION validated is consumable: the target may be
+    verifying its rows, so a worker-side fault (a differing retry, a corrupt or
+    unattributable frame) no longer discards it; only the target itself (RESET,
+    CANCEL, ``force``) or the end of its connection does (R28). The slot keeps its
+    committed position: the outcome is target-only from the committed prefix, and
+    a RESET must open a new generation before the next STEP.
     """
     discarded = []
     for index in indices:
         slot = state.slots[index]
-        if slot.open is not None:
+        if slot.open is not None and (force or not slot.open.consumable):
             state = counted(with_slot(state, index, replace(slot, open=None, live=False)), "discarded_proposals")
             discarded.append(index)
     return state, tuple(discarded)
 
 
-def open_slots(state: ReceiverState) -> tuple[int, ...]:
-    return tuple(i for i, slot in enumerate(state.slots) if slot.open is not None)
+def open_slots(state: ReceiverState, connection: int) -> tuple[int, ...]:
+    """The slots with an open round opened on ``connection``."""
+    return tuple(i for i, slot in enumerate(state.slots) if slot.open is not None and slot.owner == connection)
 
 
 def refuse(state: ReceiverState, code: str, discard_slots: tuple[int, ...] = ()) -> tuple[ReceiverState, Verdict]:
-    """Count the rejection ``code`` and discard the open rounds of ``discard_slots``."""
+    """Count the rejection ``code`` and discard the unconsumable open rounds of ``discard_slots``."""
     state, discarded = discard(state, discard_slots)
     return counted(state, code), Verdict(REJECT, code, discarded)
 
@@ -208,32 +245,36 @@ def accept(state: ReceiverState, discarded: tuple[int, ...] = ()) -> tuple[Recei
 
 
 @defines("R25", "R28")
-def addresses_open_round(state: ReceiverState, route: Route) -> bool:
+def addresses_open_round(state: ReceiverState, route: Route, connection: int) -> bool:
     """Whether a worker message's verified fields name a slot's open round of its live generation."""
-    params = state.negotiated
+    params = state.link(connection)
     if route.message_type not in WORKER_TYPES or params is None or route.session_id != params.session_id:
         return False
     if route.slot >= len(state.slots):
         return False
     slot = state.slots[route.slot]
-    return (slot.live and slot.open is not None and route.generation == slot.generation
+    return (live_on(slot, connection) and slot.open is not None and route.generation == slot.generation
             and route.round == slot.open.step.round)
 
 
 @defines("R18", "R25")
-def refuse_frame(state: ReceiverState, error: WireReject) -> tuple[ReceiverState, Verdict]:
-    """A frame refused by decoding or stateless validation: discard what it can be attributed to."""
+def refuse_frame(state: ReceiverState, error: WireReject, connection: int) -> tuple[ReceiverState, Verdict]:
+    """A frame refused by decoding or stateless validation: discard what it can be attributed to.
+
+    An unattributable frame is attributed to its connection: it discards the
+    open rounds of that connection only, never another connection's.
+    """
     if error.route is None:
-        return refuse(state, error.code, open_slots(state))
-    if addresses_open_round(state, error.route):
+        return refuse(state, error.code, open_slots(state, connection))
+    if addresses_open_round(state, error.route, connection):
         return refuse(state, error.code, (error.route.slot,))
     return refuse(state, error.code)
 
 
 @defines("R19", "R28")
-def worker_route_problem(slot: SlotState, generation: int, round_id: int) -> str | None:
+def worker_route_problem(slot: SlotState, generation: int, round_id: int, connection: int) -> str | None:
     """Why a REPLY or COMPLETION does not belong to the slot's open round, or None."""
-    if generation < slot.generation or (generation == slot.generation and not slot.live):
+    if generation < slot.generation or (generation == slot.generation and not live_on(slot, connection)):
         return "LATE_REPLY"
     if generation > slot.generation:
         return "STALE_GENERATION"
@@ -245,10 +286,10 @@ def worker_route_problem(slot: SlotState, generation: int, round_id: int) -> str
 
 
 @defines("R16", "R19", "R28")
-def routed_round(state: ReceiverState, message: Reply | Completion) -> OpenRound | str:
+def routed_round(state: ReceiverState, message: Reply | Completion, connection: int) -> OpenRound | str:
     """The open round a REPLY or COMPLETION belongs to, or the reason it belongs to none."""
     slot = state.slots[message.slot]
-    problem = worker_route_problem(slot, message.generation, message.round)
+    problem = worker_route_problem(slot, message.generation, message.round, connection)
     if problem is not None:
         return problem
     assert slot.open is not None
@@ -264,33 +305,43 @@ def retried(state: ReceiverState, first: bytes, again: bytes, here: tuple[int, .
 
 
 @defines("R17", "R19")
-def command_generation_problem(slot: SlotState, generation: int) -> str | None:
-    """A STEP, COMMIT or CANCEL must name the slot's live generation."""
-    if not slot.live or generation != slot.generation:
+def command_generation_problem(slot: SlotState, generation: int, connection: int) -> str | None:
+    """A STEP, COMMIT or CANCEL must name the slot's generation live on its connection."""
+    if not live_on(slot, connection) or generation != slot.generation:
         return "STALE_GENERATION"
     return None
 
 
-@defines("R12", "R13")
-def receive_hello(state: ReceiverState, hello: Hello) -> tuple[ReceiverState, Verdict]:
-    """A HELLO that :func:`check_frame` negotiated turns v2 on, once per connection.
+@defines("R12", "R13", "R24")
+def receive_hello(state: ReceiverState, hello: Hello, connection: int) -> tuple[ReceiverState, Verdict]:
+    """A HELLO that :func:`check_frame` negotiated turns v2 on for its connection, once per connection.
 
-    The slots keep their generations and committed positions across a reconnection.
+    The slots are the endpoint's, never the connection's: a HELLO with fewer
+    slots leaves the others as they are (unaddressable on this connection), one
+    with more adds fresh slots after them. A slot keeps its generation and
+    committed position for the receiver's lifetime, so a reconnection can never
+    bring back a generation, nor the keys drawn under it (R24).
     """
-    if state.negotiated is not None:
+    if state.link(connection) is not None:
         return refuse(state, "UNEXPECTED_MESSAGE")
-    slots = tuple(state.slots[i] if i < len(state.slots) else SlotState() for i in range(hello.max_slots))
-    return accept(replace(state, negotiated=hello, slots=slots))
+    slots = state.slots + tuple(SlotState() for _ in range(len(state.slots), hello.max_slots))
+    links = tuple(sorted(state.links + ((connection, hello),), key=lambda pair: pair[0]))
+    return accept(replace(state, links=links, slots=slots))
 
 
-@defines("R14", "R19", "R27")
-def receive_step(state: ReceiverState, step: Step, data: bytes) -> tuple[ReceiverState, Verdict]:
-    """Open a round: live generation, idle slot, a fresh round ID, anchored at the committed position."""
+@defines("R14", "R19", "R24", "R27")
+def receive_step(state: ReceiverState, step: Step, data: bytes, connection: int) -> tuple[ReceiverState, Verdict]:
+    """Open a round: live generation, idle slot, a fresh round ID, anchored at the committed position.
+
+    A STEP identical byte for byte to the open round's is a retry: a duplicate.
+    """
     slot = state.slots[step.slot]
-    problem = command_generation_problem(slot, step.generation)
+    problem = command_generation_problem(slot, step.generation, connection)
     if problem is not None:
         return refuse(state, problem)
     if slot.open is not None:
+        if data == slot.open.step_frame:
+            return counted(state, "duplicate_retries"), Verdict(DUPLICATE)
         return refuse(state, "UNEXPECTED_MESSAGE")
     if slot.last_round is not None and step.round == slot.last_round:
         return refuse(state, "DUPLICATE_ROUND")
@@ -298,16 +349,18 @@ def receive_step(state: ReceiverState, step: Step, data: bytes) -> tuple[Receive
         return refuse(state, "STALE_ROUND")
     if step.anchor != slot.committed:
         return refuse(state, "POSITION_MISMATCH")
-    assert state.negotiated is not None
-    if len(open_slots(state)) >= state.negotiated.max_requests:
+    params = state.link(connection)
+    assert params is not None
+    if len(open_slots(state, connection)) >= params.max_requests:
         return refuse(state, "TOO_MANY_REQUESTS")
-    return accept(with_slot(state, step.slot, replace(slot, open=OpenRound(step), last_round=step.round)))
+    opened = replace(slot, open=OpenRound(step, step_frame=data), last_round=step.round)
+    return accept(with_slot(state, step.slot, opened))
 
 
 @defines("R15", "R24", "R25", "R28")
-def receive_reply(state: ReceiverState, reply: Reply, data: bytes) -> tuple[ReceiverState, Verdict]:
+def receive_reply(state: ReceiverState, reply: Reply, data: bytes, connection: int) -> tuple[ReceiverState, Verdict]:
     """Append the next row of the open round; an identical retry is a duplicate, a different one discards."""
-    current = routed_round(state, reply)
+    current = routed_round(state, reply, connection)
     if isinstance(current, str):
         return refuse(state, current)
     here = (reply.slot,)
@@ -326,9 +379,10 @@ def receive_reply(state: ReceiverState, reply: Reply, data: bytes) -> tuple[Rece
 
 
 @defines("R16", "R24", "R25", "R28")
-def receive_completion(state: ReceiverState, completion: Completion, data: bytes) -> tuple[ReceiverState, Verdict]:
+def receive_completion(state: ReceiverState, completion: Completion, data: bytes,
+                       connection: int) -> tuple[ReceiverState, Verdict]:
     """Close the open round's replies; only a COMPLETION that validates makes its rows consumable."""
-    current = routed_round(state, completion)
+    current = routed_round(state, completion, connection)
     if isinstance(current, str):
         return refuse(state, current)
     here = (completion.slot,)
@@ -354,10 +408,10 @@ def receive_completion(state: ReceiverState, completion: Completion, data: bytes
 
 
 @defines("R16", "R17")
-def receive_commit(state: ReceiverState, commit: Commit, data: bytes) -> tuple[ReceiverState, Verdict]:
+def receive_commit(state: ReceiverState, commit: Commit, data: bytes, connection: int) -> tuple[ReceiverState, Verdict]:
     """Consume a completed round: the committed position moves to anchor + accepted + 1."""
     slot = state.slots[commit.slot]
-    problem = command_generation_problem(slot, commit.generation)
+    problem = command_generation_problem(slot, commit.generation, connection)
     if problem is not None:
         return refuse(state, problem)
     current = slot.open
@@ -372,29 +426,37 @@ def receive_commit(state: ReceiverState, commit: Commit, data: bytes) -> tuple[R
 
 
 @defines("R17", "R24")
-def receive_reset(state: ReceiverState, reset: Reset, data: bytes) -> tuple[ReceiverState, Verdict]:
-    """Move a slot to a higher generation with an explicit committed position and seed; discard its round."""
+def receive_reset(state: ReceiverState, reset: Reset, data: bytes, connection: int) -> tuple[ReceiverState, Verdict]:
+    """Move a slot to a higher generation with an explicit committed position and seed; discard its round.
+
+    Generations only grow over the receiver's lifetime, whatever the connection:
+    a slot whose generation reached 2^32 - 1 has no higher one and is retired
+    (SLOT_EXHAUSTED) rather than ever reusing a generation (R24).
+    """
     slot = state.slots[reset.slot]
+    if slot.generation == LAST_GENERATION:
+        return refuse(state, "SLOT_EXHAUSTED")
     if reset.generation < slot.generation:
         return refuse(state, "STALE_GENERATION")
     if reset.generation == slot.generation:
         return refuse(state, "DUPLICATE_GENERATION")
-    state, discarded = discard(state, (reset.slot,))
-    fresh = SlotState(generation=reset.generation, live=True, committed=reset.committed, seed=reset.seed)
+    state, discarded = discard(state, (reset.slot,), force=True)
+    fresh = SlotState(generation=reset.generation, live=True, committed=reset.committed, seed=reset.seed,
+                      owner=connection)
     return accept(with_slot(state, reset.slot, fresh), discarded)
 
 
 @defines("R17", "R28")
-def receive_cancel(state: ReceiverState, cancel: Cancel, data: bytes) -> tuple[ReceiverState, Verdict]:
-    """Invalidate the slot's live generation and discard its open round."""
-    problem = command_generation_problem(state.slots[cancel.slot], cancel.generation)
+def receive_cancel(state: ReceiverState, cancel: Cancel, data: bytes, connection: int) -> tuple[ReceiverState, Verdict]:
+    """Invalidate the slot's live generation and discard its open round (consumable or not)."""
+    problem = command_generation_problem(state.slots[cancel.slot], cancel.generation, connection)
     if problem is not None:
         return refuse(state, problem)
-    state, discarded = discard(state, (cancel.slot,))
+    state, discarded = discard(state, (cancel.slot,), force=True)
     return accept(with_slot(state, cancel.slot, replace(state.slots[cancel.slot], live=False)), discarded)
 
 
-Handler = Callable[[ReceiverState, Message, bytes], tuple[ReceiverState, Verdict]]
+Handler = Callable[[ReceiverState, Message, bytes, int], tuple[ReceiverState, Verdict]]
 HANDLERS: dict[type, Handler] = {
     Step: receive_step,
     Reply: receive_reply,
@@ -425,45 +487,53 @@ def check_frame(data: bytes, config: Hello, negotiated: Hello | None) -> tuple[M
 
 
 @defines("R12", "R18", "R19")
-def receive_frame(state: ReceiverState, data: bytes) -> tuple[ReceiverState, Verdict]:
-    """Check a frame statelessly (:func:`check_frame`), then route it to its handler."""
+def receive_frame(state: ReceiverState, data: bytes, connection: int = 0) -> tuple[ReceiverState, Verdict]:
+    """Check a frame statelessly (:func:`check_frame`) under its connection's HELLO, then route it."""
     try:
-        message, _ = check_frame(data, state.config, state.negotiated)
+        message, _ = check_frame(data, state.config, state.link(connection))
     except WireReject as error:
-        return refuse_frame(state, error)
+        return refuse_frame(state, error, connection)
     if isinstance(message, V1Greedy):
         return counted(state, "v1_greedy_frames"), Verdict(GREEDY_V1)
     if isinstance(message, Hello):
-        return receive_hello(state, message)
-    return HANDLERS[type(message)](state, message, data)
+        return receive_hello(state, message, connection)
+    return HANDLERS[type(message)](state, message, data, connection)
 
 
 @defines("R25", "R28")
 def fire_timeout(state: ReceiverState, index: int) -> tuple[ReceiverState, Verdict]:
-    """The watchdog discards the slot's open round and invalidates its generation; idle, it is ignored."""
-    if index >= len(state.slots) or state.slots[index].open is None:
+    """The watchdog discards the slot's open round and invalidates its generation.
+
+    It guards the arrival of q: with no open round, or once the round is
+    consumable (every row validated, R28), it is ignored.
+    """
+    if index >= len(state.slots) or state.slots[index].open is None or state.slots[index].open.consumable:
         return counted(state, "ignored_timers"), Verdict(IGNORE)
     state, discarded = discard(counted(state, "timeouts"), (index,))
     return state, Verdict(ACCEPT, None, discarded)
 
 
 @defines("R24", "R25")
-def disconnect(state: ReceiverState) -> tuple[ReceiverState, Verdict]:
-    """Discard every open round, invalidate every generation and await a new HELLO."""
-    state, discarded = discard(counted(state, "disconnects"), open_slots(state))
-    slots = tuple(replace(slot, live=False) for slot in state.slots)
-    return replace(state, negotiated=None, slots=slots), Verdict(ACCEPT, None, discarded)
+def disconnect(state: ReceiverState, connection: int = 0) -> tuple[ReceiverState, Verdict]:
+    """Discard every open round of the connection, end its generations, forget its HELLO.
+
+    Another connection's HELLO, slots and rounds are untouched.
+    """
+    state, discarded = discard(counted(state, "disconnects"), open_slots(state, connection), force=True)
+    slots = tuple(replace(slot, live=False) if slot.owner == connection else slot for slot in state.slots)
+    links = tuple(pair for pair in state.links if pair[0] != connection)
+    return replace(state, links=links, slots=slots), Verdict(ACCEPT, None, discarded)
 
 
 @defines("R12", "R16", "R17", "R24", "R25", "R28")
 def step(state: ReceiverState, event: Event) -> tuple[ReceiverState, Verdict]:
     """The receiver's transition: the new state and the verdict on ``event``."""
     if isinstance(event, FrameIn):
-        return receive_frame(state, event.data)
+        return receive_frame(state, event.data, event.connection)
     if isinstance(event, Timeout):
         return fire_timeout(state, event.slot)
     if isinstance(event, Disconnect):
-        return disconnect(state)
+        return disconnect(state, event.connection)
     raise TypeError(f"not a receiver event: {event!r}")
 
 
