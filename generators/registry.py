@@ -28,6 +28,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "wire_frames",
     "wire_sessions",
     "sharding",
+    "target_only",
 )
 
 RESULTS = ("valid", "invalid", "acceptable")

@@ -309,7 +309,7 @@ class TcpAdapter(Adapter):
         through(link.read_frame(), own=False)  # the worker's HELLO
         session = state.negotiated.session_id
         seed, generation, round_id, anchor = int(inp["seed"]), inp["generation"], inp["round"], inp["anchor"]
-        through(encode_frame(Reset(session, seed, generation, anchor, 0)), own=True)
+        through(encode_frame(Reset(session, seed, generation, anchor, 0, inp["last_committed_token"])), own=True)
         step_message = Step(session, generation, round_id, anchor, k, 1, int(inp["temperature"]["f32"], 16), 0,
                             config.depth, bytes(32))
         through(encode_frame(step_message), own=True)

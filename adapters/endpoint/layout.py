@@ -31,6 +31,8 @@ V1_NAME = "V1_GREEDY_TOKENS"
 
 REPR_NONE, REPR_DENSE, REPR_SPARSE = 0, 1, 2
 STATUS_OK, STATUS_FAILED = 0, 1
+#: COMMIT: no correction or bonus (emission ended at the last accepted draft); RESET: no committed token
+NO_TOKEN = -1
 PRECISION_FP32 = 1
 ID_BYTES = Q_BYTES = 4
 SPARSE_ENTRY = ID_BYTES + Q_BYTES
@@ -72,7 +74,7 @@ FIELDS: dict[int, Fixed] = {
                       "prefix_digest:digest"),
     COMMIT: fixed("session_id:u64", "generation:u32", "round:u32", "new_committed:u32", "token:i32", "slot:u16",
                   "accepted:u16"),
-    RESET: fixed("session_id:u64", "seed:u64", "generation:u32", "committed:u32", "slot:u16"),
+    RESET: fixed("session_id:u64", "seed:u64", "generation:u32", "committed:u32", "slot:u16", "token:i32"),
     CANCEL: fixed("session_id:u64", "generation:u32", "slot:u16"),
 }
 SIZES: dict[int, int] = {code: f.codec.size for code, f in FIELDS.items()}

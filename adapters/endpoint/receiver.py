@@ -367,7 +367,9 @@ class Receiver:
             return self.refuse("STALE_ROUND" if stale else "UNEXPECTED_MESSAGE")
         if not self.is_consumable(current):
             return self.refuse("CONSUMED_BEFORE_COMPLETION")
-        if message["new_committed"] != (current.step["anchor"] + message["accepted"] + 1) % layout.POSITIONS:
+        # past every emitted token: the correction or bonus, or none (-1) after an early end at >= 1 accepted
+        emitted = message["accepted"] + (0 if message["token"] == layout.NO_TOKEN else 1)
+        if emitted == 0 or message["new_committed"] != (current.step["anchor"] + emitted) % layout.POSITIONS:
             return self.refuse("POSITION_MISMATCH")
         self.journal.append({"event": "consumed", "slot": index, "generation": slot.generation,
                              "round": message["round"], "anchor": current.step["anchor"],

@@ -81,8 +81,11 @@ class Validator:
         elif kind == layout.COMMIT:
             if message["accepted"] > params["depth"]:
                 raise Refusal("POSITION_MISMATCH", f"accepted {message['accepted']}", route)
-            if not 0 <= message["token"] < params["vocab"]:
+            if message["token"] != layout.NO_TOKEN and not 0 <= message["token"] < params["vocab"]:
                 raise Refusal("TOKEN_OUT_OF_RANGE", f"token {message['token']}", route)
+        elif kind == layout.RESET:
+            if message["token"] != layout.NO_TOKEN and not 0 <= message["token"] < params["vocab"]:
+                raise Refusal("TOKEN_OUT_OF_RANGE", f"committed token {message['token']}", route)
         return None
 
     @staticmethod

@@ -52,7 +52,7 @@ from qconform.spec.wire.receiver import (
     step,
 )
 
-FAMILY_RULES = ("R12", "R14", "R16", "R17", "R19", "R22", "R24", "R25", "R27", "R28")
+FAMILY_RULES = ("R01", "R11", "R12", "R14", "R16", "R17", "R19", "R22", "R24", "R25", "R27", "R28")
 
 NOTES = {
     "HAPPY_PATH": Note("BASIC", "Rounds that open, fill, complete and commit without a fault.",
@@ -169,8 +169,8 @@ class Script:
     def hello(self, **changes) -> None:
         self.send(replace(self.config, session_id=self.session_id, **changes))
 
-    def reset(self, slot: int, generation: int, committed: int, seed: int = 0x5EED) -> None:
-        self.send(Reset(self.session_id, seed, generation, committed, slot))
+    def reset(self, slot: int, generation: int, committed: int, seed: int = 0x5EED, token: int = -1) -> None:
+        self.send(Reset(self.session_id, seed, generation, committed, slot, token))
 
     def step(self, slot: int, generation: int, round_id: int, anchor: int, policy: int | None = None,
              send: bool = True, **changes) -> Step:
@@ -734,6 +734,42 @@ def hole_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
            "after the COMMIT the same STEP is DUPLICATE_ROUND."), ("RETRY", "STALE_OR_DUPLICATE"), s
 
 
+def ending_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
+    for name, comment, accepted, token, wrong in (
+        ("correction", "A rejection after 2 accepted: the correction commits anchor + 3.", 2, 7, 2),
+        ("bonus", "All 5 accepted: the bonus commits anchor + 6.", 5, 7, 5),
+        ("stop-token", "Emission ends at a stop token on draft 3: no correction, token -1 commits anchor + 3.", 3, -1, 4),
+        ("budget-at-depth", "The budget ends emission on draft 5: no bonus, token -1 commits anchor + 5.", 5, -1, 6),
+    ):
+        s = opened()
+        r1 = s.step(0, 1, 1, 100)
+        s.full_round(r1)
+        s.commit(r1, accepted, token=token, new_committed=100 + wrong)
+        s.commit(r1, accepted, token=token, new_committed=100 + accepted + (token >= 0))
+        s.step(0, 1, 2, 100 + accepted + (token >= 0))
+        yield (f"ending-{name}", (comment + " The other position is POSITION_MISMATCH; the next STEP starts "
+               "there."), ("HAPPY_PATH", "CONSUME_AFTER_COMPLETION"), s)
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    s.full_round(r1)
+    s.commit(r1, 0, token=-1, new_committed=100)
+    s.commit(r1, 0, token=-1, new_committed=101)
+    s.commit(r1, 1, token=-2, new_committed=101)
+    s.commit(r1, 0)
+    yield ("no-token-needs-an-accepted-draft", "Token -1 with 0 accepted is no ending (POSITION_MISMATCH at either "
+           "position); token -2 is TOKEN_OUT_OF_RANGE; the correction commits.", ("CONSUME_AFTER_COMPLETION",), s)
+
+    s = Script()
+    s.hello()
+    s.reset(0, 1, 100, token=PROD.vocab)
+    s.reset(0, 1, 100, token=-2)
+    s.reset(0, 1, 100, token=4242)
+    s.reset(1, 1, 0)
+    yield ("reset-committed-token", "RESET carries the committed token: a vocabulary ID or -1 (empty prefix); "
+           "V and -2 are TOKEN_OUT_OF_RANGE.", ("HAPPY_PATH", "LIMITS"), s)
+
+
 def connection_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s = opened()
     r1 = s.step(0, 1, 1, 100)
@@ -838,6 +874,8 @@ GROUPS = (
     ("consumable", "A round whose COMPLETION validated is kept until the target commits or releases it.", ("R16", "R25", "R28"), consumable_cases),
     ("holes", "Position wraparound, a sixth reply, COMMIT of 0, an identical STEP retry.", ("R14", "R16", "R24", "R27"), hole_cases),
     ("connections", "Several connections sharing one endpoint.", ("R12", "R24", "R25"), connection_cases),
+    ("endings", "Every ending of a verified round has one legal COMMIT; RESET's committed token.",
+     ("R01", "R11", "R16", "R17", "R22"), ending_cases),
     ("random", "Random mixes of legal and faulty events.", FAMILY_RULES, random_cases),
 )
 

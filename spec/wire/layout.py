@@ -197,8 +197,8 @@ COMMIT = MessageLayout("COMMIT", 5, ("R17", "R16"), contiguous(
     ("session_id", "u64", "negotiated session", "else SESSION_MISMATCH"),
     ("generation", "u32", "generation of the round", "the slot's live generation, else STALE_GENERATION"),
     ("round", "u32", "the round being committed", "the open round, else STALE_ROUND / UNEXPECTED_MESSAGE; completed, else CONSUMED_BEFORE_COMPLETION"),
-    ("new_committed", "u32", "new committed position", "anchor + accepted + 1, else POSITION_MISMATCH"),
-    ("token", "i32", "correction or bonus token ID", "in [0, vocab), else TOKEN_OUT_OF_RANGE"),
+    ("new_committed", "u32", "new committed position", "anchor + accepted + 1 (token -1: anchor + accepted, accepted >= 1), else POSITION_MISMATCH"),
+    ("token", "i32", "correction or bonus token ID; -1: none (emission ended at the last accepted draft)", "-1 or in [0, vocab), else TOKEN_OUT_OF_RANGE"),
     ("slot", "u16", "probability slot", "< max_slots, else TOO_MANY_SLOTS"),
     ("accepted", "u16", "accepted draft count", "<= depth, else POSITION_MISMATCH"),
 ))
@@ -209,6 +209,7 @@ RESET = MessageLayout("RESET", 6, ("R17", "R24"), contiguous(
     ("generation", "u32", "the slot's new generation", "above the current one, else DUPLICATE_GENERATION (equal) / STALE_GENERATION (below)"),
     ("committed", "u32", "the slot's committed position from now on", "any"),
     ("slot", "u16", "probability slot", "< max_slots, else TOO_MANY_SLOTS"),
+    ("token", "i32", "the committed token at position committed - 1 (R01, R22); -1: none (empty prefix)", "-1 or in [0, vocab), else TOKEN_OUT_OF_RANGE"),
 ))
 
 CANCEL = MessageLayout("CANCEL", 7, ("R17", "R28"), contiguous(
@@ -223,6 +224,8 @@ MESSAGE_CODES: dict[str, int] = {m.name: code for code, m in MESSAGES.items()}
 
 REPR_NONE, REPR_DENSE, REPR_SPARSE = 0, 1, 2
 STATUS_OK, STATUS_FAILED = 0, 1
+#: COMMIT: no correction or bonus token (emission ended early); RESET: no committed token (empty prefix)
+NO_TOKEN: int = -1
 PRECISION_FP32: int = 1
 ID_BYTES: int = 4
 Q_BYTES: int = 4

@@ -141,6 +141,8 @@ class Reset:
     generation: int
     committed: int
     slot: int
+    #: the committed token at position ``committed - 1`` (R01, R22); -1: none
+    token: int = -1
 
 
 @dataclass(frozen=True)

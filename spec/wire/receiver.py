@@ -407,9 +407,37 @@ def receive_completion(state: ReceiverState, completion: Completion, data: bytes
     return accept(with_slot(state, completion.slot, replace(state.slots[completion.slot], open=done)))
 
 
+@defines("R11", "R16", "R17")
+def commit_target(anchor: int, accepted: int, token: int) -> int | None:
+    """The one committed position a COMMIT of ``accepted`` drafts and ``token`` may name, None if none.
+
+    With a correction or bonus token: ``anchor + accepted + 1``. With no token
+    (-1: emission ended at a stop token or the output budget on the last
+    accepted draft, so at least one draft was accepted): ``anchor + accepted``.
+    """
+    if token == layout.NO_TOKEN:
+        return None if accepted == 0 else (anchor + accepted) % POSITION_MODULUS
+    return (anchor + accepted + 1) % POSITION_MODULUS
+
+
+@defines("R11", "R16", "R17")
+def commit_for_round(anchor: int, accepted: int, emitted: tuple[int, ...]) -> tuple[int, int, int]:
+    """The one legal COMMIT ``(accepted, token, new_committed)`` of a verified round's outcome.
+
+    ``accepted`` and ``emitted`` are those of ``verification.verify_round``: a
+    correction or bonus emits ``accepted + 1`` tokens, the last one the COMMIT's
+    token; an early end (stop token, budget) emits ``accepted`` and the COMMIT
+    names no token (-1). The committed position moves past every emitted token.
+    """
+    if len(emitted) not in (accepted, accepted + 1) or (len(emitted) == accepted and accepted == 0):
+        raise ValueError(f"{len(emitted)} tokens emitted with {accepted} accepted is no round outcome")
+    token = emitted[-1] if len(emitted) == accepted + 1 else layout.NO_TOKEN
+    return accepted, token, (anchor + len(emitted)) % POSITION_MODULUS
+
+
 @defines("R16", "R17")
 def receive_commit(state: ReceiverState, commit: Commit, data: bytes, connection: int) -> tuple[ReceiverState, Verdict]:
-    """Consume a completed round: the committed position moves to anchor + accepted + 1."""
+    """Consume a completed round: the committed position moves past every emitted token (:func:`commit_target`)."""
     slot = state.slots[commit.slot]
     problem = command_generation_problem(slot, commit.generation, connection)
     if problem is not None:
@@ -420,7 +448,7 @@ def receive_commit(state: ReceiverState, commit: Commit, data: bytes, connection
         return refuse(state, "STALE_ROUND" if stale else "UNEXPECTED_MESSAGE")
     if not current.consumable:
         return refuse(state, "CONSUMED_BEFORE_COMPLETION")
-    if commit.new_committed != (current.step.anchor + commit.accepted + 1) % POSITION_MODULUS:
+    if commit.new_committed != commit_target(current.step.anchor, commit.accepted, commit.token):
         return refuse(state, "POSITION_MISMATCH")
     return accept(with_slot(state, commit.slot, replace(slot, committed=commit.new_committed, open=None)))
 

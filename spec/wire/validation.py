@@ -123,8 +123,16 @@ def validate_commit(commit: Commit, params: Hello) -> None:
     route = route_of(commit)
     if commit.accepted > params.depth:
         raise reject("POSITION_MISMATCH", f"accepted {commit.accepted} > depth {params.depth}", route)
-    if not 0 <= commit.token < params.vocab:
+    if not (commit.token == layout.NO_TOKEN or 0 <= commit.token < params.vocab):
         raise reject("TOKEN_OUT_OF_RANGE", f"token {commit.token}, vocabulary {params.vocab}", route)
+
+
+@defines("R01", "R22")
+def validate_reset(reset: Reset, params: Hello) -> None:
+    """A RESET names the committed token its prefix ends with, or -1 for an empty prefix."""
+    if not (reset.token == layout.NO_TOKEN or 0 <= reset.token < params.vocab):
+        raise reject("TOKEN_OUT_OF_RANGE", f"committed token {reset.token}, vocabulary {params.vocab}",
+                     route_of(reset))
 
 
 @defines("R19", "R20")
@@ -235,6 +243,8 @@ def validate_message(message: Message, params: Hello) -> QRow | None:
         validate_completion(message, params)
     elif isinstance(message, Commit):
         validate_commit(message, params)
-    elif not isinstance(message, (Reset, Cancel)):
+    elif isinstance(message, Reset):
+        validate_reset(message, params)
+    elif not isinstance(message, Cancel):
         raise TypeError(f"not a v2 session message: {type(message).__name__}")
     return None
