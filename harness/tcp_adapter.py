@@ -263,7 +263,8 @@ class TcpAdapter(Adapter):
                     link.close()
                     links[label] = self.link()
                     answer = links[label].command("disconnect_status", connection=number)
-                verdicts.append({key: answer[key] for key in ("verdict", "reason", "discarded") if key in answer})
+                verdicts.append({key: answer[key] for key in ("verdict", "reason", "discarded", "answer")
+                                 if key in answer})
             state = links[0].command("state")
             return {"verdicts": verdicts, "final": state["final"], "counters": state["counters"]}
         finally:
@@ -301,6 +302,8 @@ class TcpAdapter(Adapter):
         def through(data: bytes, own: bool) -> None:
             nonlocal state
             state, verdict = step(state, FrameIn(data))
+            if verdict.answer is not None:  # the worker's HELLO gets its answer
+                link.send(verdict.answer)
             if verdict.kind != ACCEPT or verdict.discarded:
                 raise RoundRefused(verdict.reason or "WORKER_FAILED")
             if own:

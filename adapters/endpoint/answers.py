@@ -71,6 +71,8 @@ def verdict_json(verdict: Verdict) -> dict:
     out = {"verdict": verdict.kind, "discarded": list(verdict.discarded)}
     if verdict.reason is not None:
         out["reason"] = verdict.reason
+    if verdict.answer is not None:
+        out["answer"] = blob("u8", list(verdict.answer))
     return out
 
 

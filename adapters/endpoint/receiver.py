@@ -34,7 +34,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from . import layout
-from .codec import Decoder, Message, Refusal, Route
+from .codec import Decoder, Message, Refusal, Route, encode
 from .crc32c import crc32c_of_blocks
 from .validation import QRow, Validator
 
@@ -80,6 +80,8 @@ class Verdict:
     reason: str | None = None
     discarded: tuple[int, ...] = ()
     allocated: int = 0
+    #: the HELLO_ANSWER frame owed to the sender of a HELLO whose checksum verified (R12, R13)
+    answer: bytes | None = None
 
 
 def negotiate(offer: dict, config: dict) -> dict:
@@ -160,9 +162,26 @@ class Receiver:
             verdict = self.refuse_frame(refusal)
         else:
             verdict = self.route(message, row, data)
-        verdict = Verdict(verdict.kind, verdict.reason, verdict.discarded, self.decoder.allocated)
+        allocated = self.decoder.allocated
+        verdict = Verdict(verdict.kind, verdict.reason, verdict.discarded, allocated, self.answer_of(data, verdict))
+        self.decoder.allocated = allocated
         self.last_verdict = verdict
         return verdict
+
+    def answer_of(self, data: bytes, verdict: Verdict) -> bytes | None:
+        """The HELLO_ANSWER of a frame that decodes as a HELLO (framing and checksum verified), else None."""
+        if data[:4] != layout.V2_MAGIC or len(data) < layout.HEADER_SIZE or data[6:8] != b"\x01\x00":
+            return None
+        try:
+            hello = self.decoder_class().decode(data, None)
+        except Refusal:
+            return None
+        if verdict.kind == ACCEPT:
+            status, reason = layout.HELLO_ACCEPTED, b""
+        else:
+            status, reason = layout.HELLO_REFUSED, (verdict.reason or "").encode("ascii")
+        return encode(layout.HELLO_ANSWER, {"session_id": hello["session_id"], "status": status,
+                                            "reason": reason.ljust(32, b"\0")})
 
     def route(self, message: Message, row: QRow | None, data: bytes) -> Verdict:
         if message.type == 0:
@@ -170,7 +189,8 @@ class Receiver:
             return Verdict(GREEDY_V1)
         handlers = {layout.HELLO: self.on_hello, layout.STEP: self.on_step, layout.REPLY: self.on_reply,
                     layout.COMPLETION: self.on_completion, layout.COMMIT: self.on_commit,
-                    layout.RESET: self.on_reset, layout.CANCEL: self.on_cancel}
+                    layout.RESET: self.on_reset, layout.CANCEL: self.on_cancel,
+                    layout.HELLO_ANSWER: self.on_hello_answer}
         return handlers[message.type](message, row, data)
 
     def timeout(self, index: int) -> Verdict:
@@ -283,6 +303,10 @@ class Receiver:
         self.links[self.connection] = message.fields
         self.slots += [Slot() for _ in range(len(self.slots), message["max_slots"])]
         return self.accept()
+
+    def on_hello_answer(self, message: Message, row, data: bytes) -> Verdict:
+        """A receiver sends HELLO answers and never receives one."""
+        return self.refuse("UNEXPECTED_MESSAGE")
 
     def on_step(self, message: Message, row, data: bytes) -> Verdict:
         slot = self.slots[message["slot"]]

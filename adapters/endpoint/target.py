@@ -227,6 +227,9 @@ class Target:
         except (asyncio.TimeoutError, ConnectionError, OSError):
             item = None
         verdict = self.receiver.feed(item.data) if isinstance(item, stream.Item) else None
+        if verdict is not None and verdict.answer is not None:  # the worker learns its HELLO's outcome
+            with contextlib.suppress(ConnectionError, OSError):
+                await stream.send(self.writer, verdict.answer)
         if verdict is None or verdict.kind != ACCEPT or self.receiver.negotiated is None:
             await self.drop_link()
             raise TargetError(f"the worker's HELLO was not accepted: {verdict}")

@@ -6,7 +6,7 @@ under its connection's number, so each connection negotiates its own HELLO,
 and a frame that cannot be attributed, or a connection that closes, touches
 only that connection's rounds (a stranger cannot disturb the live link).
 Raw wire frames on a connection are fed to the receiver as they come, with no
-answer, as on a production link; a header that leaves the stream out of step
+answer but a HELLO's HELLO_ANSWER, as on a production link; a header that leaves the stream out of step
 is judged and the connection closed. A closed connection is a Disconnect event
 of that connection: a reconnection resumes the slots after a RESET to a higher
 generation (no key ever comes back).
@@ -71,6 +71,8 @@ class VerifierEndpoint(Endpoint):
                 continue
             verdict = receiver.feed(item.data, number)
             log.info("conn %d: %d-byte frame: %s", number, len(item.data), describe(verdict))
+            if verdict.answer is not None:  # a HELLO is answered: accepted, or refused with its reason
+                await stream.send(writer, verdict.answer)
             if item.kind == stream.BROKEN:
                 log.warning("conn %d: the stream is out of step after %s; closing", number, verdict.reason)
                 return

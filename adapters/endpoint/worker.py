@@ -100,6 +100,14 @@ class WorkerEndpoint(Endpoint):
                 continue
             try:
                 message = decoder.decode(item.data, params)
+                if message.type == layout.HELLO_ANSWER:
+                    validator.validate(message, params)
+                    if message["status"] == layout.HELLO_REFUSED:
+                        log.warning("conn %d: HELLO refused: %s; closing", number,
+                                    message["reason"].rstrip(b"\0").decode("ascii", "replace"))
+                        return
+                    log.info("conn %d: HELLO accepted", number)
+                    continue
                 if message.type in (layout.STEP, layout.COMMIT, layout.RESET, layout.CANCEL):
                     validator.validate(message, params)
                 else:

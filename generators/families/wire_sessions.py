@@ -102,6 +102,8 @@ def verdict_json(verdict: Verdict) -> dict:
     out: dict = {"verdict": verdict.kind, "discarded": list(verdict.discarded)}
     if verdict.reason is not None:
         out["reason"] = verdict.reason
+    if verdict.answer is not None:
+        out["answer"] = encode_blob("u8", list(verdict.answer))
     return out
 
 
@@ -890,7 +892,7 @@ def build() -> Iterator[Group]:
 NONNEG = {"type": "integer", "minimum": 0}
 VERDICT_SCHEMA = closed(
     {"verdict": {"enum": list(VERDICT_KINDS)}, "reason": REASON_SCHEMA,
-     "discarded": {"type": "array", "items": NONNEG, "uniqueItems": True}},
+     "discarded": {"type": "array", "items": NONNEG, "uniqueItems": True}, "answer": blob_schema("u8")},
     required=["verdict", "discarded"],
 )
 SLOT_SCHEMA = closed({

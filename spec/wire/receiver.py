@@ -48,17 +48,19 @@ from qconform.spec.qrow import QRow
 from qconform.spec.rules import defines
 from qconform.spec.wire import layout
 from qconform.spec.wire.checksum import crc32c
-from qconform.spec.wire.codec import decode_frame
+from qconform.spec.wire.codec import decode_frame, encode_frame
 from qconform.spec.wire.messages import (
     Cancel,
     Commit,
     Completion,
     Hello,
+    HelloAnswer,
     Message,
     Reply,
     Reset,
     Step,
     V1Greedy,
+    ascii_field,
 )
 from qconform.spec.wire.negotiation import check_config, check_hello
 from qconform.spec.wire.reasons import Route, WireReject
@@ -176,6 +178,8 @@ class Verdict:
     kind: str
     reason: str | None = None
     discarded: tuple[int, ...] = ()
+    #: the HELLO_ANSWER frame the receiver sends back, for a HELLO frame whose checksum verified
+    answer: bytes | None = None
 
 
 @defines("R12", "R27")
@@ -474,6 +478,31 @@ def receive_reset(state: ReceiverState, reset: Reset, data: bytes, connection: i
     return accept(with_slot(state, reset.slot, fresh), discarded)
 
 
+@defines("R12")
+def receive_hello_answer(state: ReceiverState, answer: HelloAnswer, data: bytes,
+                         connection: int) -> tuple[ReceiverState, Verdict]:
+    """A receiver sends HELLO answers and never receives one: UNEXPECTED_MESSAGE."""
+    return refuse(state, "UNEXPECTED_MESSAGE")
+
+
+@defines("R12", "R13")
+def hello_answer(hello: Hello, verdict: Verdict) -> bytes:
+    """The HELLO_ANSWER frame of the receiver's ``verdict`` on ``hello``: accepted, or refused with its reason."""
+    if verdict.kind == ACCEPT:
+        return encode_frame(HelloAnswer(hello.session_id, layout.HELLO_ACCEPTED, bytes(32)))
+    assert verdict.reason is not None
+    return encode_frame(HelloAnswer(hello.session_id, layout.HELLO_REFUSED, ascii_field(verdict.reason)))
+
+
+def decoded_hello(data: bytes) -> Hello | None:
+    """The HELLO a frame holds once its framing and checksum verified, else None (it gets no answer)."""
+    try:
+        message = decode_frame(data, None)
+    except WireReject:
+        return None
+    return message if isinstance(message, Hello) else None
+
+
 @defines("R17", "R28")
 def receive_cancel(state: ReceiverState, cancel: Cancel, data: bytes, connection: int) -> tuple[ReceiverState, Verdict]:
     """Invalidate the slot's live generation and discard its open round (consumable or not)."""
@@ -492,6 +521,7 @@ HANDLERS: dict[type, Handler] = {
     Commit: receive_commit,
     Reset: receive_reset,
     Cancel: receive_cancel,
+    HelloAnswer: receive_hello_answer,
 }
 
 
@@ -514,8 +544,18 @@ def check_frame(data: bytes, config: Hello, negotiated: Hello | None) -> tuple[M
     return message, validate_message(message, negotiated)
 
 
-@defines("R12", "R18", "R19")
+@defines("R12", "R13", "R18", "R19")
 def receive_frame(state: ReceiverState, data: bytes, connection: int = 0) -> tuple[ReceiverState, Verdict]:
+    """Check a frame under its connection's HELLO, route it, and answer a HELLO (:func:`hello_answer`)."""
+    state, verdict = judge_frame(state, data, connection)
+    hello = decoded_hello(data)
+    if hello is not None:
+        verdict = replace(verdict, answer=hello_answer(hello, verdict))
+    return state, verdict
+
+
+@defines("R12", "R18", "R19")
+def judge_frame(state: ReceiverState, data: bytes, connection: int) -> tuple[ReceiverState, Verdict]:
     """Check a frame statelessly (:func:`check_frame`) under its connection's HELLO, then route it."""
     try:
         message, _ = check_frame(data, state.config, state.link(connection))

@@ -23,7 +23,18 @@ from qconform.spec.rules import defines
 from qconform.spec.wire import layout
 from qconform.spec.wire.checksum import crc32c
 from qconform.spec.wire.layout import MessageLayout
-from qconform.spec.wire.messages import Cancel, Commit, Completion, Hello, Message, Reply, Reset, Step, reply_tail
+from qconform.spec.wire.messages import (
+    Cancel,
+    Commit,
+    Completion,
+    Hello,
+    HelloAnswer,
+    Message,
+    Reply,
+    Reset,
+    Step,
+    reply_tail,
+)
 from qconform.spec.wire.reasons import Route, reject
 
 #: Bytes of one sparse entry (int32 ID + FP32 q) and of one dense entry (FP32 q).
@@ -234,6 +245,10 @@ def validate_reply(reply: Reply, params: Hello) -> QRow:
 @defines("R15", "R16", "R17", "R19", "R27")
 def validate_message(message: Message, params: Hello) -> QRow | None:
     """Every stateless check of a decoded non-HELLO message; a REPLY's validated q row is returned."""
+    if isinstance(message, HelloAnswer):
+        if message.status not in (layout.HELLO_ACCEPTED, layout.HELLO_REFUSED):
+            raise reject("UNKNOWN_STATUS", f"HELLO answer status {message.status}")
+        return None
     check_session_and_slot(message, params)
     if isinstance(message, Step):
         validate_step(message, params)
