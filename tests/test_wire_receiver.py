@@ -153,8 +153,9 @@ def test_timeout_invalidates_the_generation_before_reuse():
 
 
 def test_configuration_must_have_the_fixed_shape():
-    with pytest.raises(SpecError):
-        initial_state(dataclasses.replace(example_config(), depth=4))
+    for depth in (0, 9):  # no fixed-depth arm (depth-1..depth-8, R35)
+        with pytest.raises(SpecError):
+            initial_state(dataclasses.replace(example_config(), depth=depth))
     with pytest.raises(SpecError):
         initial_state(example_config(max_requests=5))
 

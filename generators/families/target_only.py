@@ -22,7 +22,7 @@ from qconform.generators.schemas import closed_object as closed
 from qconform.spec.rng_abi import RngIdentity, correction_key, uniform32_draw
 from qconform.spec.sampling import mass_draw
 from qconform.spec.verification import DrawRecord
-from qconform.spec.wire.fallback import RankView, decide_ranks, fallback_key, target_only_draw
+from qconform.spec.wire.fallback import RankView, decide_ranks, target_only_draw
 
 FAMILY_RULES = ("R11", "R22", "R23", "R24", "R25", "R28")
 

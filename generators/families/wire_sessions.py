@@ -52,7 +52,7 @@ from qconform.spec.wire.receiver import (
     step,
 )
 
-FAMILY_RULES = ("R01", "R11", "R12", "R14", "R16", "R17", "R19", "R22", "R24", "R25", "R27", "R28")
+FAMILY_RULES = ("R01", "R11", "R12", "R14", "R16", "R17", "R19", "R22", "R24", "R25", "R27", "R28", "R35")
 
 NOTES = {
     "HAPPY_PATH": Note("BASIC", "Rounds that open, fill, complete and commit without a fault.",
@@ -772,6 +772,31 @@ def ending_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
            "V and -2 are TOKEN_OUT_OF_RANGE.", ("HAPPY_PATH", "LIMITS"), s)
 
 
+def arm_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
+    arm7 = replace(DEV, depth=7)
+    s = opened(arm7)
+    r1 = s.step(0, 1, 1, 100)
+    s.full_round(r1)
+    s.commit(r1, 7)
+    yield ("arm-depth-7", "A receiver configured for the separately named arm depth-7 negotiates it: 7 rows, "
+           "COMPLETION of 7, all accepted and the bonus commit anchor + 8.", ("LIMITS", "DEV_PROFILE"), s)
+
+    s = Script(arm7)
+    s.hello(depth=5)
+    s.hello()
+    s.reset(0, 1, 100)
+    r1 = s.step(0, 1, 1, 100, depth=5)
+    s.step(0, 1, 1, 100)
+    yield ("design-arm-offered-to-depth-7", "An offer of depth-5 to a depth-7 receiver is DEPTH_MISMATCH, as is a STEP "
+           "of depth 5 after depth-7 was negotiated.", ("LIMITS", "DEV_PROFILE"), s)
+
+    s = Script()
+    s.hello(depth=7)
+    s.hello()
+    yield ("arm-offered-to-design-receiver", "An offer of depth-7 to the design's depth-5 receiver is DEPTH_MISMATCH.",
+           ("LIMITS",), s)
+
+
 def connection_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s = opened()
     r1 = s.step(0, 1, 1, 100)
@@ -876,6 +901,7 @@ GROUPS = (
     ("consumable", "A round whose COMPLETION validated is kept until the target commits or releases it.", ("R16", "R25", "R28"), consumable_cases),
     ("holes", "Position wraparound, a sixth reply, COMMIT of 0, an identical STEP retry.", ("R14", "R16", "R24", "R27"), hole_cases),
     ("connections", "Several connections sharing one endpoint.", ("R12", "R24", "R25"), connection_cases),
+    ("arms", "Fixed-depth arms: negotiated by HELLO depth, refused when not negotiated.", ("R27", "R35"), arm_cases),
     ("endings", "Every ending of a verified round has one legal COMMIT; RESET's committed token.",
      ("R01", "R11", "R16", "R17", "R22"), ending_cases),
     ("random", "Random mixes of legal and faulty events.", FAMILY_RULES, random_cases),
