@@ -32,9 +32,19 @@ rows consumable (R16). Rules, in brief:
   discards every open round. A rejected REPLY or COMPLETION whose verified
   fields address the open round discards that round; one addressed elsewhere
   (stale, late, another session) changes nothing.
-* A disconnect discards every open round, invalidates every generation and
-  returns to awaiting HELLO; frames keyed to the old session are refused
-  (SESSION_MISMATCH) and every slot needs a RESET (R24).
+* A round whose COMPLETION validated is consumable and kept: only its COMMIT,
+  the target's RESET or CANCEL, or the end of its connection drop it; worker
+  faults and the watchdog no longer do (R28).
+* Connections: each frame and disconnect names its connection; each
+  connection negotiates its own HELLO, a generation is live only on the
+  connection whose RESET opened it, and an unattributable frame or a
+  disconnect touches only its own connection's rounds. The slots are the
+  receiver's and are never dropped; generations only grow, and a slot at
+  generation 2^32 - 1 is retired (SLOT_EXHAUSTED), so no key is accepted twice
+  (R22, R24). A disconnect forgets the connection's HELLO and ends its
+  generations; every slot needs a RESET to a higher generation.
+* Every HELLO whose checksum verified is answered (HELLO_ANSWER: accepted, or
+  refused with its reason code, R12, R13).
 * Every rejection is counted under its reason code, and every discard,
   timeout, disconnect, worker failure and duplicate has its own counter (R25).
 """
