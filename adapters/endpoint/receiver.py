@@ -158,8 +158,8 @@ class Receiver:
         self.connection = connection
         try:
             message, row = self.check(data, connection)
-        except Refusal as refusal:
-            verdict = self.refuse_frame(refusal)
+        except Refusal as refusal:  # a v1 frame never touches v2 state, refused or not (R12)
+            verdict = self.refuse(refusal.code) if data[:4] == layout.V1_MAGIC else self.refuse_frame(refusal)
         else:
             verdict = self.route(message, row, data)
         allocated = self.decoder.allocated

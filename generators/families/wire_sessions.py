@@ -303,6 +303,19 @@ def happy_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s.v1([5, 6])
     yield "v1-interleaved", "v1 greedy frames before HELLO and between v2 frames leave v2 state alone.", ("V1_COEXISTENCE",), s
 
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    frames = s.replies(r1, range(2))
+    v1 = encode_v1([4, 5])
+    s.raw(v1[:14])
+    s.raw(v1[:4] + b"\x07\x00" + v1[6:])
+    s.raw(v1[:8] + b"\x03\x00\x00\x00" + v1[12:])
+    frames += s.replies(r1, range(2, 5))
+    s.complete(r1, frames)
+    s.commit(r1, 4)
+    yield ("v1-refused-leaves-v2-alone", "A truncated v1 frame, one of version 7 and one of a wrong length are refused "
+           "and discard nothing: the open v2 round completes and commits.", ("V1_COEXISTENCE",), s)
+
     s = Script()
     s.reset(0, 1, 100)
     s.hello()

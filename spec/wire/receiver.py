@@ -570,6 +570,8 @@ def judge_frame(state: ReceiverState, data: bytes, connection: int) -> tuple[Rec
     try:
         message, _ = check_frame(data, state.config, state.link(connection))
     except WireReject as error:
+        if data[:4] == layout.V1_MAGIC:  # a v1 frame never touches v2 state, refused or not (R12)
+            return refuse(state, error.code)
         return refuse_frame(state, error, connection)
     if isinstance(message, V1Greedy):
         return counted(state, "v1_greedy_frames"), Verdict(GREEDY_V1)
