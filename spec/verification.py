@@ -22,6 +22,7 @@ from fractions import Fraction
 from math import ceil
 from typing import Sequence
 
+from qconform.spec.arms import Arm, check_depth
 from qconform.spec.constants import MAX_REQUESTS, M, U32_BITS
 from qconform.spec.errors import refuse
 from qconform.spec.qrow import QRow
@@ -256,15 +257,21 @@ def verify_round(inp: RoundInput) -> RoundResult:
     return result
 
 
-@defines("R11", "R27")
-def verify_batch(requests: Sequence[RoundInput]) -> list[RoundResult]:
+@defines("R11", "R27", "R35")
+def verify_batch(requests: Sequence[RoundInput], arm: Arm | None = None) -> list[RoundResult]:
     """Verify up to four requests of one fixed depth; each depends only on its own
-    input and identity (R27): a batch of mixed depths is an incompatible shape."""
+    input and identity (R27): a batch of mixed depths is an incompatible shape.
+
+    The depth must be the negotiated ``arm`` (R35, :func:`~qconform.spec.arms.check_depth`);
+    without one, the batch's depth names its arm, which must exist (depth-1..depth-8).
+    """
     if not 1 <= len(requests) <= MAX_REQUESTS:
         raise refuse("BAD_SHAPE", f"a batch holds 1..{MAX_REQUESTS} requests, not {len(requests)}")
     depths = {len(request.draft_tokens) for request in requests}
     if len(depths) != 1:
         raise refuse("BAD_SHAPE", f"a batch has one fixed depth, not {sorted(depths)} (R27, R35)")
+    depth = depths.pop()
+    check_depth(depth, Arm(depth) if arm is None else arm)
     return [verify_round(request) for request in requests]
 
 

@@ -129,11 +129,11 @@ def test_every_wire_sessions_vector():
         verdicts = []
         for event in case["input"]["events"]:
             if "frame" in event:
-                verdict = receiver.feed(raw(event["frame"]))
+                verdict = receiver.feed(raw(event["frame"]), event.get("connection", 0))
             elif "timeout" in event:
                 verdict = receiver.timeout(event["timeout"])
             else:
-                verdict = receiver.disconnect()
+                verdict = receiver.disconnect(event.get("connection", 0))
             verdicts.append(answers.verdict_json(verdict))
         got = {"verdicts": verdicts, "final": answers.state_json(receiver), "counters": answers.counters_json(receiver)}
         assert got == case["expected"], case["id"]

@@ -47,6 +47,12 @@ KILLED_BY = {
     "consumes-before-completion": ["wire_sessions/consumption/commit-before-completion"],
     "bounds-after-copy": ["wire_frames/reason_classes/unexpected_size-reply-length-2pow32-1",
                           "wire_frames/reason_classes/unexpected_size-reply-above-max-reply-bytes"],
+    "recreates-dropped-slots": ["wire_sessions/key_reuse/reconnect-shrink-grow-old-key",
+                                "wire_sessions/key_reuse/shrink-then-grow"],
+    "discards-consumable": ["wire_sessions/consumable/differing-reply-retry",
+                            "wire_sessions/consumable/timeout-after-completion",
+                            "wire_sessions/consumable/corrupt-frame-other-slot"],
+    "shares-the-link": ["wire_sessions/connections/stranger-bad-magic", "wire_sessions/connections/two-links"],
 }
 
 

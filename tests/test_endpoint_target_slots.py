@@ -43,9 +43,10 @@ from qconform.adapters.torch_candidate.philox import philox4x32_10  # noqa: E402
 from qconform.cli.endpoint import endpoint_group  # noqa: E402
 from qconform.adapters.fault_proxy import Fault, FaultProxy  # noqa: E402
 from qconform.spec.proposal import SupportPolicy  # noqa: E402
-from qconform.spec.rng_abi import RngIdentity, correction_key, uniform32_draw  # noqa: E402
+from qconform.spec.rng_abi import RngIdentity, uniform32_draw  # noqa: E402
 from qconform.spec.sampling import mass_draw  # noqa: E402
 from qconform.spec.verification import target_rows_from_f32  # noqa: E402
+from qconform.spec.wire.fallback import fallback_key  # noqa: E402
 
 pytestmark = pytest.mark.rules("R11", "R16", "R22", "R23", "R24", "R25", "R27")
 
@@ -107,11 +108,11 @@ def trace(records) -> list[tuple]:
 
 
 def expected_target_only(seed: int, generation: int, round_id: int, anchor: int, weights: torch.Tensor) -> tuple:
-    """(u32, token) of the CORRECTION draw at ``anchor`` sampled from p_1, apart from target.py."""
-    counter = torch.tensor([[anchor, round_id, generation, 0x03 << 24]], dtype=torch.int64)
+    """(u32, token) of the target-only draw (CORRECTION, ``anchor``, counter 1) from p_1, apart from target.py."""
+    counter = torch.tensor([[anchor, round_id, generation, 0x03 << 24 | 1]], dtype=torch.int64)
     key = torch.tensor([[seed & 0xFFFFFFFF, seed >> 32]], dtype=torch.int64)
     u32 = int(philox4x32_10(counter, key)[0, 0])
-    assert u32 == uniform32_draw(correction_key(RngIdentity(seed, generation, round_id, anchor), 0))
+    assert u32 == uniform32_draw(fallback_key(RngIdentity(seed, generation, round_id, anchor)))
     cumulative = np.cumsum(weights.double().numpy())
     token = int(np.searchsorted(cumulative * 2.0**32, u32 * cumulative[-1], side="right"))
     bits = weights.numpy().astype("<f4").view("<u4").tolist()
@@ -166,7 +167,7 @@ def test_a_discarded_round_is_target_only_on_that_slot_alone():
     assert (faulted.round, faulted.reason, faulted.tokens, faulted.accepted) == (DROP.round, "MISSING_Q", [], None)
     u32, token = expected_target_only(faulted.seed, faulted.generation, faulted.round, faulted.anchor,
                                       faulted_run.target_model.weights[0])
-    assert (faulted.draw.domain, faulted.draw.position, faulted.draw.draw_counter) == (0x03, faulted.anchor, 0)
+    assert (faulted.draw.domain, faulted.draw.position, faulted.draw.draw_counter) == (0x03, faulted.anchor, 1)
     assert (faulted.draw.u32, faulted.draw.token, faulted.token) == (u32, token, token)
     assert faulted.new_committed == faulted.anchor + 1
     # the receiver discarded that one proposal, nothing of it was consumed
@@ -178,7 +179,7 @@ def test_a_discarded_round_is_target_only_on_that_slot_alone():
     lane = target.lanes[faulted.slot]
     after = lane.records[DROP.round]
     assert (after.outcome, after.anchor, after.generation) == ("committed", faulted.anchor + 1, faulted.generation + 1)
-    assert (after.previous, after.draft_previous) == (token, None)  # no wire message tells the worker the token
+    assert (after.previous, after.draft_previous) == (token, token)  # the RESET told the worker the token
     for record in lane.records:
         if record.outcome == "committed":
             check_committed_round(faulted_run.model, faulted_run.target_model, record, SupportPolicy.dense())
@@ -192,7 +193,7 @@ def test_a_discarded_round_is_target_only_on_that_slot_alone():
     assert len(faulted_run.answer["rounds"]) == SLOTS * ROUNDS
     assert answered == [{**answered[0], "slot": faulted.slot, "round": DROP.round, "token": token,
                          "new_committed": faulted.anchor + 1, "reason": "MISSING_Q",
-                         "draw": {"domain": 0x03, "position": faulted.anchor, "draw_counter": 0, "u32": u32,
+                         "draw": {"domain": 0x03, "position": faulted.anchor, "draw_counter": 1, "u32": u32,
                                   "decision": "bonus", "token": token}}]
 
 

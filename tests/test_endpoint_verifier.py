@@ -12,6 +12,7 @@ malformed requests with an error answer.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import struct
 
 import pytest
@@ -47,10 +48,40 @@ def round_frames(anchor: int = 100) -> tuple[list[bytes], list[bytes], bytes, by
 
 
 async def ask(reader, writer, kind: int, body: bytes) -> dict:
+    """The answer to one control envelope (a HELLO_ANSWER frame the endpoint sent meanwhile is passed over)."""
     await stream.send(writer, control.envelope(kind, body))
-    item = await asyncio.wait_for(stream.read_item(reader, Decoder(), None), WAIT_S)
+    while True:
+        item = await asyncio.wait_for(stream.read_item(reader, Decoder(), CONFIG), WAIT_S)
+        if not (item.kind == stream.FRAME and Decoder().decode(item.data, CONFIG).type == layout.HELLO_ANSWER):
+            break
     assert item.kind == stream.ENVELOPE and item.envelope_kind == control.ANSWER
     return control.json_body(item.data)
+
+
+async def hello_answer(reader) -> tuple[int, int, str]:
+    """(session ID, status, reason) of the next frame, which must be a HELLO_ANSWER."""
+    item = await asyncio.wait_for(stream.read_item(reader, Decoder(), CONFIG), WAIT_S)
+    answer = Decoder().decode(item.data, CONFIG)
+    assert answer.type == layout.HELLO_ANSWER
+    return answer["session_id"], answer["status"], answer["reason"].rstrip(b"\0").decode("ascii")
+
+
+def test_every_hello_gets_its_answer_on_the_stream():
+    async def scenario(endpoint, port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        await stream.send(writer, encode_frame(dataclasses.replace(HELLO, vocab=41)))
+        refused = await hello_answer(reader)
+        await stream.send(writer, encode_frame(HELLO))
+        accepted = await hello_answer(reader)
+        await stream.send(writer, encode_frame(HELLO))
+        again = await hello_answer(reader)
+        writer.close()
+        return refused, accepted, again
+
+    refused, accepted, again = with_endpoint(scenario)
+    assert refused == (SID, layout.HELLO_REFUSED, "VOCAB_MISMATCH")
+    assert accepted == (SID, layout.HELLO_ACCEPTED, "")
+    assert again == (SID, layout.HELLO_REFUSED, "UNEXPECTED_MESSAGE")
 
 
 async def command(reader, writer, **request) -> dict:
@@ -58,8 +89,10 @@ async def command(reader, writer, **request) -> dict:
 
 
 async def closed_by_peer(reader) -> bool:
-    """Whether the endpoint closes the connection (EOF) within the wait."""
-    return await asyncio.wait_for(reader.read(), WAIT_S) == b""
+    """Whether the endpoint closes the connection (EOF) within the wait, having sent nothing but HELLO answers."""
+    data = await asyncio.wait_for(reader.read(), WAIT_S)
+    size = layout.HEADER_SIZE + layout.SIZES[layout.HELLO_ANSWER]
+    return len(data) % size == 0 and all(data[i + 6] == layout.HELLO_ANSWER for i in range(0, len(data), size))
 
 
 def with_endpoint(scenario, mutant: str | None = None):

@@ -81,7 +81,8 @@ def test_retried_step_gets_identical_frames_and_a_bad_step_fails():
         common = {"session_id": session, "slot": 2}
         step = {**common, "generation": 1, "round": 1, "anchor": 50, "support_policy": 8, "context_version": 1,
                 "temperature": 0x3F800000, "depth": 5, "prefix_digest": bytes(32)}
-        await stream.send(writer, encode(layout.RESET, {**common, "seed": 9, "generation": 1, "committed": 50}),
+        await stream.send(writer, encode(layout.RESET, {**common, "seed": 9, "generation": 1, "committed": 50,
+                                                  "token": -1}),
                           encode(layout.STEP, step))
         first = await read_frames(reader, params, 6)
         await stream.send(writer, encode(layout.STEP, step))

@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import Counter
 
 import pytest
 
+from qconform.generators.corpus import default_vectors_dir
 from qconform.generators.families import wire_sessions
 from qconform.generators.families.wire_sessions import Script, event_from_json, opened
 from qconform.spec.errors import SpecError
+from qconform.spec.wire.codec import encode_frame
+from qconform.spec.wire.messages import Commit
 from qconform.spec.wire.negotiation import example_config
 from qconform.spec.wire.reasons import REASONS
 from qconform.spec.wire.receiver import (
     EVENT_COUNTERS,
     REJECT,
     ReceiverState,
+    FrameIn,
     Disposition,
+    commit_for_round,
     consumable_rows,
     counter,
     initial_state,
@@ -147,8 +153,9 @@ def test_timeout_invalidates_the_generation_before_reuse():
 
 
 def test_configuration_must_have_the_fixed_shape():
-    with pytest.raises(SpecError):
-        initial_state(dataclasses.replace(example_config(), depth=4))
+    for depth in (0, 9):  # no fixed-depth arm (depth-1..depth-8, R35)
+        with pytest.raises(SpecError):
+            initial_state(dataclasses.replace(example_config(), depth=depth))
     with pytest.raises(SpecError):
         initial_state(example_config(max_requests=5))
 
@@ -167,3 +174,36 @@ def run_json(case_input: dict):
     script = Script(wire_sessions.hello_from_json(case_input["config"]))
     script.events = case_input["events"]
     return run(script)
+
+
+def verification_endings() -> set[tuple[int, tuple[int, ...]]]:
+    """Every (accepted, emitted) outcome of the verification_round vectors within the wire's depth."""
+    document = json.loads((default_vectors_dir() / "verification_round.json").read_text(encoding="utf-8"))
+    return {(request["accepted"], tuple(request["emitted"]))
+            for group in document["testGroups"] for case in group["tests"]
+            for request in case["expected"].get("requests", ()) if request["accepted"] <= 5}
+
+
+def test_every_verification_ending_has_exactly_one_legal_commit():
+    endings = verification_endings()
+    # the corpus holds all three endings: correction or bonus (accepted + 1 emitted) and an early end (accepted)
+    assert {len(emitted) - accepted for accepted, emitted in endings} == {0, 1}
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    s.full_round(r1)
+    before, _, _ = run(s)
+    for accepted, emitted in endings:
+        legal = commit_for_round(100, accepted, emitted)
+        # the COMMIT names the ending (its accepted count and token, -1 for none); one position is legal
+        taken = [position for position in (100 + accepted, 100 + accepted + 1)
+                 if step(before, FrameIn(encode_frame(Commit(s.session_id, 1, 1, position, legal[1], 0, accepted)))
+                         )[1].kind == "accept"]
+        assert taken == [legal[2]], (accepted, emitted, taken)
+        assert legal[2] == 100 + len(emitted)
+
+
+def test_commit_for_round_refuses_what_no_round_emits():
+    with pytest.raises(ValueError):
+        commit_for_round(100, 0, ())
+    with pytest.raises(ValueError):
+        commit_for_round(100, 2, (1, 2, 3, 4))

@@ -19,7 +19,7 @@ from qconform.generators.families.wire_sessions import Script
 from qconform.spec.wire.codec import completion_for, encode_frame
 from qconform.spec.wire.messages import Cancel, Commit, Reset, Step
 from qconform.spec.wire.negotiation import example_config
-from qconform.spec.wire.receiver import Disconnect, FrameIn, Timeout, Disposition, counter, initial_state, step
+from qconform.spec.wire.receiver import Disconnect, FrameIn, Timeout, counter, initial_state, step
 
 pytestmark = pytest.mark.rules("R16", "R17", "R19", "R24", "R25", "R28")
 
@@ -61,9 +61,10 @@ class ReceiverMachine(RuleBasedStateMachine):
     def open_count(self) -> int:
         return sum(1 for s in self.slots if s.open is not None)
 
-    def kill(self, index: int) -> tuple[int, ...]:
+    def kill(self, index: int, force: bool = False) -> tuple[int, ...]:
+        """Discard the slot's open round; a consumable one only when ``force`` (RESET, CANCEL, disconnect: R28)."""
         slot = self.slots[index]
-        if slot.open is None:
+        if slot.open is None or (slot.open.done is not None and not force):
             return ()
         self.dead_steps.append(slot.open.step)
         slot.open, slot.live = None, False
@@ -72,7 +73,7 @@ class ReceiverMachine(RuleBasedStateMachine):
 
     def expect(self, event, kind: str, reason: str | None = None, discarded: tuple[int, ...] = ()) -> None:
         self.state, verdict = step(self.state, event)
-        assert verdict == Disposition(kind, reason, discarded)
+        assert (verdict.kind, verdict.reason, verdict.discarded) == (kind, reason, discarded)
         self.rejections += kind == "reject"
 
     def send(self, message, kind: str, reason: str | None = None, discarded: tuple[int, ...] = ()) -> None:
@@ -105,7 +106,7 @@ class ReceiverMachine(RuleBasedStateMachine):
         if generation <= slot.generation:
             reason = "DUPLICATE_GENERATION" if generation == slot.generation else "STALE_GENERATION"
             return self.send(message, "reject", reason)
-        discarded = self.kill(index)
+        discarded = self.kill(index, force=True)
         committed = slot.committed + 3
         self.slots[index] = Slot(generation, True, committed)
         self.send(replace(message, committed=committed), "accept", None, discarded)
@@ -120,6 +121,8 @@ class ReceiverMachine(RuleBasedStateMachine):
         if not slot.live:
             return self.send(message, "reject", "STALE_GENERATION")
         if slot.open is not None:
+            if message == slot.open.step:  # an identical retry of the open round's STEP
+                return self.send(message, "duplicate")
             return self.send(message, "reject", "UNEXPECTED_MESSAGE")
         if slot.last_round is not None and round_id <= slot.last_round:
             return self.send(message, "reject", "DUPLICATE_ROUND" if round_id == slot.last_round else "STALE_ROUND")
@@ -189,19 +192,19 @@ class ReceiverMachine(RuleBasedStateMachine):
             return
         if not self.slots[index].live:
             return self.send(message, "reject", "STALE_GENERATION")
-        discarded = self.kill(index)
+        discarded = self.kill(index, force=True)
         self.slots[index].live = False
         self.send(message, "accept", None, discarded)
 
     @rule(index=SLOTS)
     def timeout(self, index):
-        if index >= len(self.slots) or self.slots[index].open is None:
+        if index >= len(self.slots) or self.slots[index].open is None or self.slots[index].open.done is not None:
             return self.expect(Timeout(index), "ignore")
         self.expect(Timeout(index), "accept", None, self.kill(index))
 
     @rule()
     def disconnect(self):
-        discarded = tuple(i for i in range(len(self.slots)) if self.kill(i))
+        discarded = tuple(i for i in range(len(self.slots)) if self.kill(i, force=True))
         for slot in self.slots:
             slot.live = False
         self.negotiated = False

@@ -71,11 +71,13 @@ def verdict_json(verdict: Disposition) -> dict:
     out = {"verdict": verdict.kind, "discarded": list(verdict.discarded)}
     if verdict.reason is not None:
         out["reason"] = verdict.reason
+    if verdict.answer is not None:
+        out["answer"] = blob("u8", list(verdict.answer))
     return out
 
 
-def state_json(receiver: Receiver) -> dict:
-    """The receiver's state as wire_sessions' ``final`` shows it."""
+def state_json(receiver: Receiver, connection: int = 0) -> dict:
+    """The receiver's state as wire_sessions' ``final`` shows it, the link as ``connection`` sees it."""
     slots = []
     for index, slot in enumerate(receiver.slots):
         current = slot.open
@@ -86,7 +88,7 @@ def state_json(receiver: Receiver) -> dict:
                 "round": current.step["round"], "anchor": current.step["anchor"],
                 "rows": len(current.replies), "consumable": receiver.is_consumable(current)},
         })
-    negotiated = receiver.negotiated
+    negotiated = receiver.link(connection)
     return {"negotiated": negotiated is not None,
             "session_id": None if negotiated is None else str(negotiated["session_id"]),
             "slots": slots}

@@ -6,7 +6,7 @@ import base64
 
 import numpy as np
 
-DTYPES = {"u32": "<u4", "i32": "<i4", "f32": "<f4"}
+DTYPES = {"u8": "u1", "u32": "<u4", "i32": "<i4", "f32": "<f4"}
 
 
 def blob(dtype: str, values) -> dict:

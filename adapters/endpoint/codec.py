@@ -59,7 +59,7 @@ class Message:
 
     @property
     def route(self) -> Route | None:
-        if self.type in (0, layout.HELLO):
+        if self.type in (0, layout.HELLO, layout.HELLO_ANSWER):
             return None
         f = self.fields
         return Route(self.type, f["session_id"], f["slot"], f["generation"], f.get("round"))

@@ -24,13 +24,16 @@ CHECKSUM_OFFSET = 16
 V1_HEADER = struct.Struct("<4sHHI")  # magic, version, type, payload length
 V1_HEADER_SIZE = V1_HEADER.size  # 12
 
-HELLO, STEP, REPLY, COMPLETION, COMMIT, RESET, CANCEL = 1, 2, 3, 4, 5, 6, 7
+HELLO, STEP, REPLY, COMPLETION, COMMIT, RESET, CANCEL, HELLO_ANSWER = 1, 2, 3, 4, 5, 6, 7, 8
 TYPE_NAMES = {HELLO: "HELLO", STEP: "STEP", REPLY: "REPLY", COMPLETION: "COMPLETION", COMMIT: "COMMIT",
-              RESET: "RESET", CANCEL: "CANCEL"}
+              RESET: "RESET", CANCEL: "CANCEL", HELLO_ANSWER: "HELLO_ANSWER"}
 V1_NAME = "V1_GREEDY_TOKENS"
 
 REPR_NONE, REPR_DENSE, REPR_SPARSE = 0, 1, 2
 STATUS_OK, STATUS_FAILED = 0, 1
+HELLO_ACCEPTED, HELLO_REFUSED = 0, 1
+#: COMMIT: no correction or bonus (emission ended at the last accepted draft); RESET: no committed token
+NO_TOKEN = -1
 PRECISION_FP32 = 1
 ID_BYTES = Q_BYTES = 4
 SPARSE_ENTRY = ID_BYTES + Q_BYTES
@@ -72,8 +75,9 @@ FIELDS: dict[int, Fixed] = {
                       "prefix_digest:digest"),
     COMMIT: fixed("session_id:u64", "generation:u32", "round:u32", "new_committed:u32", "token:i32", "slot:u16",
                   "accepted:u16"),
-    RESET: fixed("session_id:u64", "seed:u64", "generation:u32", "committed:u32", "slot:u16"),
+    RESET: fixed("session_id:u64", "seed:u64", "generation:u32", "committed:u32", "slot:u16", "token:i32"),
     CANCEL: fixed("session_id:u64", "generation:u32", "slot:u16"),
+    HELLO_ANSWER: fixed("session_id:u64", "status:u16", "reason:text"),
 }
 SIZES: dict[int, int] = {code: f.codec.size for code, f in FIELDS.items()}
 REPLY_FIXED = SIZES[REPLY]  # 36

@@ -11,7 +11,13 @@
   arrived, before its COMPLETION validated (R16, R28);
 * ``bounds-after-copy``: the payload is copied (and, on a stream, read) before
   its declared length is checked against the negotiated bounds (R18); the
-  copy shows in the per-frame allocation the endpoint reports.
+  copy shows in the per-frame allocation the endpoint reports;
+* ``recreates-dropped-slots``: a HELLO with fewer slots drops the others, and a
+  later one re-creates them at generation 0, so old keys come back (R24);
+* ``discards-consumable``: a worker-side fault or the watchdog discards a round
+  whose COMPLETION validated (R28);
+* ``shares-the-link``: every connection is the same link, so a stranger's
+  garbage or close discards the live link's rounds and forgets its HELLO.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import numpy as np
 
 from . import layout
 from .codec import Decoder, Refusal
-from .receiver import OpenRound, Receiver, Slot
+from .receiver import ACCEPT, OpenRound, Receiver, Slot, Disposition
 from .validation import Validator, scaled
 
 
@@ -77,6 +83,41 @@ class CopyFirstReceiver(Receiver):
     decoder_class = CopyFirstDecoder
 
 
+class SlotDroppingReceiver(Receiver):
+    def on_hello(self, message, row, data: bytes) -> Disposition:
+        verdict = super().on_hello(message, row, data)
+        if verdict.kind == ACCEPT:
+            del self.slots[message["max_slots"]:]
+        return verdict
+
+
+class ConsumableDiscardingReceiver(Receiver):
+    def discard(self, indices: tuple[int, ...], reason: str, force: bool = False) -> tuple[int, ...]:
+        return super().discard(indices, reason, force=True)
+
+    def timeout(self, index: int) -> Disposition:
+        if index < len(self.slots) and self.slots[index].open is not None:
+            self.counters["timeouts"] += 1
+            return Disposition(ACCEPT, None, self.discard((index,), "timeout"))
+        return super().timeout(index)
+
+
+class SharedLinkReceiver(Receiver):
+    def feed(self, data: bytes, connection: int = 0) -> Disposition:
+        return super().feed(data, 0)
+
+    def check(self, data: bytes, connection: int = 0):
+        return super().check(data, 0)
+
+    def link(self, connection: int) -> dict | None:
+        return super().link(0)
+
+    def disconnect(self, connection: int = 0) -> Disposition:
+        verdict = super().disconnect(0)
+        self.disconnects[connection] = verdict
+        return verdict
+
+
 #: mutant name -> (receiver class, the bug in one line)
 MUTANTS: dict[str, tuple[type[Receiver], str]] = {
     "accepts-unsorted-support": (UnsortedReceiver, "sparse IDs are not checked for ascending order"),
@@ -84,6 +125,9 @@ MUTANTS: dict[str, tuple[type[Receiver], str]] = {
     "ignores-stale-generation": (StaleGenerationReceiver, "a frame of another generation is taken as the slot's"),
     "consumes-before-completion": (EarlyConsumingReceiver, "rows are consumable once all K arrived, before COMPLETION"),
     "bounds-after-copy": (CopyFirstReceiver, "the payload is copied before its length is checked against the bounds"),
+    "recreates-dropped-slots": (SlotDroppingReceiver, "a HELLO with fewer slots drops the others; old keys come back"),
+    "discards-consumable": (ConsumableDiscardingReceiver, "a worker-side fault discards a round whose COMPLETION validated"),
+    "shares-the-link": (SharedLinkReceiver, "every connection is one link: a stranger disturbs the live one"),
 }
 
 

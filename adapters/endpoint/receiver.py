@@ -14,7 +14,15 @@ docs/wire-v2.md ("Receiver state machine"):
   its generation (never a partial commit); a frame refused before its checksum
   verified cannot be attributed, so it discards every open round;
 * replies for an ended generation are LATE_REPLY, a retry must repeat the first
-  bytes exactly (else RETRY_MISMATCH), a disconnect ends every generation.
+  bytes exactly (else RETRY_MISMATCH; an identical STEP retry is a duplicate);
+* a round whose COMPLETION validated is kept (the target may be verifying it):
+  only COMMIT, the target's RESET or CANCEL, or the end of its connection drop it;
+* the slots belong to the receiver (the endpoint), the links to the connections:
+  every event names its connection, a HELLO negotiates for its connection only,
+  a generation is live only on the connection whose RESET opened it, a frame
+  that cannot be attributed and a disconnect touch only their connection's
+  rounds. Slots are never dropped and generations only grow (a slot at
+  generation 2^32 - 1 is retired, SLOT_EXHAUSTED), so no key comes back.
 
 Every rejection is counted under its reason code, every event under its name,
 and :attr:`Receiver.journal` records what was consumed, committed and discarded.
@@ -26,12 +34,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from . import layout
-from .codec import Decoder, Message, Refusal, Route
+from .codec import Decoder, Message, Refusal, Route, encode
 from .crc32c import crc32c_of_blocks
 from .validation import QRow, Validator
 
 ACCEPT, REJECT, DUPLICATE, IGNORE, GREEDY_V1 = "accept", "reject", "duplicate", "ignore", "greedy_v1"
 WORKER_TYPES = (layout.REPLY, layout.COMPLETION)
+#: a slot at this generation has no higher one: it is retired, never reused (R24)
+LAST_GENERATION = (1 << 32) - 1
 
 
 @dataclass
@@ -45,6 +55,7 @@ class OpenRound:
     tokens: list[int] = field(default_factory=list)
     rows: list[QRow] = field(default_factory=list)
     completion: bytes | None = None
+    step_frame: bytes = b""
 
 
 @dataclass
@@ -57,6 +68,8 @@ class Slot:
     last_round: int | None = None
     seed: int = 0
     open: OpenRound | None = None
+    #: the connection whose RESET opened the live generation
+    owner: int = 0
 
 
 @dataclass(frozen=True)
@@ -67,6 +80,8 @@ class Disposition:
     reason: str | None = None
     discarded: tuple[int, ...] = ()
     allocated: int = 0
+    #: the HELLO_ANSWER frame owed to the sender of a HELLO whose checksum verified (R12, R13)
+    answer: bytes | None = None
 
 
 def negotiate(offer: dict, config: dict) -> dict:
@@ -88,7 +103,8 @@ class Receiver:
 
     def __init__(self, config: dict) -> None:
         self.config = config
-        self.negotiated: dict | None = None
+        #: connection -> the HELLO negotiated on it
+        self.links: dict[int, dict] = {}
         self.slots: list[Slot] = []
         self.counters: Counter = Counter()
         self.journal: list[dict] = []
@@ -96,33 +112,76 @@ class Receiver:
         self.validator = self.validator_class()
         self.last_verdict: Disposition | None = None
         self.last_disconnect: Disposition | None = None
+        #: connection -> the verdict of its disconnect
+        self.disconnects: dict[int, Disposition] = {}
+        #: the connection of the event being handled
+        self.connection = 0
+
+    @property
+    def negotiated(self) -> dict | None:
+        """The HELLO negotiated on connection 0 (a one-connection receiver's link)."""
+        return self.links.get(0)
+
+    @negotiated.setter
+    def negotiated(self, hello: dict | None) -> None:
+        if hello is None:
+            self.links.pop(0, None)
+        else:
+            self.links[0] = hello
+
+    def link(self, connection: int) -> dict | None:
+        """The HELLO negotiated on ``connection`` (None before its HELLO)."""
+        return self.links.get(connection)
+
+    def live_on(self, slot: Slot) -> bool:
+        """Whether the slot's generation is live for the connection being handled."""
+        return slot.live and slot.owner == self.connection
 
     # -- stateless ----------------------------------------------------------------------
 
-    def check(self, data: bytes) -> tuple[Message, QRow | None]:
+    def check(self, data: bytes, connection: int = 0) -> tuple[Message, QRow | None]:
         """Decoding, then negotiation (a HELLO before HELLO) or the stateless validation."""
-        message = self.decoder.decode(data, self.negotiated)
+        negotiated = self.links.get(connection)
+        message = self.decoder.decode(data, negotiated)
         if message.type == 0:
             return message, None
         if message.type == layout.HELLO:
-            if self.negotiated is None:
+            if negotiated is None:
                 negotiate(message.fields, self.config)
             return message, None
-        return message, self.validator.validate(message, self.negotiated)
+        return message, self.validator.validate(message, negotiated)
 
     # -- events -------------------------------------------------------------------------
 
-    def feed(self, data: bytes) -> Disposition:
-        """One frame through the state machine."""
+    def feed(self, data: bytes, connection: int = 0) -> Disposition:
+        """One frame of ``connection`` through the state machine."""
+        self.connection = connection
         try:
-            message, row = self.check(data)
-        except Refusal as refusal:
-            verdict = self.refuse_frame(refusal)
+            message, row = self.check(data, connection)
+        except Refusal as refusal:  # a v1 frame never touches v2 state, refused or not (R12)
+            verdict = self.refuse(refusal.code) if data[:4] == layout.V1_MAGIC else self.refuse_frame(refusal)
         else:
             verdict = self.route(message, row, data)
-        verdict = Disposition(verdict.kind, verdict.reason, verdict.discarded, self.decoder.allocated)
+        allocated = self.decoder.allocated
+        verdict = Disposition(verdict.kind, verdict.reason, verdict.discarded, allocated, self.answer_of(data, verdict))
+        self.decoder.allocated = allocated
         self.last_verdict = verdict
         return verdict
+
+    def answer_of(self, data: bytes, verdict: Disposition) -> bytes | None:
+        """The HELLO_ANSWER of a frame that decodes as a HELLO (framing and checksum verified), else None."""
+        if data[:4] != layout.V2_MAGIC or len(data) < layout.HEADER_SIZE or data[6:8] != b"\x01\x00":
+            return None
+        try:
+            hello = self.decoder_class().decode(data, None)
+        except Refusal:
+            return None
+        if verdict.kind == ACCEPT:
+            status, reason = layout.HELLO_ACCEPTED, b""
+        else:
+            status, reason = layout.HELLO_REFUSED, (verdict.reason or "").encode("ascii")
+        return encode(layout.HELLO_ANSWER, {"session_id": hello["session_id"], "status": status,
+                                            "reason": reason.ljust(32, b"\0")})
 
     def route(self, message: Message, row: QRow | None, data: bytes) -> Disposition:
         if message.type == 0:
@@ -130,38 +189,45 @@ class Receiver:
             return Disposition(GREEDY_V1)
         handlers = {layout.HELLO: self.on_hello, layout.STEP: self.on_step, layout.REPLY: self.on_reply,
                     layout.COMPLETION: self.on_completion, layout.COMMIT: self.on_commit,
-                    layout.RESET: self.on_reset, layout.CANCEL: self.on_cancel}
+                    layout.RESET: self.on_reset, layout.CANCEL: self.on_cancel,
+                    layout.HELLO_ANSWER: self.on_hello_answer}
         return handlers[message.type](message, row, data)
 
     def timeout(self, index: int) -> Disposition:
-        """A slot's watchdog: discards its open round and ends its generation; idle, it is ignored."""
-        if index >= len(self.slots) or self.slots[index].open is None:
+        """A slot's watchdog: discards its open round and ends its generation; idle or consumable, ignored."""
+        current = self.slots[index].open if index < len(self.slots) else None
+        if current is None or current.completion is not None:
             self.counters["ignored_timers"] += 1
             return Disposition(IGNORE)
         self.counters["timeouts"] += 1
         return Disposition(ACCEPT, None, self.discard((index,), "timeout"))
 
-    def disconnect(self) -> Disposition:
-        """The link dropped: every open round discarded, no generation live, HELLO awaited."""
+    def disconnect(self, connection: int = 0) -> Disposition:
+        """A connection dropped: its open rounds discarded, its generations ended, its HELLO forgotten."""
         self.counters["disconnects"] += 1
-        discarded = self.discard(self.open_slots(), "disconnect")
+        self.connection = connection
+        discarded = self.discard(self.open_slots(), "disconnect", force=True)
         for slot in self.slots:
-            slot.live = False
-        self.negotiated = None
+            if slot.owner == connection:
+                slot.live = False
+        self.links.pop(connection, None)
         self.last_disconnect = Disposition(ACCEPT, None, discarded)
+        self.disconnects[connection] = self.last_disconnect
         return self.last_disconnect
 
     # -- bookkeeping ----------------------------------------------------------------------
 
     def open_slots(self) -> tuple[int, ...]:
-        return tuple(i for i, slot in enumerate(self.slots) if slot.open is not None)
+        """The slots with an open round of the connection being handled."""
+        return tuple(i for i, slot in enumerate(self.slots) if slot.open is not None and slot.owner == self.connection)
 
-    def discard(self, indices: tuple[int, ...], reason: str) -> tuple[int, ...]:
-        """Drop each open round of ``indices`` whole and end its generation (R25)."""
+    def discard(self, indices: tuple[int, ...], reason: str, force: bool = False) -> tuple[int, ...]:
+        """Drop each open round of ``indices`` whole and end its generation (R25); a consumable
+        round only when ``force`` (the target's RESET or CANCEL, its link's end: R28)."""
         done = []
         for index in indices:
             slot = self.slots[index]
-            if slot.open is None:
+            if slot.open is None or (slot.open.completion is not None and not force):
                 continue
             step = slot.open.step
             self.journal.append({"event": "discarded", "slot": index, "generation": slot.generation,
@@ -182,13 +248,13 @@ class Receiver:
         return Disposition(ACCEPT, None, discarded)
 
     def addresses_open_round(self, route: Route) -> bool:
-        params = self.negotiated
+        params = self.links.get(self.connection)
         if route.type not in WORKER_TYPES or params is None or route.session_id != params["session_id"]:
             return False
         if route.slot >= len(self.slots):
             return False
         slot = self.slots[route.slot]
-        return (slot.live and slot.open is not None and route.generation == slot.generation
+        return (self.live_on(slot) and slot.open is not None and route.generation == slot.generation
                 and route.round == slot.open.step["round"])
 
     def refuse_frame(self, refusal: Refusal) -> Disposition:
@@ -201,7 +267,7 @@ class Receiver:
 
     def worker_problem(self, slot: Slot, generation: int, round_id: int) -> str | None:
         """Why a REPLY or COMPLETION is not for the slot's open round, or None."""
-        if generation < slot.generation or (generation == slot.generation and not slot.live):
+        if generation < slot.generation or (generation == slot.generation and not self.live_on(slot)):
             return "LATE_REPLY"
         if generation > slot.generation:
             return "STALE_GENERATION"
@@ -217,7 +283,7 @@ class Receiver:
 
     def command_problem(self, slot: Slot, generation: int) -> str | None:
         """A STEP, COMMIT or CANCEL names the slot's live generation."""
-        return "STALE_GENERATION" if not slot.live or generation != slot.generation else None
+        return "STALE_GENERATION" if not self.live_on(slot) or generation != slot.generation else None
 
     @staticmethod
     def is_consumable(current: OpenRound) -> bool:
@@ -232,11 +298,15 @@ class Receiver:
     # -- handlers ---------------------------------------------------------------------------
 
     def on_hello(self, message: Message, row, data: bytes) -> Disposition:
-        if self.negotiated is not None:
+        if self.connection in self.links:
             return self.refuse("UNEXPECTED_MESSAGE")
-        self.negotiated = message.fields
-        self.slots = [self.slots[i] if i < len(self.slots) else Slot() for i in range(message["max_slots"])]
+        self.links[self.connection] = message.fields
+        self.slots += [Slot() for _ in range(len(self.slots), message["max_slots"])]
         return self.accept()
+
+    def on_hello_answer(self, message: Message, row, data: bytes) -> Disposition:
+        """A receiver sends HELLO answers and never receives one."""
+        return self.refuse("UNEXPECTED_MESSAGE")
 
     def on_step(self, message: Message, row, data: bytes) -> Disposition:
         slot = self.slots[message["slot"]]
@@ -245,6 +315,9 @@ class Receiver:
             return self.refuse(problem)
         round_id = message["round"]
         if slot.open is not None:
+            if data == slot.open.step_frame:
+                self.counters["duplicate_retries"] += 1
+                return Disposition(DUPLICATE)
             return self.refuse("UNEXPECTED_MESSAGE")
         if slot.last_round is not None and round_id == slot.last_round:
             return self.refuse("DUPLICATE_ROUND")
@@ -252,9 +325,9 @@ class Receiver:
             return self.refuse("STALE_ROUND")
         if message["anchor"] != slot.committed:
             return self.refuse("POSITION_MISMATCH")
-        if len(self.open_slots()) >= self.negotiated["max_requests"]:
+        if len(self.open_slots()) >= self.links[self.connection]["max_requests"]:
             return self.refuse("TOO_MANY_REQUESTS")
-        slot.open, slot.last_round = OpenRound(message), round_id
+        slot.open, slot.last_round = OpenRound(message, step_frame=data), round_id
         return self.accept()
 
     def on_reply(self, message: Message, row: QRow, data: bytes) -> Disposition:
@@ -318,7 +391,9 @@ class Receiver:
             return self.refuse("STALE_ROUND" if stale else "UNEXPECTED_MESSAGE")
         if not self.is_consumable(current):
             return self.refuse("CONSUMED_BEFORE_COMPLETION")
-        if message["new_committed"] != (current.step["anchor"] + message["accepted"] + 1) % layout.POSITIONS:
+        # past every emitted token: the correction or bonus, or none (-1) after an early end at >= 1 accepted
+        emitted = message["accepted"] + (0 if message["token"] == layout.NO_TOKEN else 1)
+        if emitted == 0 or message["new_committed"] != (current.step["anchor"] + emitted) % layout.POSITIONS:
             return self.refuse("POSITION_MISMATCH")
         self.journal.append({"event": "consumed", "slot": index, "generation": slot.generation,
                              "round": message["round"], "anchor": current.step["anchor"],
@@ -331,12 +406,15 @@ class Receiver:
     def on_reset(self, message: Message, row, data: bytes) -> Disposition:
         index = message["slot"]
         slot = self.slots[index]
+        if slot.generation == LAST_GENERATION:
+            return self.refuse("SLOT_EXHAUSTED")
         if message["generation"] < slot.generation:
             return self.refuse("STALE_GENERATION")
         if message["generation"] == slot.generation:
             return self.refuse("DUPLICATE_GENERATION")
-        discarded = self.discard((index,), "reset")
-        self.slots[index] = Slot(message["generation"], True, message["committed"], None, message["seed"])
+        discarded = self.discard((index,), "reset", force=True)
+        self.slots[index] = Slot(message["generation"], True, message["committed"], None, message["seed"],
+                                 owner=self.connection)
         return self.accept(discarded)
 
     def on_cancel(self, message: Message, row, data: bytes) -> Disposition:
@@ -344,7 +422,7 @@ class Receiver:
         problem = self.command_problem(self.slots[index], message["generation"])
         if problem:
             return self.refuse(problem)
-        discarded = self.discard((index,), "cancel")
+        discarded = self.discard((index,), "cancel", force=True)
         self.slots[index].live = False
         return self.accept(discarded)
 

@@ -162,18 +162,23 @@ def frame_type(data: bytes) -> str:
     return "?"
 
 
-def target_only_draw(seed: int, generation: int, round_id: int, anchor: int, p_row: torch.Tensor) -> Draw:
-    """The target-only token of a round not consumed: the bonus draw of an empty proposal (K = 0).
+#: the draw counter of the target-only draw (docs/rng-abi.md, "Target-only fallback")
+FALLBACK_COUNTER = 1
 
-    The CORRECTION draw at position ``anchor`` under the round's RNG identity
-    (docs/rng-abi.md: ``anchor + K`` for the bonus), sampled from the FP32
+
+def target_only_draw(seed: int, generation: int, round_id: int, anchor: int, p_row: torch.Tensor) -> Draw:
+    """The target-only token of a round not consumed (docs/rng-abi.md, "Target-only fallback").
+
+    The CORRECTION draw at position ``anchor`` with draw counter 1 under the
+    round's RNG identity (counter 0 there is the correction after zero accepted
+    drafts, which this round may already have drawn), sampled from the FP32
     target weights ``p_row`` as FP64 mass, as the torch candidate samples a bonus (R11).
     """
     _, word0 = draw_word0(seed_keys([seed]), torch.tensor([anchor]), torch.tensor([round_id]),
-                          torch.tensor([generation]), CORRECTION)
+                          torch.tensor([generation]), CORRECTION, FALLBACK_COUNTER)
     u32 = u32_of(word0)
     token = sample_mass(p_row.to(torch.float64)[None], u32)
-    return Draw(CORRECTION, anchor, 0, int(u32[0]), BONUS, int(token[0]))
+    return Draw(CORRECTION, anchor, FALLBACK_COUNTER, int(u32[0]), BONUS, int(token[0]))
 
 
 class Target:
@@ -222,6 +227,9 @@ class Target:
         except (asyncio.TimeoutError, ConnectionError, OSError):
             item = None
         verdict = self.receiver.feed(item.data) if isinstance(item, stream.Item) else None
+        if verdict is not None and verdict.answer is not None:  # the worker learns its HELLO's outcome
+            with contextlib.suppress(ConnectionError, OSError):
+                await stream.send(self.writer, verdict.answer)
         if verdict is None or verdict.kind != ACCEPT or self.receiver.negotiated is None:
             await self.drop_link()
             raise TargetError(f"the worker's HELLO was not accepted: {verdict}")
@@ -328,8 +336,10 @@ class Target:
     async def reset(self, lane: Lane) -> tuple[int, ...]:
         """A new generation of the lane's slot at its committed position."""
         generation = self.receiver.slots[lane.slot].generation + 1
+        told = layout.NO_TOKEN if lane.last_token is None else lane.last_token
         discarded = await self.send_own(lane.slot, layout.RESET, {"seed": lane.seed, "generation": generation,
-                                                                  "committed": lane.committed})
+                                                                  "committed": lane.committed, "token": told})
+        lane.told_token = lane.last_token  # the RESET told the worker the committed token (R01, R22)
         log.info("slot %d RESET generation=%d committed=%d", lane.slot, generation, lane.committed)
         return discarded
 

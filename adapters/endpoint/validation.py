@@ -63,6 +63,10 @@ class Validator:
 
     def validate(self, message: Message, params: dict) -> QRow | None:
         """Every stateless check of a decoded non-HELLO v2 message; a REPLY's validated row."""
+        if message.type == layout.HELLO_ANSWER:
+            if message["status"] not in (layout.HELLO_ACCEPTED, layout.HELLO_REFUSED):
+                raise Refusal("UNKNOWN_STATUS", f"HELLO answer status {message['status']}")
+            return None
         route = message.route
         if message["session_id"] != params["session_id"]:
             raise Refusal("SESSION_MISMATCH", f"session {message['session_id']}", route)
@@ -81,8 +85,11 @@ class Validator:
         elif kind == layout.COMMIT:
             if message["accepted"] > params["depth"]:
                 raise Refusal("POSITION_MISMATCH", f"accepted {message['accepted']}", route)
-            if not 0 <= message["token"] < params["vocab"]:
+            if message["token"] != layout.NO_TOKEN and not 0 <= message["token"] < params["vocab"]:
                 raise Refusal("TOKEN_OUT_OF_RANGE", f"token {message['token']}", route)
+        elif kind == layout.RESET:
+            if message["token"] != layout.NO_TOKEN and not 0 <= message["token"] < params["vocab"]:
+                raise Refusal("TOKEN_OUT_OF_RANGE", f"committed token {message['token']}", route)
         return None
 
     @staticmethod

@@ -1,18 +1,24 @@
 """The verifier endpoint in its receiving role: every frame through the receiver state machine.
 
-It listens on TCP and runs one receiver (mutants.py may swap in a seeded bug).
+It listens on TCP and runs one receiver (mutants.py may swap in a seeded bug)
+whose slots outlive connections and whose links do not: every frame is fed
+under its connection's number, so each connection negotiates its own HELLO,
+and a frame that cannot be attributed, or a connection that closes, touches
+only that connection's rounds (a stranger cannot disturb the live link).
 Raw wire frames on a connection are fed to the receiver as they come, with no
-answer, as on a production link; a header that leaves the stream out of step
-is judged and the connection closed. A closed connection is a Disconnect event:
-the receiver outlives it, so a reconnection resumes the slots after a RESET.
+answer but a HELLO's HELLO_ANSWER, as on a production link; a header that leaves the stream out of step
+is judged and the connection closed. A closed connection is a Disconnect event
+of that connection: a reconnection resumes the slots after a RESET to a higher
+generation (no key ever comes back).
 
 With control allowed it answers the envelopes of ``control.py``: CHECK (the
 stateless verdict on one frame, with the decoded message), APPLY (one frame
 through the state machine: its verdict, the discarded slots and the payload
 bytes the decoder allocated), and the commands ``about``, ``configure`` (a
 fresh receiver under a HELLO-shaped configuration), ``timeout`` (a slot's
-watchdog), ``disconnect_status`` (the verdict of the last disconnect, once the
-other connections of this receiver ended), ``state``, ``journal`` (what was
+watchdog), ``connection`` (this connection's number), ``disconnect_status``
+(the verdict of connection N's disconnect once it ended; without N, of the last
+disconnect once the other connections of this receiver ended), ``state``, ``journal`` (what was
 consumed, committed and discarded) and, with a target attached, ``rounds``.
 """
 
@@ -59,14 +65,16 @@ class VerifierEndpoint(Endpoint):
         self.bound[number] = self.receiver
         while True:
             receiver = self.bound[number]
-            item = await stream.read_item(reader, receiver.decoder, receiver.negotiated, self.control_allowed)
+            item = await stream.read_item(reader, receiver.decoder, receiver.link(number), self.control_allowed)
             if item is None:
                 return
             if item.kind == stream.ENVELOPE:
                 await stream.send(writer, await self.answer(item, number))
                 continue
-            verdict = receiver.feed(item.data)
+            verdict = receiver.feed(item.data, number)
             log.info("conn %d: %d-byte frame: %s", number, len(item.data), describe(verdict))
+            if verdict.answer is not None:  # a HELLO is answered: accepted, or refused with its reason
+                await stream.send(writer, verdict.answer)
             if item.kind == stream.BROKEN:
                 log.warning("conn %d: the stream is out of step after %s; closing", number, verdict.reason)
                 return
@@ -74,17 +82,17 @@ class VerifierEndpoint(Endpoint):
     def closed(self, number: int) -> None:
         receiver = self.bound.pop(number, None)
         if receiver is not None:
-            log.info("conn %d: disconnect: %s", number, describe(receiver.disconnect()))
+            log.info("conn %d: disconnect: %s", number, describe(receiver.disconnect(number)))
 
     def frame_envelope(self, item: stream.Item, number: int) -> dict:
         receiver = self.bound[number]
         if item.envelope_kind == control.APPLY:
-            verdict = receiver.feed(item.data)
+            verdict = receiver.feed(item.data, number)
             log.info("conn %d: applied %d-byte frame: %s", number, len(item.data), describe(verdict))
             return {**verdict_json(verdict), "allocated": verdict.allocated}
         try:
-            message, row = receiver.check(item.data)
-            if message.type == layout.HELLO and receiver.negotiated is not None:
+            message, row = receiver.check(item.data, number)
+            if message.type == layout.HELLO and receiver.link(number) is not None:
                 raise Refusal("UNEXPECTED_MESSAGE", "a second HELLO")
             out = {"verdict": "accept", "message": message_json(message, row)}
         except Refusal as refusal:
@@ -106,18 +114,31 @@ class VerifierEndpoint(Endpoint):
             verdict = receiver.timeout(int(request["slot"]))
             log.info("conn %d: slot %s watchdog: %s", number, request["slot"], describe(verdict))
             return verdict_json(verdict)
+        if op == "connection":
+            return {"connection": number}
+        if op == "disconnect_status" and "connection" in request:
+            return verdict_json(await self.disconnect_of(int(request["connection"]), receiver))
         if op == "disconnect_status":
             await self.others_ended(number, receiver)
             if receiver.last_disconnect is None:
                 raise control.ControlError("no disconnect happened")
             return verdict_json(receiver.last_disconnect)
         if op == "state":
-            return {"final": state_json(receiver), "counters": counters_json(receiver)}
+            return {"final": state_json(receiver, number), "counters": counters_json(receiver)}
         if op == "journal":
             return {"journal": receiver.journal, "counters": counters_json(receiver)}
         if op == "rounds" and self.target is not None:
             return {"rounds": [record.to_json() for record in self.target.records]}
         raise control.ControlError(f"unknown op {op!r}")
+
+    async def disconnect_of(self, other: int, receiver: Receiver) -> Disposition:
+        """The verdict of connection ``other``'s disconnect, once it ended."""
+        deadline = time.monotonic() + DISCONNECT_WAIT_S
+        while other not in receiver.disconnects and time.monotonic() < deadline:
+            await asyncio.sleep(0.002)
+        if other not in receiver.disconnects:
+            raise control.ControlError(f"connection {other} did not end")
+        return receiver.disconnects[other]
 
     async def others_ended(self, number: int, receiver: Receiver) -> None:
         deadline = time.monotonic() + DISCONNECT_WAIT_S

@@ -57,6 +57,8 @@ class WorkerSlot:
     last_round: int | None = None
     cache: tuple[dict, list[bytes]] | None = None
     draws: list[dict] = field(default_factory=list)
+    #: the draft tokens of the last round served
+    tokens: list[int] = field(default_factory=list)
 
 
 def f32_value(bits: int) -> float:
@@ -100,6 +102,14 @@ class WorkerEndpoint(Endpoint):
                 continue
             try:
                 message = decoder.decode(item.data, params)
+                if message.type == layout.HELLO_ANSWER:
+                    validator.validate(message, params)
+                    if message["status"] == layout.HELLO_REFUSED:
+                        log.warning("conn %d: HELLO refused: %s; closing", number,
+                                    message["reason"].rstrip(b"\0").decode("ascii", "replace"))
+                        return
+                    log.info("conn %d: HELLO accepted", number)
+                    continue
                 if message.type in (layout.STEP, layout.COMMIT, layout.RESET, layout.CANCEL):
                     validator.validate(message, params)
                 else:
@@ -118,7 +128,9 @@ class WorkerEndpoint(Endpoint):
             if message["generation"] <= slot.generation:
                 log.warning("conn %d: slot %d RESET to stale generation %d", number, index, message["generation"])
                 return []
-            keep = slot.last_token if message["committed"] == slot.committed else self.model.last_token
+            keep = message["token"]  # the committed token the prefix ends with (R01, R22)
+            if keep == layout.NO_TOKEN:  # an empty prefix: the model's initial token
+                keep = slot.last_token if message["committed"] == slot.committed else self.model.last_token
             self.slots[index] = WorkerSlot(message["generation"], True, message["seed"], message["committed"], keep)
             log.info("conn %d: slot %d RESET generation=%d committed=%d", number, index, message["generation"],
                      message["committed"])
@@ -126,7 +138,10 @@ class WorkerEndpoint(Endpoint):
             slot.live = False
             log.info("conn %d: slot %d CANCEL generation=%d", number, index, slot.generation)
         elif message.type == layout.COMMIT and slot.live and message["generation"] == slot.generation:
-            slot.committed, slot.last_token = message["new_committed"], message["token"]
+            token = message["token"]
+            if token == layout.NO_TOKEN:  # an early end: the last accepted draft is the last committed token
+                token = slot.tokens[message["accepted"] - 1] if 0 < message["accepted"] <= len(slot.tokens) else slot.last_token
+            slot.committed, slot.last_token = message["new_committed"], token
             log.info("conn %d: slot %d COMMIT round=%d accepted=%d token=%d committed=%d", number, index,
                      message["round"], message["accepted"], message["token"], slot.committed)
         elif message.type == layout.STEP:
@@ -172,7 +187,8 @@ class WorkerEndpoint(Endpoint):
                          model.base_logits[None].to(self.device), f32_value(step["temperature"]),
                          (model.left, model.right), policy or None)
         frames = []
-        for i, token in enumerate(result.tokens[0].tolist()):
+        slot.tokens = result.tokens[0].tolist()
+        for i, token in enumerate(slot.tokens):
             if result.sparse is None:
                 tail = dense_tail(result.counts[0, i].cpu().numpy(), self.hello["dense_stride"])
                 frames.append(reply_frame(step, i, token, tail, self.hello["dense_stride"], layout.REPR_DENSE))

@@ -298,7 +298,7 @@ def class_frames() -> Iterator[tuple[str, str, Hello, bool, bytes, tuple[str, ..
     yield "UNKNOWN_VERSION", "v1-version-2", PROD, True, patched(encode_v1([1]), 4, "<H", 2, False), ("V1_COEXISTENCE",)
     yield "UNKNOWN_VERSION", "hello-wire-version-3", PROD, False, hello_offer(wire_version=3), ()
     yield "UNKNOWN_MESSAGE_TYPE", "type-0", PROD, True, header_patched(step, "message_type", 0), ()
-    yield "UNKNOWN_MESSAGE_TYPE", "type-8", PROD, True, header_patched(step, "message_type", 8), ()
+    yield "UNKNOWN_MESSAGE_TYPE", "type-9", PROD, True, header_patched(step, "message_type", 9), ()
     yield "UNKNOWN_MESSAGE_TYPE", "v1-type-2", PROD, True, patched(encode_v1([1]), 6, "<H", 2, False), ("V1_COEXISTENCE",)
     yield "CHECKSUM_MISMATCH", "checksum-plus-one", PROD, True, header_patched(step, "checksum", (crc_field(step) + 1) % (1 << 32), False), ()
     yield "UNEXPECTED_SIZE", "step-payload-67", PROD, True, header_patched(step[:-1], "payload_length", 67), ()

@@ -3,10 +3,12 @@
 Each case hands an implementation the receiver's configuration and a list of
 events: frames (either direction: the worker's HELLO, REPLY and COMPLETION, the
 target's STEP, COMMIT, RESET and CANCEL as it sends them), slot watchdog
-timeouts and disconnects. The answer is the verdict on every event, the final
-state (negotiated session, and per slot the generation, liveness, committed
-position, last round, seed and open round with its rows and whether they are
-consumable) and the counters, from ``qconform.spec.wire.receiver.step``.
+timeouts and disconnects, each frame and disconnect on a numbered connection
+(0 unless several connections share the endpoint). The answer is the verdict on
+every event, the final state (connection 0's negotiated session, and per slot
+the generation, liveness, committed position, last round, seed and open round
+with its rows and whether they are consumable) and the counters, from
+``qconform.spec.wire.receiver.step``.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from qconform.spec.wire.receiver import (
     step,
 )
 
-FAMILY_RULES = ("R12", "R16", "R17", "R19", "R24", "R25", "R27", "R28")
+FAMILY_RULES = ("R01", "R11", "R12", "R14", "R16", "R17", "R19", "R22", "R24", "R25", "R27", "R28", "R35")
 
 NOTES = {
     "HAPPY_PATH": Note("BASIC", "Rounds that open, fill, complete and commit without a fault.",
@@ -73,6 +75,12 @@ NOTES = {
                            "Catches v1 treated as sampled, or v2 honoured before HELLO."),
     "DEV_PROFILE": Note("EDGE_CASE", "The development configuration (vocabulary 60, dense stride 64) for dense rows.",
                         "Small dense rows keep the vectors small."),
+    "KEY_REUSE": Note("FUNCTIONALITY", "Sequences that would accept a (seed, generation, round, position) key twice (R22, R24).",
+                      "Catches slots dropped and re-created at generation 0, or a generation reused after exhaustion."),
+    "CONSUMABLE_KEPT": Note("FUNCTIONALITY", "Worker-side faults after a round's COMPLETION validated (R28).",
+                            "Catches a consumable round thrown away while the target may be verifying it."),
+    "CONNECTIONS": Note("FUNCTIONALITY", "Several connections sharing one endpoint.",
+                        "Catches a stranger connection that changes another connection's link or rounds."),
     "RANDOM_SEQUENCE": Note("FUNCTIONALITY", "A random mix of legal and faulty events (fixed generator seed).",
                             "Catches state-machine paths no hand-written sequence visits."),
 }
@@ -84,16 +92,18 @@ POSITION_MODULUS = 1 << 32
 
 def event_from_json(obj: dict) -> Event:
     if "frame" in obj:
-        return FrameIn(bytes(decode_blob(obj["frame"], "u8")[0]))
+        return FrameIn(bytes(decode_blob(obj["frame"], "u8")[0]), obj.get("connection", 0))
     if "timeout" in obj:
         return Timeout(obj["timeout"])
-    return Disconnect()
+    return Disconnect(obj.get("connection", 0))
 
 
 def verdict_json(verdict: Disposition) -> dict:
     out: dict = {"verdict": verdict.kind, "discarded": list(verdict.discarded)}
     if verdict.reason is not None:
         out["reason"] = verdict.reason
+    if verdict.answer is not None:
+        out["answer"] = encode_blob("u8", list(verdict.answer))
     return out
 
 
@@ -140,10 +150,19 @@ class Script:
     def __init__(self, config: Hello = PROD) -> None:
         self.config = config
         self.session_id = config.session_id
+        #: the connection the next frames and disconnects happen on
+        self.connection = 0
         self.events: list[dict] = []
 
+    def on(self, connection: int) -> Script:
+        self.connection = connection
+        return self
+
     def raw(self, data: bytes) -> bytes:
-        self.events.append({"frame": encode_blob("u8", list(data))})
+        event: dict = {"frame": encode_blob("u8", list(data))}
+        if self.connection:
+            event["connection"] = self.connection
+        self.events.append(event)
         return data
 
     def send(self, message: Message) -> bytes:
@@ -152,8 +171,8 @@ class Script:
     def hello(self, **changes) -> None:
         self.send(replace(self.config, session_id=self.session_id, **changes))
 
-    def reset(self, slot: int, generation: int, committed: int, seed: int = 0x5EED) -> None:
-        self.send(Reset(self.session_id, seed, generation, committed, slot))
+    def reset(self, slot: int, generation: int, committed: int, seed: int = 0x5EED, token: int = -1) -> None:
+        self.send(Reset(self.session_id, seed, generation, committed, slot, token))
 
     def step(self, slot: int, generation: int, round_id: int, anchor: int, policy: int | None = None,
              send: bool = True, **changes) -> Step:
@@ -214,7 +233,7 @@ class Script:
         self.events.append({"timeout": slot})
 
     def disconnect(self) -> None:
-        self.events.append({"disconnect": True})
+        self.events.append({"disconnect": True, **({"connection": self.connection} if self.connection else {})})
 
     def v1(self, tokens: list[int]) -> None:
         self.raw(encode_v1(tokens))
@@ -283,6 +302,19 @@ def happy_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s.replies(r1, range(2))
     s.v1([5, 6])
     yield "v1-interleaved", "v1 greedy frames before HELLO and between v2 frames leave v2 state alone.", ("V1_COEXISTENCE",), s
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    frames = s.replies(r1, range(2))
+    v1 = encode_v1([4, 5])
+    s.raw(v1[:14])
+    s.raw(v1[:4] + b"\x07\x00" + v1[6:])
+    s.raw(v1[:8] + b"\x03\x00\x00\x00" + v1[12:])
+    frames += s.replies(r1, range(2, 5))
+    s.complete(r1, frames)
+    s.commit(r1, 4)
+    yield ("v1-refused-leaves-v2-alone", "A truncated v1 frame, one of version 7 and one of a wrong length are refused "
+           "and discard nothing: the open v2 round completes and commits.", ("V1_COEXISTENCE",), s)
 
     s = Script()
     s.reset(0, 1, 100)
@@ -556,6 +588,270 @@ def limit_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     yield "step-shape", "STEP of depth 4, a wrong anchor, a busy slot; a row with zero q at its token discards.", ("LIMITS", "DISCARD"), s
 
 
+LAST_GENERATION = (1 << 32) - 1
+
+
+def key_reuse_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
+    s = Script()
+    s.hello()
+    s.reset(3, 1, 100, seed=0x5EED)
+    r0 = s.step(3, 1, 0, 100)
+    old = s.reply_frame(r0, 0)
+    s.disconnect()
+    s.hello(max_slots=1)
+    s.disconnect()
+    s.hello()
+    s.reset(3, 1, 100, seed=0x5EED)
+    s.step(3, 1, 0, 100)
+    s.raw(old)
+    s.reset(3, 2, 100, seed=0x5EED)
+    s.step(3, 2, 0, 100)
+    s.raw(old)
+    yield ("reconnect-shrink-grow-old-key", ("Issue #10: after a disconnect, HELLO with 1 slot, then 4, the RESET to "
+           "generation 1, its STEP and the old REPLY are refused; generation 2 is a new key."), ("KEY_REUSE", "RECONNECTION"), s)
+
+    s = Script()
+    s.hello()
+    s.reset(2, 5, 40)
+    r1 = s.step(2, 5, 1, 40)
+    s.full_round(r1)
+    s.commit(r1, 1)
+    s.disconnect()
+    s.hello(max_slots=2)
+    s.reset(2, 6, 42)
+    s.disconnect()
+    s.hello()
+    s.reset(2, 5, 42)
+    s.reset(2, 3, 42)
+    s.reset(2, 6, 42)
+    yield ("shrink-then-grow", ("Slot 2 survives a HELLO of 2 slots (unaddressable, TOO_MANY_SLOTS) and comes back "
+           "at generation 5 with its position: RESET to 5 or 3 refused, to 6 accepted."), ("KEY_REUSE", "RECONNECTION"), s)
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    frames = s.replies(r1, range(3))
+    s.disconnect()
+    s.hello()
+    frames += s.replies(r1, range(3, 5))
+    s.complete(r1, frames)
+    s.commit(r1, 1)
+    s.step(0, 1, 2, 100)
+    s.reset(0, 1, 100)
+    s.reset(0, 2, 100)
+    r2 = s.step(0, 2, 1, 100)
+    s.full_round(r2)
+    s.commit(r2, 0)
+    yield ("reconnect-same-session", ("A reconnection under the same session ID: the old generation's rows, COMPLETION, "
+           "COMMIT and STEP are refused; only a RESET to a higher generation reopens the slot."), ("KEY_REUSE", "RECONNECTION", "LATE_REPLY"), s)
+
+    s = opened(generation=LAST_GENERATION - 1)
+    s.reset(0, LAST_GENERATION, 100)
+    r1 = s.step(0, LAST_GENERATION, 1, 100)
+    s.full_round(r1)
+    s.commit(r1, 2)
+    s.reset(0, LAST_GENERATION, 103)
+    s.cancel(0, LAST_GENERATION)
+    s.reset(0, 1, 103)
+    s.step(0, LAST_GENERATION, 2, 103)
+    s.reset(1, 1, 7)
+    yield ("generation-exhaustion", ("Generation 2^32 - 1 is usable, but no RESET follows it (SLOT_EXHAUSTED): after "
+           "its CANCEL the slot is retired; slot 1 is unaffected."), ("KEY_REUSE", "LIMITS"), s)
+
+
+def consumable_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    s.full_round(r1)
+    s.raw(s.redrawn_frame(r1, 1))
+    s.commit(r1, 2)
+    yield "differing-reply-retry", "A different retry of row 1 after the COMPLETION validated is refused, not discarding; COMMIT succeeds.", ("CONSUMABLE_KEPT", "RETRY"), s
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    frames = s.full_round(r1)
+    s.complete(r1, frames, status=layout.STATUS_FAILED)
+    s.commit(r1, 0)
+    yield "differing-completion-retry", "A second, FAILED COMPLETION of a consumable round is RETRY_MISMATCH and keeps it; COMMIT succeeds.", ("CONSUMABLE_KEPT", "RETRY"), s
+
+    s = opened()
+    s.reset(1, 1, 500)
+    r0, r1 = s.step(0, 1, 1, 100), s.step(1, 1, 1, 500)
+    s.full_round(r0)
+    s.replies(r1, range(2))
+    corrupt = bytearray(s.reply_frame(r1, 2))
+    corrupt[-1] ^= 0x10
+    s.raw(bytes(corrupt))
+    s.commit(r0, 4)
+    yield "corrupt-frame-other-slot", "A checksum-corrupt frame discards slot 1's round in transfer but not slot 0's consumable one, which commits.", ("CONSUMABLE_KEPT", "DISCARD"), s
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    s.full_round(r1)
+    s.timeout(0)
+    s.commit(r1, 5)
+    yield "timeout-after-completion", "The watchdog of a consumable round is ignored (it guards the arrival of q); COMMIT succeeds.", ("CONSUMABLE_KEPT",), s
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    s.full_round(r1)
+    s.raw(s.reply_frame(r1, 5))
+    s.commit(r1, 3)
+    yield "sixth-reply-after-completion", "A sixth REPLY beyond depth after the COMPLETION is POSITION_MISMATCH without discard.", ("CONSUMABLE_KEPT", "LIMITS"), s
+
+    s = opened()
+    s.reset(1, 1, 500)
+    r0, r1 = s.step(0, 1, 1, 100), s.step(1, 1, 1, 500)
+    s.full_round(r0)
+    s.full_round(r1)
+    s.cancel(0, 1)
+    s.reset(1, 2, 500)
+    r2 = s.step(1, 2, 1, 500)
+    s.full_round(r2)
+    s.disconnect()
+    yield "released-by-target-or-link", "Only the target (CANCEL, RESET) or the end of the link discards a consumable round.", ("CONSUMABLE_KEPT", "DISCARD"), s
+
+
+def hole_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
+    top = POSITION_MODULUS - 2
+    s = opened(committed=top)
+    r1 = s.step(0, 1, 1, top)
+    s.full_round(r1)
+    s.commit(r1, 3)
+    r2 = s.step(0, 1, 2, 2)
+    s.full_round(r2)
+    s.commit(r2, 0)
+    yield "position-wraparound", "Anchor 2^32 - 2: rows at 2^32 - 2, 2^32 - 1, 0, 1, 2; COMMIT of 3 moves to 2.", ("LIMITS", "HAPPY_PATH"), s
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    frames = s.replies(r1)
+    s.raw(s.reply_frame(r1, 5))
+    s.complete(r1, frames)
+    yield "sixth-reply-before-completion", "A sixth REPLY beyond depth 5 discards the proposal; its COMPLETION is late.", ("LIMITS", "DISCARD"), s
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    s.full_round(r1)
+    s.commit(r1, 0, new_committed=100)
+    s.commit(r1, 0)
+    s.step(0, 1, 2, 101)
+    yield "commit-accepted-zero", "COMMIT with 0 accepted: only anchor + 1 (the correction) is legal.", ("HAPPY_PATH",), s
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    s.send(r1)
+    s.step(0, 1, 2, 100)
+    s.full_round(r1)
+    s.send(r1)
+    s.commit(r1, 1)
+    s.send(r1)
+    yield "identical-step-retry", ("An identical STEP retry is a duplicate while its round is open, another STEP is refused; "
+           "after the COMMIT the same STEP is DUPLICATE_ROUND."), ("RETRY", "STALE_OR_DUPLICATE"), s
+
+
+def ending_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
+    for name, comment, accepted, token, wrong in (
+        ("correction", "A rejection after 2 accepted: the correction commits anchor + 3.", 2, 7, 2),
+        ("bonus", "All 5 accepted: the bonus commits anchor + 6.", 5, 7, 5),
+        ("stop-token", "Emission ends at a stop token on draft 3: no correction, token -1 commits anchor + 3.", 3, -1, 4),
+        ("budget-at-depth", "The budget ends emission on draft 5: no bonus, token -1 commits anchor + 5.", 5, -1, 6),
+    ):
+        s = opened()
+        r1 = s.step(0, 1, 1, 100)
+        s.full_round(r1)
+        s.commit(r1, accepted, token=token, new_committed=100 + wrong)
+        s.commit(r1, accepted, token=token, new_committed=100 + accepted + (token >= 0))
+        s.step(0, 1, 2, 100 + accepted + (token >= 0))
+        yield (f"ending-{name}", (comment + " The other position is POSITION_MISMATCH; the next STEP starts "
+               "there."), ("HAPPY_PATH", "CONSUME_AFTER_COMPLETION"), s)
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    s.full_round(r1)
+    s.commit(r1, 0, token=-1, new_committed=100)
+    s.commit(r1, 0, token=-1, new_committed=101)
+    s.commit(r1, 1, token=-2, new_committed=101)
+    s.commit(r1, 0)
+    yield ("no-token-needs-an-accepted-draft", "Token -1 with 0 accepted is no ending (POSITION_MISMATCH at either "
+           "position); token -2 is TOKEN_OUT_OF_RANGE; the correction commits.", ("CONSUME_AFTER_COMPLETION",), s)
+
+    s = Script()
+    s.hello()
+    s.reset(0, 1, 100, token=PROD.vocab)
+    s.reset(0, 1, 100, token=-2)
+    s.reset(0, 1, 100, token=4242)
+    s.reset(1, 1, 0)
+    yield ("reset-committed-token", "RESET carries the committed token: a vocabulary ID or -1 (empty prefix); "
+           "V and -2 are TOKEN_OUT_OF_RANGE.", ("HAPPY_PATH", "LIMITS"), s)
+
+
+def arm_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
+    arm7 = replace(DEV, depth=7)
+    s = opened(arm7)
+    r1 = s.step(0, 1, 1, 100)
+    s.full_round(r1)
+    s.commit(r1, 7)
+    yield ("arm-depth-7", "A receiver configured for the separately named arm depth-7 negotiates it: 7 rows, "
+           "COMPLETION of 7, all accepted and the bonus commit anchor + 8.", ("LIMITS", "DEV_PROFILE"), s)
+
+    s = Script(arm7)
+    s.hello(depth=5)
+    s.hello()
+    s.reset(0, 1, 100)
+    r1 = s.step(0, 1, 1, 100, depth=5)
+    s.step(0, 1, 1, 100)
+    yield ("design-arm-offered-to-depth-7", "An offer of depth-5 to a depth-7 receiver is DEPTH_MISMATCH, as is a STEP "
+           "of depth 5 after depth-7 was negotiated.", ("LIMITS", "DEV_PROFILE"), s)
+
+    s = Script()
+    s.hello(depth=7)
+    s.hello()
+    yield ("arm-offered-to-design-receiver", "An offer of depth-7 to the design's depth-5 receiver is DEPTH_MISMATCH.",
+           ("LIMITS",), s)
+
+
+def connection_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    frames = s.replies(r1, range(2))
+    s.on(1).raw(b"JUNK" + bytes(16))
+    s.disconnect()
+    s.on(0)
+    frames += s.replies(r1, range(2, 5))
+    s.complete(r1, frames)
+    s.commit(r1, 2)
+    yield "stranger-bad-magic", "A connection without HELLO sends a bad magic and closes: connection 0's link and round are untouched.", ("CONNECTIONS", "DISCARD"), s
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    s.replies(r1, range(2))
+    s.on(1)
+    s.reset(0, 9, 0)
+    s.hello(vocab=7)
+    s.raw(s.reply_frame(r1, 2)[:10])
+    s.disconnect()
+    s.on(0).replies(r1, range(2, 5))
+    yield "stranger-before-hello", "A stranger's RESET before HELLO, refused offer, truncated frame and close change nothing on connection 0.", ("CONNECTIONS",), s
+
+    s = opened()
+    r0 = s.step(0, 1, 1, 100)
+    s.replies(r0, range(1))
+    s.on(1)
+    s.session_id = PROD.session_id + 7
+    s.hello()
+    s.reset(1, 1, 500)
+    r1 = s.step(1, 1, 1, 500)
+    s.replies(r1, range(3))
+    s.step(0, 1, 2, 100)
+    s.cancel(0, 1)
+    s.disconnect()
+    s.session_id = PROD.session_id
+    s.on(0)
+    s.replies(r0, range(1, 5))
+    s.raw(s.reply_frame(r1, 3))
+    yield "two-links", "Two negotiated connections: connection 1 cannot command slot 0, and its disconnect discards only its own round.", ("CONNECTIONS", "RECONNECTION"), s
+
+
 def random_script(seed: int) -> Script:
     """A random sequence over two slots mixing legal steps with faults (fixed seed)."""
     rng = random.Random(seed)
@@ -614,6 +910,13 @@ GROUPS = (
     ("discard", "Missing, corrupt or timed-out q discards the whole proposal.", ("R25", "R19"), discard_cases),
     ("reconnection", "Disconnects, reconnections and HELLO negotiation.", ("R12", "R24", "R25"), reconnection_cases),
     ("limits", "Negotiated slot, request, depth and position bounds.", ("R27", "R19"), limit_cases),
+    ("key_reuse", "No key is accepted twice however sessions come and go; generation exhaustion.", ("R22", "R24", "R28"), key_reuse_cases),
+    ("consumable", "A round whose COMPLETION validated is kept until the target commits or releases it.", ("R16", "R25", "R28"), consumable_cases),
+    ("holes", "Position wraparound, a sixth reply, COMMIT of 0, an identical STEP retry.", ("R14", "R16", "R24", "R27"), hole_cases),
+    ("connections", "Several connections sharing one endpoint.", ("R12", "R24", "R25"), connection_cases),
+    ("arms", "Fixed-depth arms: negotiated by HELLO depth, refused when not negotiated.", ("R27", "R35"), arm_cases),
+    ("endings", "Every ending of a verified round has one legal COMMIT; RESET's committed token.",
+     ("R01", "R11", "R16", "R17", "R22"), ending_cases),
     ("random", "Random mixes of legal and faulty events.", FAMILY_RULES, random_cases),
 )
 
@@ -628,7 +931,7 @@ def build() -> Iterator[Group]:
 NONNEG = {"type": "integer", "minimum": 0}
 VERDICT_SCHEMA = closed(
     {"verdict": {"enum": list(VERDICT_KINDS)}, "reason": REASON_SCHEMA,
-     "discarded": {"type": "array", "items": NONNEG, "uniqueItems": True}},
+     "discarded": {"type": "array", "items": NONNEG, "uniqueItems": True}, "answer": blob_schema("u8")},
     required=["verdict", "discarded"],
 )
 SLOT_SCHEMA = closed({
@@ -641,10 +944,11 @@ SLOT_SCHEMA = closed({
     "open": {"oneOf": [{"type": "null"}, closed({"round": NONNEG, "anchor": NONNEG, "rows": NONNEG,
                                                   "consumable": {"type": "boolean"}})]},
 })
+CONNECTION = {"type": "integer", "minimum": 1}
 EVENT_SCHEMA = {"oneOf": [
-    closed({"frame": blob_schema("u8")}),
+    closed({"frame": blob_schema("u8"), "connection": CONNECTION}, required=["frame"]),
     closed({"timeout": NONNEG}),
-    closed({"disconnect": {"const": True}}),
+    closed({"disconnect": {"const": True}, "connection": CONNECTION}, required=["disconnect"]),
 ]}
 
 INPUT_SCHEMA = {

@@ -243,24 +243,33 @@ class TcpAdapter(Adapter):
         return [self.session_case(inp) for inp in inputs]
 
     def session_case(self, inp: dict) -> dict:
-        link = self.link()
+        """One real TCP connection per connection number of the case (opened at its first event);
+        a disconnect closes it for real and the next event of that number opens a new one."""
+        links = {0: self.link()}
         try:
-            link.command("configure", config=inp["config"])
+            links[0].command("configure", config=inp["config"])
             verdicts = []
             for event in inp["events"]:
+                label = event.get("connection", 0)
+                if label not in links:
+                    links[label] = self.link()
+                link = links[label]
                 if "frame" in event:
                     answer = link.request(control.APPLY, bytes(decode_blob(event["frame"], "u8")[0]))
                 elif "timeout" in event:
                     answer = link.command("timeout", slot=event["timeout"])
                 else:
+                    number = link.command("connection")["connection"]
                     link.close()
-                    link = self.link()
-                    answer = link.command("disconnect_status")
-                verdicts.append({key: answer[key] for key in ("verdict", "reason", "discarded") if key in answer})
-            state = link.command("state")
+                    links[label] = self.link()
+                    answer = links[label].command("disconnect_status", connection=number)
+                verdicts.append({key: answer[key] for key in ("verdict", "reason", "discarded", "answer")
+                                 if key in answer})
+            state = links[0].command("state")
             return {"verdicts": verdicts, "final": state["final"], "counters": state["counters"]}
         finally:
-            link.close()
+            for link in links.values():
+                link.close()
 
     # -- worker family ---------------------------------------------------------------------------
 
@@ -293,6 +302,8 @@ class TcpAdapter(Adapter):
         def through(data: bytes, own: bool) -> None:
             nonlocal state
             state, verdict = step(state, FrameIn(data))
+            if verdict.answer is not None:  # the worker's HELLO gets its answer
+                link.send(verdict.answer)
             if verdict.kind != ACCEPT or verdict.discarded:
                 raise RoundRefused(verdict.reason or "WORKER_FAILED")
             if own:
@@ -301,7 +312,7 @@ class TcpAdapter(Adapter):
         through(link.read_frame(), own=False)  # the worker's HELLO
         session = state.negotiated.session_id
         seed, generation, round_id, anchor = int(inp["seed"]), inp["generation"], inp["round"], inp["anchor"]
-        through(encode_frame(Reset(session, seed, generation, anchor, 0)), own=True)
+        through(encode_frame(Reset(session, seed, generation, anchor, 0, inp["last_committed_token"])), own=True)
         step_message = Step(session, generation, round_id, anchor, k, 1, int(inp["temperature"]["f32"], 16), 0,
                             config.depth, bytes(32))
         through(encode_frame(step_message), own=True)

@@ -98,7 +98,7 @@ V1_VERSION: int = 1
 HEADER: tuple[Field, ...] = contiguous(
     ("magic", "u8[4]", "frame magic, ASCII \"QSMP\"", "must be QSMP (a v1 frame has QGRD), else BAD_MAGIC"),
     ("version", "u16", "wire version", "must be 2, else UNKNOWN_VERSION"),
-    ("message_type", "u16", "message type code (HELLO 1 ... CANCEL 7)", "must be a defined code, else UNKNOWN_MESSAGE_TYPE"),
+    ("message_type", "u16", "message type code (HELLO 1 ... HELLO_ANSWER 8)", "must be a defined code, else UNKNOWN_MESSAGE_TYPE"),
     ("header_length", "u32", "bytes of this header", "must be 20, else LENGTH_MISMATCH"),
     ("payload_length", "u32", "bytes of the payload after the header", "checked against the negotiated bounds of the message type before the payload is read (UNEXPECTED_SIZE); then against the bytes present (TRUNCATED, LENGTH_MISMATCH)"),
     ("checksum", "u32", "CRC-32C of header bytes 0..15 followed by the payload", "must match, else CHECKSUM_MISMATCH"),
@@ -197,8 +197,8 @@ COMMIT = MessageLayout("COMMIT", 5, ("R17", "R16"), contiguous(
     ("session_id", "u64", "negotiated session", "else SESSION_MISMATCH"),
     ("generation", "u32", "generation of the round", "the slot's live generation, else STALE_GENERATION"),
     ("round", "u32", "the round being committed", "the open round, else STALE_ROUND / UNEXPECTED_MESSAGE; completed, else CONSUMED_BEFORE_COMPLETION"),
-    ("new_committed", "u32", "new committed position", "anchor + accepted + 1, else POSITION_MISMATCH"),
-    ("token", "i32", "correction or bonus token ID", "in [0, vocab), else TOKEN_OUT_OF_RANGE"),
+    ("new_committed", "u32", "new committed position", "anchor + accepted + 1 (token -1: anchor + accepted, accepted >= 1), else POSITION_MISMATCH"),
+    ("token", "i32", "correction or bonus token ID; -1: none (emission ended at the last accepted draft)", "-1 or in [0, vocab), else TOKEN_OUT_OF_RANGE"),
     ("slot", "u16", "probability slot", "< max_slots, else TOO_MANY_SLOTS"),
     ("accepted", "u16", "accepted draft count", "<= depth, else POSITION_MISMATCH"),
 ))
@@ -209,6 +209,7 @@ RESET = MessageLayout("RESET", 6, ("R17", "R24"), contiguous(
     ("generation", "u32", "the slot's new generation", "above the current one, else DUPLICATE_GENERATION (equal) / STALE_GENERATION (below)"),
     ("committed", "u32", "the slot's committed position from now on", "any"),
     ("slot", "u16", "probability slot", "< max_slots, else TOO_MANY_SLOTS"),
+    ("token", "i32", "the committed token at position committed - 1 (R01, R22); -1: none (empty prefix)", "-1 or in [0, vocab), else TOKEN_OUT_OF_RANGE"),
 ))
 
 CANCEL = MessageLayout("CANCEL", 7, ("R17", "R28"), contiguous(
@@ -217,12 +218,22 @@ CANCEL = MessageLayout("CANCEL", 7, ("R17", "R28"), contiguous(
     ("slot", "u16", "probability slot", "< max_slots, else TOO_MANY_SLOTS"),
 ))
 
+HELLO_ANSWER = MessageLayout("HELLO_ANSWER", 8, ("R12", "R13"), contiguous(
+    ("session_id", "u64", "the session ID of the HELLO answered", "the offer's session ID"),
+    ("status", "u16", "0 = accepted, 1 = refused", "other: UNKNOWN_STATUS"),
+    ("reason", "char[32]", "the reason code of a refusal (ASCII); all zero bytes when accepted", "any"),
+))
+
 #: Every v2 message, by type code.
-MESSAGES: dict[int, MessageLayout] = {m.code: m for m in (HELLO, STEP, REPLY, COMPLETION, COMMIT, RESET, CANCEL)}
+MESSAGES: dict[int, MessageLayout] = {m.code: m for m in (HELLO, STEP, REPLY, COMPLETION, COMMIT, RESET, CANCEL,
+                                                           HELLO_ANSWER)}
 MESSAGE_CODES: dict[str, int] = {m.name: code for code, m in MESSAGES.items()}
 
 REPR_NONE, REPR_DENSE, REPR_SPARSE = 0, 1, 2
 STATUS_OK, STATUS_FAILED = 0, 1
+HELLO_ACCEPTED, HELLO_REFUSED = 0, 1
+#: COMMIT: no correction or bonus token (emission ended early); RESET: no committed token (empty prefix)
+NO_TOKEN: int = -1
 PRECISION_FP32: int = 1
 ID_BYTES: int = 4
 Q_BYTES: int = 4

@@ -141,6 +141,8 @@ class Reset:
     generation: int
     committed: int
     slot: int
+    #: the committed token at position ``committed - 1`` (R01, R22); -1: none
+    token: int = -1
 
 
 @dataclass(frozen=True)
@@ -160,10 +162,21 @@ class V1Greedy:
     tokens: tuple[int, ...]
 
 
-Message = Union[Hello, Step, Reply, Completion, Commit, Reset, Cancel]
+@dataclass(frozen=True)
+class HelloAnswer:
+    """HELLO_ANSWER (R12, R13): the receiver's verdict on a HELLO, accepted or refused with its reason code."""
+
+    LAYOUT: ClassVar[MessageLayout] = layout.HELLO_ANSWER
+    session_id: int
+    status: int
+    reason: bytes
+
+
+Message = Union[Hello, Step, Reply, Completion, Commit, Reset, Cancel, HelloAnswer]
 
 #: The dataclass of every v2 message type code.
-MESSAGE_CLASSES: dict[int, type] = {cls.LAYOUT.code: cls for cls in (Hello, Step, Reply, Completion, Commit, Reset, Cancel)}
+MESSAGE_CLASSES: dict[int, type] = {cls.LAYOUT.code: cls for cls in (Hello, Step, Reply, Completion, Commit, Reset,
+                                                                      Cancel, HelloAnswer)}
 
 #: Messages sent by the worker to the target (the receiver validates their q).
 WORKER_MESSAGES: tuple[type, ...] = (Reply, Completion)

@@ -14,10 +14,10 @@ from __future__ import annotations
 import hashlib
 from dataclasses import replace
 
+from qconform.spec.arms import Arm, check_arm
 from qconform.spec.constants import DEPTH, MAX_REQUESTS, Q_SEMANTIC_ID, RNG_ABI_ID, VERIFIER_ID, VOCAB
 from qconform.spec.errors import refuse
 from qconform.spec.rules import defines
-from qconform.spec.sizes import check_batch_shape
 from qconform.spec.wire import layout
 from qconform.spec.wire.messages import Hello, ascii_field
 from qconform.spec.wire.reasons import reject
@@ -54,10 +54,15 @@ BOUND_FIELDS: tuple[tuple[str, str], ...] = (
 def check_config(config: Hello) -> None:
     """Refuse (SpecError BAD_SHAPE) a receiver configuration the design forbids.
 
-    Fixed depth five and at most four requests (R27, R35); a dense stride that
-    holds the vocabulary; a support within the vocabulary; 4-byte IDs and q values.
+    At most four requests (R27) and a fixed-depth arm: depth five, or a
+    separately named arm depth-K, K = 1..8 (R35, :mod:`qconform.spec.arms`),
+    which the configuration's ``depth`` names and HELLO negotiates; a dense
+    stride that holds the vocabulary; a support within the vocabulary; 4-byte
+    IDs and q values.
     """
-    check_batch_shape(config.max_requests, config.depth)
+    if not 1 <= config.max_requests <= MAX_REQUESTS:
+        raise refuse("BAD_SHAPE", f"a batch holds 1..{MAX_REQUESTS} requests, not {config.max_requests}")
+    check_arm(Arm(config.depth))
     if config.dense_stride < config.vocab or not 1 <= config.max_support <= config.vocab:
         raise refuse("BAD_SHAPE", "the dense stride must hold the vocabulary and 1 <= max_support <= vocab")
     if (config.id_bytes, config.q_bytes) != (layout.ID_BYTES, layout.Q_BYTES) or config.max_slots < 1:
@@ -88,14 +93,14 @@ EXAMPLE_SESSION_ID: int = 0x5E55_1010_0000_0001
 @defines("R13", "R27")
 def example_config(vocab: int = VOCAB, dense_stride: int | None = None, max_support: int = EXAMPLE_MAX_SUPPORT,
                    max_slots: int = MAX_REQUESTS, max_requests: int = MAX_REQUESTS,
-                   session_id: int = EXAMPLE_SESSION_ID) -> Hello:
-    """The example deployment's HELLO: V = 129280, depth 5, four requests, dense replies fit.
+                   session_id: int = EXAMPLE_SESSION_ID, depth: int = DEPTH) -> Hello:
+    """The example deployment's HELLO: V = 129280, depth 5 (or another arm), four requests, dense replies fit.
 
     Smaller vocabularies give the development profile the vectors use for dense rows.
     """
     stride = vocab if dense_stride is None else dense_stride
     unsized = Hello(session_id, vocab, max_support, stride, 0, layout.WIRE_VERSION, layout.PRECISION_FP32,
-                    layout.ID_BYTES, layout.Q_BYTES, max_slots, max_requests, DEPTH, 0,
+                    layout.ID_BYTES, layout.Q_BYTES, max_slots, max_requests, depth, 0,
                     ascii_field(Q_SEMANTIC_ID), ascii_field(VERIFIER_ID), ascii_field(RNG_ABI_ID),
                     EXAMPLE_ID_MAP_HASH, EXAMPLE_DRAFT_IDENTITY, EXAMPLE_TARGET_IDENTITY)
     largest = max(reply_payload_bytes(unsized, 0), reply_payload_bytes(unsized, max_support))

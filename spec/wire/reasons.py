@@ -65,6 +65,7 @@ REASONS: dict[str, tuple[str, str]] = {
     "CONTEXT_MISMATCH": ("R16", "a completion's prefix digest or context version differs from its STEP"),
     "REPLY_SIZE_MISMATCH": ("R16", "a completion's reply byte count differs from the replies received"),
     "COMPLETION_CHECKSUM_MISMATCH": ("R16", "a completion's byte checksum differs from the CRC-32C of the replies received"),
+    "SLOT_EXHAUSTED": ("R24", "a RESET of a slot whose generation reached 2^32 - 1: no higher generation exists, the slot is retired"),
 }
 
 

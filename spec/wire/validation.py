@@ -23,7 +23,18 @@ from qconform.spec.rules import defines
 from qconform.spec.wire import layout
 from qconform.spec.wire.checksum import crc32c
 from qconform.spec.wire.layout import MessageLayout
-from qconform.spec.wire.messages import Cancel, Commit, Completion, Hello, Message, Reply, Reset, Step, reply_tail
+from qconform.spec.wire.messages import (
+    Cancel,
+    Commit,
+    Completion,
+    Hello,
+    HelloAnswer,
+    Message,
+    Reply,
+    Reset,
+    Step,
+    reply_tail,
+)
 from qconform.spec.wire.reasons import Route, reject
 
 #: Bytes of one sparse entry (int32 ID + FP32 q) and of one dense entry (FP32 q).
@@ -123,8 +134,16 @@ def validate_commit(commit: Commit, params: Hello) -> None:
     route = route_of(commit)
     if commit.accepted > params.depth:
         raise reject("POSITION_MISMATCH", f"accepted {commit.accepted} > depth {params.depth}", route)
-    if not 0 <= commit.token < params.vocab:
+    if not (commit.token == layout.NO_TOKEN or 0 <= commit.token < params.vocab):
         raise reject("TOKEN_OUT_OF_RANGE", f"token {commit.token}, vocabulary {params.vocab}", route)
+
+
+@defines("R01", "R22")
+def validate_reset(reset: Reset, params: Hello) -> None:
+    """A RESET names the committed token its prefix ends with, or -1 for an empty prefix."""
+    if not (reset.token == layout.NO_TOKEN or 0 <= reset.token < params.vocab):
+        raise reject("TOKEN_OUT_OF_RANGE", f"committed token {reset.token}, vocabulary {params.vocab}",
+                     route_of(reset))
 
 
 @defines("R19", "R20")
@@ -226,6 +245,10 @@ def validate_reply(reply: Reply, params: Hello) -> QRow:
 @defines("R15", "R16", "R17", "R19", "R27")
 def validate_message(message: Message, params: Hello) -> QRow | None:
     """Every stateless check of a decoded non-HELLO message; a REPLY's validated q row is returned."""
+    if isinstance(message, HelloAnswer):
+        if message.status not in (layout.HELLO_ACCEPTED, layout.HELLO_REFUSED):
+            raise reject("UNKNOWN_STATUS", f"HELLO answer status {message.status}")
+        return None
     check_session_and_slot(message, params)
     if isinstance(message, Step):
         validate_step(message, params)
@@ -235,6 +258,8 @@ def validate_message(message: Message, params: Hello) -> QRow | None:
         validate_completion(message, params)
     elif isinstance(message, Commit):
         validate_commit(message, params)
-    elif not isinstance(message, (Reset, Cancel)):
+    elif isinstance(message, Reset):
+        validate_reset(message, params)
+    elif not isinstance(message, Cancel):
         raise TypeError(f"not a v2 session message: {type(message).__name__}")
     return None
