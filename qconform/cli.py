@@ -186,9 +186,11 @@ def _register_harness_commands() -> None:
     from qconform.harness.endpoint_command import endpoint_group
     from qconform.harness.mutants_command import mutants as mutants_command
     from qconform.harness.run_command import run as run_command
+    from qconform.harness.show_command import show_command
     from qconform.harness.stat_command import stat_command
 
     cli.add_command(run_command)
+    cli.add_command(show_command)
     cli.add_command(stat_command)
     cli.add_command(mutants_command)
     cli.add_command(audit_policy_command)

@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from harness_stubs import ScriptedAdapter, corpus_cases, small_corpus
-
-from qconform import atomic_file
 from qconform.generators.corpus import generate
 from qconform.generators.registry import load_family
 from qconform.harness import plugin
 from qconform.harness.run_command import run
 from qconform.harness.run_gate import RunExit
+
+from qconform import atomic_file
 
 pytestmark = pytest.mark.rules()
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -81,7 +81,7 @@ def test_an_unknown_family_in_a_capability_declaration_is_a_start_error(corpus, 
     assert result.exit_code == RunExit.ADAPTER_START, result.output
     assert "OK" not in result.output
     assert [line for line in result.output.splitlines() if "Error" in line] == [
-        f"Error: AdapterStartError: adapter declares unknown family 'rng-abi'; known families: "
+        "Error: AdapterStartError: adapter declares unknown family 'rng-abi'; known families: "
         + ", ".join(sorted(set(json.loads((corpus[0] / "index.json").read_text())["families"])
                            | set(__import__("qconform.generators.registry", fromlist=["x"]).FAMILY_MODULES)))]
 
