@@ -415,7 +415,7 @@ class ConformanceRun:
         if json_path:
             self._write_json(_resolve(json_path))
         if self.config.getoption("qconform_record_failures"):
-            LastFailed().record(str(self.root), self.adapter,
+            LastFailed().record(str(self.root), self.adapter, self.summary.verdicts,
                                 [v.case_id for v in self.summary.unexpected()])
         for error in self.write_errors:
             print(f"Error: {error}", file=sys.stderr, flush=True)

@@ -4,8 +4,8 @@
   verdict line and JSON entry, with the ``reproducer``: one ``qconform run``
   command line that reruns just that case (``--case ID``) against the same
   adapter, device, corpus, expectations file and timeout.
-* :class:`LastFailed`: the unexpected cases of the last run of each adapter on
-  each corpus, for ``qconform run --lf``. Kept in ``$QCONFORM_CACHE`` (default
+* :class:`LastFailed`: the cases of each adapter on each corpus that were
+  unexpected when last judged, for ``qconform run --lf``. Kept in ``$QCONFORM_CACHE`` (default
   ``$XDG_CACHE_HOME/qconform``, else ``~/.cache/qconform``), never in the working
   directory.
 """
@@ -111,10 +111,15 @@ class LastFailed:
         ids = self._load().get(self.key(vectors, adapter))
         return [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else None
 
-    def record(self, vectors: str, adapter: str, ids: Iterable[str]) -> None:
-        """Record the failures of a finished run (best effort: a cache that cannot be written is skipped)."""
+    def record(self, vectors: str, adapter: str, judged: Iterable[str], unexpected: Iterable[str]) -> None:
+        """Update the record with a finished run (as pytest's cache does): the cases it judged
+        leave the record unless they were unexpected again; cases it did not run keep their
+        entry, so a ``--lf`` or ``--case`` rerun forgets only what it fixed. Best effort: a
+        cache that cannot be written is skipped."""
         obj = self._load()
-        obj[self.key(vectors, adapter)] = sorted(ids)
+        key = self.key(vectors, adapter)
+        kept = set(self.get(vectors, adapter) or ()) - set(judged)
+        obj[key] = sorted(kept | set(unexpected))
         try:
             atomic_file.write_text(self.path, json.dumps(obj, indent=1, sort_keys=True) + "\n")
         except atomic_file.WriteError:

@@ -104,10 +104,13 @@ def test_lf_reruns_the_last_failures_of_that_adapter(corpus, monkeypatch):
     bad = victims(corpus[1], 2)
     scripted(monkeypatch, corpus[1], bad)
     assert invoke(*args).exit_code == RunExit.FAILED
-    adapter = scripted(monkeypatch, corpus[1])  # fixed
-    assert invoke(*args, "--lf").exit_code == RunExit.OK
-    assert sorted(adapter.seen) == sorted(c["id"] for c in bad)
-    assert invoke(*args, "--lf").exit_code == RunExit.NO_CASES  # nothing failed last time
+    adapter = scripted(monkeypatch, corpus[1], bad[1:])  # the first is fixed
+    assert invoke(*args, "--case", bad[0]["id"]).exit_code == RunExit.OK
+    assert invoke(*args, "--lf").exit_code == RunExit.FAILED  # a --case rerun forgot only what it fixed
+    assert adapter.seen == [bad[0]["id"], bad[1]["id"]]
+    adapter = scripted(monkeypatch, corpus[1])  # both fixed
+    assert invoke(*args, "--lf").exit_code == RunExit.OK and adapter.seen == [bad[1]["id"]]
+    assert invoke(*args, "--lf").exit_code == RunExit.NO_CASES  # nothing is left to rerun
 
 
 def test_list_prints_the_selected_ids_and_runs_nothing(corpus, monkeypatch):
