@@ -1,7 +1,8 @@
 """The machine-readable report of a conformance run (what CI gates on, beside JUnit).
 
 Layout (``"format": "qconform-run-v1"``): the header, ``ok``, counts per class
-and per family, ``notRun`` by reason, ``problems``, and one entry per judged
+and per family, ``notRun`` by reason, ``coverage`` (``supported`` of ``judged``
+cases, harness/run_gate.py), ``problems``, and one entry per judged
 case: ``id``, ``family``, ``class``, ``message``, ``duration`` (seconds of
 adapter time attributed to the case), ``unexpected`` and, for a divergence,
 ``diff`` {``path``, ``expected``, ``got``}; and the case's ``flags``, ``rules``,
@@ -14,6 +15,7 @@ import json
 from pathlib import Path
 
 from qconform import atomic_file
+from qconform.harness.run_gate import supported_share
 from qconform.harness.run_summary import RunSummary
 from qconform.harness.verdicts import CLASS_ORDER
 
@@ -33,6 +35,7 @@ def build(summary: RunSummary) -> dict:
             for family, fam_counts in summary.counts_by_family().items()
         },
         "notRun": dict(summary.not_run),
+        "coverage": dict(zip(("supported", "judged"), supported_share(summary))),
         "problems": list(summary.problems),
         "cases": [
             {**verdict.to_json(), "unexpected": verdict.unexpected,

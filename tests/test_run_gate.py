@@ -354,14 +354,15 @@ def test_exit_5_no_case_selected_is_not_ok(corpus, monkeypatch):
 # -- coverage -------------------------------------------------------------------------
 
 
-def test_require_and_max_unsupported_fail_a_run_that_silently_dropped_a_family(corpus, monkeypatch):
+def test_require_and_max_unsupported_fail_a_run_that_silently_dropped_a_family(corpus, monkeypatch, tmp_path):
     """Was: ``OK`` with 73% of the corpus unsupported; nothing could require a family."""
     cat = [c for c in corpus[1] if c["family"] == "categorical_sampling"]
     rng = [c for c in corpus[1] if c["family"] == "rng_abi"]
     assert rng and not cat  # the module corpus holds rng_abi only
     monkeypatch.setattr(plugin, "open_client", ScriptedAdapter(corpus[1], families=["categorical_sampling"]).open)
-    result = invoke("--vectors", str(corpus[0]), "--adapter", "reference")
+    result = invoke("--vectors", str(corpus[0]), "--adapter", "reference", "--json", str(tmp_path / "r.json"))
     assert result.exit_code == RunExit.OK and f"supported 0/{len(rng)} (0%)" in result.output
+    assert json.loads((tmp_path / "r.json").read_text())["coverage"] == {"supported": 0, "judged": len(rng)}
     result = invoke("--vectors", str(corpus[0]), "--adapter", "reference", "--require", "rng_abi")
     assert result.exit_code == RunExit.FAILED
     assert "coverage: --require rng_abi, but the adapter does not declare rng_abi" in result.output
