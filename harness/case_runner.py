@@ -35,6 +35,8 @@ def start_error_line(text: str) -> str:
     if sep:
         lines = [line.strip() for line in stderr.splitlines() if line.strip()]
         head += f"; stderr: {lines[-1]}" if lines else "; stderr was empty"
+        if lines and lines[-1].startswith("ModuleNotFoundError"):
+            head += " (does the shim: command name the interpreter that has it? give its absolute path)"
     return head if head.startswith(START_ERROR) else f"{START_ERROR}: {head}"
 
 

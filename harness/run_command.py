@@ -7,10 +7,12 @@ expectations file), then calls
 cache, an empty ini file of its own and the corpus directory as rootdir, so it
 collects only the conformance cases whatever the working directory, from a
 checkout or a plain install. pytest's terminal output is replaced by the rich
-report of :mod:`qconform.harness.report`. The exit status is pytest's: 0 when
-nothing unexpected happened, 1 for any ``fail``, ``error``, ``xpass``, stale
-expectations entry or incomplete run, 2 for a usage or collection error, 5 when
-no case was selected.
+report of :mod:`qconform.harness.report`. Before pytest starts, every hash of the
+corpus is verified (``--corpus-root`` pins its root) and ``-k`` and ``shim:`` are
+parsed. The exit status is the plugin's, from the one table of
+:class:`qconform.harness.run_gate.RunExit` (docs/harness.md, "Exit codes"); the
+JUnit file is written by pytest to a private temporary file and published by the
+atomic writer afterwards, so a failure to write it comes after the summary.
 """
 
 from __future__ import annotations

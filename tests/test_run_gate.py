@@ -101,6 +101,9 @@ def test_an_adapter_that_cannot_start_is_one_line_that_stops_the_run(corpus, tmp
     assert len(errors) == 1 and errors[0].startswith("Error: AdapterStartError: "), result.output
     assert "Traceback" not in result.output and "JSON report" not in result.output
     assert "pass" not in result.output and "unexpected" not in result.output  # no table, no per-case lines
+    if kind == "missing module":
+        assert errors[0].endswith("No module named 'qconform_no_such_module' (does the shim: command name the "
+                                  "interpreter that has it? give its absolute path)")
 
 
 def test_a_run_without_torch_prints_one_line_naming_the_extra(corpus, tmp_path):
