@@ -26,10 +26,26 @@ class BuiltinAdapter:
     target: str
     description: str
     kwargs: dict[str, Any] = field(default_factory=dict)
+    #: the pyproject extra whose packages it imports (named in the error when they are missing)
+    extra: str = ""
 
     def load(self) -> Callable[..., Adapter]:
         module, _, attribute = self.target.partition(":")
-        return getattr(importlib.import_module(module), attribute)
+        try:
+            return getattr(importlib.import_module(module), attribute)
+        except ImportError as exc:
+            if not self.extra:
+                raise
+            raise MissingExtra(self.extra, exc) from None
+
+
+class MissingExtra(ImportError):
+    """A built-in adapter's optional dependencies are not installed: the message names the extra."""
+
+    def __init__(self, extra: str, cause: ImportError) -> None:
+        self.extra = extra
+        super().__init__(f"it needs the {extra} extra, which is not installed: pip install 'qconform[{extra}]' "
+                         f"({type(cause).__name__}: {cause})")
 
 
 #: Modes of the deliberately broken ``faulty:<mode>`` adapters (adapters/faulty.py).
@@ -86,10 +102,12 @@ BUILTIN_ADAPTERS: dict[str, BuiltinAdapter] = {
     "torch": BuiltinAdapter(
         "qconform.adapters.torch_adapter:TorchAdapter",
         "the independent torch candidate (FP64 allocation; CPU, or CUDA with --device cuda)",
+        extra="torch",
     ),
     "triton": BuiltinAdapter(
         "qconform.adapters.triton_adapter:TritonAdapter",
         "the independent Triton candidate (FP64 allocation; CPU under TRITON_INTERPRET=1, or CUDA with --device cuda)",
+        extra="triton",
     ),
     "noop": BuiltinAdapter(
         "qconform.adapters.noop:NoopAdapter",
@@ -104,7 +122,7 @@ BUILTIN_ADAPTERS: dict[str, BuiltinAdapter] = {
     **{
         f"torch-mutant:{name}": BuiltinAdapter(
             "qconform.adapters.torch_mutants:MutantTorchAdapter", f"torch candidate with a seeded bug: {text}",
-            {"mutant": name},
+            {"mutant": name}, extra="torch",
         )
         for name, text in TORCH_MUTANTS.items()
     },
@@ -112,25 +130,26 @@ BUILTIN_ADAPTERS: dict[str, BuiltinAdapter] = {
         f"torch-tp{shards}": BuiltinAdapter(
             "qconform.adapters.torch_tp:TorchTPAdapter",
             f"the torch candidate sharded over {shards} ranks with torch.distributed (gloo on CPU, NCCL on CUDA)",
-            {"shards": shards},
+            {"shards": shards}, extra="torch",
         )
         for shards in (2, 4)
     },
     **{
         f"torch-tp2-mutant:{name}": BuiltinAdapter(
             "qconform.adapters.torch_tp:TorchTPAdapter", f"TP2 emulator with a seeded bug: {text}",
-            {"shards": 2, "mutant": name},
+            {"shards": 2, "mutant": name}, extra="torch",
         )
         for name, text in TP_MUTANTS.items()
     },
     "torch-native-rng": BuiltinAdapter(
         "qconform.adapters.torch_native:TorchNativeAdapter",
         "the torch candidate drawing from its own torch.Generator (no injected draws): statistical mode",
+        extra="torch",
     ),
     **{
         f"torch-native-mutant:{name}": BuiltinAdapter(
             "qconform.adapters.torch_native:TorchNativeAdapter", f"native-RNG torch candidate with a seeded bug: {text}",
-            {"mutant": name},
+            {"mutant": name}, extra="torch",
         )
         for name, text in STAT_MUTANTS.items()
     },

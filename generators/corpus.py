@@ -18,11 +18,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from qconform import atomic_file
 from qconform.generators import registry
 from qconform.generators.encoding import canonical_json
 from qconform.generators.findings import found_groups
@@ -289,33 +289,15 @@ def plan(
 
 
 def write_atomically(files: dict[Path, bytes]) -> list[Path]:
-    """Write every file via a temporary sibling and ``os.replace``; return the changed paths.
+    """Write every file with :func:`qconform.atomic_file.write_files`; return the changed paths.
 
     Files whose bytes are already right are left alone. On failure every temporary
     file is removed and :class:`OutputError` names the path that failed.
     """
-    staged: list[tuple[str, Path]] = []
-    current = None
     try:
-        for path, data in files.items():
-            current = path
-            if path.is_file() and path.read_bytes() == data:
-                continue
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-            staged.append((tmp, path))
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.chmod(tmp, 0o644)
-        for tmp, path in staged:
-            current = path
-            os.replace(tmp, path)
-    except OSError as exc:
-        for tmp, _ in staged:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        raise OutputError(current, exc.strerror or str(exc)) from None
-    return [path for _, path in staged]
+        return atomic_file.write_files(files, skip_unchanged=True)
+    except atomic_file.WriteError as exc:
+        raise OutputError(exc.path, exc.reason) from None
 
 
 def generate(
@@ -334,4 +316,5 @@ def generate(
     if families is None:
         families = registry.all_families()
     written = plan(Path(root), families, partial, progress)
+    atomic_file.remove_stale_temporaries([Path(root), Path(root) / SCHEMA_DIR])  # left by a killed run
     return written, write_atomically(written.files)

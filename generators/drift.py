@@ -32,9 +32,12 @@ class Drift:
 
     kind: str  # "drifted" | "missing" | "orphan"
     what: str  # a case id, or a file path relative to the vectors directory
+    #: for a drifted case, its first differing field with the committed and the regenerated value
+    detail: str = ""
 
     def __str__(self) -> str:
-        return f"{self.kind:<8} {self.what}"
+        text = f"{self.kind:<8} {self.what}"
+        return f"{text}: {self.detail}" if self.detail else text
 
 
 @dataclass(frozen=True)
@@ -44,8 +47,8 @@ class CheckResult:
     cases: int
 
 
-def _committed_cases(root: Path, output: FamilyOutput, data: bytes) -> dict[str, str]:
-    """Case id -> hash of a committed vector file (validated, else VectorFileError).
+def _committed_cases(root: Path, output: FamilyOutput, data: bytes) -> dict[str, dict]:
+    """Case id -> case object of a committed vector file (validated, else VectorFileError).
 
     It is validated against its committed schema, or the fresh one when none is committed.
     """
@@ -56,7 +59,22 @@ def _committed_cases(root: Path, output: FamilyOutput, data: bytes) -> dict[str,
     else:
         schema = parse_json(schema_path, output.schema_bytes)
     obj = check_vector_object(path, parse_json(path, data), schema)
-    return {cid: case_hash(case) for cid, case in cases_of(obj).items()}
+    return cases_of(obj)
+
+
+def case_change(committed: dict, fresh: dict) -> str:
+    """The first field where a regenerated case departs from the committed one, decoded as
+    ``qconform run`` shows a failure (harness/judging/value_diff.py): ``path: committed X, regenerated Y``."""
+    from qconform.harness.judging.value_diff import Malformed, first_difference
+    from qconform.harness.verdicts import brief
+
+    try:
+        diff = first_difference(committed, fresh)
+    except Malformed as exc:
+        return f"{exc.path or 'case'}: {exc.detail} (regenerated vs committed)"
+    if diff is None:
+        return "same values, another encoding"
+    return f"{diff.path or 'case'}: committed {brief(diff.expected, 60)}, regenerated {brief(diff.got, 60)}"
 
 
 def _case_drift(committed: dict[str, str], fresh: dict[str, str]) -> list[Drift]:
@@ -75,7 +93,12 @@ def _family_drift(root: Path, output: FamilyOutput) -> list[Drift]:
     data = path.read_bytes()
     if data == output.file_bytes:
         return []
-    drifts = _case_drift(_committed_cases(root, output, data), output.case_hashes)
+    committed = _committed_cases(root, output, data)
+    drifts = _case_drift({cid: case_hash(case) for cid, case in committed.items()}, output.case_hashes)
+    if any(d.kind == "drifted" for d in drifts):
+        fresh = cases_of(parse_json(path, output.file_bytes))
+        drifts = [Drift(d.kind, d.what, case_change(committed[d.what], fresh[d.what])) if d.kind == "drifted" else d
+                  for d in drifts]
     return drifts or [Drift("drifted", f"{rel} (outside its cases: header, notes, groups or formatting)")]
 
 

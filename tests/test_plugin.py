@@ -134,13 +134,14 @@ def test_flags_and_rules_are_keywords(pytester, monkeypatch, corpus):
     assert {c["id"].split("/")[1] for c in report["cases"]} == {"philox_kat"}
 
 
-def test_an_adapter_that_cannot_start_errors_every_case_and_reports_are_written(pytester, monkeypatch, corpus):
+def test_an_adapter_that_cannot_start_stops_the_run_with_one_line_and_a_report(pytester, monkeypatch, corpus):
+    """docs/adapters.md: one AdapterStartError line stops the run (status 3); no case is judged."""
     adapter = ScriptedAdapter(corpus[1], start_error="no CUDA device")
     result, report = run(pytester, monkeypatch, corpus, adapter)
-    assert result.ret == 1
-    assert set(by_class(report).values()) == {"error"}
-    assert all("no CUDA device" in c["message"] for c in report["cases"])
-    assert (pytester.path / "run.xml").exists()
+    assert result.ret == 3
+    assert report["cases"] == [] and report["ok"] is False
+    assert report["problems"] == ["AdapterStartError: no CUDA device"]
+    assert result.stderr.str().count("AdapterStartError") == 1
 
 
 def test_unimplemented_is_unsupported_and_does_not_fail(pytester, monkeypatch, corpus):

@@ -12,7 +12,7 @@ still finishes and its reports are still written.
 from __future__ import annotations
 
 import time
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Collection, Protocol, Sequence
 
 from qconform.harness.adapter import AdapterConfig, AdapterError, Outcome
 from qconform.harness.judging.judge import case_family, judge
@@ -21,6 +21,23 @@ from qconform.harness.verdicts import Verdict, VerdictClass, errored
 
 #: cases per ``run_batch`` call
 CHUNK = 64
+
+
+#: the prefix of the one line that reports an adapter that cannot start (docs/adapters.md)
+START_ERROR = "AdapterStartError"
+
+
+def start_error_line(text: str) -> str:
+    """``AdapterStartError: ...`` in one line: a quoted stderr is cut to its last line
+    (for a Python child, the exception that stopped it)."""
+    head, sep, stderr = text.partition("; stderr: ")
+    head = " ".join(head.split())
+    if sep:
+        lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+        head += f"; stderr: {lines[-1]}" if lines else "; stderr was empty"
+        if lines and lines[-1].startswith("ModuleNotFoundError"):
+            head += " (does the shim: command name the interpreter that has it? give its absolute path)"
+    return head if head.startswith(START_ERROR) else f"{START_ERROR}: {head}"
 
 
 class Client(Protocol):
@@ -75,6 +92,34 @@ class CaseRunner:
         if self._client is not None:
             self._client.close()
             self._client = None
+
+    def abort(self) -> None:
+        """Kill the adapter at once (an interrupted run: no grace period)."""
+        client, self._client = self._client, None
+        abort = getattr(client, "abort", None)
+        if abort is not None:
+            abort()
+
+    def start_check(self, known_families: Collection[str]) -> str | None:
+        """Start the adapter now; why it cannot run (one line), or None.
+
+        A family in its capability declaration that no corpus knows (a misspelling
+        such as ``rng-abi``) is a start error too: otherwise every case of the
+        family it meant would silently be ``unsupported``.
+        """
+        client = self.client()
+        if client is None:
+            cause = (self.start_failure or "").removeprefix("adapter could not start: ")
+            self.start_failure = start_error_line(cause or "adapter did not start")
+            return self.start_failure
+        declared = client.config.capabilities
+        unknown = [f for f in (*declared.families, *declared.sampling) if f not in known_families]
+        if unknown:
+            self.close()
+            self.start_failure = start_error_line(
+                f"adapter declares unknown famil{'y' if len(set(unknown)) == 1 else 'ies'} "
+                f"{', '.join(map(repr, dict.fromkeys(unknown)))}; known families: {', '.join(sorted(known_families))}")
+        return self.start_failure
 
     def run(self, cases: Sequence[dict]) -> list[Verdict]:
         """Verdicts on ``cases`` (case objects of one family), in order."""

@@ -1,19 +1,21 @@
 """The machine-readable report of a conformance run (what CI gates on, beside JUnit).
 
 Layout (``"format": "qconform-run-v1"``): the header, ``ok``, counts per class
-and per family, ``notRun`` by reason, ``problems``, and one entry per judged
+and per family, ``notRun`` by reason, ``coverage`` (``supported`` of ``judged``
+cases, harness/run/gate.py), ``problems``, and one entry per judged
 case: ``id``, ``family``, ``class``, ``message``, ``duration`` (seconds of
 adapter time attributed to the case), ``unexpected`` and, for a divergence,
-``diff`` {``path``, ``expected``, ``got``}.
+``diff`` {``path``, ``expected``, ``got``}; and the case's ``flags``, ``rules``,
+``comment`` and ``reproducer`` (harness/run/triage.py).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
+from qconform import atomic_file
+from qconform.harness.run.gate import supported_share
 from qconform.harness.run.summary import RunSummary
 from qconform.harness.verdicts import CLASS_ORDER
 
@@ -33,25 +35,16 @@ def build(summary: RunSummary) -> dict:
             for family, fam_counts in summary.counts_by_family().items()
         },
         "notRun": dict(summary.not_run),
+        "coverage": dict(zip(("supported", "judged"), supported_share(summary))),
         "problems": list(summary.problems),
         "cases": [
-            {**verdict.to_json(), "unexpected": verdict.unexpected}
+            {**verdict.to_json(), "unexpected": verdict.unexpected,
+             **(summary.case_info[verdict.case_id].to_json() if verdict.case_id in summary.case_info else {})}
             for verdict in sorted(summary.verdicts.values(), key=lambda v: v.case_id)
         ],
     }
 
 
 def write(path: str | Path, summary: RunSummary) -> None:
-    """Write the report to ``path`` atomically (a partial file is never left behind)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(build(summary), indent=1, sort_keys=False) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write the report to ``path`` atomically (qconform.atomic_file; WriteError on failure)."""
+    atomic_file.write_text(path, json.dumps(build(summary), indent=1, sort_keys=False) + "\n")

@@ -22,6 +22,8 @@ the summary, the JSON report and the exit status from the reports.
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -29,7 +31,9 @@ import pytest
 
 from qconform.harness.run.case_runner import CHUNK, CaseRunner, open_client
 from qconform.harness.expectations import Expectations, ExpectationsError
-from qconform.harness.run.summary import RunHeader, RunSummary, account
+from qconform.harness.run.gate import RunExit, RunState, SignalGuard, coverage_problems, exit_code
+from qconform.harness.run.summary import STOPPED, RunHeader, RunSummary, account
+from qconform.harness.run.triage import CaseInfo, LastFailed, RerunContext
 from qconform.harness.verdicts import Verdict, VerdictClass
 
 #: the user property that carries an item's verdict (JSON text)
@@ -39,6 +43,10 @@ PROPERTY = "qconform"
 PLUGIN_ARGS = ("-p", "no:qconform", "-p", "qconform.harness.run.plugin")
 _WORKER_DESELECTED = "qconform_deselected"
 _WORKER_CONFIG = "qconform_adapter_config"
+#: the user property that carries an item's flags, rules and comment (JSON text)
+CASE_PROPERTY = "qconform-case"
+#: config.stash key of the run's exit status (harness/run/gate.py), read by ``qconform run``
+EXIT_STATUS = pytest.StashKey[int]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -55,6 +63,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--qconform-json", metavar="FILE", default=None, help="Write the JSON run report to FILE.")
     group.addoption("--qconform-timeout", metavar="S", type=float, default=None,
                     help="Seconds one run_batch call may take before its cases are errors.")
+    group.addoption("--qconform-case", metavar="ID", action="append", default=[],
+                    help="Only the case with this exact id (repeatable).")
+    group.addoption("--qconform-require", metavar="F", action="append", default=[],
+                    help="Fail the run unless the adapter declares family F and supports all its cases (repeatable).")
+    group.addoption("--qconform-max-unsupported", metavar="N", type=int, default=None,
+                    help="Fail the run when more than N cases are unsupported.")
+    group.addoption("--qconform-record-failures", action="store_true", default=False,
+                    help="Record the unexpected cases for a later `qconform run --lf`.")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -87,12 +103,14 @@ class CaseFailure(Exception):
 
 class CaseItem(pytest.Item):
     case: dict
+    info: dict
     family: str
     run: "ConformanceRun"
 
     def runtest(self) -> None:
         verdict = self.run.verdict_for(self)
         self.user_properties.append((PROPERTY, json.dumps(verdict.to_json())))
+        self.user_properties.append((CASE_PROPERTY, json.dumps(self.info)))
         if verdict.cls in (VerdictClass.PASS, VerdictClass.PRECISION):
             return
         if verdict.cls in (VerdictClass.UNSUPPORTED, VerdictClass.DISABLED):
@@ -126,6 +144,7 @@ class FamilyFile(pytest.File):
             item = CaseItem.from_parent(self, name=case.id)
             item.case = {"id": case.id, "family": case.family, "result": case.result, "flags": list(case.flags),
                          "input": case.input, "expected": case.expected}
+            item.info = {"flags": list(case.flags), "rules": list(case.rules), "comment": case.comment}
             item.family = case.family
             item.run = self.run
             item.add_marker(pytest.mark.xdist_group(name=case.family))
@@ -167,6 +186,8 @@ class ConformanceRun:
             adapter=self.adapter, device=self.device, corpus_root=self.index["root"], vectors=str(self.root),
             qconform_version=__version__, expectations=str(_resolve(expectations_path)) if expectations_path else "",
             families=tuple(self.families)))
+        self.rerun = RerunContext(self.adapter, self.device, str(self.root),
+                                  str(_resolve(expectations_path)) if expectations_path else "", timeout)
         self.family_files = {self.index["families"][f]["file"]: f for f in self.families}
         self.collected: list[str] | None = None
         self.deselected: set[str] = set()
@@ -179,6 +200,15 @@ class ConformanceRun:
             config.args = [str(self.root / name) for name in self.family_files]
         if getattr(config.option, "dist", "no") == "load":
             config.option.dist = "loadgroup"
+        self.cases = set(config.getoption("qconform_case"))
+        self.start_error: str | None = None
+        self.write_errors: list[str] = []
+        self.signals = SignalGuard()
+        if not self.is_worker:
+            self.signals.install()
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.signals.restore()
 
     def _selected_families(self, names: list[str]) -> list[str]:
         indexed = list(self.index["families"])
@@ -210,6 +240,17 @@ class ConformanceRun:
             text = str(report.longrepr).strip().splitlines()
             self.collection_errors[report.nodeid] = text[-1] if text else "collection failed"
 
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        """``--qconform-case ID``: keep only those cases (the others are deselected, like ``-k``)."""
+        if not self.cases:
+            return
+        kept = [i for i in items if not isinstance(i, CaseItem) or i.name in self.cases]
+        dropped = [i for i in items if isinstance(i, CaseItem) and i.name not in self.cases]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = kept
+
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         self.deselected.update(item.name for item in items if isinstance(item, CaseItem))
 
@@ -219,6 +260,36 @@ class ConformanceRun:
             self.config.workeroutput[_WORKER_DESELECTED] = sorted(self.deselected)
             return
         self._collected([item.name for item in items])
+        if self.config.option.collectonly:
+            self._list(items)
+
+    def _list(self, items: list[CaseItem]) -> None:
+        """``--list``: the cases that would run, one id a line (a disabled case says so)."""
+        if self.progress is not None:
+            self.progress.stop()
+        try:
+            for item in items:
+                reason = self.expectations.disabled_reason(item.name)
+                print(item.name if reason is None else f"{item.name}  (disabled: {reason})", flush=True)
+        except BrokenPipeError:  # `qconform run --list | head`
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> None:
+        """Start the adapter once before any case runs: an adapter that cannot start
+        (or declares a family no corpus knows) stops the run with one line."""
+        if self.is_worker or session.config.option.collectonly or self.collected == []:
+            return
+        self.start_error = self.runner.start_check(self._known_families())
+        if self.start_error is not None:
+            pytest.exit(self.start_error, returncode=RunExit.ADAPTER_START)
+        if getattr(self.config.option, "numprocesses", None):
+            self.runner.close()  # the workers start their own
+
+    def _known_families(self) -> set[str]:
+        from qconform.generators.registry import FAMILY_MODULES
+
+        return set(self.index["families"]) | set(FAMILY_MODULES)
 
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         if self.collected is None:
@@ -249,6 +320,11 @@ class ConformanceRun:
             return
         verdict = verdict_of(report)
         case_id = case_id_of(report.nodeid)
+        for name, value in report.user_properties:
+            if name == CASE_PROPERTY and case_id is not None:
+                self.summary.case_info[case_id] = CaseInfo(**{k: tuple(v) if isinstance(v, list) else v
+                                                              for k, v in json.loads(value).items()},
+                                                           reproducer=self.rerun.command(case_id))
         if verdict is None and report.failed and case_id in self.index["cases"]:
             lines = str(report.longrepr).strip().splitlines()
             verdict = Verdict(VerdictClass.ERROR, case_id, f"harness error ({report.when}): "
@@ -275,6 +351,8 @@ class ConformanceRun:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         if self.is_worker or self.config.pluginmanager.getplugin("terminalreporter") is not None:
             return
+        if self.config.option.collectonly:
+            return  # --list prints case ids only
         from rich.console import Console
 
         from qconform.harness.run.report import RunProgress, render_header
@@ -292,16 +370,21 @@ class ConformanceRun:
         return {"name": config.name, "device": config.device, "capabilities": config.capabilities.to_json(),
                 "precision": config.precision.to_json()}
 
-    def finish(self) -> None:
+    def finish(self, session: pytest.Session) -> None:
         """Account for every corpus case and collect the problems (controller only)."""
         summary = self.summary
+        stopped = bool(session.shouldfail) and self.config.option.maxfail == 1 and self.signals.signum is None
         result = account(self.index["cases"], self.families, self.collected or [], self.deselected,
-                         summary.verdicts)
+                         summary.verdicts, STOPPED if stopped else None)
         summary.not_run = result.not_run
+        declared = summary.adapter_config.get("capabilities", {}).get("families") if summary.adapter_config else None
         summary.problems = [
+            *([f"run interrupted by {self.signals.name}"] if self.signals.signum is not None else []),
             *(f"collection error in {nodeid or 'the session'}: {text}" for nodeid, text in self.collection_errors.items()),
             *self.expectations.stale_entries(self.index["cases"]),
             *result.problems,
+            *coverage_problems(summary, declared, self.config.getoption("qconform_require"),
+                               self.config.getoption("qconform_max_unsupported")),
         ]
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -309,23 +392,62 @@ class ConformanceRun:
             self.config.workeroutput[_WORKER_CONFIG] = self._adapter_config_json()
         elif not self.summary.adapter_config:
             self.summary.adapter_config = self._adapter_config_json()
+        if self.signals.signum is not None:
+            self.runner.abort()  # no grace period for an adapter that may hang
         self.runner.close()
         if self.is_worker:
             return
         if self.progress is not None:
             self.progress.stop()
-        self.finish()
+        if self.config.option.collectonly:
+            code = RunExit.OK if self.collected else RunExit.NO_CASES
+            self._set_exit(session, code)
+            return
+        if self.start_error is not None:
+            self._adapter_did_not_start(session)
+            return
+        self.finish(session)
         json_path = self.config.getoption("qconform_json")
-        if json_path:
-            from qconform.harness.run import json_report
-
-            json_report.write(_resolve(json_path), self.summary)
         if self.console is not None:
             from qconform.harness.run.report import render_summary
 
-            render_summary(self.console, self.summary)
-        if not self.summary.ok and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            render_summary(self.console, self.summary, json_report=json_path)
+        if json_path:
+            self._write_json(_resolve(json_path))
+        if self.config.getoption("qconform_record_failures"):
+            LastFailed().record(str(self.root), self.adapter, self.summary.verdicts,
+                                [v.case_id for v in self.summary.unexpected()])
+        for error in self.write_errors:
+            print(f"Error: {error}", file=sys.stderr, flush=True)
+        self._set_exit(session, exit_code(RunState(
+            ok=self.summary.ok, judged=len(self.summary.verdicts), signum=self.signals.signum,
+            write_errors=tuple(self.write_errors),
+            usage_error=exitstatus == pytest.ExitCode.USAGE_ERROR or bool(self.collection_errors))))
+
+    def _adapter_did_not_start(self, session: pytest.Session) -> None:
+        """One line, and a report that says so when one was asked for; nothing else."""
+        assert self.start_error is not None
+        self.summary.problems = [self.start_error]
+        print(f"Error: {self.start_error}", file=sys.stderr, flush=True)
+        json_path = self.config.getoption("qconform_json")
+        if json_path:
+            self._write_json(_resolve(json_path))
+            for error in self.write_errors:
+                print(f"Error: {error}", file=sys.stderr, flush=True)
+        self._set_exit(session, RunExit.ADAPTER_START)
+
+    def _write_json(self, path: Path) -> None:
+        from qconform import atomic_file
+        from qconform.harness.run import json_report
+
+        try:
+            json_report.write(path, self.summary)
+        except atomic_file.WriteError as exc:
+            self.write_errors.append(f"JSON report not written: {exc}")
+
+    def _set_exit(self, session: pytest.Session, code: int) -> None:
+        self.config.stash[EXIT_STATUS] = code
+        session.exitstatus = code
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.is_worker:

@@ -63,22 +63,33 @@ def family_table(summary: RunSummary) -> Table:
     return table
 
 
-def render_summary(console: Console, summary: RunSummary) -> None:
+def render_summary(console: Console, summary: RunSummary, json_report: str | None = None) -> None:
+    """The tables, every unexpected result (with its flags, rules, comment and reproducer),
+    the problems and the verdict line with the supported share (harness/run/gate.py)."""
+    from qconform.harness.run.gate import share_text
+
     console.print(family_table(summary))
     unexpected = summary.unexpected()
     if unexpected:
         console.print(f"[bold red]unexpected results ({len(unexpected)}):[/]")
         for verdict in unexpected[:LIST_LIMIT]:
             console.print(f"  {verdict.line()}", highlight=False, markup=False, soft_wrap=True)
+            info = summary.case_info.get(verdict.case_id)
+            for line in info.lines() if info is not None else ():
+                console.print(f"    {line}", highlight=False, markup=False, soft_wrap=True)
         if len(unexpected) > LIST_LIMIT:
-            console.print(f"  ... and {len(unexpected) - LIST_LIMIT} more (see the JSON report)")
+            where = f"the JSON report {json_report} lists them all" if json_report else "--json FILE lists them all"
+            console.print(f"  ... and {len(unexpected) - LIST_LIMIT} more ({where})", highlight=False, markup=False)
     for problem in summary.problems:
         console.print(f"[bold red]problem:[/] {escape(problem)}", highlight=False, soft_wrap=True)
     console.print(summary.not_run_line(), highlight=False)
-    verdict = "[bold green]OK[/]" if summary.ok else "[bold red]FAILED[/]"
     unexpected_total = len(unexpected) + len(summary.problems)
-    console.print(f"{verdict}: {summary.class_line() or 'no cases judged'}; {unexpected_total} unexpected",
-                  highlight=False)
+    if not summary.verdicts and summary.ok:
+        console.print("[bold yellow]NO CASES[/]: no case selected; 0 judged", highlight=False)
+        return
+    verdict = "[bold green]OK[/]" if summary.ok else "[bold red]FAILED[/]"
+    console.print(f"{verdict}: {summary.class_line() or 'no cases judged'}; {unexpected_total} unexpected; "
+                  f"{share_text(summary)}", highlight=False)
 
 
 def render_to_text(summary: RunSummary, width: int = 100, color: bool = False) -> str:

@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from qconform.harness.run.triage import CaseInfo
 from qconform.harness.verdicts import CLASS_ORDER, Verdict, VerdictClass
 
 FAMILY_FILTER = "family filter"
@@ -21,6 +22,8 @@ DESELECTED = "deselected"
 DISABLED = "disabled"
 NOT_COLLECTED = "not collected"
 INTERRUPTED = "interrupted"
+#: cases left after ``-x`` stopped the run at its first unexpected result (not a problem)
+STOPPED = "stopped by -x"
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ class RunSummary:
     problems: list[str] = field(default_factory=list)
     #: filled in by the adapter when known (its declared name and profile)
     adapter_config: dict = field(default_factory=dict)
+    #: case id -> flags, rules, comment and reproducer (harness/run/triage.py)
+    case_info: dict[str, CaseInfo] = field(default_factory=dict)
 
     def add(self, verdict: Verdict) -> None:
         self.verdicts[verdict.case_id] = verdict
@@ -109,16 +114,20 @@ def account(
     collected: Iterable[str],
     deselected: Iterable[str],
     judged: Iterable[str],
+    stop_reason: str | None = None,
 ) -> Accounting:
     """Account for every case of the corpus (see the module docstring).
 
     ``families`` are the selected families, ``collected`` the case ids that became
     items (after deselection), ``deselected`` those ``-k``/``-m`` removed, ``judged``
-    those with a verdict.
+    those with a verdict. ``stop_reason`` (``-x``): collected cases without a verdict
+    were not run for that reason rather than lost by an interrupted run.
     """
     selected, collected_set = set(families), set(collected)
     deselected_set, judged_set = set(deselected), set(judged)
     reasons: dict[str, list[str]] = {r: [] for r in (FAMILY_FILTER, DESELECTED, NOT_COLLECTED, INTERRUPTED)}
+    if stop_reason is not None:
+        reasons[stop_reason] = []
     for case_id in corpus_ids:
         if case_id.split("/", 1)[0] not in selected:
             reasons[FAMILY_FILTER].append(case_id)
@@ -127,7 +136,7 @@ def account(
         elif case_id not in collected_set:
             reasons[NOT_COLLECTED].append(case_id)
         elif case_id not in judged_set:
-            reasons[INTERRUPTED].append(case_id)
+            reasons[stop_reason or INTERRUPTED].append(case_id)
     problems = []
     if reasons[NOT_COLLECTED]:
         ids = sorted(reasons[NOT_COLLECTED])

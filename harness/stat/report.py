@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import io
 import json
 import math
 import re
@@ -21,6 +22,7 @@ from statistics import NormalDist
 from rich.console import Console
 from rich.table import Table
 
+from qconform import atomic_file
 from qconform.harness.stat.runner import FAIL, CaseResult, Histogram, StatRun, outcome_label
 
 FORMAT = "qconform-stat-v1"
@@ -76,6 +78,7 @@ def case_json(r: CaseResult) -> dict:
         "statistic": r.statistic, "df": r.df, "pValue": r.p_value, "adjustedP": r.adjusted_p,
         "detectableTv": r.detectable_tv, "stopped": r.stopped, "plot": r.plot,
         "histograms": [histogram_json(h, r.samples) for h in r.histograms],
+        **({"answer": r.answer} if r.answer is not None else {}),
     }
 
 
@@ -97,7 +100,7 @@ def run_json(run: StatRun) -> dict:
 
 
 def write_json(run: StatRun, path: Path) -> None:
-    path.write_text(json.dumps(run_json(run), indent=2) + "\n")
+    atomic_file.write_text(path, json.dumps(run_json(run), indent=2) + "\n")
 
 
 # --- plots ---------------------------------------------------------------------------------
@@ -128,10 +131,11 @@ def safe_name(case_id: str) -> str:
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    buffer = io.StringIO(newline="")
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_file.write_text(path, buffer.getvalue())
 
 
 def write_png(r: CaseResult, rows: list[dict], path: Path) -> None:
@@ -160,8 +164,10 @@ def write_png(r: CaseResult, rows: list[dict], path: Path) -> None:
         axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     figure.suptitle(f"{r.id}: X2 = {r.statistic:.1f} on {r.df} df, p = {r.p_value:.3g} ({r.samples} rounds)", fontsize=9)
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    image = io.BytesIO()
+    figure.savefig(image, dpi=110, format="png")
     plt.close(figure)
+    atomic_file.write_bytes(path, image.getvalue())
 
 
 def matplotlib_available() -> bool:
@@ -171,7 +177,6 @@ def matplotlib_available() -> bool:
 def write_plots(run: StatRun, directory: Path) -> list[Path]:
     """Plot data (CSV) and, with matplotlib, a PNG for every failing case with a histogram;
     each result's ``plot`` names its PNG (or its CSV without matplotlib). Returns the files."""
-    directory.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     png = matplotlib_available()
     for r in run.results:

@@ -26,7 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
-from typing import Hashable, Protocol, Sequence
+from typing import Callable, Hashable, Protocol, Sequence
 
 from qconform.generators.registry import family_names, load_family
 from qconform.harness.adapter import Adapter, AdapterConfig, AdapterError, Outcome, Unimplemented
@@ -131,20 +131,44 @@ class InProcess:
         return checked
 
 
-def load_cases(vectors: Path, families: Sequence[str] | None = None, patterns: Sequence[str] = ()) -> list[StatCase]:
+def load_cases(vectors: Path, families: Sequence[str] | None = None, patterns: Sequence[str] = (),
+               keyword: str | None = None, excludes: Sequence[str] = ()) -> list[StatCase]:
     """The cases of ``families`` whose id matches one of the ``fnmatch`` ``patterns`` (all
-    when none), with the exact laws of the valid ones."""
+    when none), matches the ``-k`` expression ``keyword`` (pytest's syntax, over the id,
+    flags and rules) and matches none of the ``excludes`` globs, with the exact laws of
+    the valid ones."""
     from qconform.generators.validation import iter_cases
 
+    selects = keyword_selector(keyword)
     cases = []
     for case in iter_cases(vectors, list(stat_families() if families is None else families)):
         if patterns and not any(fnmatch(case.id, pattern) for pattern in patterns):
+            continue
+        if any(fnmatch(case.id, pattern) for pattern in excludes):
+            continue
+        if not selects((case.id, *case.flags, *case.rules)):
             continue
         valid = case.result == "valid"
         cases.append(StatCase(case.id, case.family, case.input, case.result,
                               None if valid else case.expected.get("error"),
                               case_laws(case.family, case.input) if valid else []))
     return cases
+
+
+def keyword_selector(keyword: str | None) -> Callable[[Sequence[str]], bool]:
+    """pytest's ``-k`` matching: each name of the expression is a case-insensitive
+    substring of one of the case's names (id, flags, rules)."""
+    if not keyword:
+        return lambda names: True
+    from _pytest.mark.expression import Expression
+
+    expression = Expression.compile(keyword)
+
+    def selects(names: Sequence[str]) -> bool:
+        lowered = [n.lower() for n in names]
+        return expression.evaluate(lambda ident, /, **_: any(ident.lower() in n for n in lowered))
+
+    return selects
 
 
 # --- results -----------------------------------------------------------------------------
@@ -177,6 +201,8 @@ class CaseResult:
     stopped: str = ""
     histograms: list[Histogram] = field(default_factory=list)
     plot: str | None = None
+    #: what the adapter answered on an invalid case (a refusal, or what it sampled)
+    answer: dict | None = None
 
     @property
     def tested(self) -> bool:
@@ -242,6 +268,7 @@ class CaseState:
         elif isinstance(outcome, AdapterError):
             result.verdict, result.message = ERROR, outcome.message
         elif case.result != "valid":
+            result.answer = outcome
             code = outcome.get("error")
             if code == case.error:
                 result.message = f"refused with {code}, as it must"

@@ -84,6 +84,35 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
+#: prctl(2) option that delivers a signal to a process when its parent dies (Linux)
+PR_SET_PDEATHSIG = 1
+
+
+def parent_death_signal() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get SIGKILL when this process dies (Linux), so a
+    harness killed by SIGKILL or SIGTERM leaves no orphaned adapter; None elsewhere.
+
+    The signal follows the thread that started the child, which is why children are
+    started from the thread that drives them (the plugin's main thread).
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def die_with_parent() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return die_with_parent
+
+
 class Child:
     """One running child: a reader thread per output pipe, a bounded stderr tail."""
 
@@ -91,7 +120,7 @@ class Child:
         try:
             self.proc = subprocess.Popen(
                 list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, start_new_session=True,
+                stderr=subprocess.PIPE, start_new_session=True, preexec_fn=parent_death_signal(),
             )
         except OSError as exc:
             raise AdapterStartError(f"cannot run {shlex.join(command)}: {exc}") from None
@@ -242,6 +271,12 @@ class AdapterClient:
         child.kill()
         if self._child is child:
             self._child = None
+
+    def abort(self) -> None:
+        """Kill the child at once, without the shutdown request and its grace period."""
+        child, self._child = self._child, None
+        if child is not None:
+            child.kill()
 
     def close(self) -> None:
         """Shut the child down (idempotent)."""

@@ -210,9 +210,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="device to run on (default cpu)")
     args = parser.parse_args(argv)
     proto_in, proto_out = claim_stdio()
+    from qconform.adapters.catalog import MissingExtra
+
     adapter, load_error = None, ""
     try:
         adapter = construct_adapter(args.adapter, args.device)
+    except MissingExtra as exc:  # one line naming the extra, no traceback
+        load_error = f"cannot load adapter {args.adapter!r}: {exc}"
     except Exception as exc:  # noqa: BLE001 - reported through get_config
         traceback.print_exc()
         load_error = f"cannot load adapter {args.adapter!r} on {args.device}: {describe_exception(exc)}"

@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "rules": "rules:rules",
     "sizes": "sizes:sizes",
     "run": "run:run",
+    "show": "show:show_command",
     "stat": "stat:stat_command",
     "mutants": "mutants:mutants",
     "audit-policy": "audit_policy:audit_policy_command",

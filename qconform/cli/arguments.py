@@ -5,6 +5,7 @@ expectations. Each mistake is one :class:`~qconform.cli.errors.UsageLineError` l
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import click
@@ -78,23 +79,34 @@ def check_adapter(adapter: str) -> None:
     if adapter.startswith(SHIM_PREFIX):
         if not adapter[len(SHIM_PREFIX):].strip():
             raise UsageLineError("shim: needs a command line, e.g. --adapter 'shim:./my_shim --flag'")
+        try:
+            shlex.split(adapter[len(SHIM_PREFIX):])
+        except ValueError as exc:
+            raise UsageLineError(f"cannot parse the shim: command line {adapter[len(SHIM_PREFIX):]!r}: {exc}") from None
         return
     names = available_adapters()
     if adapter not in names:
         raise UsageLineError(f"unknown adapter {adapter!r}; available adapters: {', '.join(names)}")
 
 
-def check_corpus(vectors: Path, families: tuple[str, ...]) -> None:
+def check_corpus(vectors: Path, families: tuple[str, ...], pinned_root: str | None = None,
+                 verify: bool = False) -> dict:
+    """The corpus index; with ``verify``, every hash checked first (generators/integrity.py)."""
+    from qconform.generators.integrity import IntegrityError
+    from qconform.generators.integrity import verify as verify_corpus
     from qconform.generators.validation import VectorFileError, load_index
 
     try:
-        index = load_index(vectors)
+        index = verify_corpus(vectors, pinned_root) if verify else load_index(vectors)
     except VectorFileError as exc:
         raise UsageLineError(f"no usable vector corpus: {exc}") from None
+    except IntegrityError as exc:
+        raise UsageLineError(str(exc)) from None
     unknown = [f for f in families if f not in index["families"]]
     if unknown:
         raise UsageLineError(
             f"unknown family {', '.join(unknown)}; the corpus at {vectors} has: {', '.join(index['families'])}")
+    return index
 
 
 def check_expectations(path: Path) -> None:
@@ -104,6 +116,18 @@ def check_expectations(path: Path) -> None:
         Expectations.load(path)
     except ExpectationsError as exc:
         raise UsageLineError(str(exc)) from None
+
+
+def check_keyword(keyword: str | None) -> None:
+    """A ``-k`` expression pytest cannot parse is a usage error before anything runs."""
+    if not keyword:
+        return
+    from _pytest.mark.expression import Expression  # pytest's own parser: what -k will accept
+
+    try:
+        Expression.compile(keyword)
+    except Exception as exc:  # noqa: BLE001 - ParseError (pytest < 9) or SyntaxError (pytest >= 9)
+        raise UsageLineError(f"-k {keyword!r} is not a valid expression: {exc}") from None
 
 
 def open_checked(adapter: str, device: str, timeout: float):

@@ -10,7 +10,6 @@ declare, an adapter that cannot start).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 
@@ -55,7 +54,12 @@ def print_finding(report, vector_out: str | None) -> dict:
     click.echo(f"{kind}, a test object of vectors/{finding.case['family']}.json:")
     click.echo(text)
     if vector_out is not None:
-        Path(vector_out).write_text(text + "\n", encoding="utf-8")
+        from qconform import atomic_file
+
+        try:
+            atomic_file.write_text(vector_out, text + "\n")
+        except atomic_file.WriteError as exc:
+            raise click.ClickException(str(exc)) from None
     return vector
 
 

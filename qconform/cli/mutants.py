@@ -251,11 +251,12 @@ def mutants(ctx: click.Context, names: tuple[str, ...], families: tuple[str, ...
     if skipped:
         console.print(f"not run (family filter): {', '.join(skipped)}", highlight=False)
     if json_path:
+        from qconform import atomic_file
+
         try:
-            Path(json_path).write_text(json.dumps(report_json(results, MUTANTS, root), indent=2) + "\n",
-                                       encoding="utf-8")
-        except OSError as exc:
-            raise click.ClickException(f"cannot write {json_path}: {exc.strerror or exc}") from None
+            atomic_file.write_text(json_path, json.dumps(report_json(results, MUTANTS, root), indent=2) + "\n")
+        except atomic_file.WriteError as exc:
+            raise click.ClickException(str(exc)) from None
     survivors = [r.name for r in results if not r.killed]
     flagged = [r.name for r in results if r.error_only]
     if flagged:

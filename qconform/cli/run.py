@@ -7,14 +7,17 @@ expectations file), then calls
 cache, an empty ini file of its own and the corpus directory as rootdir, so it
 collects only the conformance cases whatever the working directory, from a
 checkout or a plain install. pytest's terminal output is replaced by the rich
-report of :mod:`qconform.harness.run.report`. The exit status is pytest's: 0 when
-nothing unexpected happened, 1 for any ``fail``, ``error``, ``xpass``, stale
-expectations entry or incomplete run, 2 for a usage or collection error, 5 when
-no case was selected.
+report of :mod:`qconform.harness.run.report`. Before pytest starts, every hash of the
+corpus is verified (``--corpus-root`` pins its root) and ``-k`` and ``shim:`` are
+parsed. The exit status is the plugin's, from the one table of
+:class:`qconform.harness.run.gate.RunExit` (docs/harness.md, "Exit codes"); the
+JUnit file is written by pytest to a private temporary file and published by the
+atomic writer afterwards, so a failure to write it comes after the summary.
 """
 
 from __future__ import annotations
 
+import shlex
 import tempfile
 from pathlib import Path
 
@@ -25,6 +28,7 @@ from qconform.cli.arguments import (
     check_corpus,
     check_device,
     check_expectations,
+    check_keyword,
     checkout_expectations,
 )
 from qconform.cli.errors import UsageLineError
@@ -85,27 +89,107 @@ def _absolute(path: str | None) -> Path | None:
 @click.option("--vectors", metavar="DIR", help="Vector corpus (default: $QCONFORM_VECTORS or the installed corpus).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="S",
               help="Seconds one batch of cases may take before its cases are errors.")
+@click.option("--case", "case_ids", multiple=True, metavar="ID",
+              help="Only the case with exactly this id (repeatable); what a failure's reproducer uses.")
+@click.option("-x", "--exitfirst", is_flag=True, help="Stop at the first unexpected result.")
+@click.option("--lf", "last_failed", is_flag=True,
+              help="Rerun only the cases that were unexpected in the last run of this adapter on this corpus.")
+@click.option("--list", "list_only", is_flag=True, help="List the cases that would run, one id a line; run nothing.")
+@click.option("--corpus-root", metavar="HEX",
+              help="Refuse a corpus whose verified root hash is not HEX (pin the corpus of a release gate).")
+@click.option("--require", "required", multiple=True, metavar="F",
+              help="Fail unless the adapter declares family F and supports all its cases (repeatable).")
+@click.option("--max-unsupported", type=click.IntRange(min=0), metavar="N",
+              help="Fail when more than N cases are unsupported.")
 @click.pass_context
 def run(ctx: click.Context, adapter: str, families: tuple[str, ...], keyword: str | None,
         expectations: str | None, json_path: str | None, junit_path: str | None, workers: str,
-        device: str, vectors: str | None, timeout: float | None) -> None:
+        device: str, vectors: str | None, timeout: float | None, case_ids: tuple[str, ...], exitfirst: bool,
+        last_failed: bool, list_only: bool, corpus_root: str | None, required: tuple[str, ...],
+        max_unsupported: int | None) -> None:
     """Run the vector corpus against an adapter and report every case's verdict."""
     import pytest
 
     from qconform.generators.corpus import default_vectors_dir
+    from qconform.harness.run.gate import RunExit
+    from qconform.harness.run.triage import LastFailed
 
     root = _absolute(vectors) or default_vectors_dir().resolve()
-    check_corpus(root, families)
+    if corpus_root is not None and not _is_root(corpus_root):
+        raise UsageLineError(f"--corpus-root takes the 64 hex digits of a corpus root, not {corpus_root!r}")
+    index = check_corpus(root, families + required, corpus_root, verify=True)
     check_adapter(adapter)
     check_device(adapter, device)
+    check_keyword(keyword)
     workers = parse_workers(workers)
     expectations_path = _absolute(expectations) if expectations else checkout_expectations(adapter)
     if expectations_path is not None:
         check_expectations(expectations_path)
+    cases = list(case_ids)
+    if last_failed:
+        recorded = LastFailed().get(str(root), adapter)
+        if not recorded:
+            click.echo(f"--lf: no unexpected result recorded for adapter {adapter} on {root}; nothing to rerun")
+            ctx.exit(RunExit.NO_CASES)
+        cases += [cid for cid in recorded if cid in index["cases"]]
+    unknown = [cid for cid in cases if cid not in index["cases"]]
+    if unknown:
+        raise UsageLineError(f"unknown case {unknown[0]} (not in the corpus at {root}); `qconform run --list` lists them")
+    if cases and not families:
+        families = tuple(dict.fromkeys(cid.split("/", 1)[0] for cid in cases))
+    extra = [arg for cid in dict.fromkeys(cases) for arg in ("--qconform-case", cid)]
+    extra += [arg for family in required for arg in ("--qconform-require", family)]
+    if max_unsupported is not None:
+        extra += ["--qconform-max-unsupported", str(max_unsupported)]
+    extra += ["--collect-only"] if list_only else ["--qconform-record-failures"]
+    if exitfirst:
+        extra += ["-x"]
     with tempfile.TemporaryDirectory(prefix="qconform-run-") as tmp:
         ini = Path(tmp) / "pytest.ini"
         ini.write_text("[pytest]\n", encoding="utf-8")
+        junit_tmp = Path(tmp) / "junit.xml" if junit_path else None
         args = pytest_args(adapter, device, root, families, keyword, expectations_path, _absolute(json_path),
-                           _absolute(junit_path), workers, timeout, ini)
-        code = pytest.main(args)
-    ctx.exit(int(code))
+                           junit_tmp, workers, timeout, ini)
+        recorder = ExitRecorder()
+        code = pytest.main(args + extra, plugins=[recorder])
+        status = recorder.status if recorder.status is not None else from_pytest(int(code))
+        if junit_tmp is not None and not list_only and status != RunExit.ADAPTER_START:
+            status = _publish_junit(junit_tmp, _absolute(junit_path), status)
+    ctx.exit(int(status))
+
+
+def _is_root(text: str) -> bool:
+    return len(text) == 64 and all(c in "0123456789abcdefABCDEF" for c in text)
+
+
+class ExitRecorder:
+    """A pytest plugin object that keeps the run's exit status (harness/run/gate.py) after pytest ends."""
+
+    def __init__(self) -> None:
+        self.status: int | None = None
+
+    def pytest_unconfigure(self, config) -> None:
+        from qconform.harness.run.plugin import EXIT_STATUS
+
+        self.status = config.stash.get(EXIT_STATUS, None)
+
+
+def from_pytest(code: int) -> int:
+    """Our status for a pytest status the plugin did not decide (it failed before the session ended)."""
+    from qconform.harness.run.gate import RunExit
+
+    return {0: RunExit.OK, 1: RunExit.FAILED, 2: RunExit.SIGINT, 4: RunExit.USAGE, 5: RunExit.NO_CASES}.get(
+        code, RunExit.FAILED)
+
+
+def _publish_junit(written: Path, target: Path, status: int) -> int:
+    """Move pytest's JUnit file into place atomically; on failure one ``Error:`` line and status 4."""
+    from qconform import atomic_file
+    from qconform.harness.run.gate import RunExit
+
+    try:
+        atomic_file.write_bytes(target, written.read_bytes())
+    except OSError as exc:
+        click.echo(f"Error: JUnit report not written: {exc}", err=True)
+        return RunExit.REPORT_WRITE if status in (RunExit.OK, RunExit.FAILED, RunExit.NO_CASES) else status
+    return status

@@ -1,14 +1,16 @@
 """``qconform stat``: statistical conformance mode on the command line (docs/stat-mode.md).
 
 ``qconform stat --adapter A [--family F] [--case GLOB] [--samples N] [--alpha A]
-[--power P] [--sequential] [--looks L] [--seed S] [--plots DIR] [--json FILE]``
+[-k EXPR] [--exclude GLOB] [--power P] [--sequential] [--looks L] [--seed S] [--plots DIR] [--json FILE]``
 
 Samples ``N`` rounds of every ``verification_round`` and ``distribution`` case
 from an adapter that draws with its own RNG (the ``sample`` op of the shim
 protocol) and compares them with the spec's exact law (qconform.harness.stat.runner).
 Exit status: 0 when every case passes (or is unsupported), 1 when any case fails
 or errors, 2 for a usage error (among them an adapter that samples none of the
-selected families), 5 when no case is selected.
+selected families), 4 when the JSON report or the plots cannot be written (after
+the summary, one ``Error:`` line), 5 when no case is selected. ``-k EXPR`` selects
+as ``qconform run -k`` does (id, flags, rules); ``--exclude GLOB`` leaves cases out.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ def _probability(_ctx, param, value: float) -> float:
 @click.option("--adapter", default="torch-native-rng", show_default=True, help="Registered adapter name or shim:<command line>.")
 @click.option("--family", "families", multiple=True, type=click.Choice(STAT_FAMILIES), help="Only this family (repeatable).")
 @click.option("--case", "patterns", multiple=True, metavar="GLOB", help="Only cases whose id matches this glob (repeatable).")
+@click.option("-k", "keyword", metavar="EXPR", help="Only cases whose id, flags or rules match EXPR (pytest -k syntax).")
+@click.option("--exclude", "excludes", multiple=True, metavar="GLOB", help="Leave out cases whose id matches this glob (repeatable).")
 @click.option("--samples", type=click.IntRange(min=10), default=StatOptions.samples, show_default=True, help="Rounds per case (the most, with --sequential).")
 @click.option("--alpha", type=float, default=StatOptions.alpha, show_default=True, callback=_probability, help="Family-wise false-alarm probability (Holm).")
 @click.option("--power", type=float, default=StatOptions.power, show_default=True, callback=_probability, help="Power at which the detectable TV is reported.")
@@ -50,19 +54,23 @@ def _probability(_ctx, param, value: float) -> float:
 @click.option("--device", default="cpu", show_default=True, help="Device the adapter runs on.")
 @click.option("--vectors", type=click.Path(file_okay=False, path_type=Path), help="Vectors directory (default: $QCONFORM_VECTORS or the installed corpus).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True, help="Seconds one sample request may take.")
-def stat_command(adapter, families, patterns, samples, alpha, power, sequential, looks, seed, chunk, plots_dir,
+def stat_command(adapter, families, patterns, keyword, excludes, samples, alpha, power, sequential, looks, seed, chunk, plots_dir,
                  json_path, device, vectors, timeout_s) -> None:
     """Statistical conformance: sampled rounds against the exact law (for adapters with their own RNG)."""
     from qconform.generators.corpus import default_vectors_dir
-    from qconform.harness.transport.client import AdapterStartError, open_adapter
-    from qconform.harness.stat.report import render, write_json, write_plots
+    from qconform.atomic_file import WriteError
     from qconform.cli.console import wide_console
+    from qconform.harness.stat.report import render, write_json, write_plots
+    from qconform.harness.transport.client import AdapterStartError, open_adapter
 
     check_adapter(adapter)
     root = vectors or default_vectors_dir()
     selected = families or STAT_FAMILIES
     check_corpus(root, tuple(selected))
-    cases = load_cases(root, selected, patterns)
+    from qconform.cli.arguments import check_keyword
+
+    check_keyword(keyword)
+    cases = load_cases(root, selected, patterns, keyword, excludes)
     if not cases:
         click.echo("no case selected", err=True)
         raise SystemExit(NO_CASES)
@@ -82,14 +90,23 @@ def stat_command(adapter, families, patterns, samples, alpha, power, sequential,
     if plots_dir is None and json_path is not None:
         plots_dir = json_path.with_name(json_path.stem + "-plots")
     console = wide_console()
+    errors: list[str] = []
     if plots_dir is not None and any(r.verdict == "fail" and r.histograms for r in run.results):
         from qconform.harness.stat.report import matplotlib_available
 
-        write_plots(run, plots_dir)
+        try:
+            write_plots(run, plots_dir)
+        except WriteError as exc:
+            errors.append(f"plots not written: {exc}")
         if not matplotlib_available():
             console.print(f"matplotlib is not installed (pip install 'qconform[stat]'): plot data written "
                           f"as CSV in {plots_dir}")
     render(run, console)
     if json_path is not None:
-        write_json(run, json_path)
-    raise SystemExit(0 if run.ok else 1)
+        try:
+            write_json(run, json_path)
+        except WriteError as exc:
+            errors.append(f"JSON report not written: {exc}")
+    for error in errors:  # after the summary, one line each (docs/harness.md, "Exit codes")
+        click.echo(f"Error: {error}", err=True)
+    raise SystemExit(4 if errors else 0 if run.ok else 1)

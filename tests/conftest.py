@@ -1,0 +1,19 @@
+"""Suite-wide isolation: nothing a test runs writes into the user's own cache."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_qconform_cache(tmp_path_factory):
+    """``qconform run`` records its failures for ``--lf`` (harness/run/triage.py) in ``$QCONFORM_CACHE``."""
+    previous = os.environ.get("QCONFORM_CACHE")
+    os.environ["QCONFORM_CACHE"] = str(tmp_path_factory.mktemp("qconform-cache"))
+    yield
+    if previous is None:
+        os.environ.pop("QCONFORM_CACHE", None)
+    else:
+        os.environ["QCONFORM_CACHE"] = previous
