@@ -53,6 +53,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--qconform-vectors", metavar="DIR", default=None,
                     help="Vector corpus directory (default: $QCONFORM_VECTORS or the installed qconform.vectors).")
     group.addoption("--qconform-json", metavar="FILE", default=None, help="Write the JSON run report to FILE.")
+    group.addoption("--qconform-html", metavar="FILE", default=None,
+                    help="Write the run as one self-contained HTML page to FILE.")
     group.addoption("--qconform-timeout", metavar="S", type=float, default=None,
                     help="Seconds one run_batch call may take before its cases are errors.")
 
@@ -320,6 +322,11 @@ class ConformanceRun:
             from qconform.harness import json_report
 
             json_report.write(_resolve(json_path), self.summary)
+        html_path = self.config.getoption("qconform_html")
+        if html_path:
+            from qconform.harness import html_report, json_report
+
+            html_report.write_run(_resolve(html_path), json_report.build(self.summary))
         if self.console is not None:
             from qconform.harness.report import render_summary
 

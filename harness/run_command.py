@@ -107,7 +107,7 @@ def parse_workers(value: str) -> str:
 def pytest_args(
     adapter: str, device: str, vectors: Path, families: tuple[str, ...], keyword: str | None,
     expectations: Path | None, json_path: Path | None, junit_path: Path | None, workers: str,
-    timeout: float | None, ini: Path,
+    timeout: float | None, ini: Path, html_path: Path | None = None,
 ) -> list[str]:
     """The ``pytest.main`` argument list of one run (every path absolute)."""
     from qconform.harness.plugin import PLUGIN_ARGS
@@ -125,6 +125,8 @@ def pytest_args(
         args += ["--qconform-expectations", str(expectations)]
     if json_path is not None:
         args += ["--qconform-json", str(json_path)]
+    if html_path is not None:
+        args += ["--qconform-html", str(html_path)]
     if junit_path is not None:
         args += ["--junitxml", str(junit_path), "-o", "junit_suite_name=qconform"]
     if workers not in ("0", ""):
@@ -148,6 +150,7 @@ def _absolute(path: str | None) -> Path | None:
               help="Expectations TOML (default: expectations/<adapter>.toml of the checkout, if present).")
 @click.option("--json", "json_path", metavar="FILE", help="Write the JSON report to FILE.")
 @click.option("--junit", "junit_path", metavar="FILE", help="Write a JUnit XML report to FILE.")
+@click.option("--html", "html_path", metavar="FILE", help="Write the run as one self-contained HTML page to FILE.")
 @click.option("-n", "workers", default="0", show_default=True, metavar="N",
               help="pytest-xdist workers (a number or 'auto'; 0 runs in this process).")
 @click.option("--device", default="cpu", show_default=True, metavar="D", help="Device the adapter runs on.")
@@ -157,7 +160,7 @@ def _absolute(path: str | None) -> Path | None:
 @click.pass_context
 def run(ctx: click.Context, adapter: str, families: tuple[str, ...], keyword: str | None,
         expectations: str | None, json_path: str | None, junit_path: str | None, workers: str,
-        device: str, vectors: str | None, timeout: float | None) -> None:
+        device: str, vectors: str | None, timeout: float | None, html_path: str | None = None) -> None:
     """Run the vector corpus against an adapter and report every case's verdict."""
     import pytest
 
@@ -175,6 +178,6 @@ def run(ctx: click.Context, adapter: str, families: tuple[str, ...], keyword: st
         ini = Path(tmp) / "pytest.ini"
         ini.write_text("[pytest]\n", encoding="utf-8")
         args = pytest_args(adapter, device, root, families, keyword, expectations_path, _absolute(json_path),
-                           _absolute(junit_path), workers, timeout, ini)
+                           _absolute(junit_path), workers, timeout, ini, _absolute(html_path))
         code = pytest.main(args)
     ctx.exit(int(code))

@@ -1,7 +1,7 @@
 """``qconform stat``: statistical conformance mode on the command line (docs/stat-mode.md).
 
 ``qconform stat --adapter A [--family F] [--case GLOB] [--samples N] [--alpha A]
-[--power P] [--sequential] [--looks L] [--seed S] [--plots DIR] [--json FILE]``
+[--power P] [--sequential] [--looks L] [--seed S] [--plots DIR] [--json FILE] [--html FILE]``
 
 Samples ``N`` rounds of every ``verification_round`` and ``distribution`` case
 from an adapter that draws with its own RNG (the ``sample`` op of the shim
@@ -44,11 +44,12 @@ def _probability(_ctx, param, value: float) -> float:
 @click.option("--chunk", type=click.IntRange(min=1), default=StatOptions.chunk, show_default=True, help="Most rounds per case in one sample request.")
 @click.option("--plots", "plots_dir", type=click.Path(file_okay=False, path_type=Path), help="Directory for the plots of failing cases (default: beside --json).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the JSON report (qconform-stat-v1) here.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the run, with plots of failing cases, as one self-contained HTML page here.")
 @click.option("--device", default="cpu", show_default=True, help="Device the adapter runs on.")
 @click.option("--vectors", type=click.Path(file_okay=False, path_type=Path), help="Vectors directory (default: $QCONFORM_VECTORS or the installed corpus).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True, help="Seconds one sample request may take.")
 def stat_command(adapter, families, patterns, samples, alpha, power, sequential, looks, seed, chunk, plots_dir,
-                 json_path, device, vectors, timeout_s) -> None:
+                 json_path, device, vectors, timeout_s, html_path=None) -> None:
     """Statistical conformance: sampled rounds against the exact law (for adapters with their own RNG)."""
     from qconform.generators.corpus import default_vectors_dir
     from qconform.harness.client import AdapterStartError, open_adapter
@@ -89,4 +90,8 @@ def stat_command(adapter, families, patterns, samples, alpha, power, sequential,
     render(run, console)
     if json_path is not None:
         write_json(run, json_path)
+    if html_path is not None:
+        from qconform.harness.html_report import write_stat
+
+        write_stat(html_path, run)
     raise SystemExit(0 if run.ok else 1)
