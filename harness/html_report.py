@@ -39,6 +39,8 @@ LISTED_PRECISION = ("precision",)
 LIST_LIMIT = 500
 #: a decoded value longer than this is cut in the page (the JSON report keeps it whole)
 VALUE_LIMIT = 4000
+#: a plot names its bins under the axis when it has at most this many
+LABELLED_BINS = 40
 #: a decoded value up to this long (one line) is shown inline, a longer one in a block
 SHORT_VALUE = 100
 
@@ -211,7 +213,8 @@ def render_run(report: dict) -> str:
 def ratio_svg(rows: list[dict], title: str) -> str:
     """An inline SVG of one histogram's plot rows (:func:`qconform.harness.stat_report.plot_rows`):
     per bin, observed / expected frequency as a dot, the simultaneous band as a bar, 1 as a line."""
-    width, height, left, top, bottom = 900, 220, 48, 22, 30
+    labelled = len(rows) <= LABELLED_BINS
+    width, height, left, top, bottom = 900, 290 if labelled else 220, 48, 22, 100 if labelled else 30
     plot_w, plot_h = width - left - 10, height - top - bottom
     ratios = [(r["band_low"] / r["expected_probability"], r["band_high"] / r["expected_probability"],
                r["observed_frequency"] / r["expected_probability"]) for r in rows]
@@ -237,6 +240,9 @@ def ratio_svg(rows: list[dict], title: str) -> str:
                      f"fill=\"#9ecae1\"><title>{label}</title></rect>")
         items.append(f"<circle cx=\"{x:.1f}\" cy=\"{y(observed):.1f}\" r=\"3\" fill=\"#d0312d\">"
                      f"<title>{label}</title></circle>")
+        if labelled:
+            items.append(f"<text transform=\"translate({x + 3:.1f},{top + plot_h + 8}) rotate(45)\" "
+                         f"font-size=\"9\">{_text(row['bin'])}</text>")
     items.append(f"<text x=\"{left}\" y=\"{height - 8}\">bins ({len(rows)}); dot: observed / expected; "
                  f"bar: 99% band under the exact law (simultaneous)</text></svg>")
     return "".join(items)

@@ -129,6 +129,22 @@ def test_the_stat_page_embeds_an_svg_plot_per_failing_case(tmp_path):
     assert page.count("<circle") == bins
 
 
+@pytest.mark.rules()
+def test_the_stat_command_writes_its_page(tmp_path):
+    """Through the shim protocol: a mutant's failing case gets its plot in the page."""
+    pytest.importorskip("torch")
+    from qconform.cli import cli
+
+    page = tmp_path / "deep" / "stat.html"
+    result = CliRunner().invoke(cli, ["stat", "--adapter", "torch-native-mutant:correction-reuses-accept-draw",
+                                      "--case", "verification_round/residual/outside-support-only",
+                                      "--samples", "2000", "--alpha", "1e-3", "--html", str(page)])
+    assert result.exit_code == 1, result.output
+    text = page.read_text()
+    assert external_references(text) == [] and "FAILED: 1 fail" in text
+    assert 'data-case="verification_round/residual/outside-support-only"' in text and "<svg" in text
+
+
 def chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
