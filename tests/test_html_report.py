@@ -58,6 +58,8 @@ def external_references(page: str) -> list[str]:
 def test_the_run_page_lists_failures_with_diffs_reproducers_and_config():
     page = html_report.render_run(report_with_failures())
     assert external_references(page) == []
+    for fetching in ('<img src="https://x/a.png">', "<style>b{background:url(x.png)}</style>", '<a href="x">'):
+        assert external_references(fetching), fetching  # the check itself sees a fetch
     assert "FAILED: 3 pass, 1 fail, 1 precision, 1 error; 3 unexpected" in page
     for text in ("a/g/bad", "tokens[3]", "CumulativeBoundary", "R08", "draw C_v must pick the next token",
                  "qconform run --adapter torch-mutant:cumulative-ge -k &#x27;a/g/bad&#x27;", "b/g/crash",
