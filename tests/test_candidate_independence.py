@@ -2,7 +2,8 @@
 
 Each bundled candidate module is imported in a fresh interpreter, and no module of
 ``qconform.spec`` or ``qconform.generators`` may be loaded as a result, directly or
-through anything it imports.
+through anything it imports; nor ``qconform.sdk`` or ``qconform.replay``, the engine
+SDK for users' engines, whose draw keys come from the spec (docs/sdk.md).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ CANDIDATES = [
     "qconform.adapters.triton_adapter",
     "qconform.adapters.endpoint",
 ]
-FORBIDDEN = ("qconform.spec", "qconform.generators")
+FORBIDDEN = ("qconform.spec", "qconform.generators", "qconform.sdk", "qconform.replay")
 
 PROBE = """
 import importlib, json, sys
@@ -55,3 +56,4 @@ def test_candidate_never_loads_the_spec(module):
 
 def test_the_probe_sees_a_spec_import():
     assert "qconform.spec.philox" in loaded_spec_modules("qconform.spec.philox")
+    assert "qconform.sdk" in loaded_spec_modules("qconform.replay")

@@ -61,6 +61,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--qconform-vectors", metavar="DIR", default=None,
                     help="Vector corpus directory (default: $QCONFORM_VECTORS or the installed qconform.vectors).")
     group.addoption("--qconform-json", metavar="FILE", default=None, help="Write the JSON run report to FILE.")
+    group.addoption("--qconform-html", metavar="FILE", default=None,
+                    help="Write the run as one self-contained HTML page to FILE.")
     group.addoption("--qconform-timeout", metavar="S", type=float, default=None,
                     help="Seconds one run_batch call may take before its cases are errors.")
     group.addoption("--qconform-case", metavar="ID", action="append", default=[],
@@ -414,6 +416,9 @@ class ConformanceRun:
             render_summary(self.console, self.summary, json_report=json_path)
         if json_path:
             self._write_json(_resolve(json_path))
+        html_path = self.config.getoption("qconform_html")
+        if html_path:
+            self._write_html(_resolve(html_path))
         if self.config.getoption("qconform_record_failures"):
             LastFailed().record(str(self.root), self.adapter, self.summary.verdicts,
                                 [v.case_id for v in self.summary.unexpected()])
@@ -435,6 +440,15 @@ class ConformanceRun:
             for error in self.write_errors:
                 print(f"Error: {error}", file=sys.stderr, flush=True)
         self._set_exit(session, RunExit.ADAPTER_START)
+
+    def _write_html(self, path: Path) -> None:
+        from qconform import atomic_file
+        from qconform.harness.run import html_report, json_report
+
+        try:
+            html_report.write_run(path, json_report.build(self.summary))
+        except atomic_file.WriteError as exc:
+            self.write_errors.append(f"HTML report not written: {exc}")
 
     def _write_json(self, path: Path) -> None:
         from qconform import atomic_file

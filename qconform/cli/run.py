@@ -42,7 +42,7 @@ def parse_workers(value: str) -> str:
 def pytest_args(
     adapter: str, device: str, vectors: Path, families: tuple[str, ...], keyword: str | None,
     expectations: Path | None, json_path: Path | None, junit_path: Path | None, workers: str,
-    timeout: float | None, ini: Path,
+    timeout: float | None, ini: Path, html_path: Path | None = None,
 ) -> list[str]:
     """The ``pytest.main`` argument list of one run (every path absolute)."""
     from qconform.harness.run.plugin import PLUGIN_ARGS
@@ -60,6 +60,8 @@ def pytest_args(
         args += ["--qconform-expectations", str(expectations)]
     if json_path is not None:
         args += ["--qconform-json", str(json_path)]
+    if html_path is not None:
+        args += ["--qconform-html", str(html_path)]
     if junit_path is not None:
         args += ["--junitxml", str(junit_path), "-o", "junit_suite_name=qconform"]
     if workers not in ("0", ""):
@@ -83,6 +85,7 @@ def _absolute(path: str | None) -> Path | None:
               help="Expectations TOML (default: expectations/<adapter>.toml of the checkout, if present).")
 @click.option("--json", "json_path", metavar="FILE", help="Write the JSON report to FILE.")
 @click.option("--junit", "junit_path", metavar="FILE", help="Write a JUnit XML report to FILE.")
+@click.option("--html", "html_path", metavar="FILE", help="Write the run as one self-contained HTML page to FILE.")
 @click.option("-n", "workers", default="0", show_default=True, metavar="N",
               help="pytest-xdist workers (a number or 'auto'; 0 runs in this process).")
 @click.option("--device", default="cpu", show_default=True, metavar="D", help="Device the adapter runs on.")
@@ -106,7 +109,7 @@ def run(ctx: click.Context, adapter: str, families: tuple[str, ...], keyword: st
         expectations: str | None, json_path: str | None, junit_path: str | None, workers: str,
         device: str, vectors: str | None, timeout: float | None, case_ids: tuple[str, ...], exitfirst: bool,
         last_failed: bool, list_only: bool, corpus_root: str | None, required: tuple[str, ...],
-        max_unsupported: int | None) -> None:
+        max_unsupported: int | None, html_path: str | None = None) -> None:
     """Run the vector corpus against an adapter and report every case's verdict."""
     import pytest
 
@@ -149,7 +152,7 @@ def run(ctx: click.Context, adapter: str, families: tuple[str, ...], keyword: st
         ini.write_text("[pytest]\n", encoding="utf-8")
         junit_tmp = Path(tmp) / "junit.xml" if junit_path else None
         args = pytest_args(adapter, device, root, families, keyword, expectations_path, _absolute(json_path),
-                           junit_tmp, workers, timeout, ini)
+                           junit_tmp, workers, timeout, ini, _absolute(html_path))
         recorder = ExitRecorder()
         code = pytest.main(args + extra, plugins=[recorder])
         status = recorder.status if recorder.status is not None else from_pytest(int(code))

@@ -1,7 +1,8 @@
 """``qconform stat``: statistical conformance mode on the command line (docs/stat-mode.md).
 
 ``qconform stat --adapter A [--family F] [--case GLOB] [--samples N] [--alpha A]
-[-k EXPR] [--exclude GLOB] [--power P] [--sequential] [--looks L] [--seed S] [--plots DIR] [--json FILE]``
+[-k EXPR] [--exclude GLOB] [--power P] [--sequential] [--looks L] [--seed S] [--plots DIR] [--json FILE]
+[--html FILE]``
 
 Samples ``N`` rounds of every ``verification_round`` and ``distribution`` case
 from an adapter that draws with its own RNG (the ``sample`` op of the shim
@@ -51,11 +52,12 @@ def _probability(_ctx, param, value: float) -> float:
 @click.option("--chunk", type=click.IntRange(min=1), default=StatOptions.chunk, show_default=True, help="Most rounds per case in one sample request.")
 @click.option("--plots", "plots_dir", type=click.Path(file_okay=False, path_type=Path), help="Directory for the plots of failing cases (default: beside --json).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the JSON report (qconform-stat-v1) here.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the run, with plots of failing cases, as one self-contained HTML page here.")
 @click.option("--device", default="cpu", show_default=True, help="Device the adapter runs on.")
 @click.option("--vectors", type=click.Path(file_okay=False, path_type=Path), help="Vectors directory (default: $QCONFORM_VECTORS or the installed corpus).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True, help="Seconds one sample request may take.")
-def stat_command(adapter, families, patterns, keyword, excludes, samples, alpha, power, sequential, looks, seed, chunk, plots_dir,
-                 json_path, device, vectors, timeout_s) -> None:
+def stat_command(adapter, families, patterns, keyword, excludes, samples, alpha, power, sequential, looks, seed, chunk,
+                 plots_dir, json_path, device, vectors, timeout_s, html_path=None) -> None:
     """Statistical conformance: sampled rounds against the exact law (for adapters with their own RNG)."""
     from qconform.generators.corpus import default_vectors_dir
     from qconform.atomic_file import WriteError
@@ -107,6 +109,13 @@ def stat_command(adapter, families, patterns, keyword, excludes, samples, alpha,
             write_json(run, json_path)
         except WriteError as exc:
             errors.append(f"JSON report not written: {exc}")
+    if html_path is not None:
+        from qconform.harness.run.html_report import write_stat
+
+        try:
+            write_stat(html_path, run)
+        except WriteError as exc:
+            errors.append(f"HTML report not written: {exc}")
     for error in errors:  # after the summary, one line each (docs/harness.md, "Exit codes")
         click.echo(f"Error: {error}", err=True)
     raise SystemExit(4 if errors else 0 if run.ok else 1)
