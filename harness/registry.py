@@ -126,6 +126,16 @@ BUILTIN_ADAPTERS: dict[str, BuiltinAdapter] = {
         )
         for name, text in TP_MUTANTS.items()
     },
+    "torch-partial": BuiltinAdapter(
+        "qconform.adapters.torch_partial:TorchPartialAdapter",
+        "the torch candidate taking only its ACCEPT draws injected, drawing corrections and bonuses itself "
+        "(partial injection)",
+    ),
+    "torch-partial-mutant:correction-from-p": BuiltinAdapter(
+        "qconform.adapters.torch_partial:TorchPartialAdapter",
+        "partial-injection torch candidate with a seeded bug: the correction drawn from p, not the residual",
+        {"mutant": "correction-from-p"},
+    ),
     "torch-native-rng": BuiltinAdapter(
         "qconform.adapters.torch_native:TorchNativeAdapter",
         "the torch candidate drawing from its own torch.Generator (no injected draws): statistical mode",
@@ -153,9 +163,17 @@ def _entry_points() -> dict[str, Any]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
+#: adapters that are programs of their own, driven as shims in their own environments
+SHIM_ADAPTERS: dict[str, str] = {
+    "vllm": "vLLM's rejection sampler in its own environment (docs/engines/vllm.md); "
+            "vllm:patch-expand, vllm:triton",
+}
+
+
 def available_adapters() -> dict[str, str]:
     """Adapter name -> one-line description, built-ins first, then entry points."""
     names = {name: builtin.description for name, builtin in BUILTIN_ADAPTERS.items()}
+    names.update(SHIM_ADAPTERS)
     for name, ep in _entry_points().items():
         names.setdefault(name, f"entry point {ep.value}")
     return names
