@@ -359,10 +359,17 @@ def open_adapter(spec: str, device: str = "cpu", timeout_s: float = 60.0) -> Ada
     Raises :class:`AdapterStartError` (``UnknownAdapter`` for an unknown name)
     when the adapter cannot start.
     """
+    from qconform.adapters import vllm
+
     if spec.startswith(SHIM_PREFIX):
         command = shlex.split(spec[len(SHIM_PREFIX):])
         if not command:
             raise AdapterStartError("shim: needs a command line, e.g. shim:./my_shim --flag")
+    elif vllm.is_vllm(spec):
+        try:
+            command = vllm.shim_command(spec, device)
+        except vllm.VllmSetupError as exc:
+            raise AdapterStartError(str(exc)) from None
     else:
         from qconform.harness.registry import TCP_PREFIX, UnknownAdapter, available_adapters
 

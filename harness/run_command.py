@@ -34,7 +34,10 @@ def checkout_expectations(adapter: str) -> Path | None:
     """``expectations/<adapter>.toml`` of the checkout this package runs from, if present."""
     import qconform.harness
 
-    path = Path(qconform.harness.__file__).resolve().parent.parent / EXPECTATIONS_DIR / f"{adapter}.toml"
+    from qconform.adapters import vllm
+
+    name = vllm.NAME if vllm.is_vllm(adapter) else adapter
+    path = Path(qconform.harness.__file__).resolve().parent.parent / EXPECTATIONS_DIR / f"{name}.toml"
     return path if path.is_file() else None
 
 
@@ -45,7 +48,9 @@ def check_device(adapter: str, device: str) -> None:
     from qconform.harness.client import SHIM_PREFIX
     from qconform.harness.registry import TCP_PREFIX
 
-    if not device.startswith("cuda") or adapter.startswith((SHIM_PREFIX, TCP_PREFIX)):
+    from qconform.adapters import vllm
+
+    if not device.startswith("cuda") or adapter.startswith((SHIM_PREFIX, TCP_PREFIX)) or vllm.is_vllm(adapter):
         return
     try:
         import torch
@@ -70,6 +75,14 @@ def check_adapter(adapter: str) -> None:
     if adapter.startswith(SHIM_PREFIX):
         if not adapter[len(SHIM_PREFIX):].strip():
             raise RunUsageError("shim: needs a command line, e.g. --adapter 'shim:./my_shim --flag'")
+        return
+    from qconform.adapters import vllm
+
+    if vllm.is_vllm(adapter):
+        try:
+            vllm.shim_command(adapter)
+        except vllm.VllmSetupError as exc:
+            raise RunUsageError(str(exc)) from None
         return
     names = available_adapters()
     if adapter not in names:
