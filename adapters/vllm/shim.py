@@ -54,6 +54,8 @@ FAMILIES = ("verification_round",)
 #: float32 rounding of the acceptance uniform (CPU kernel) or of p/q (Triton), and a
 #: float32 softmax of log p: every acceptance flip lies within 2^-20 of the boundary
 RATIO_MARGIN = "1/1048576"
+#: vocabulary entries of one batched forward in ``sample`` (about 256 MB per float32 tensor)
+ROWS_PER_FORWARD = 1 << 26
 
 
 class Refusal(Exception):
@@ -316,7 +318,7 @@ def sample_verification_round(vllm: VllmSampler, inp: dict, samples: int, seed: 
         histogram: dict[tuple, int] = {}
         done = 0
         while done < samples:
-            chunk = min(4096, samples - done)
+            chunk = min(max(1, ROWS_PER_FORWARD // vocab), samples - done)
             tokens = vllm.forward([request["draft_tokens"]] * chunk, [q] * chunk, [p] * chunk, {})
             for row in tokens:
                 emitted = scheduler_stop(row, request)
