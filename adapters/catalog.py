@@ -141,6 +141,16 @@ BUILTIN_ADAPTERS: dict[str, BuiltinAdapter] = {
         )
         for name, text in TP_MUTANTS.items()
     },
+    "torch-partial": BuiltinAdapter(
+        "qconform.adapters.torch_partial:TorchPartialAdapter",
+        "the torch candidate taking only its ACCEPT draws injected, drawing corrections and bonuses itself "
+        "(partial injection)",
+    ),
+    "torch-partial-mutant:correction-from-p": BuiltinAdapter(
+        "qconform.adapters.torch_partial:TorchPartialAdapter",
+        "partial-injection torch candidate with a seeded bug: the correction drawn from p, not the residual",
+        {"mutant": "correction-from-p"},
+    ),
     "torch-native-rng": BuiltinAdapter(
         "qconform.adapters.torch_native:TorchNativeAdapter",
         "the torch candidate drawing from its own torch.Generator (no injected draws): statistical mode",
@@ -169,9 +179,35 @@ def _entry_points() -> dict[str, Any]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
+#: adapters that are programs of their own, driven as shims in their own environments
+SHIM_ADAPTERS: dict[str, str] = {
+    "vllm": "vLLM's rejection sampler in its own environment (docs/engines/vllm.md); "
+            "vllm:patch-expand, vllm:triton",
+}
+
+
+def shim_adapter(spec: str) -> str | None:
+    """The :data:`SHIM_ADAPTERS` name that ``spec`` selects (``vllm`` for ``vllm:triton``), if any."""
+    base = spec.split(":", 1)[0]
+    return base if base in SHIM_ADAPTERS else None
+
+
+def shim_adapter_command(spec: str, device: str = "cpu") -> list[str]:
+    """The command line of the shim program that serves ``spec`` (a :data:`SHIM_ADAPTERS` name
+    with its options); :class:`AdapterStartError` in one line when it cannot be built (an
+    unknown option, a missing environment)."""
+    from qconform.adapters import vllm
+
+    try:
+        return vllm.shim_command(spec, device)
+    except vllm.VllmSetupError as exc:
+        raise AdapterStartError(str(exc)) from None
+
+
 def available_adapters() -> dict[str, str]:
     """Adapter name -> one-line description, built-ins first, then entry points."""
     names = {name: builtin.description for name, builtin in BUILTIN_ADAPTERS.items()}
+    names.update(SHIM_ADAPTERS)
     for name, ep in _entry_points().items():
         names.setdefault(name, f"entry point {ep.value}")
     return names

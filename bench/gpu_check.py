@@ -163,11 +163,29 @@ def finish_conformance(adapter: str, child: subprocess.Popen, began: float, repo
     return Conformance(adapter, bool(data["ok"]), data["counts"], wall, "; ".join(bad[:3]))
 
 
+def vllm_missing() -> str | None:
+    """Why vLLM's Triton kernels cannot run here (None when its environment exists):
+    vLLM (3.5 GB with its torch) is never among the wheels carried to a device
+    (docs/engines/vllm.md, "On a GPU")."""
+    from qconform.adapters import vllm
+
+    try:
+        vllm.environment_python()
+    except vllm.VllmSetupError as exc:
+        return str(exc)
+    return None
+
+
 def conformance_runs(device: str, gpus: int, families: tuple[str, ...] = ()) -> tuple[list[Conformance], list[str]]:
     """The conformance runs (every family, or ``families``), side by side; and the runs skipped, with why."""
     adapters = ["torch", "triton"] + (["torch-tp2"] if gpus >= 2 else [])
     skipped = [] if gpus >= 2 else [
         f"torch-tp2 on NCCL: {gpus} GPU{'' if gpus == 1 else 's'} visible, and NCCL takes one GPU per rank"]
+    missing_vllm = vllm_missing() if device.startswith("cuda") else "on cuda only (on a CPU: bash adapters/vllm/ci.sh)"
+    if missing_vllm is None:
+        adapters.append("vllm:triton")
+    else:
+        skipped.append(f"vllm:triton: {missing_vllm}")
     with tempfile.TemporaryDirectory() as tmp:
         reports = {a: Path(tmp) / f"{a}.json" for a in adapters}
         started = {a: start_conformance(a, device, reports[a], families) for a in adapters}

@@ -29,17 +29,30 @@ class Capabilities:
     (docs/rng-abi.md), which is what makes draw-for-draw checks possible;
     ``devices``: devices it runs on (``cpu``, ``cuda``...);
     ``sampling``: families whose inputs it samples with its own RNG through
-    :meth:`Adapter.sample_batch` (statistical mode, docs/stat-mode.md).
+    :meth:`Adapter.sample_batch` (statistical mode, docs/stat-mode.md);
+    ``injected_domains``: partial injection (docs/harness.md, "Partial injection"):
+    per family, the RNG ABI domains whose draws it takes injected, as
+    ``((family, (domain, ...)), ...)``. The family's other domains are drawn by the
+    implementation itself: their tokens are checked for support only, and their law
+    is left to ``qconform stat``. A family not listed takes every domain injected.
     """
 
     families: tuple[str, ...]
     injected_draws: bool = True
     devices: tuple[str, ...] = ("cpu",)
     sampling: tuple[str, ...] = ()
+    injected_domains: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def domains_of(self, family: str) -> tuple[str, ...] | None:
+        """The domains declared injected for ``family``; None when all of them are."""
+        return dict(self.injected_domains).get(family)
 
     def to_json(self) -> dict:
-        return {"families": list(self.families), "injected_draws": self.injected_draws,
-                "devices": list(self.devices), "sampling": list(self.sampling)}
+        out = {"families": list(self.families), "injected_draws": self.injected_draws,
+               "devices": list(self.devices), "sampling": list(self.sampling)}
+        if self.injected_domains:
+            out["injected_domains"] = {family: list(domains) for family, domains in self.injected_domains}
+        return out
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ The order of the checks is the contract (docs/harness.md):
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from fractions import Fraction
 from types import ModuleType
 from typing import Any, Callable
@@ -101,6 +102,9 @@ def judge(case: dict, outcome: Outcome | Any, config: AdapterConfig) -> Verdict:
     try:
         if case["result"] == "invalid":
             return judge_invalid(case, outcome)
+        injected = config.capabilities.domains_of(family)
+        if injected is not None:
+            return judge_partial(case, outcome, config, injected)
         return judge_output(case, outcome, config.precision)
     except Malformed as exc:
         return errored(case_id, f"malformed answer: {exc}")
@@ -120,6 +124,31 @@ def family_module(family: str) -> ModuleType | None:
     except KeyError:
         return None
     return None if name is None else importlib.import_module(f"{JUDGING_PACKAGE}.{name}")
+
+
+@dataclass(frozen=True)
+class PartialMode:
+    """A family's partial-injection mode (docs/harness.md, "Partial injection"): the RNG ABI
+    domains it draws in, in draw order, and the one an adapter must take injected."""
+
+    domains: tuple[str, ...]
+    required: str
+
+
+def partial_mode(family: str) -> PartialMode | None:
+    """The partial-injection mode of ``family``'s comparator module, if it has one
+    (``PARTIAL_MODE`` beside a ``compare_partial(case, output, profile, injected)``)."""
+    module = family_module(family)
+    return None if module is None else getattr(module, "PARTIAL_MODE", None)
+
+
+def judge_partial(case: dict, output: dict, config: AdapterConfig, injected: tuple[str, ...]) -> Verdict:
+    """A valid case of a family the adapter takes only partly injected: refusals as in
+    :func:`judge_output`, outputs by the comparator's ``compare_partial``."""
+    if refusal_code(output) is not None:
+        return judge_output(case, output, config.precision)
+    module = family_module(case_family(case))
+    return module.compare_partial(case, output, config.precision, injected)
 
 
 def profile_margin(profile: PrecisionProfile, name: str) -> Fraction:

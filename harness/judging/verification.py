@@ -26,10 +26,12 @@ that counts is the case's.
 from __future__ import annotations
 
 from qconform.generators.encoding import decode_rational
+from qconform.generators.families.verification_round import decode_request
 from qconform.harness.adapter import PrecisionProfile
-from qconform.harness.judging.judge import profile_margin
+from qconform.harness.judging.judge import PartialMode, profile_margin
 from qconform.harness.judging.value_diff import Malformed, first_difference
 from qconform.harness.verdicts import Diff, Verdict, brief, failed, passed, precision
+from qconform.spec.verification import RoundInput, emission_ends, residual_row
 
 KEY_FIELDS = ("domain", "position", "draw_counter", "u32")
 DECISION_FIELDS = ("decision", "token")
@@ -162,3 +164,107 @@ def compare(case: dict, output: dict, profile: PrecisionProfile) -> Verdict:
     diff, reason = divergences[0]
     return precision(case_id, f"divergence at {diff} within declared margins: {reason}", diff)
 
+
+
+# --- partial injection (docs/harness.md, "Partial injection") ------------------------------
+
+#: The RNG ABI domains of a round, in draw order, and the one a partial adapter must take
+#: injected: acceptance decisions are compared draw for draw, the rest is checked against them.
+PARTIAL_MODE = PartialMode(domains=("ACCEPT", "CORRECTION"), required="ACCEPT")
+
+
+def final_row_support(request: RoundInput, accepted: int) -> tuple[str, set[int]]:
+    """The row that the spec draws the final token from after ``accepted`` accepted drafts,
+    named, and its support: the residual ``max(p_{j+1} - q_{j+1}, 0)`` at a rejection, or
+    the bonus row ``p_{K+1}`` after a full acceptance (R11, R33)."""
+    depth = len(request.draft_tokens)
+    if accepted < depth:
+        row = residual_row(request.p_rows[accepted], request.q_rows[accepted])
+        name = f"the residual max(p_{accepted + 1} - q_{accepted + 1}, 0)"
+    else:
+        row, name = request.p_rows[depth], f"the bonus row p_{depth + 1}"
+    return name, {v for v, mass in enumerate(row) if mass > 0}
+
+
+def final_due(request: RoundInput, accepted: int) -> bool:
+    """Whether a round that emitted ``accepted`` drafts still emits a final token: it does
+    unless a stop token or the budget ended emission at the last accepted draft."""
+    return accepted == 0 or not emission_ends(request.draft_tokens[:accepted], request)
+
+
+def _support_text(support: set[int]) -> str:
+    shown = sorted(support)
+    return ", ".join(map(str, shown[:8])) + (f" and {len(shown) - 8} more" if len(shown) > 8 else "")
+
+
+def partial_divergence(want: dict, got: dict, request: RoundInput, path: str, profile: PrecisionProfile,
+                       injected: tuple[str, ...]) -> tuple[Diff, str | None] | None:
+    """(first difference, precision reason or None) of one request answered in partial mode."""
+    drafts = request.draft_tokens
+    for i, draw in enumerate(got["draws"]):
+        if draw["domain"] not in injected:
+            raise Malformed(f"{path}.draws[{i}]", f"a {draw['domain']} draw is the adapter's own in partial "
+                            f"mode (injected: {', '.join(injected)}) and is not reported")
+    expected = [d for d in want["draws"] if d["domain"] in injected]
+    divergence: tuple[Diff, str | None] | None = None
+    for i, (w, g) in enumerate(zip(expected, got["draws"])):
+        field = next((f for f in KEY_FIELDS + DECISION_FIELDS if w[f] != g[f]), None)
+        if field is not None:
+            diff = Diff(f"{path}.draws[{i}].{field}", _show(w[field]), _show(g[field]))
+            reason = None if field in KEY_FIELDS else precision_reason(w, g, profile)
+            divergence = (diff, reason)
+            break
+    accepted = got["accepted"]
+    leading = next((i for i, d in enumerate(got["draws"]) if d["decision"] != "accept"), len(got["draws"]))
+    emitted = got["emitted"]
+    if accepted != leading or emitted[:accepted] != drafts[:accepted]:
+        return Diff(f"{path}.accepted", f"its own {leading} leading accepts, emitted as drafted",
+                    f"{accepted} with emitted {emitted}"), None
+    if divergence is not None and divergence[1] is None:
+        return divergence
+    if divergence is None and len(expected) != len(got["draws"]):
+        return Diff(f"len({path}.draws)", str(len(expected)), str(len(got["draws"]))), None
+    due = final_due(request, accepted)
+    if len(emitted) != accepted + due:
+        return Diff(f"len({path}.emitted)", str(accepted + due), str(len(emitted))), None
+    if due:
+        name, support = final_row_support(request, accepted)
+        if emitted[-1] not in support:
+            return Diff(f"{path}.emitted[{accepted}]", f"a token of {name}: {_support_text(support)}",
+                        str(emitted[-1])), None
+    return divergence
+
+
+def compare_partial(case: dict, output: dict, profile: PrecisionProfile, injected: tuple[str, ...]) -> Verdict:
+    """Partial injection: the draws of the ``injected`` domains draw for draw (acceptance
+    flips within ``ratio_margin`` are ``precision``); every token the adapter drew itself
+    must lie in the support of the row the spec draws it from, given the adapter's own
+    accepted count. The law of those tokens is not judged here but by ``qconform stat``."""
+    case_id, inputs = case["id"], case["input"]["requests"]
+    wanted, vocab = case["expected"]["requests"], case["input"]["vocab"]
+    if set(output) != {"requests"} or not isinstance(output["requests"], list):
+        raise Malformed("", "the answer must be exactly {requests: [...]}")
+    if len(output["requests"]) != len(wanted):
+        raise Malformed("requests", f"{len(output['requests'])} request answers for {len(wanted)} requests")
+    divergences: list[tuple[Diff, str | None]] = []
+    for r, (want, got, inp) in enumerate(zip(wanted, output["requests"], inputs)):
+        path = f"requests[{r}]"
+        got = check_request(got, path, len(inp["draft_tokens"]))
+        excess = too_many(got, path, len(inp["draft_tokens"]))
+        if excess is not None:
+            return failed(case_id, f"more than K + 1 tokens or draws: {excess}", excess)
+        bad_token = out_of_range(got, path, vocab)
+        if bad_token is not None:
+            return failed(case_id, f"token outside the vocabulary: {bad_token}", bad_token)
+        divergence = partial_divergence(want, got, decode_request(inp, vocab), path, profile, injected)
+        if divergence is not None:
+            divergences.append(divergence)
+    own = ", ".join(d for d in PARTIAL_MODE.domains if d not in injected)
+    scope = f"partial injection: {', '.join(injected)} draw for draw; {own} tokens in support (law: qconform stat)"
+    for diff, reason in divergences:
+        if reason is None:
+            return failed(case_id, f"first divergence at {diff} ({scope})", diff)
+    if divergences:
+        diff, reason = divergences[0]
+        return precision(case_id, f"divergence at {diff} within declared margins: {reason} ({scope})", diff)
+    return passed(case_id, scope)

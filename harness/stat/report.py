@@ -44,7 +44,7 @@ def render(run: StatRun, console: Console) -> None:
     options, config = run.options, run.config
     mode = f"sequential, {options.looks} looks" if options.sequential else "fixed sample"
     console.print(f"[bold]qconform stat[/bold]  adapter {config.name} on {config.device}  "
-                  f"(injected draws: {config.capabilities.injected_draws})")
+                  "(every draw from the adapter's own RNG)")
     console.print(f"{options.samples} rounds per case ({mode}), family-wise alpha {options.alpha:g} (Holm over "
                   f"{run.tested} tested cases), power {options.power:g}, seed {options.seed}")
     table = Table(show_lines=False)

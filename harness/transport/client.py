@@ -397,10 +397,14 @@ def open_adapter(spec: str, device: str = "cpu", timeout_s: float = 60.0) -> Ada
     Raises :class:`AdapterStartError` (``UnknownAdapter`` for an unknown name)
     when the adapter cannot start.
     """
+    from qconform.adapters.catalog import shim_adapter, shim_adapter_command
+
     if spec.startswith(SHIM_PREFIX):
         command = shlex.split(spec[len(SHIM_PREFIX):])
         if not command:
             raise AdapterStartError("shim: needs a command line, e.g. shim:./my_shim --flag")
+    elif shim_adapter(spec) is not None:
+        command = shim_adapter_command(spec, device)
     else:
         from qconform.adapters.catalog import UnknownAdapter, available_adapters
 

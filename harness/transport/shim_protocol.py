@@ -31,7 +31,7 @@ OPS = ("get_config", "run", "sample", "shutdown")
 ENTRY_STATUSES = ("ok", "unimplemented", "error")
 #: keys of a ``get_config`` answer's ``config``; any other key lands in ``extra``
 CONFIG_KEYS = ("name", "protocol", "capabilities", "precision", "device")
-CAPABILITY_KEYS = ("families", "injected_draws", "devices", "sampling")
+CAPABILITY_KEYS = ("families", "injected_draws", "devices", "sampling", "injected_domains")
 PRECISION_KEYS = tuple(f.name for f in fields(PrecisionProfile))
 MARGIN_KEYS = ("exp_ulp", "ratio_margin", "residual_margin", "sum_rel")
 #: blob dtype -> item size in bytes (docs/vector-format.md)
@@ -118,12 +118,40 @@ def parse_capabilities(obj: Any) -> Capabilities:
         raise ProtocolError(f"config.capabilities has unknown keys {unknown}")
     if "families" not in obj:
         raise ProtocolError("config.capabilities.families is missing")
+    families = _string_list(obj["families"], "config.capabilities.families")
     return Capabilities(
-        families=_string_list(obj["families"], "config.capabilities.families"),
+        families=families,
         injected_draws=_expect(obj.get("injected_draws", True), bool, "config.capabilities.injected_draws"),
         devices=_string_list(obj.get("devices", ["cpu"]), "config.capabilities.devices"),
         sampling=_string_list(obj.get("sampling", []), "config.capabilities.sampling"),
+        injected_domains=parse_injected_domains(obj.get("injected_domains", {}), families),
     )
+
+
+def parse_injected_domains(obj: Any, families: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``capabilities.injected_domains`` (partial injection, docs/harness.md): per family, the
+    RNG ABI domains the adapter takes injected. Only a family whose comparator has a partial
+    mode may be listed, with known domain names that include the one it cannot do without."""
+    from qconform.harness.compare import partial_mode  # the comparators import this module
+
+    _expect(obj, dict, "config.capabilities.injected_domains")
+    declared = []
+    for family, domains in sorted(obj.items()):
+        where = f"config.capabilities.injected_domains.{family}"
+        if family not in families:
+            raise ProtocolError(f"{where}: {family} is not one of the declared families")
+        mode = partial_mode(family)
+        if mode is None:
+            raise ProtocolError(f"{where}: family {family} has no partial-injection mode")
+        names = _string_list(domains, where)
+        unknown = sorted(set(names) - set(mode.domains))
+        if unknown:
+            raise ProtocolError(f"{where}: unknown domains {unknown}; {family} draws in {list(mode.domains)}")
+        if mode.required not in names:
+            raise ProtocolError(f"{where}: {mode.required} draws must be injected (the rest is checked against them)")
+        if set(names) != set(mode.domains):
+            declared.append((family, tuple(d for d in mode.domains if d in names)))
+    return tuple(declared)
 
 
 def parse_precision(obj: Any) -> PrecisionProfile:

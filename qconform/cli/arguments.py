@@ -44,7 +44,10 @@ def checkout_expectations(adapter: str) -> Path | None:
     """``expectations/<adapter>.toml`` of the checkout this package runs from, if present."""
     import qconform.harness
 
-    path = Path(qconform.harness.__file__).resolve().parent.parent / EXPECTATIONS_DIR / f"{adapter}.toml"
+    from qconform.adapters.catalog import shim_adapter
+
+    name = shim_adapter(adapter) or adapter
+    path = Path(qconform.harness.__file__).resolve().parent.parent / EXPECTATIONS_DIR / f"{name}.toml"
     return path if path.is_file() else None
 
 
@@ -54,7 +57,9 @@ def check_device(adapter: str, device: str) -> None:
     otherwise every case would be an error saying the same thing."""
     from qconform.harness.transport.client import SHIM_PREFIX, TCP_PREFIX
 
-    if not device.startswith("cuda") or adapter.startswith((SHIM_PREFIX, TCP_PREFIX)):
+    from qconform.adapters.catalog import shim_adapter
+
+    if not device.startswith("cuda") or adapter.startswith((SHIM_PREFIX, TCP_PREFIX)) or shim_adapter(adapter):
         return
     try:
         import torch
@@ -83,6 +88,15 @@ def check_adapter(adapter: str) -> None:
             shlex.split(adapter[len(SHIM_PREFIX):])
         except ValueError as exc:
             raise UsageLineError(f"cannot parse the shim: command line {adapter[len(SHIM_PREFIX):]!r}: {exc}") from None
+        return
+    from qconform.adapters.catalog import shim_adapter, shim_adapter_command
+    from qconform.harness.transport.client import AdapterStartError
+
+    if shim_adapter(adapter):
+        try:
+            shim_adapter_command(adapter)
+        except AdapterStartError as exc:
+            raise UsageLineError(str(exc)) from None
         return
     names = available_adapters()
     if adapter not in names:

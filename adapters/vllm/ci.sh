@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# CI stage: vLLM's rejection sampler against the corpus (docs/engines/vllm.md, "In CI").
+# Runs after the main suite and apart from it. Exits non-zero when
+#   * the environment cannot be made,
+#   * the shipped build stops showing vLLM #55005 (it must fail),
+#   * the patched build, the Triton path or the patched stat run does not pass.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+began=$SECONDS
+Q=.venv/bin/qconform
+OUT="${QCONFORM_VLLM_CI_OUT:-reports/vllm}"
+mkdir -p "$OUT"
+
+bash adapters/vllm/install.sh
+
+# 1. as shipped: #55005 shows as failures (exit 1, and FAIL lines), never as an error
+set +e
+$Q run --adapter vllm --family verification_round --json "$OUT/run-unpatched.json" > "$OUT/run-unpatched.txt" 2>&1
+code=$?
+set -e
+tail -3 "$OUT/run-unpatched.txt"
+if [ "$code" -ne 1 ] || ! grep -q "^  FAIL verification_round/" "$OUT/run-unpatched.txt"; then
+    echo "vllm stage: the shipped build should fail verification_round (vLLM #55005); exit $code"
+    exit 1
+fi
+
+# 2. patched (PR #55006): passes with expectations/vllm.toml
+$Q run --adapter vllm:patch-expand --family verification_round --json "$OUT/run-patched.json"
+
+# 3. vLLM's own Triton kernels under the interpreter
+TRITON_INTERPRET=1 $Q run --adapter vllm:triton --family verification_round -k acceptance_boundary \
+    --json "$OUT/run-triton.json"
+
+# 4. statistical mode: the patched sampler's law passes; the shipped one fails
+$Q stat --adapter vllm:patch-expand --samples 2000 --case 'verification_round/residual/*' \
+    --case 'verification_round/full_acceptance/*' --json "$OUT/stat-patched.json"
+set +e
+$Q stat --adapter vllm --samples 2000 --case 'verification_round/residual/*' \
+    --json "$OUT/stat-unpatched.json" > "$OUT/stat-unpatched.txt" 2>&1
+code=$?
+set -e
+tail -2 "$OUT/stat-unpatched.txt"
+if [ "$code" -ne 1 ]; then
+    echo "vllm stage: stat of the shipped build should fail (vLLM #55005); exit $code"
+    exit 1
+fi
+echo "vllm stage: $((SECONDS - began)) s"
