@@ -24,6 +24,7 @@ import torch
 
 from qconform.adapters import torch_adapter
 from qconform.adapters.torch_candidate.errors import CandidateError
+from qconform.adapters.torch_candidate.philox import request_seed
 from qconform.adapters.torch_candidate.sampling import sample_mass
 from qconform.adapters.torch_candidate.verification import residual_rows
 from qconform.harness.adapter import AdapterError, Capabilities, Outcome
@@ -36,7 +37,7 @@ PARTIAL_MUTANTS = {
 
 def generator_for(request: dict, device: str) -> torch.Generator:
     """The request's own generator, seeded by its identity (reproducible, not the ABI)."""
-    identity = f"{request['seed']}:{request['generation']}:{request['round']}:{request['anchor']}"
+    identity = f"{request_seed(request)}:{request['generation']}:{request['round']}:{request['anchor']}"
     seed = int.from_bytes(hashlib.blake2b(identity.encode(), digest_size=8).digest(), "little") >> 1
     return torch.Generator(device=device).manual_seed(seed)
 

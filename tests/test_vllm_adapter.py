@@ -88,3 +88,11 @@ def test_run_without_the_environment_is_one_line_and_exit_2(tmp_path):
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "no vLLM environment" in lines[0] and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("request_id", ["req-0", "a request id", "ü"])
+def test_unseeded_requests_take_the_rng_abi_seed(request_id):
+    from qconform.spec.rng_abi import unseeded_request_seed
+
+    assert shim.request_seed({"request_id": request_id}) == unseeded_request_seed(request_id)
+    assert shim.request_seed({"seed": "7"}) == 7

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import hashlib
 import json
 import math
 import os
@@ -49,6 +50,7 @@ from fractions import Fraction
 M = 1 << 24
 MASK32 = 0xFFFFFFFF
 ACCEPT_DOMAIN = 2
+UNSEEDED_TAG = b"qconform-unseeded-seed-v1"
 MAX_REQUESTS = 4
 FAMILIES = ("verification_round",)
 #: float32 rounding of the acceptance uniform (CPU kernel) or of p/q (Triton), and a
@@ -88,6 +90,15 @@ def philox4x32(counter: list[int], key: list[int], rounds: int = 10) -> list[int
         p0, p1 = 0xD2511F53 * c0, 0xCD9E8D57 * c2
         c0, c1, c2, c3 = (p1 >> 32) ^ c1 ^ k0, p1 & MASK32, (p0 >> 32) ^ c3 ^ k1, p0 & MASK32
     return [c0, c1, c2, c3]
+
+
+def request_seed(request: dict) -> int:
+    """The request's seed: ``seed`` as given, or, for a request without one, the first 8 bytes
+    (little-endian) of SHA-256 of the tag, a zero byte and its ``request_id`` (docs/rng-abi.md)."""
+    if "seed" in request:
+        return int(request["seed"])
+    digest = hashlib.sha256(UNSEEDED_TAG + b"\0" + request["request_id"].encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "little")
 
 
 def accept_u32(seed: int, generation: int, round_id: int, position: int) -> int:
@@ -286,7 +297,7 @@ def request_answer(request: dict, tokens: list[int], u32s: list[int]) -> dict:
 
 
 def generator_seed(request: dict) -> int:
-    return (int(request["seed"]) * 0x9E3779B97F4A7C15 + request["round"] * 0x632BE5AB + request["anchor"]) % (1 << 63)
+    return (request_seed(request) * 0x9E3779B97F4A7C15 + request["round"] * 0x632BE5AB + request["anchor"]) % (1 << 63)
 
 
 def run_verification_round(vllm: VllmSampler, inp: dict) -> dict:
@@ -295,7 +306,7 @@ def run_verification_round(vllm: VllmSampler, inp: dict) -> dict:
     drafts = [r["draft_tokens"] for r in requests]
     q = [[q_dense(row, vocab) for row in r["q_rows"]] for r in requests]
     p = [p_rows(r["p_rows"]) for r in requests]
-    u32s = [[accept_u32(int(r["seed"]), r["generation"], r["round"], r["anchor"] + i)
+    u32s = [[accept_u32(request_seed(r), r["generation"], r["round"], r["anchor"] + i)
              for i in range(len(r["draft_tokens"]))] for r in requests]
     vllm.injected = [u / 2**32 for request in u32s for u in request]
     torch = vllm.torch
