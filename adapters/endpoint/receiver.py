@@ -192,7 +192,9 @@ class Receiver:
                 and route.round == slot.open.step["round"])
 
     def refuse_frame(self, refusal: Refusal) -> Verdict:
-        """A frame refused statelessly: discard what it can be attributed to."""
+        """A frame refused statelessly: discard what it can be attributed to (a v1 frame: nothing)."""
+        if refusal.v1:
+            return self.refuse(refusal.code)
         if refusal.route is None:
             return self.refuse(refusal.code, self.open_slots())
         if self.addresses_open_round(refusal.route):

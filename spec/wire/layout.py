@@ -110,7 +110,7 @@ V1_HEADER: tuple[Field, ...] = contiguous(
     ("magic", "u8[4]", "v1 greedy frame magic, ASCII \"QGRD\"", "selects the v1 decoder; never sampled"),
     ("version", "u16", "v1 wire version", "must be 1, else UNKNOWN_VERSION"),
     ("message_type", "u16", "v1 message type (GREEDY_TOKENS 1)", "must be 1, else UNKNOWN_MESSAGE_TYPE"),
-    ("payload_length", "u32", "bytes of the payload", "at most 4 + 4 * 64, else UNEXPECTED_SIZE; then TRUNCATED / LENGTH_MISMATCH"),
+    ("payload_length", "u32", "bytes of the payload", "4 to 4 + 4 * 64, else UNEXPECTED_SIZE (before the bytes present); then TRUNCATED / LENGTH_MISMATCH"),
 )
 V1_HEADER_SIZE: int = 12
 V1_MAX_TOKENS: int = 64

@@ -84,20 +84,22 @@ class WireReject(ValueError):
 
     ``route`` is the round the frame addressed when its fixed fields had already
     passed the frame checksum (so they are what the sender wrote); ``None`` when
-    the frame could not be trusted that far.
+    the frame could not be trusted that far. ``v1`` marks the refusal of a frame
+    with the v1 magic: v1 traffic, which never touches v2 state (R12).
     """
 
-    def __init__(self, code: str, detail: str = "", route: Route | None = None) -> None:
+    def __init__(self, code: str, detail: str = "", route: Route | None = None, v1: bool = False) -> None:
         if code not in REASONS:
             raise KeyError(f"unregistered wire reason code {code!r}")
         self.code = code
         self.rule = REASONS[code][0]
         self.detail = detail
         self.route = route
+        self.v1 = v1
         meaning = REASONS[code][1]
         super().__init__(f"{code} ({self.rule}): {meaning}" + (f": {detail}" if detail else ""))
 
 
-def reject(code: str, detail: str = "", route: Route | None = None) -> WireReject:
+def reject(code: str, detail: str = "", route: Route | None = None, v1: bool = False) -> WireReject:
     """Build the :class:`WireReject` for ``code`` (use as ``raise reject(...)``)."""
-    return WireReject(code, detail, route)
+    return WireReject(code, detail, route, v1)

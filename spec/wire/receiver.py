@@ -222,7 +222,12 @@ def addresses_open_round(state: ReceiverState, route: Route) -> bool:
 
 @defines("R18", "R25")
 def refuse_frame(state: ReceiverState, error: WireReject) -> tuple[ReceiverState, Verdict]:
-    """A frame refused by decoding or stateless validation: discard what it can be attributed to."""
+    """A frame refused by decoding or stateless validation: discard what it can be attributed to.
+
+    A refused v1 frame is v1 traffic and discards nothing (R12).
+    """
+    if error.v1:
+        return refuse(state, error.code)
     if error.route is None:
         return refuse(state, error.code, open_slots(state))
     if addresses_open_round(state, error.route):
