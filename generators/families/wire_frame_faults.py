@@ -114,9 +114,9 @@ def length_mismatch(d: Draft) -> Draft:
 
 
 def over_support(d: Draft) -> Draft:
-    """A sparse row of max_support + 1 entries, declared as such."""
+    """A sparse row declaring max_support + 1 entries, with as many more entries in its tail as that adds."""
     r, k = d.message, d.config.max_support + 1
-    more = k - len(r.ids)
+    more = k - r.entry_count
     ids = r.ids + tuple(range(41, 41 + more))
     return replace(d, message=replace(r, ids=ids, values=r.values + (f32(1),) * more, entry_count=k))
 
