@@ -193,6 +193,11 @@ def mutate_values(message: Reply, chooser: Chooser, params: Hello) -> Reply:
     return replace(message, values=tuple(values))
 
 
+def i32(value: int) -> int:
+    """``value`` wrapped into the int32 range (a sparse ID is an int32 on the wire)."""
+    return (value + (1 << 31)) % (1 << 32) - (1 << 31)
+
+
 def mutate_ids(message: Reply, chooser: Chooser, params: Hello) -> Reply:
     ids = list(message.ids)
     if not ids:
@@ -211,8 +216,8 @@ def mutate_ids(message: Reply, chooser: Chooser, params: Hello) -> Reply:
     else:  # one entry more or fewer
         if chooser.below(2):
             return replace(message, ids=tuple(ids[:-1]), values=message.values[:-1], entry_count=len(ids) - 1)
-        return replace(message, ids=(*ids, ids[-1] + 1), values=(*message.values, ONE), entry_count=len(ids) + 1)
-    return replace(message, ids=tuple(ids))
+        return replace(message, ids=(*ids, i32(ids[-1] + 1)), values=(*message.values, ONE), entry_count=len(ids) + 1)
+    return replace(message, ids=tuple(i32(v) for v in ids))
 
 
 def reseal_reply(before: Reply, after: Reply) -> Reply:
