@@ -172,11 +172,11 @@ REPLY_SPARSE_TAIL: tuple[Field, ...] = (
     Field("ids", "i32[n]", 36, "4n", "sparse global token IDs, n = entry_count",
           "each in [0, vocab) (SPARSE_ID_OUT_OF_RANGE), no repeats (DUPLICATE_SPARSE_ID), strictly ascending (UNSORTED_SUPPORT)"),
     Field("values", "f32[n]", "36 + 4n", "4n", "q of each ID as FP32",
-          "finite (NON_FINITE_VALUE), >= 0 (NEGATIVE_VALUE), q * 2^24 an integer (NON_DYADIC_VALUE), nonzero (NONCANONICAL_SUPPORT), sum of counts = 2^24 (WRONG_TOTAL_MASS)"),
+          "finite (NON_FINITE_VALUE), sign bit clear, -0.0 refused (NEGATIVE_VALUE), q * 2^24 an integer (NON_DYADIC_VALUE), nonzero (NONCANONICAL_SUPPORT), sum of counts = 2^24 (WRONG_TOTAL_MASS)"),
 )
 REPLY_DENSE_TAIL: tuple[Field, ...] = (
     Field("values", "f32[dense_stride]", 36, "4 * dense_stride", "q of every token ID; entries >= vocab are padding",
-          "padding all-zero bytes (NONZERO_DENSE_PADDING); then as the sparse values, zero allowed"),
+          "padding all-zero bytes (NONZERO_DENSE_PADDING); then as the sparse values, +0.0 allowed"),
 )
 
 COMPLETION = MessageLayout("COMPLETION", 4, ("R16", "R19", "R25", "R28"), contiguous(

@@ -46,7 +46,7 @@ REASONS: dict[str, tuple[str, str]] = {
     "NONCANONICAL_SUPPORT": ("R07", "a sparse entry with zero q (the canonical support drops zero counts)"),
     "NONZERO_DENSE_PADDING": ("R20", "a dense entry beyond the vocabulary is not all-zero bytes"),
     "NON_FINITE_VALUE": ("R19", "a q value (or the temperature) is NaN or infinite"),
-    "NEGATIVE_VALUE": ("R19", "a q value is negative, or the temperature is not positive"),
+    "NEGATIVE_VALUE": ("R19", "a q value has its sign bit set (negative, or -0.0), or the temperature is not positive"),
     "NON_DYADIC_VALUE": ("R03", "q * 2^24 is not an integer"),
     "WRONG_TOTAL_MASS": ("R03", "the recovered counts do not sum to exactly M = 2^24"),
     "ZERO_Q_AT_TOKEN": ("R19", "the sampled token has zero q"),
