@@ -127,10 +127,13 @@ def reply_entry_bytes(representation: int) -> int:
     return DENSE_ENTRY_BYTES if representation == layout.REPR_DENSE else SPARSE_ENTRY_BYTES
 
 
+@defines("R19")
 def in_vocab(token: int, params: Hello) -> bool:
+    """Whether a token ID lies in [0, vocab)."""
     return 0 <= token < params.vocab
 
 
+@defines("R18", "R27")
 def reply_fits(s: Subject) -> bool:
     """Whether the reply that a STEP's support policy asks for fits ``max_reply_bytes`` (R27 preflight)."""
     policy = s.message.support_policy  # type: ignore[union-attr]
@@ -139,6 +142,7 @@ def reply_fits(s: Subject) -> bool:
     return size <= s.params.max_reply_bytes
 
 
+@defines("R14", "R19")
 def temperature_class(bits: int) -> str | None:
     """NON_FINITE_VALUE, NEGATIVE_VALUE (not positive, -0.0 included) or None for a positive finite temperature."""
     parts = unpack_f32(bits)
