@@ -18,13 +18,15 @@ from .crc32c import INIT, crc32c_update, extend, finish, raw
 
 class Refusal(ValueError):
     """A refused frame or event, with its stable reason code and, once the frame's
-    fixed fields passed the checksum, the round it addressed (``route``)."""
+    fixed fields passed the checksum, the round it addressed (``route``). ``v1``:
+    the frame had the v1 magic, so its refusal leaves v2 state alone (R12)."""
 
     def __init__(self, code: str, detail: str = "", route: "Route | None" = None) -> None:
         super().__init__(f"{code}: {detail}" if detail else code)
         self.code = code
         self.detail = detail
         self.route = route
+        self.v1 = False
 
 
 @dataclass(frozen=True)
@@ -169,10 +171,15 @@ class Decoder:
         """The message of ``data``, or :class:`Refusal` with the first failing check."""
         self.allocated = 0
         view = memoryview(data)
+        if bytes(view[:4]) == layout.V1_MAGIC:
+            try:
+                start, length, limits, _ = self.header(view, params)
+                return self.v1_message(self.read_payload(view, start, length, limits), length)
+            except Refusal as refusal:
+                refusal.v1 = True
+                raise
         start, length, limits, message_type = self.header(view, params)
         payload = self.read_payload(view, start, length, limits)
-        if message_type == 0:
-            return self.v1_message(payload, length)
         (checksum,) = struct.unpack_from("<I", view, layout.CHECKSUM_OFFSET)
         split = layout.REPLY_FIXED if message_type == layout.REPLY else length
         tail_raw = raw(payload[split:])

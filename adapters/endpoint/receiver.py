@@ -158,8 +158,8 @@ class Receiver:
         self.connection = connection
         try:
             message, row = self.check(data, connection)
-        except Refusal as refusal:  # a v1 frame never touches v2 state, refused or not (R12)
-            verdict = self.refuse(refusal.code) if data[:4] == layout.V1_MAGIC else self.refuse_frame(refusal)
+        except Refusal as refusal:
+            verdict = self.refuse_frame(refusal)
         else:
             verdict = self.route(message, row, data)
         allocated = self.decoder.allocated
@@ -258,7 +258,9 @@ class Receiver:
                 and route.round == slot.open.step["round"])
 
     def refuse_frame(self, refusal: Refusal) -> Disposition:
-        """A frame refused statelessly: discard what it can be attributed to."""
+        """A frame refused statelessly: discard what it can be attributed to (a v1 frame: nothing)."""
+        if refusal.v1:
+            return self.refuse(refusal.code)
         if refusal.route is None:
             return self.refuse(refusal.code, self.open_slots())
         if self.addresses_open_round(refusal.route):

@@ -45,11 +45,15 @@ class QRow:
 
 
 def f32_fields(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(non-finite, negative nonzero, nonzero magnitude) masks of FP32 bit patterns."""
+    """(non-finite, sign bit set, nonzero magnitude) masks of FP32 bit patterns.
+
+    A finite value with its sign bit set is negative, -0.0 included: a zero count
+    is sent only as +0.0 (docs/wire-v2.md, "q validation").
+    """
     magnitude = bits & np.uint32(0x7FFFFFFF)
     nonfinite = (magnitude >> np.uint32(23)) == 0xFF
     nonzero = magnitude != 0
-    negative = (bits >> np.uint32(31)).astype(bool) & nonzero & ~nonfinite
+    negative = (bits >> np.uint32(31)).astype(bool) & ~nonfinite
     return nonfinite, negative, nonzero
 
 

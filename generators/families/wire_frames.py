@@ -18,7 +18,14 @@ import struct
 from dataclasses import replace
 from typing import Iterator
 
-from qconform.generators.encoding import decode_blob, decode_u64, encode_blob, encode_u64, encode_word
+from qconform.generators.encoding import (
+    decode_blob,
+    decode_u64,
+    encode_blob,
+    encode_u64,
+    encode_word,
+)
+from qconform.generators.families.wire_frame_faults import order_cases
 from qconform.generators.registry import Case, Family, Group, Note
 from qconform.generators.schemas import blob_schema
 from qconform.generators.schemas import closed_object as closed
@@ -26,7 +33,12 @@ from qconform.spec.constants import M
 from qconform.spec.qrow import QRow
 from qconform.spec.wire import layout
 from qconform.spec.wire.checksum import crc32c
-from qconform.spec.wire.codec import completion_for, encode_frame, encode_v1, reply_from_row
+from qconform.spec.wire.codec import (
+    completion_for,
+    encode_frame,
+    encode_v1,
+    reply_from_row,
+)
 from qconform.spec.wire.header import seal
 from qconform.spec.wire.layout import FIELD_TYPES, HEADER, HEADER_SIZE, Field
 from qconform.spec.wire.messages import (
@@ -70,6 +82,13 @@ NOTES = {
                          "Catches a decoder that reads or allocates before checking the negotiated bounds (R18)."),
     "V1_COEXISTENCE": Note("FUNCTIONALITY", "A v1 greedy frame, or a v2 frame before HELLO (R12).",
                            "Catches v1 treated as sampled, or v2 honoured before negotiation."),
+    "CHECK_ORDER": Note("MALFORMED_INPUT", "A frame breaking one row of its message's check table, or two rows at "
+                        "once; the answer is the earlier row's code (docs/wire-v2.md, Check order). The case name "
+                        "names the rows: r03-support_above_max-r14-non_finite_value.",
+                        "Catches a decoder that checks one message's rules in another order than the document."),
+    "NEGATIVE_ZERO": Note("EDGE_CASE", "-0.0 (sign bit set, zero magnitude) in a q row or as the temperature: "
+                          "NEGATIVE_VALUE, dense and sparse alike; a zero count is sent only as +0.0.",
+                          "Catches a receiver that compares values (-0.0 == 0) where the wire decides on bits."),
     "FULL_VOCAB_DENSE": Note("EDGE_CASE", "A dense REPLY over the full 129280-token vocabulary (517,176-byte frame).",
                              "Pins the production dense row size."),
 }
@@ -350,7 +369,6 @@ def class_frames() -> Iterator[tuple[str, str, Hello, bool, bytes, tuple[str, ..
     yield "DUPLICATE_SPARSE_ID", "duplicate-zeros", PROD, True, sparse_reply([7, 1000, 5000, 5000], [HALF, HALF, 0, 0]), ()
     yield "UNSORTED_SUPPORT", "descending-pair", PROD, True, sparse_reply([1000, 7, 129279], [HALF, QUARTER, QUARTER]), ()
     yield "NONCANONICAL_SUPPORT", "zero-entry", PROD, True, sparse_reply([7, 1000, 5000], [HALF, HALF, 0]), ()
-    yield "NONCANONICAL_SUPPORT", "negative-zero-entry", PROD, True, sparse_reply([7, 1000, 5000], [HALF, HALF, NEG_ZERO]), ()
     yield "NONZERO_DENSE_PADDING", "padding-1", DEV, True, dense_reply(with_entry(DEV_VALUES, 63, 1)), ("DEV_PROFILE",)
     yield "NONZERO_DENSE_PADDING", "padding-negative-zero", DEV, True, dense_reply(with_entry(DEV_VALUES, 60, NEG_ZERO)), ("DEV_PROFILE",)
     yield "NONZERO_DENSE_PADDING", "padding-nan", DEV, True, dense_reply(with_entry(DEV_VALUES, 61, NAN)), ("DEV_PROFILE",)
@@ -360,6 +378,9 @@ def class_frames() -> Iterator[tuple[str, str, Hello, bool, bytes, tuple[str, ..
     yield "NON_FINITE_VALUE", "nan-after-negative", PROD, True, sparse_reply([7, 1000, 129279], [HALF, 0xBE800000, NAN]), ()
     yield "NON_FINITE_VALUE", "temperature-nan", PROD, True, encode_frame(replace(STEP, temperature=NAN)), ()
     yield "NEGATIVE_VALUE", "minus-quarter", PROD, True, sparse_reply([7, 1000, 129279], [HALF, 0xBE800000, QUARTER]), ()
+    yield "NEGATIVE_VALUE", "negative-zero-sparse", PROD, True, sparse_reply([7, 1000, 5000], [HALF, HALF, NEG_ZERO]), ("NEGATIVE_ZERO",)
+    yield "NEGATIVE_VALUE", "negative-zero-dense", DEV, True, dense_reply(with_entry(DEV_VALUES, 45, NEG_ZERO)), ("DEV_PROFILE", "NEGATIVE_ZERO")
+    yield "NEGATIVE_VALUE", "temperature-negative-zero", PROD, True, encode_frame(replace(STEP, temperature=NEG_ZERO)), ("NEGATIVE_ZERO",)
     yield "NEGATIVE_VALUE", "temperature-zero", PROD, True, encode_frame(replace(STEP, temperature=0)), ()
     yield "NEGATIVE_VALUE", "temperature-minus-one", PROD, True, encode_frame(replace(STEP, temperature=0xBF800000)), ()
     yield "NON_DYADIC_VALUE", "two-pow-minus-25", PROD, True, sparse_reply([7, 1000, 129279], [HALF, QUARTER, 0x33000000]), ()
@@ -437,6 +458,12 @@ def bit_flip_cases() -> Iterator[Case]:
                        f"{offset} flipped.", ("BIT_FLIP",), config, bytes(flipped), negotiated, "CHECKSUM_MISMATCH")
 
 
+def check_order_cases() -> Iterator[Case]:
+    """Every row of every check table alone, and every pair of rows that can fail together (wire_frame_faults)."""
+    for c in order_cases():
+        yield case(c.name, c.comment, ("CHECK_ORDER",), c.config, c.data, c.negotiated, c.want)
+
+
 def build() -> Iterator[Group]:
     yield Group("valid_frames", "One valid frame per message type, and v1 greedy frames.",
                 ("R12", "R13", "R14", "R15", "R16", "R17"), list(valid_cases()))
@@ -446,6 +473,8 @@ def build() -> Iterator[Group]:
                 ("R12", "R18", "R21"), list(header_mutation_cases()))
     yield Group("truncation", "Every small valid frame cut at every field boundary.", ("R18",),
                 list(truncation_cases()))
+    yield Group("check_order", "Each row of each message's check table alone, and every pair of rows that can "
+                "fail together: the earlier row is the reason.", FAMILY_RULES, list(check_order_cases()))
     yield Group("bit_flips", "Single bit flips in the checksum field and in every payload field.", ("R18", "R21"),
                 list(bit_flip_cases()))
 

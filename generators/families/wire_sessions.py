@@ -73,6 +73,9 @@ NOTES = {
                    "Catches a receiver that serves more than it negotiated."),
     "V1_COEXISTENCE": Note("FUNCTIONALITY", "v1 greedy frames between v2 traffic, before and after HELLO (R12).",
                            "Catches v1 treated as sampled, or v2 honoured before HELLO."),
+    "V1_ISOLATION": Note("FUNCTIONALITY", "A refused v1 frame (or a second HELLO) while a v2 round is open: "
+                         "it is counted under its reason and discards nothing (docs/wire-v2.md, Coexistence with v1).",
+                         "Catches a receiver that lets v1 traffic, good or bad, end a sampled round."),
     "DEV_PROFILE": Note("EDGE_CASE", "The development configuration (vocabulary 60, dense stride 64) for dense rows.",
                         "Small dense rows keep the vectors small."),
     "KEY_REUSE": Note("FUNCTIONALITY", "Sequences that would accept a (seed, generation, round, position) key twice (R22, R24).",
@@ -896,6 +899,45 @@ def random_script(seed: int) -> Script:
     return s
 
 
+def v1_isolation_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
+    """Refused v1 frames and a second HELLO in the middle of an open round: neither discards it."""
+    v1_faults = (
+        ("truncated", "a v1 frame one byte short (TRUNCATED)", encode_v1([1, 2])[:-1]),
+        ("unknown-version", "a v1 frame of version 2 (UNKNOWN_VERSION)",
+         encode_v1([1])[:4] + (2).to_bytes(2, "little") + encode_v1([1])[6:]),
+        ("short-payload", "a v1 payload of 2 bytes, shorter than its token count (UNEXPECTED_SIZE)",
+         encode_v1([])[:8] + (2).to_bytes(4, "little") + b"\0\0"),
+        ("negative-token", "a v1 token -5 (TOKEN_OUT_OF_RANGE)", encode_v1([3, -5])),
+    )
+    for name, what, data in v1_faults:
+        s = opened()
+        r1 = s.step(0, 1, 1, 100)
+        frames = s.replies(r1, range(2))
+        s.raw(data)
+        frames += s.replies(r1, range(2, 5))
+        s.complete(r1, frames)
+        s.commit(r1, 2)
+        yield f"v1-{name}-keeps-round", f"{what[0].upper()}{what[1:]} mid-round is refused and discards nothing: " \
+            "the round completes and commits.", ("V1_COEXISTENCE", "V1_ISOLATION"), s
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    s.replies(r1, range(2))
+    s.raw(b"QGR")
+    yield "three-bytes-discards", "Three bytes have no magic yet: a v2-level TRUNCATED that discards every open round.", \
+        ("V1_ISOLATION", "DISCARD"), s
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    frames = s.replies(r1, range(2))
+    s.hello()
+    s.hello(vocab=s.config.vocab + 1)
+    frames += s.replies(r1, range(2, 5))
+    s.complete(r1, frames)
+    yield "second-hello-keeps-round", "A second HELLO, even one whose offer would not negotiate, is UNEXPECTED_MESSAGE " \
+        "and discards nothing.", ("V1_ISOLATION",), s
+
+
 def random_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     for seed in range(6):
         yield f"seed-{seed}", f"Random sequence, generator seed {seed}.", ("RANDOM_SEQUENCE",), random_script(0x3A5E + seed)
@@ -917,6 +959,8 @@ GROUPS = (
     ("arms", "Fixed-depth arms: negotiated by HELLO depth, refused when not negotiated.", ("R27", "R35"), arm_cases),
     ("endings", "Every ending of a verified round has one legal COMMIT; RESET's committed token.",
      ("R01", "R11", "R16", "R17", "R22"), ending_cases),
+    ("v1_isolation", "Refused v1 frames and a second HELLO leave open v2 rounds alone.", ("R12", "R25"),
+     v1_isolation_cases),
     ("random", "Random mixes of legal and faulty events.", FAMILY_RULES, random_cases),
 )
 

@@ -8,7 +8,8 @@ then the fixed fields, and for a REPLY its representation and entry count
 before its tail is read. The first failing check is the frame's reason.
 
 A v1 greedy frame (magic ``QGRD``) is decoded by its own decoder into a
-:class:`V1Greedy` and never treated as sampled (R12); a v2 frame other than
+:class:`V1Greedy` and never treated as sampled (R12); its refusals are marked
+``v1`` and never touch v2 state. A v2 frame other than
 HELLO before HELLO has negotiated v2 is refused (V2_BEFORE_HELLO).
 """
 
@@ -21,6 +22,7 @@ from qconform.spec.dyadic24 import q_values_f32_bits
 from qconform.spec.qrow import QRow
 from qconform.spec.rules import defines
 from qconform.spec.wire import layout
+from qconform.spec.wire.checks import V1_CHECKS, V1Subject, first_failure
 from qconform.spec.wire.checksum import crc32c
 from qconform.spec.wire.header import check_header, frame, frame_checksum, parse_header
 from qconform.spec.wire.layout import (
@@ -28,9 +30,7 @@ from qconform.spec.wire.layout import (
     HEADER_SIZE,
     MESSAGES,
     V1_HEADER,
-    V1_HEADER_SIZE,
     V1_MAGIC,
-    V1_MAX_TOKENS,
     V1_VERSION,
     V2_MAGIC,
     struct_format,
@@ -46,12 +46,7 @@ from qconform.spec.wire.messages import (
     reply_tail,
 )
 from qconform.spec.wire.reasons import reject
-from qconform.spec.wire.validation import (
-    DENSE_ENTRY_BYTES,
-    SPARSE_ENTRY_BYTES,
-    check_payload_length,
-    route_of,
-)
+from qconform.spec.wire.validation import check_payload_length, check_reply_fixed
 
 MAGIC_BYTES: int = 4
 V1_HEADER_FORMAT: str = struct_format(V1_HEADER)
@@ -109,27 +104,15 @@ def completion_for(step: Step, reply_frames: list[bytes] | tuple[bytes, ...], st
 
 @defines("R12", "R18")
 def decode_v1(view: memoryview) -> V1Greedy:
-    """Decode a v1 greedy frame; its length fields are checked before its tokens are read."""
-    if len(view) < V1_HEADER_SIZE:
-        raise reject("TRUNCATED", f"{len(view)} bytes, a v1 header needs {V1_HEADER_SIZE}")
-    _, version, message_type, payload_length = struct.unpack(V1_HEADER_FORMAT, view[:V1_HEADER_SIZE])
-    if version != V1_VERSION:
-        raise reject("UNKNOWN_VERSION", f"v1 frame version {version}")
-    if message_type != V1_GREEDY_TYPE:
-        raise reject("UNKNOWN_MESSAGE_TYPE", f"v1 type {message_type}")
-    fixed = layout.V1_GREEDY.size
-    if not fixed <= payload_length <= fixed + 4 * V1_MAX_TOKENS:
-        raise reject("UNEXPECTED_SIZE", f"v1 payload of {payload_length} bytes")
-    check_frame_extent(view, V1_HEADER_SIZE + payload_length)
-    (count,) = struct.unpack("<I", view[V1_HEADER_SIZE:V1_HEADER_SIZE + fixed])
-    if count > V1_MAX_TOKENS:
-        raise reject("UNEXPECTED_SIZE", f"{count} v1 tokens, at most {V1_MAX_TOKENS}")
-    if payload_length != fixed + 4 * count:
-        raise reject("LENGTH_MISMATCH", f"{count} tokens need {fixed + 4 * count} payload bytes, not {payload_length}")
-    tokens = struct.unpack(f"<{count}i", view[V1_HEADER_SIZE + fixed:])
-    if any(t < 0 for t in tokens):
-        raise reject("TOKEN_OUT_OF_RANGE", "a negative v1 token")
-    return V1Greedy(tuple(tokens))
+    """A v1 greedy frame, checked row by row in the order of ``checks.V1_CHECKS`` (R12).
+
+    Its refusals are v1 refusals (``WireReject.v1``): they never touch v2 state.
+    """
+    subject = V1Subject(view)
+    failed = first_failure(V1_CHECKS, subject)
+    if failed is not None:
+        raise reject(failed.code, f"v1 frame: {failed.when}", v1=True)
+    return V1Greedy(tuple(subject.tokens))
 
 
 @defines("R18")
@@ -144,23 +127,8 @@ def check_frame_extent(view: memoryview, end: int) -> None:
 @defines("R15", "R18", "R27")
 def decode_reply_tail(reply: Reply, payload: memoryview, params: Hello) -> Reply:
     """Check a REPLY's representation and entry count against the negotiated bounds, then read its tail."""
-    route = route_of(reply)
-    n = reply.entry_count
-    if reply.representation == layout.REPR_NONE or n == 0:
-        raise reject("MISSING_Q", "a reply without q", route)
-    if reply.representation == layout.REPR_DENSE:
-        if n != params.dense_stride:
-            raise reject("UNEXPECTED_SIZE", f"dense row of {n} entries, negotiated stride {params.dense_stride}", route)
-        entry_bytes = DENSE_ENTRY_BYTES
-    elif reply.representation == layout.REPR_SPARSE:
-        if n > params.max_support:
-            raise reject("SUPPORT_ABOVE_MAX", f"k = {n} > {params.max_support}", route)
-        entry_bytes = SPARSE_ENTRY_BYTES
-    else:
-        raise reject("UNKNOWN_REPRESENTATION", f"representation {reply.representation}", route)
-    fixed = layout.REPLY.size
-    if len(payload) != fixed + entry_bytes * n:
-        raise reject("LENGTH_MISMATCH", f"{n} entries need {fixed + entry_bytes * n} payload bytes, not {len(payload)}", route)
+    check_reply_fixed(reply, params, len(payload))
+    n, fixed = reply.entry_count, layout.REPLY.size
     if reply.representation == layout.REPR_SPARSE:
         ids = struct.unpack_from(f"<{n}i", payload, fixed)
         values = struct.unpack_from(f"<{n}I", payload, fixed + 4 * n)

@@ -110,7 +110,7 @@ V1_HEADER: tuple[Field, ...] = contiguous(
     ("magic", "u8[4]", "v1 greedy frame magic, ASCII \"QGRD\"", "selects the v1 decoder; never sampled"),
     ("version", "u16", "v1 wire version", "must be 1, else UNKNOWN_VERSION"),
     ("message_type", "u16", "v1 message type (GREEDY_TOKENS 1)", "must be 1, else UNKNOWN_MESSAGE_TYPE"),
-    ("payload_length", "u32", "bytes of the payload", "at most 4 + 4 * 64, else UNEXPECTED_SIZE; then TRUNCATED / LENGTH_MISMATCH"),
+    ("payload_length", "u32", "bytes of the payload", "4 to 4 + 4 * 64, else UNEXPECTED_SIZE (before the bytes present); then TRUNCATED / LENGTH_MISMATCH"),
 )
 V1_HEADER_SIZE: int = 12
 V1_MAX_TOKENS: int = 64
@@ -172,11 +172,11 @@ REPLY_SPARSE_TAIL: tuple[Field, ...] = (
     Field("ids", "i32[n]", 36, "4n", "sparse global token IDs, n = entry_count",
           "each in [0, vocab) (SPARSE_ID_OUT_OF_RANGE), no repeats (DUPLICATE_SPARSE_ID), strictly ascending (UNSORTED_SUPPORT)"),
     Field("values", "f32[n]", "36 + 4n", "4n", "q of each ID as FP32",
-          "finite (NON_FINITE_VALUE), >= 0 (NEGATIVE_VALUE), q * 2^24 an integer (NON_DYADIC_VALUE), nonzero (NONCANONICAL_SUPPORT), sum of counts = 2^24 (WRONG_TOTAL_MASS)"),
+          "finite (NON_FINITE_VALUE), sign bit clear, -0.0 refused (NEGATIVE_VALUE), q * 2^24 an integer (NON_DYADIC_VALUE), nonzero (NONCANONICAL_SUPPORT), sum of counts = 2^24 (WRONG_TOTAL_MASS)"),
 )
 REPLY_DENSE_TAIL: tuple[Field, ...] = (
     Field("values", "f32[dense_stride]", 36, "4 * dense_stride", "q of every token ID; entries >= vocab are padding",
-          "padding all-zero bytes (NONZERO_DENSE_PADDING); then as the sparse values, zero allowed"),
+          "padding all-zero bytes (NONZERO_DENSE_PADDING); then as the sparse values, +0.0 allowed"),
 )
 
 COMPLETION = MessageLayout("COMPLETION", 4, ("R16", "R19", "R25", "R28"), contiguous(

@@ -46,7 +46,7 @@ REASONS: dict[str, tuple[str, str]] = {
     "NONCANONICAL_SUPPORT": ("R07", "a sparse entry with zero q (the canonical support drops zero counts)"),
     "NONZERO_DENSE_PADDING": ("R20", "a dense entry beyond the vocabulary is not all-zero bytes"),
     "NON_FINITE_VALUE": ("R19", "a q value (or the temperature) is NaN or infinite"),
-    "NEGATIVE_VALUE": ("R19", "a q value is negative, or the temperature is not positive"),
+    "NEGATIVE_VALUE": ("R19", "a q value has its sign bit set (negative, or -0.0), or the temperature is not positive"),
     "NON_DYADIC_VALUE": ("R03", "q * 2^24 is not an integer"),
     "WRONG_TOTAL_MASS": ("R03", "the recovered counts do not sum to exactly M = 2^24"),
     "ZERO_Q_AT_TOKEN": ("R19", "the sampled token has zero q"),
@@ -85,20 +85,22 @@ class WireReject(ValueError):
 
     ``route`` is the round the frame addressed when its fixed fields had already
     passed the frame checksum (so they are what the sender wrote); ``None`` when
-    the frame could not be trusted that far.
+    the frame could not be trusted that far. ``v1`` marks the refusal of a frame
+    with the v1 magic: v1 traffic, which never touches v2 state (R12).
     """
 
-    def __init__(self, code: str, detail: str = "", route: Route | None = None) -> None:
+    def __init__(self, code: str, detail: str = "", route: Route | None = None, v1: bool = False) -> None:
         if code not in REASONS:
             raise KeyError(f"unregistered wire reason code {code!r}")
         self.code = code
         self.rule = REASONS[code][0]
         self.detail = detail
         self.route = route
+        self.v1 = v1
         meaning = REASONS[code][1]
         super().__init__(f"{code} ({self.rule}): {meaning}" + (f": {detail}" if detail else ""))
 
 
-def reject(code: str, detail: str = "", route: Route | None = None) -> WireReject:
+def reject(code: str, detail: str = "", route: Route | None = None, v1: bool = False) -> WireReject:
     """Build the :class:`WireReject` for ``code`` (use as ``raise reject(...)``)."""
-    return WireReject(code, detail, route)
+    return WireReject(code, detail, route, v1)

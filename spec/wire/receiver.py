@@ -275,9 +275,12 @@ def addresses_open_round(state: ReceiverState, route: Route, connection: int) ->
 def refuse_frame(state: ReceiverState, error: WireReject, connection: int) -> tuple[ReceiverState, Disposition]:
     """A frame refused by decoding or stateless validation: discard what it can be attributed to.
 
-    An unattributable frame is attributed to its connection: it discards the
-    open rounds of that connection only, never another connection's.
+    A refused v1 frame is v1 traffic and discards nothing (R12). An unattributable v2
+    frame is attributed to its connection: it discards the open rounds of that
+    connection only, never another connection's.
     """
+    if error.v1:
+        return refuse(state, error.code)
     if error.route is None:
         return refuse(state, error.code, open_slots(state, connection))
     if addresses_open_round(state, error.route, connection):
@@ -570,8 +573,6 @@ def judge_frame(state: ReceiverState, data: bytes, connection: int) -> tuple[Rec
     try:
         message, _ = check_frame(data, state.config, state.link(connection))
     except WireReject as error:
-        if data[:4] == layout.V1_MAGIC:  # a v1 frame never touches v2 state, refused or not (R12)
-            return refuse(state, error.code)
         return refuse_frame(state, error, connection)
     if isinstance(message, V1Greedy):
         return counted(state, "v1_greedy_frames"), Disposition(GREEDY_V1)
