@@ -22,7 +22,7 @@ from pathlib import Path
 import google_crc32c
 import pytest
 from qconform.generators.corpus import default_vectors_dir
-from qconform.generators.families.wire_frame_faults import EXCLUSIVE
+from qconform.generators.wire_frame_faults import EXCLUSIVE
 from qconform.spec.wire import checks
 from qconform.spec.wire.layout import MESSAGE_CODES
 from qconform.spec.wire.negotiation import BOUND_FIELDS, IDENTITY_FIELDS
@@ -62,7 +62,7 @@ def order_table(name: str) -> list[Row]:
     return [Row(int(r[0]), r[1], r[2], unquote(r[3])) for r in table_after(f"#### Check order: {name}")]
 
 
-TABLE_NAMES = ("HELLO", "STEP", "REPLY", "COMPLETION", "COMMIT", "RESET", "CANCEL", "v1 greedy frame")
+TABLE_NAMES = ("HELLO", "STEP", "REPLY", "COMPLETION", "COMMIT", "RESET", "CANCEL", "HELLO_ANSWER", "v1 greedy frame")
 
 
 # ---------------------------------------------------------------- the document's tables are the spec's
@@ -99,7 +99,7 @@ def type_codes() -> dict[int, str]:
     """Message type codes from the document's sentence "Message type codes: HELLO 1, STEP 2, ..."."""
     line = next(x for x in TEXT.splitlines() if x.startswith("Message type codes:"))
     line += " " + TEXT.splitlines()[TEXT.splitlines().index(line) + 1]
-    return {int(code): name for name, code in re.findall(r"([A-Z]+) (\d+)", line)}
+    return {int(code): name for name, code in re.findall(r"([A-Z_]+) (\d+)", line)}
 
 
 TYPES = type_codes()
@@ -233,6 +233,11 @@ CONDITIONS: dict[str, Callable[[Frame], bool]] = {
     "`row_count` is not the negotiated depth": lambda f: f.fields["row_count"] != f.params["depth"],
     "`status` is above 1 (FAILED)": lambda f: f.fields["status"] > 1,
     "`accepted` > the negotiated depth": lambda f: f.fields["accepted"] > f.params["depth"],
+    # COMMIT, RESET: -1 is "no token" (an early end, an empty prefix)
+    "`token` is neither -1 nor in [0, `vocab`)":
+        lambda f: not (f.fields["token"] == -1 or 0 <= f.fields["token"] < f.params["vocab"]),
+    # HELLO_ANSWER
+    "`status` is above 1 (REFUSED)": lambda f: f.fields["status"] > 1,
     # HELLO
     "HELLO was already negotiated on this connection": lambda f: f.negotiated,
     # v1

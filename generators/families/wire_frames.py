@@ -25,7 +25,7 @@ from qconform.generators.encoding import (
     encode_u64,
     encode_word,
 )
-from qconform.generators.families.wire_frame_faults import order_cases
+from qconform.generators.wire_frame_faults import order_cases
 from qconform.generators.registry import Case, Family, Group, Note
 from qconform.generators.schemas import blob_schema
 from qconform.generators.schemas import closed_object as closed

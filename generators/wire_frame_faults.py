@@ -30,6 +30,7 @@ from qconform.spec.wire.messages import (
     Commit,
     Completion,
     Hello,
+    HelloAnswer,
     Message,
     Reply,
     Reset,
@@ -218,9 +219,12 @@ COMPLETION_FAULTS = ROUTE_FAULTS + (
 COMMIT_BASE = Draft(Commit(PROD.session_id, 3, 9, 4103, 42, 1, 2), PROD)
 COMMIT_FAULTS = ROUTE_FAULTS + (
     Fault(3, "POSITION_MISMATCH", edit(accepted=PROD.depth + 1)),
-    Fault(4, "TOKEN_OUT_OF_RANGE", edit(token=-1)),
+    Fault(4, "TOKEN_OUT_OF_RANGE", edit(token=-2)),
 )
-RESET_BASE = Draft(Reset(PROD.session_id, 0x0123456789ABCDEF, 4, 4200, 1), PROD)
+RESET_BASE = Draft(Reset(PROD.session_id, 0x0123456789ABCDEF, 4, 4200, 1, 42), PROD)
+RESET_FAULTS = ROUTE_FAULTS + (Fault(3, "TOKEN_OUT_OF_RANGE", edit(token=PROD.vocab)),)
+HELLO_ANSWER_BASE = Draft(HelloAnswer(PROD.session_id, layout.HELLO_ACCEPTED, bytes(32)), PROD)
+HELLO_ANSWER_FAULTS = (Fault(1, "UNKNOWN_STATUS", edit(status=layout.HELLO_REFUSED + 1)),)
 CANCEL_BASE = Draft(Cancel(PROD.session_id, 3, 1), PROD)
 
 #: The offer that breaks each HELLO identity or bound field, in the order of ``negotiation``.
@@ -322,8 +326,9 @@ FAMILIES: tuple[Family, ...] = tuple(Family(name, bases, faults, table_codes(nam
     ("REPLY", {"sparse": reply_base("sparse"), "dense": reply_base("dense")}, ALL_REPLY_FAULTS),
     ("COMPLETION", {"": COMPLETION_BASE}, COMPLETION_FAULTS),
     ("COMMIT", {"": COMMIT_BASE}, COMMIT_FAULTS),
-    ("RESET", {"": RESET_BASE}, ROUTE_FAULTS),
+    ("RESET", {"": RESET_BASE}, RESET_FAULTS),
     ("CANCEL", {"": CANCEL_BASE}, ROUTE_FAULTS),
+    ("HELLO_ANSWER", {"": HELLO_ANSWER_BASE}, HELLO_ANSWER_FAULTS),
     ("V1_GREEDY_TOKENS", {"": V1Draft()}, V1_FAULTS),
 ))
 
