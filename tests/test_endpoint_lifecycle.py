@@ -20,7 +20,7 @@ import pytest
 from qconform.adapters.endpoint import control
 from qconform.generators.families.wire_frames import PROD
 from qconform.generators.families.wire_sessions import Script
-from qconform.harness.tcp_adapter import EndpointLink
+from qconform.harness.transport.tcp_adapter import EndpointLink
 from qconform.spec.wire.codec import completion_for, encode_frame
 from qconform.spec.wire.messages import Commit, Reset
 from test_endpoint_cli import LISTENING, processes  # noqa: F401 - ``processes`` is a fixture

@@ -132,7 +132,7 @@ def parse_injected_domains(obj: Any, families: tuple[str, ...]) -> tuple[tuple[s
     """``capabilities.injected_domains`` (partial injection, docs/harness.md): per family, the
     RNG ABI domains the adapter takes injected. Only a family whose comparator has a partial
     mode may be listed, with known domain names that include the one it cannot do without."""
-    from qconform.harness.compare import partial_mode  # the comparators import this module
+    from qconform.harness.judging.judge import partial_mode  # the comparators import this module
 
     _expect(obj, dict, "config.capabilities.injected_domains")
     declared = []
