@@ -391,7 +391,10 @@ def markdown(label: str, env: str, vocab: int, bandwidth: float | None, runs: li
     ]
     for t in timings:
         floor_us = t.stage.floor_bytes / bandwidth * 1e6 if bandwidth else None
-        ratio = (lambda us: "-" if us is None or floor_us is None else f"{us / floor_us:.0f}x")
+
+        def ratio(us: float | None, floor_us: float | None = floor_us) -> str:
+            return "-" if us is None or floor_us is None else f"{us / floor_us:.0f}x"
+
         lines.append(f"| {t.stage.name} | {t.stage.floor_bytes:,} | {cell(floor_us, '.2f')} | "
                      f"{cell(t.triton_us, '.1f')} | {ratio(t.triton_us)} | {cell(t.torch_us, '.1f')} | "
                      f"{ratio(t.torch_us)} | {t.agree} |")
