@@ -337,7 +337,7 @@ def consumption_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
 
     s = opened()
     r1 = s.step(0, 1, 1, 100)
-    s.replies(r1, range(3))
+    frames = s.replies(r1, range(3))
     s.commit(r1, 1)
     s.complete(r1, frames)
     s.replies(r1, range(3, 5))
