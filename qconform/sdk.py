@@ -247,9 +247,9 @@ class EngineAdapter(Adapter):
 
     def families(self) -> tuple[str, ...]:
         """The families this engine answers: those of the corpus it has a method for."""
-        from qconform.generators.registry import FAMILY_MODULES
+        from qconform.generators.registry import family_names
 
-        return tuple(f for f in FAMILY_MODULES if callable(getattr(self, f, None)))
+        return tuple(f for f in family_names() if callable(getattr(self, f, None)))
 
     def capabilities(self) -> Capabilities:
         return Capabilities(families=self.families(), injected_draws=self.injected_draws, devices=self.devices)

@@ -289,9 +289,9 @@ class ConformanceRun:
             self.runner.close()  # the workers start their own
 
     def _known_families(self) -> set[str]:
-        from qconform.generators.registry import FAMILY_MODULES
+        from qconform.generators.registry import family_names
 
-        return set(self.index["families"]) | set(FAMILY_MODULES)
+        return set(self.index["families"]) | set(family_names())
 
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         if self.collected is None:
