@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from qconform import atomic_file
+from qconform.generators import atomic_file
 from qconform.generators import registry
 from qconform.generators.encoding import canonical_json
 from qconform.generators.findings import found_groups
@@ -289,7 +289,7 @@ def plan(
 
 
 def write_atomically(files: dict[Path, bytes]) -> list[Path]:
-    """Write every file with :func:`qconform.atomic_file.write_files`; return the changed paths.
+    """Write every file with :func:`qconform.generators.atomic_file.write_files`; return the changed paths.
 
     Files whose bytes are already right are left alone. On failure every temporary
     file is removed and :class:`OutputError` names the path that failed.

@@ -25,7 +25,7 @@ from typing import Sequence
 from qconform.generators.corpus import case_hash, cases_of, root_hash, sha256_hex
 from qconform.generators.validation import INDEX_FILE, SCHEMA_DIR, load_index
 
-from qconform.atomic_file import stale_temporaries
+from qconform.generators.atomic_file import stale_temporaries
 
 
 class IntegrityError(Exception):

@@ -119,6 +119,15 @@ class DrawKey(NamedTuple):
 DOMAINS: dict[str, int] = {"PROPOSAL": 1, "ACCEPT": 2, "CORRECTION": 3}
 
 
+def request_seed(request: dict) -> int:
+    """A ``verification_round`` request's seed: its ``seed`` as given, or, for a request that
+    carries none, the seed the RNG ABI derives from its ``request_id`` (docs/rng-abi.md,
+    "Request seeds")."""
+    from qconform.spec.rng_abi import unseeded_request_seed
+
+    return u64(request["seed"]) if "seed" in request else unseeded_request_seed(request["request_id"])
+
+
 def draw_key(seed: int, generation: int, round_id: int, position: int, domain: str, draw_counter: int = 0) -> DrawKey:
     """The key, counter and output words of one draw (docs/rng-abi.md); fields out of range
     raise ``Refusal("BAD_RNG_FIELD")``. ``domain`` is ``PROPOSAL``, ``ACCEPT`` or ``CORRECTION``."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from qconform.harness import html_report
+from qconform.harness.run import html_report
 
 REPO = Path(__file__).resolve().parents[1]
 #: test artifacts (screenshots) are kept here, outside git (.gitignore: /tmp/)

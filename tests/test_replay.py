@@ -75,7 +75,7 @@ class FloatEngine(sdk.EngineAdapter):
     def verification_round(self, case: dict) -> dict:
         vocab, answers = case["vocab"], []
         for r in case["requests"]:
-            ident = RoundIdentity(int(r["seed"]), r["generation"], r["round"], r["anchor"])
+            ident = RoundIdentity(sdk.request_seed(r), r["generation"], r["round"], r["anchor"])
             drafts = r["draft_tokens"]
             q_rows, p_rows = [q_floats(q, vocab) for q in r["q_rows"]], p_floats(r["p_rows"])
             stops, budget = set(r.get("stop_tokens", ())), r.get("budget")

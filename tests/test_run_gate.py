@@ -22,11 +22,11 @@ from click.testing import CliRunner
 from harness_stubs import ScriptedAdapter, corpus_cases, small_corpus
 from qconform.generators.corpus import generate
 from qconform.generators.registry import load_family
-from qconform.harness import plugin
+from qconform.harness.run import plugin
 from qconform.cli.run import run
 from qconform.harness.run.gate import RunExit
 
-from qconform import atomic_file
+from qconform.generators import atomic_file
 
 pytestmark = pytest.mark.rules()
 DOCS = Path(__file__).resolve().parent.parent / "docs"

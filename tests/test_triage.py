@@ -17,7 +17,7 @@ from harness_stubs import ScriptedAdapter, corpus_cases, small_corpus
 from qconform.generators.corpus import default_vectors_dir
 from qconform.generators.drift import check
 from qconform.generators.registry import load_family
-from qconform.harness import plugin
+from qconform.harness.run import plugin
 from qconform.harness.adapter import Adapter, Capabilities, PrecisionProfile
 from qconform.harness.run.gate import RunExit
 from qconform.harness.stat.runner import FAIL, PASS, InProcess, StatOptions, load_cases, run_stat

@@ -25,7 +25,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from qconform import atomic_file
+from qconform.generators import atomic_file
 
 #: classes in display order, with their bar colours
 CLASS_COLOURS: dict[str, str] = {

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from qconform import atomic_file
+from qconform.generators import atomic_file
 from qconform.harness.run.gate import supported_share
 from qconform.harness.run.summary import RunSummary
 from qconform.harness.verdicts import CLASS_ORDER
@@ -46,5 +46,5 @@ def build(summary: RunSummary) -> dict:
 
 
 def write(path: str | Path, summary: RunSummary) -> None:
-    """Write the report to ``path`` atomically (qconform.atomic_file; WriteError on failure)."""
+    """Write the report to ``path`` atomically (qconform.generators.atomic_file; WriteError on failure)."""
     atomic_file.write_text(path, json.dumps(build(summary), indent=1, sort_keys=False) + "\n")

@@ -442,7 +442,7 @@ class ConformanceRun:
         self._set_exit(session, RunExit.ADAPTER_START)
 
     def _write_html(self, path: Path) -> None:
-        from qconform import atomic_file
+        from qconform.generators import atomic_file
         from qconform.harness.run import html_report, json_report
 
         try:
@@ -451,7 +451,7 @@ class ConformanceRun:
             self.write_errors.append(f"HTML report not written: {exc}")
 
     def _write_json(self, path: Path) -> None:
-        from qconform import atomic_file
+        from qconform.generators import atomic_file
         from qconform.harness.run import json_report
 
         try:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from qconform import atomic_file
+from qconform.generators import atomic_file
 
 #: environment variable naming the cache directory of ``--lf``
 CACHE_ENV = "QCONFORM_CACHE"

@@ -22,7 +22,7 @@ from statistics import NormalDist
 from rich.console import Console
 from rich.table import Table
 
-from qconform import atomic_file
+from qconform.generators import atomic_file
 from qconform.harness.stat.runner import FAIL, CaseResult, Histogram, StatRun, outcome_label
 
 FORMAT = "qconform-stat-v1"

@@ -54,7 +54,7 @@ def print_finding(report, vector_out: str | None) -> dict:
     click.echo(f"{kind}, a test object of vectors/{finding.case['family']}.json:")
     click.echo(text)
     if vector_out is not None:
-        from qconform import atomic_file
+        from qconform.generators import atomic_file
 
         try:
             atomic_file.write_text(vector_out, text + "\n")

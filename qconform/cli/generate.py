@@ -45,9 +45,24 @@ def _check_corpus(root: Path, families: list | None) -> None:
     from qconform.generators import drift
 
     with user_errors(), family_progress(_family_count(families), "checking") as advance:
-        result = drift.check(root, families, advance)
+        result = drift.check(root, families, advance, describe=case_change)
     for item in result.drifts:
         click.echo(str(item))
     if result.drifts:
         raise click.ClickException(f"{len(result.drifts)} drift(s) in {root}; run `qconform generate` to update")
     click.echo(f"clean: {result.families} families, {result.cases} cases match {root}")
+
+
+def case_change(committed: dict, fresh: dict) -> str:
+    """The first field where a regenerated case departs from the committed one, decoded as
+    ``qconform run`` shows a failure (harness/judging/value_diff.py): ``path: committed X, regenerated Y``."""
+    from qconform.harness.judging.value_diff import Malformed, first_difference
+    from qconform.harness.verdicts import brief
+
+    try:
+        diff = first_difference(committed, fresh)
+    except Malformed as exc:
+        return f"{exc.path or 'case'}: {exc.detail} (regenerated vs committed)"
+    if diff is None:
+        return "same values, another encoding"
+    return f"{diff.path or 'case'}: committed {brief(diff.expected, 60)}, regenerated {brief(diff.got, 60)}"

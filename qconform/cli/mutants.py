@@ -251,7 +251,7 @@ def mutants(ctx: click.Context, names: tuple[str, ...], families: tuple[str, ...
     if skipped:
         console.print(f"not run (family filter): {', '.join(skipped)}", highlight=False)
     if json_path:
-        from qconform import atomic_file
+        from qconform.generators import atomic_file
 
         try:
             atomic_file.write_text(json_path, json.dumps(report_json(results, MUTANTS, root), indent=2) + "\n")

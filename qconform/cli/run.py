@@ -187,7 +187,7 @@ def from_pytest(code: int) -> int:
 
 def _publish_junit(written: Path, target: Path, status: int) -> int:
     """Move pytest's JUnit file into place atomically; on failure one ``Error:`` line and status 4."""
-    from qconform import atomic_file
+    from qconform.generators import atomic_file
     from qconform.harness.run.gate import RunExit
 
     try:

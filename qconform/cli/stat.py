@@ -60,7 +60,7 @@ def stat_command(adapter, families, patterns, keyword, excludes, samples, alpha,
                  plots_dir, json_path, device, vectors, timeout_s, html_path=None) -> None:
     """Statistical conformance: sampled rounds against the exact law (for adapters with their own RNG)."""
     from qconform.generators.corpus import default_vectors_dir
-    from qconform.atomic_file import WriteError
+    from qconform.generators.atomic_file import WriteError
     from qconform.cli.console import wide_console
     from qconform.harness.stat.report import render, write_json, write_plots
     from qconform.harness.transport.client import AdapterStartError, open_adapter
