@@ -53,9 +53,13 @@ def run_families(binary: Path) -> dict[str, list]:
 @pytest.mark.rules("R08", "R22", "R23")
 def test_the_c_shim_passes_its_families(tmp_path):
     found = run_families(build(SOURCE.read_text(), tmp_path))
+    #: the one group the example leaves out (it has no SHA-256), answered "unimplemented"
+    left_out = "rng_abi/unseeded_requests/"
     for verdicts in found.values():
-        assert verdicts and {v.cls for v in verdicts} == {VerdictClass.PASS}, [v.line() for v in verdicts
-                                                                                if v.cls != "pass"]
+        judged = [v for v in verdicts if not v.case_id.startswith(left_out)]
+        assert judged and {v.cls for v in judged} == {VerdictClass.PASS}, [v.line() for v in judged
+                                                                             if v.cls != "pass"]
+    assert {v.cls for v in found["rng_abi"] if v.case_id.startswith(left_out)} == {VerdictClass.UNSUPPORTED}
 
 
 @pytest.mark.rules("R08", "R22")

@@ -60,37 +60,67 @@ static void skip_ws(reader *r) { while (*r->p == ' ' || *r->p == '\t' || *r->p =
 
 static jval *parse_value(reader *r);
 
+static int hex4(reader *r, unsigned *code) {
+    int k;
+    *code = 0;
+    for (k = 0; k < 4; k++) {
+        char h = *r->p;
+        unsigned d;
+        if (h >= '0' && h <= '9') d = (unsigned)(h - '0');
+        else if (h >= 'a' && h <= 'f') d = (unsigned)(h - 'a' + 10);
+        else if (h >= 'A' && h <= 'F') d = (unsigned)(h - 'A' + 10);
+        else return 0;
+        *code = *code * 16 + d;
+        r->p++;
+    }
+    return 1;
+}
+
 static char *parse_string(reader *r) {
-    /* the protocol's strings are ASCII; \uXXXX escapes below 0x80 are decoded, others refused */
+    /* JSON strings: the escapes, \uXXXX (surrogate pairs too) written out as UTF-8 */
     size_t cap = 16, n = 0;
     char *out = xmalloc(cap);
     r->p++; /* opening quote */
     while (*r->p && *r->p != '"') {
+        char bytes[4];
+        int len = 1;
         char c = *r->p++;
+        bytes[0] = c;
         if (c == '\\') {
             char e = *r->p++;
             switch (e) {
-            case '"': case '\\': case '/': c = e; break;
-            case 'n': c = '\n'; break;
-            case 't': c = '\t'; break;
-            case 'r': c = '\r'; break;
-            case 'b': c = '\b'; break;
-            case 'f': c = '\f'; break;
+            case '"': case '\\': case '/': bytes[0] = e; break;
+            case 'n': bytes[0] = '\n'; break;
+            case 't': bytes[0] = '\t'; break;
+            case 'r': bytes[0] = '\r'; break;
+            case 'b': bytes[0] = '\b'; break;
+            case 'f': bytes[0] = '\f'; break;
             case 'u': {
-                unsigned code = 0; int k;
-                for (k = 0; k < 4; k++) {
-                    char h = *r->p++;
-                    code = code * 16 + (unsigned)(h >= 'a' ? h - 'a' + 10 : h >= 'A' ? h - 'A' + 10 : h - '0');
+                unsigned code, low;
+                if (!hex4(r, &code)) { r->error = "bad unicode escape"; free(out); return NULL; }
+                if (code >= 0xD800 && code < 0xDC00) {
+                    if (r->p[0] != '\\' || r->p[1] != 'u') { r->error = "lone surrogate"; free(out); return NULL; }
+                    r->p += 2;
+                    if (!hex4(r, &low) || low < 0xDC00 || low >= 0xE000) { r->error = "bad surrogate pair"; free(out); return NULL; }
+                    code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
                 }
-                if (code >= 0x80) { r->error = "non-ASCII \\u escape"; free(out); return NULL; }
-                c = (char)code;
+                if (code < 0x80) { bytes[0] = (char)code; }
+                else if (code < 0x800) { bytes[0] = (char)(0xC0 | (code >> 6)); bytes[1] = (char)(0x80 | (code & 0x3F)); len = 2; }
+                else if (code < 0x10000) {
+                    bytes[0] = (char)(0xE0 | (code >> 12)); bytes[1] = (char)(0x80 | ((code >> 6) & 0x3F));
+                    bytes[2] = (char)(0x80 | (code & 0x3F)); len = 3;
+                } else {
+                    bytes[0] = (char)(0xF0 | (code >> 18)); bytes[1] = (char)(0x80 | ((code >> 12) & 0x3F));
+                    bytes[2] = (char)(0x80 | ((code >> 6) & 0x3F)); bytes[3] = (char)(0x80 | (code & 0x3F)); len = 4;
+                }
                 break;
             }
             default: r->error = "bad escape"; free(out); return NULL;
             }
         }
-        if (n + 1 >= cap) out = xrealloc(out, cap *= 2);
-        out[n++] = c;
+        while (n + (size_t)len + 1 >= cap) out = xrealloc(out, cap *= 2);
+        memcpy(out + n, bytes, (size_t)len);
+        n += (size_t)len;
     }
     if (*r->p != '"') { r->error = "unterminated string"; free(out); return NULL; }
     r->p++;
@@ -212,7 +242,8 @@ static void put(buffer *b, const char *fmt, ...) {
 
 /* ---- refusals: a case's answer {"error": CODE} --------------------------------------------- */
 
-typedef struct { const char *refusal; const char *error; } outcome; /* both NULL: answered */
+/* all NULL: answered; `unimplemented`: this input needs what the shim does not do (BoGo's 89) */
+typedef struct { const char *refusal; const char *error; const char *unimplemented; } outcome;
 
 /* An integer field in [0, limit): the JSON number must be a plain nonnegative integer. */
 static int field(const jval *v, uint64_t limit, uint64_t *out) {
@@ -303,9 +334,13 @@ static void put_schedule(buffer *b, const char *name, uint64_t seed, uint32_t ge
 }
 
 static outcome rng_abi(const jval *c, buffer *b) {
-    outcome result = {NULL, NULL};
+    outcome result = {NULL, NULL, NULL};
     uint64_t seed, generation, round_id, position, draw_counter, anchor, depth;
     uint32_t key[2], counter[4], out[4];
+    if (get(c, "request_id")) { /* the seed of an unseeded request needs SHA-256, which this example leaves out */
+        result.unimplemented = "the unseeded-request seed (SHA-256 of the request ID) is not implemented";
+        return result;
+    }
     if (get(c, "counter")) { /* a known-answer line */
         int i;
         uint64_t rounds;
@@ -395,7 +430,7 @@ static int blob_words(const jval *blob, const char *dtype, uint32_t **words, siz
 }
 
 static outcome categorical_sampling(const jval *c, buffer *b) {
-    outcome result = {NULL, NULL};
+    outcome result = {NULL, NULL, NULL};
     const jval *row = get(c, "row"), *rep = get(row, "representation"), *draws = get(c, "draws");
     uint32_t *counts = NULL, *ids = NULL;
     size_t n = 0, n_ids = 0, i;
@@ -456,7 +491,9 @@ static void answer_run(const jval *request, const char *id, buffer *out) {
         buffer answer = {NULL, 0, 0};
         outcome result = solve(inputs->items[i], &answer);
         if (i) put(out, ",");
-        if (result.error)
+        if (result.unimplemented)
+            put(out, "{\"status\":\"unimplemented\",\"reason\":\"%s\"}", result.unimplemented);
+        else if (result.error)
             put(out, "{\"status\":\"error\",\"message\":\"%s\"}", result.error);
         else if (result.refusal)
             put(out, "{\"status\":\"ok\",\"output\":{\"error\":\"%s\"}}", result.refusal);
