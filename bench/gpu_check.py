@@ -185,7 +185,7 @@ def conformance_runs(device: str, gpus: int, families: tuple[str, ...] = ()) -> 
     if missing_vllm is None:
         adapters.append("vllm:triton")
     else:
-        skipped.append(f"vllm:triton: {missing_vllm}")
+        skipped.append(f"vLLM Triton kernels: {missing_vllm}")
     with tempfile.TemporaryDirectory() as tmp:
         reports = {a: Path(tmp) / f"{a}.json" for a in adapters}
         started = {a: start_conformance(a, device, reports[a], families) for a in adapters}

@@ -47,7 +47,7 @@ def test_smoke_rehearses_every_part_and_the_candidates_agree(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     text = out.read_text()
     runs = table_rows(text, "## Conformance")
-    assert [r[:2] for r in runs] == [["torch", "yes"], ["triton", "yes"], ["torch-tp2 on NCCL", "skipped"]]
+    assert [r[:2] for r in runs] == [["torch", "yes"], ["triton", "yes"], ["torch-tp2 on NCCL", "skipped"], ["vLLM Triton kernels", "skipped"]]
     stages = table_rows(text, "## Stages")
     assert len(stages) == 7
     for row in stages:
