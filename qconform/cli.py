@@ -200,5 +200,14 @@ def _register_harness_commands() -> None:
 _register_harness_commands()
 
 
+def _register_generator_commands() -> None:
+    from qconform.generators.adequacy.command import adequacy
+
+    cli.add_command(adequacy)
+
+
+_register_generator_commands()
+
+
 def main() -> None:
     cli()
