@@ -75,10 +75,11 @@ class MutantReport:
     case: str | None = None
     detail: str = ""
     seconds: float = 0.0
+    reached: bool = True  # False: no committed case calls its function (so it was not run)
 
     def to_json(self) -> dict:
         return {**self.site.to_json(), "families": list(self.families), "status": self.status, "case": self.case,
-                "detail": self.detail, "seconds": round(self.seconds, 2)}
+                "detail": self.detail, "seconds": round(self.seconds, 2), "reached": self.reached}
 
 
 @dataclass
@@ -177,28 +178,35 @@ def analyse(modules: Sequence[str], sites_run: Sequence[Site], vectors: Path, eq
     cases = committed_cases(vectors, needed)
     registry.all_families()  # imported once here, so every forked worker starts warm
 
-    baseline = runner.run([runner.Job(None, (f,), timeout_s or 3600.0) for f in needed], cases, workers)
+    baseline = runner.run([runner.Job(None, (f,), timeout_s or 3600.0, trace=True) for f in needed], cases, workers)
     cost: dict[str, float] = {}
+    reached: set[tuple[Path, str]] = set()
     for result in baseline:
+        reached |= {(Path(file).resolve(), name) for file, name in result.outcome.reached}
         family = result.job.families[0]
         if result.outcome.kind != SURVIVED:
             raise AdequacyError(f"the unmutated spec does not reproduce {family} ({result.outcome.kind} at "
                                 f"{result.outcome.case}: {result.outcome.detail}); run `qconform generate --check`")
         cost[family] = result.seconds
 
-    jobs = []
+    jobs, unreached = [], []
     for site in sites_run:
-        families = tuple(sorted(families_of[site.module], key=lambda f: cost[f]))  # cheapest first
+        families = families_of[site.module]  # corpus order: the first drifted case is deterministic
+        if site.in_function and (imports.module_files()[module_name(site.module)].resolve(), site.qualname) \
+                not in reached:
+            unreached.append(MutantReport(site, families, "survived", None,
+                                          f"unreached: no committed case calls {site.qualname}", reached=False))
+            continue
         limit = timeout_s or TIMEOUT_FACTOR * sum(cost[f] for f in families) + TIMEOUT_SLACK_S
         jobs.append(runner.Job(site, families, limit))
     if progress:
-        progress("", len(jobs))
+        progress("", len(jobs))  # the unreached ones are not run
 
     def done(result: runner.Finished) -> None:
         if progress and result.job.site is not None:
             progress(result.job.site.id, len(jobs))
 
-    reports = []
+    reports = list(unreached)
     for result in runner.run(jobs, cases, workers, done):
         site, outcome = result.job.site, result.outcome
         assert site is not None
@@ -206,4 +214,6 @@ def analyse(modules: Sequence[str], sites_run: Sequence[Site], vectors: Path, eq
         if status == "survived" and site.id in listed:
             status = "equivalent"
         reports.append(MutantReport(site, result.job.families, status, outcome.case, outcome.detail, result.seconds))
+    order = {site.id: i for i, site in enumerate(sites_run)}
+    reports.sort(key=lambda m: order[m.site.id])
     return Report(tuple(modules), reports, stale_entries(listed, reports), sample, seed)

@@ -84,6 +84,7 @@ class Site:
     line: int
     serial: int  # node index in :func:`_walk` order (valid for this source text only)
     detail: int = 0  # which comparison operator of a chain, or the +1/-1 of a literal
+    in_function: bool = False  # inside a function body (else module or class level: run at import)
 
     @property
     def id(self) -> str:
@@ -132,14 +133,15 @@ def _children(node: ast.AST) -> Iterator[ast.AST]:
                 yield item
 
 
-def _walk(tree: ast.Module) -> Iterator[tuple[int, ast.AST, ast.AST | None, str]]:
-    """Every node that may be mutated, in a fixed depth-first order: (serial, node, parent, qualname)."""
+def _walk(tree: ast.Module) -> Iterator[tuple[int, ast.AST, ast.AST | None, str, bool]]:
+    """Every node that may be mutated, in a fixed depth-first order:
+    (serial, node, parent, qualname, whether it lies in a function's body)."""
     serial = 0
 
-    def visit(node: ast.AST, parent: ast.AST | None, scope: tuple[str, ...]) -> Iterator:
+    def visit(node: ast.AST, parent: ast.AST | None, scope: tuple[str, ...], body: bool) -> Iterator:
         nonlocal serial
         serial += 1
-        yield serial, node, parent, ".".join(scope) or MODULE_LEVEL
+        yield serial, node, parent, ".".join(scope) or MODULE_LEVEL, body
         if isinstance(node, (ast.Assert, ast.JoinedStr)) or _is_type_checking(node):
             return
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -147,9 +149,19 @@ def _walk(tree: ast.Module) -> Iterator[tuple[int, ast.AST, ast.AST | None, str]
         for child in _children(node):
             if isinstance(child, ast.stmt) and _is_docstring(child):
                 continue
-            yield from visit(child, node, scope)
+            inside = body or (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and child in node.body)
+            yield from visit(child, node, scope, inside)
 
-    yield from visit(tree, None, ())
+    yield from visit(tree, None, (), False)
+
+
+def _default_of(node: ast.expr, arguments: ast.arguments) -> ast.AST:
+    """``name=default`` (without annotations) for a parameter's default value."""
+    positional = arguments.posonlyargs + arguments.args
+    pairs = list(zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults))
+    pairs += [(a, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None]
+    name = next(a.arg for a, d in pairs if d is node)
+    return ast.keyword(arg=name, value=node)
 
 
 def _sites_of_node(node: ast.AST, parent: ast.AST | None) -> Iterator[tuple[str, ast.AST, int]]:
@@ -164,7 +176,7 @@ def _sites_of_node(node: ast.AST, parent: ast.AST | None) -> Iterator[tuple[str,
         if swap is not None:
             yield f"{type(node.op).__name__}->{swap.__name__}", node, 0
     elif isinstance(node, ast.Constant) and type(node.value) is int:
-        anchor = parent if parent is not None else node
+        anchor = _default_of(node, parent) if isinstance(parent, ast.arguments) else parent or node
         yield "int+1", anchor, 1
         yield "int-1", anchor, -1
     elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in MINMAX:
@@ -181,14 +193,14 @@ def sites(module: str, path: Path) -> list[Site]:
     """Every mutant of the spec module ``module`` (its source at ``path``), in source order."""
     seen: dict[tuple[str, str, str], int] = {}
     out: list[Site] = []
-    for serial, node, parent, qualname in _walk(parse(path)):
+    for serial, node, parent, qualname, in_function in _walk(parse(path)):
         for operator, anchor_node, detail in _sites_of_node(node, parent):
             anchor = _anchor(anchor_node)
             key = (qualname, operator, anchor)
             occurrence = seen.get(key, 0)
             seen[key] = occurrence + 1
             out.append(Site(module, qualname, operator, anchor, occurrence, getattr(node, "lineno", 0), serial,
-                            detail))
+                            detail, in_function))
     return out
 
 
@@ -203,7 +215,7 @@ class _DropRaise(ast.NodeTransformer):
 def mutated_tree(path: Path, site: Site) -> ast.Module:
     """The syntax tree of the module at ``path`` with ``site``'s mutation applied."""
     tree = parse(path)
-    node = next(n for serial, n, _parent, _scope in _walk(tree) if serial == site.serial)
+    node = next(n for serial, n, _parent, _scope, _body in _walk(tree) if serial == site.serial)
     if site.operator == "drop-raise":
         tree = _DropRaise(node).visit(tree)
     elif isinstance(node, ast.Compare):

@@ -16,10 +16,10 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from types import CodeType, ModuleType
-from typing import Mapping, Sequence
+from types import CodeType, FrameType, ModuleType
+from typing import Callable, Mapping, Sequence
 
 from qconform.generators.adequacy import imports
 from qconform.generators.adequacy.mutate import Site, mutated_tree
@@ -48,6 +48,8 @@ class Outcome:
     case: str | None = None  # the first drifted (or crashing) case
     detail: str = ""
     cases: int = 0  # cases solved
+    #: (source file, qualified name) of every function the run called (the traced baseline only)
+    reached: frozenset[tuple[str, str]] = frozenset()
 
 
 def module_name(module: str) -> str:
@@ -111,6 +113,23 @@ def _short(text: str) -> str:
 def _crash(error: BaseException) -> str:
     text = f"{type(error).__name__}: {error}"
     return text if len(text) <= DETAIL_LIMIT else text[: DETAIL_LIMIT - 3] + "..."
+
+
+def traced(run: Callable[[], Outcome]) -> Outcome:
+    """``run()`` with every call of a Python function recorded in the outcome's ``reached``."""
+    seen: set[tuple[str, str]] = set()
+
+    def profile(frame: FrameType, event: str, _arg: object) -> None:
+        if event == "call":
+            code = frame.f_code
+            seen.add((code.co_filename, code.co_qualname.replace(".<locals>", "")))
+
+    sys.setprofile(profile)
+    try:
+        outcome = run()
+    finally:
+        sys.setprofile(None)
+    return replace(outcome, reached=frozenset(seen))
 
 
 def solve_all(families: Sequence[str], cases: Mapping[str, Sequence[CommittedCase]]) -> Outcome:

@@ -58,8 +58,9 @@ def render(report: Report, console: Console | None = None) -> None:
         survivors = Table(title="Survivors: behaviours no committed vector pins")
         survivors.add_column("line", justify="right")
         survivors.add_column("mutant")
+        survivors.add_column("note")
         for m in report.survivors:
-            survivors.add_row(str(m.site.line), escape(m.site.id))
+            survivors.add_row(str(m.site.line), escape(m.site.id), "" if m.reached else "no case calls its function")
         console.print(survivors)
     for ident, why in report.stale:
         console.print(f"[bold red]stale equivalent[/] {escape(ident)}: {why}")

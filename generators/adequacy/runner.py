@@ -36,6 +36,7 @@ class Job:
     site: Site | None  # None: the unmutated spec (the baseline)
     families: tuple[str, ...]
     timeout_s: float
+    trace: bool = False  # record the functions called (docs/adequacy.md, "Unreached functions")
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,10 @@ def _child(job: Job, conn: Connection) -> None:
         try:
             if job.site is not None:
                 oracle.install(job.site)
-            outcome = oracle.solve_all(job.families, _CASES)
+            if job.trace:
+                outcome = oracle.traced(lambda: oracle.solve_all(job.families, _CASES))
+            else:
+                outcome = oracle.solve_all(job.families, _CASES)
         except Exception as error:  # noqa: BLE001 - a mutant that cannot even be installed is a crash
             outcome = Outcome(CRASH, None, f"{type(error).__name__}: {error}"[: oracle.DETAIL_LIMIT])
         conn.send(outcome)
