@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
-from qconform.cli import cli
 from qconform.generators.adequacy import analysis, equivalents, imports, oracle, runner
 from qconform.generators.adequacy.analysis import MutantReport
 from qconform.generators.adequacy.mutate import Site, mutated_tree, sites
+
+from qconform.cli import cli
 
 SOURCE = '''
 """A docstring: nothing here is mutated 1 < 2."""
@@ -81,7 +81,7 @@ def test_sites_cover_every_operator_and_skip_what_holds_no_behaviour(tmp_path: P
 
 def run_toy(path: Path, site: Site, *args: object) -> object:
     namespace: dict = {"defines": lambda *_: (lambda f: f), "refuse": ValueError}
-    exec(compile(mutated_tree(path, site), str(path), "exec"), namespace)
+    exec(compile(mutated_tree(path, site), str(path), "exec"), namespace)  # noqa: S102
     return namespace["pick"](*args)
 
 

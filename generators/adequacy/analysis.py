@@ -9,16 +9,22 @@ equivalents file) and ``survived``. The kill rate is killed / (mutants - equival
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable, Sequence
 
 from qconform.generators import registry
 from qconform.generators.adequacy import equivalents, imports, runner
 from qconform.generators.adequacy.equivalents import Equivalent
 from qconform.generators.adequacy.mutate import Site, sites
-from qconform.generators.adequacy.oracle import CRASH, DRIFT, SURVIVED, CommittedCase, module_name
+from qconform.generators.adequacy.oracle import (
+    CRASH,
+    DRIFT,
+    SURVIVED,
+    CommittedCase,
+    module_name,
+)
 
 #: the modules whose kill rate is the goal of issue #11 (spec/<name>.py)
 CORE_MODULES: tuple[str, ...] = (
@@ -59,7 +65,7 @@ def select(modules: Sequence[str], sample: int | None, seed: int, ids: frozenset
     if ids:
         unknown = ids - {site.id for site in chosen}
         if unknown:
-            raise AdequacyError(f"no such mutant: {sorted(unknown)[0]} (see qconform adequacy --list)")
+            raise AdequacyError(f"no such mutant: {min(unknown)} (see qconform adequacy --list)")
         chosen = [site for site in chosen if site.id in ids]
     if sample is not None and sample < len(chosen):
         keep = set(random.Random(seed).sample(range(len(chosen)), sample))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 #: the packages whose modules form the graph: the spec and the generators
@@ -27,7 +27,7 @@ def package_dir(package: str) -> Path:
     return Path(next(iter(found.submodule_search_locations)))
 
 
-@lru_cache(maxsize=None)
+@cache
 def module_files() -> dict[str, Path]:
     """Module name -> source file, for every module of :data:`PACKAGES`."""
     out: dict[str, Path] = {}
@@ -68,7 +68,7 @@ def _imported(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def import_graph() -> dict[str, frozenset[str]]:
     """Module -> the modules it imports directly (within :data:`PACKAGES`)."""
     known = module_files()

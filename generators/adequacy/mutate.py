@@ -26,9 +26,9 @@ expression itself does.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 #: comparison operator -> its mutant
 COMPARE_SWAPS: dict[type[ast.cmpop], type[ast.cmpop]] = {

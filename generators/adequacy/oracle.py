@@ -16,10 +16,10 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import CodeType, FrameType, ModuleType
-from typing import Callable, Mapping, Sequence
 
 from qconform.generators.adequacy import imports
 from qconform.generators.adequacy.mutate import Site, mutated_tree
@@ -65,7 +65,7 @@ class _MutantLoader(importlib.abc.Loader):
         return None
 
     def exec_module(self, module: ModuleType) -> None:
-        exec(self.code, module.__dict__)
+        exec(self.code, module.__dict__)  # noqa: S102 - the mutated module, compiled from its own source
 
 
 class _MutantFinder(importlib.abc.MetaPathFinder):

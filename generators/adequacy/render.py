@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
+from qconform.generators.adequacy.analysis import Report
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
-
-from qconform.generators.adequacy.analysis import Report
 
 
 @contextlib.contextmanager

@@ -15,9 +15,9 @@ import multiprocessing
 import os
 import resource
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Callable, Mapping, Sequence
 
 from qconform.generators.adequacy import oracle
 from qconform.generators.adequacy.mutate import Site
