@@ -491,6 +491,10 @@ def full_acceptance_cases() -> Iterator[Case]:
         yield round_case(f"depth{depth}-bonus",
                          f"All {depth} drafts accepted; bonus from p_{depth + 1} at anchor + {depth}.",
                          ("FULL_ACCEPTANCE",), [full_acceptance_request(ident, depth)])
+    one = QRow.dense([M])
+    yield round_case("depth2-vocab1", "A vocabulary of one token: both drafts accepted, the bonus drawn from a "
+                     "one-entry row.", ("FULL_ACCEPTANCE",),
+                     [RoundInput(RngIdentity(0xF012, 2, 3, 4), [0, 0], [one, one], [[Fraction(1)]] * 3)])
 
 
 def per_request_parameter_cases() -> Iterator[Case]:
