@@ -143,11 +143,18 @@ class Report:
 
 
 def committed_cases(vectors: Path, families: Sequence[str]) -> dict[str, list[CommittedCase]]:
-    """The committed, validated cases of ``families`` (VectorFileError when one is malformed)."""
+    """The committed, validated cases of ``families`` (VectorFileError when one is malformed), each
+    family's smallest inputs first (by canonical JSON length, then id): a mutant usually drifts on
+    a small case, so it is found sooner, and the case named is the smallest witness."""
+    from qconform.generators.encoding import canonical_json
     from qconform.generators.validation import iter_cases
 
-    return {family: [CommittedCase(c.id, c.input, c.expected) for c in iter_cases(vectors, [family])]
-            for family in families}
+    out: dict[str, list[CommittedCase]] = {}
+    for family in families:
+        cases = [(len(canonical_json(c.input)), c.id, CommittedCase(c.id, c.input, c.expected))
+                 for c in iter_cases(vectors, [family])]
+        out[family] = [case for _size, _id, case in sorted(cases, key=lambda t: t[:2])]
+    return out
 
 
 def stale_entries(listed: dict[str, Equivalent], mutants: Sequence[MutantReport]) -> list[tuple[str, str]]:
