@@ -218,3 +218,14 @@ def test_every_core_module_has_sites_with_unique_ids_that_compile() -> None:
             mutated = mutated_tree(path, site)
             assert ast.unparse(mutated) != ast.unparse(ast.parse(path.read_text())), site.id
             compile(mutated, str(path), "exec")
+
+
+def test_the_traced_baseline_records_the_spec_functions_the_corpus_calls() -> None:
+    """A mutant inside a function that no committed case calls is reported unreached, not run."""
+    cases = analysis.committed_cases(_vectors(), ["categorical_sampling"])
+    (result,) = runner.run([runner.Job(None, ("categorical_sampling",), 300, trace=True)], cases, 1)
+    sampling = str(imports.module_files()["qconform.spec.sampling"].resolve())
+    called = {name for file, name in result.outcome.reached if str(Path(file).resolve()) == sampling}
+    assert result.outcome.kind == oracle.SURVIVED
+    assert {"sample_counts", "sample_qrow", "check_draw"} <= called
+    assert "sample_mass" not in called and "mass_draw" not in called  # the mass rule is not this family's
