@@ -635,6 +635,17 @@ def invalid_cases() -> Iterator[Case]:
                        [{**request, "p_rows": encode_p_probabilities([UNIFORM_P])}])
     yield invalid_case("five-requests", "A batch of five requests exceeds the bound of four (R27).",
                        [request] * (MAX_REQUESTS + 1))
+    yield invalid_case("draft-negative", "Draft token -1.", [{**request, "draft_tokens": [-1]}])
+    yield invalid_case("stop-token-at-vocab", "Stop token 8 in a vocabulary of 8 (the first ID past it).",
+                       [{**request, "stop_tokens": [SMALL_VOCAB]}])
+    yield invalid_case("target-row-short", "The first target row has 7 entries in a vocabulary of 8.",
+                       [{**request, "p_rows": encode_p_probabilities([UNIFORM_P[1:], UNIFORM_P])}])
+    negative = [Fraction(-1, 8), Fraction(3, 8)] + UNIFORM_P[2:]  # sums to 1, with numerator -1 at token 0
+    yield invalid_case("target-negative-probability", "The first target row has p(0) = -1/8 and still sums to 1.",
+                       [{**request, "p_rows": encode_p_probabilities([negative, UNIFORM_P])}])
+    deeper = request_json(RoundInput(ident, [1, 3], [sparse, sparse], [UNIFORM_P] * 3))
+    yield invalid_case("mixed-depths", "A batch of a depth-1 and a depth-2 request: one batch, one depth (R27).",
+                       [request, deeper])
 
 
 def build() -> Iterator[Group]:
