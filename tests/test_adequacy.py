@@ -9,6 +9,7 @@ equivalents entries are refused.
 from __future__ import annotations
 
 import ast
+import json
 import os
 import textwrap
 import time
@@ -229,3 +230,17 @@ def test_the_traced_baseline_records_the_spec_functions_the_corpus_calls() -> No
     assert result.outcome.kind == oracle.SURVIVED
     assert {"sample_counts", "sample_qrow", "check_draw"} <= called
     assert "sample_mass" not in called and "mass_draw" not in called  # the mass rule is not this family's
+
+
+def test_a_listed_mutant_that_the_corpus_kills_fails_the_run(tmp_path: Path) -> None:
+    killed = "sharding:sample_sharded_scaled:Gt->GtE:cumulative * U32_LIMIT > threshold"
+    listed = tmp_path / "eq.toml"
+    listed.write_text(f'[[mutant]]\nid = "{killed}"\nreason = "wrongly claimed equivalent"\n', encoding="utf-8")
+    report = tmp_path / "report.json"
+    result = CliRunner().invoke(cli, ["adequacy", "--mutant", killed, "--equivalents", str(listed),
+                                      "--json", str(report)])
+    assert result.exit_code == 1, result.output
+    assert "stale equivalent" in result.output and "1 stale entr" in result.output
+    data = json.loads(report.read_text())
+    assert data["stale"] == [{"id": killed, "why": "now killed-drift: not equivalent"}]
+    assert data["mutants"][0]["case"].startswith("sharding/residual/")
