@@ -73,11 +73,14 @@ def q_rows_dense(rows: Sequence[dict], vocab: int, device: str) -> torch.Tensor:
     return torch.stack([q_row_counts(row, vocab, device) for row in rows])
 
 
-def p_rows_f64(obj: dict, device: str) -> torch.Tensor:
-    """Target rows as FP64 weights ``[R, V]`` (rational rows are rounded: not exact)."""
+def p_rows_f64(obj: dict, device: str, vocab: int | None = None) -> torch.Tensor:
+    """Target rows as FP64 weights ``[R, V]`` (rational rows are rounded: not exact); BAD_SHAPE for a
+    rational row without ``vocab`` entries (when given), BAD_TARGET_ROW for one that does not sum to 1."""
     if "weights" in obj:
         return blob_tensor(obj["weights"], device).to(torch.float64)
     rows = [[Fraction(*map(int, v.split("/"))) for v in row] for row in obj["probabilities"]]
+    if vocab is not None and any(len(row) != vocab for row in rows):
+        raise CandidateError("BAD_SHAPE", f"a target row does not have {vocab} entries")
     if any(sum(row) != 1 for row in rows):
         raise CandidateError("BAD_TARGET_ROW", "a target row does not sum to exactly 1")
     return torch.tensor([[float(v) for v in row] for row in rows], dtype=torch.float64, device=device)
@@ -221,8 +224,10 @@ def verification_round(inp: dict, device: str) -> dict:
     depth = len(requests[0]["draft_tokens"])
     if any(len(r["draft_tokens"]) != depth for r in requests):
         raise CandidateError("BAD_SHAPE", "requests of one batch must share the depth")
+    if any(not 0 <= t < vocab for r in requests for t in r.get("stop_tokens", [])):
+        raise CandidateError("TOKEN_OUT_OF_RANGE", "a stop token is outside the vocabulary")
     q = torch.stack([q_rows_dense(r["q_rows"], vocab, device) for r in requests])
-    p = torch.stack([p_rows_f64(r["p_rows"], device) for r in requests])
+    p = torch.stack([p_rows_f64(r["p_rows"], device, vocab) for r in requests])
     drafts = torch.tensor([r["draft_tokens"] for r in requests], dtype=torch.int64, device=device)
     result = verification.verify_round(
         [philox.request_seed(r) for r in requests], [r["generation"] for r in requests],

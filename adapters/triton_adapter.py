@@ -244,6 +244,8 @@ def verification_round(inp: dict, device: str) -> dict:
     depth = len(requests[0]["draft_tokens"])
     if any(len(r["draft_tokens"]) != depth or len(r["q_rows"]) != depth for r in requests):
         raise TritonCandidateError("BAD_SHAPE", "requests of one batch must share the depth")
+    if any(not 0 <= t < vocab for r in requests for t in r.get("stop_tokens", [])):
+        raise TritonCandidateError("TOKEN_OUT_OF_RANGE", "a stop token is outside the vocabulary")
     q = QRows.build(vocab, [q_row(row) for r in requests for row in r["q_rows"]], device)
     targets = [p_rows(r["p_rows"], vocab, device) for r in requests]
     if any(t.shape != (depth + 1, vocab) for t in targets):

@@ -302,9 +302,11 @@ def verification_round(rank: Rank, inp: dict) -> dict | None:
         raise CandidateError("BAD_SHAPE", f"{len(requests)} requests; the batch bound is {MAX_REQUESTS} (R27)")
     if any(len(r["draft_tokens"]) != len(requests[0]["draft_tokens"]) for r in requests):
         raise CandidateError("BAD_SHAPE", "requests of one batch must share the depth")
+    if any(not 0 <= t < vocab for r in requests for t in r.get("stop_tokens", [])):
+        raise CandidateError("TOKEN_OUT_OF_RANGE", "a stop token is outside the vocabulary")
     device = rank.device
     q = torch.stack([q_rows_dense(r["q_rows"], vocab, device) for r in requests])
-    p = torch.stack([p_rows_f64(r["p_rows"], device) for r in requests])
+    p = torch.stack([p_rows_f64(r["p_rows"], device, vocab) for r in requests])
     drafts = torch.tensor([r["draft_tokens"] for r in requests], dtype=torch.int64, device=device)
     check_shapes(drafts, q, p)
     spans = even_spans(vocab, rank.world)

@@ -84,6 +84,13 @@ NOTES = {
         "Shard sizes differ by more than one token: the global shard ranges, not S, define ownership (R31).",
         "Catches ranks that assume V / S tokens each or derive their offset from the rank alone.",
     ),
+    "DRAW_ON_BOUNDARY": Note(
+        "EDGE_CASE",
+        "Residual draws exactly on every interior cumulative boundary of the residual, u32 * R = C * 2^32 (at a "
+        "shard boundary and inside a shard), and one step either side: the token is the first v with "
+        "C_v * 2^32 > u32 * R, so a draw on a boundary picks the token after it (R33).",
+        "Catches a '>=' (inclusive) search in the shard choice or in the local residual CDF.",
+    ),
     "ZERO_MASS_SHARD": Note(
         "EDGE_CASE",
         "A shard whose count mass (proposal) or residual mass (correction) is zero; draws on both sides of its "
@@ -365,9 +372,23 @@ def proposal_case(name: str, comment: str, flags: tuple[str, ...], source: RowSo
                 expected=proposal_answer(case_input, sq))
 
 
+def exact_boundary_draws(masses: Sequence[Fraction]) -> list[int]:
+    """The draws on, one below and one above every interior cumulative boundary of ``masses``
+    (token by token), each of which must be an exact 32-bit draw: ``2^32 C / R`` an integer."""
+    total = sum(masses, Fraction(0))
+    draws: list[int] = []
+    for cumulative in dict.fromkeys(accumulate(masses[:-1])):
+        edge = cumulative * U32_LIMIT / total
+        if 0 < edge < U32_LIMIT:
+            assert edge.denominator == 1, f"boundary {edge} is not an exact 32-bit draw"
+            draws += [int(edge) - 1, int(edge), int(edge) + 1]
+    return draws
+
+
 def residual_case(name: str, comment: str, flags: tuple[str, ...], q_row: QRow, p_weights: Sequence[int],
-                  ranges: Sequence[ShardRange], seed: int = 0) -> Case:
-    """A residual case over integer target weights; draws straddle every shard boundary of the residual mass."""
+                  ranges: Sequence[ShardRange], seed: int = 0, on_boundaries: bool = False) -> Case:
+    """A residual case over integer target weights; draws straddle every shard boundary of the residual mass
+    (and, with ``on_boundaries``, land on and either side of every token boundary of it as well)."""
     if sum(p_weights) >= 1 << 29:
         raise AssertionError("target weights must sum below 2^29 so that FP64 residuals are exact")
     case_input = {"shard_ranges": ranges_json(ranges), "q_row": encode_qrow(q_row),
@@ -376,6 +397,10 @@ def residual_case(name: str, comment: str, flags: tuple[str, ...], q_row: QRow, 
     residual = sharded_residual(case_input)
     masses = [sum(r, Fraction(0)) for r in residual[2]]
     case_input["residual_draws"] = boundary_draws(masses, U32_LIMIT, U32_LIMIT, random.Random(seed))
+    if on_boundaries:
+        tokens = [m for shard in residual[2] for m in shard]
+        case_input["residual_draws"] = list(dict.fromkeys(case_input["residual_draws"] + exact_boundary_draws(tokens)))
+        flags += ("DRAW_ON_BOUNDARY",)
     if 0 in masses:
         flags += ("ZERO_MASS_SHARD",)
     if is_uneven(ranges):
@@ -476,6 +501,10 @@ def residual_cases() -> Iterator[Case]:
     counts = [M // 16] * 8 + [M // 4] * 2
     yield residual_case("uneven-s4-v10", "Dense q over V = 10 split 2 + 1 + 6 + 1.", (),
                         QRow.dense(counts), [5, 0, 1, 1, 0, 2, 2, 1, 9, 3], split(0, 2, 3, 9, 10), seed=35)
+    yield residual_case("exact-boundaries-s2-v8", "Uniform dense q, p = (4, 0, 2, 3, 0, 3, 2, 2) / 16: the residual "
+                        "(2, 0, 0, 1, 0, 1, 0, 0) / 16 has R = 1/4, so its boundaries 1/2 (inside shard 0) and 3/4 "
+                        "(between the shards) are exact draws; draws on and either side of each.", (),
+                        dense, [4, 0, 2, 3, 0, 3, 2, 2], even_shard_ranges(8, 2), seed=36, on_boundaries=True)
 
 
 def production_cases() -> Iterator[Case]:

@@ -157,6 +157,14 @@ NOTES = {
         "p(x) = 0 at a drafted token: it is never accepted, whatever the draw (here a small one).",
         "Catches 'coin <= cdf' accepting a zero-mass draft at coin = 0 (sglang #35771).",
     ),
+    "DRAW_ON_BOUNDARY": Note(
+        "EDGE_CASE",
+        "The residual or bonus row is chosen so that the correction or bonus draw lands exactly on a cumulative "
+        "boundary, u32 * R = C_v * 2^32, or one step either side of it: the token is the first v with "
+        "C_v * 2^32 > u32 * R, so a draw on the boundary picks the token after it.",
+        "Catches a '>=' (inclusive) cumulative search in the correction and bonus draw, and a draw rounded "
+        "before the comparison.",
+    ),
     "EXTREME_DRAW": Note(
         "EDGE_CASE",
         "A draw at an end of its range: the acceptance draw u32 = 0 at a draft with p(x) = 0, or a correction "
@@ -433,6 +441,42 @@ def extreme_correction_case() -> Case:
                       [RoundInput(ident, [0], [HALF_Q], [target, UNIFORM_P])])
 
 
+#: a draw lands on its cumulative boundary (offset 0) or one step below or above it
+DRAW_OFFSETS = {
+    "on-boundary": (0, "u32 * R = C_v * 2^32: the draw picks the token after the boundary"),
+    "one-below-boundary": (1, "u32 * R = C_v * 2^32 - R: the token before the boundary"),
+    "one-above-boundary": (-1, "u32 * R = C_v * 2^32 + R: the token after the boundary"),
+}
+
+
+def draw_boundary_cases() -> Iterator[Case]:
+    """Correction and bonus draws on a cumulative boundary of their row, and one step either side.
+
+    The correction: q = (1/2, 1/2) on {0, 1}, p(0) = 0 rejects x_1 = 0 whatever the draw; p(1) = 1/4 < q(1),
+    so the residual is ``a`` on token 2 and ``3/4 - a`` on token 3 (R = 3/4), and ``a = 3 (u32 + offset) / 2^34``
+    puts the boundary C_2 / R at ``(u32 + offset) / 2^32``. The bonus: both drafts accepted (p = q) and
+    ``p_3 = (b, 1 - b)`` on tokens 6 and 7 with ``b = (u32 + offset) / 2^32``.
+    """
+    ident = RngIdentity(0xB0E0, 3, 2, 512)
+    u32 = uniform32_draw(correction_key(ident, 0))
+    assert 2 <= u32 < U32_LIMIT - 2
+    for name, (offset, comment) in DRAW_OFFSETS.items():
+        share = Fraction(3 * (u32 + offset), 4 * U32_LIMIT)
+        target = p_row({1: Fraction(1, 4), 2: share, 3: Fraction(3, 4) - share})
+        yield round_case(f"correction-{name}", f"Residual 3/4 on tokens 2 and 3; {comment}.", ("DRAW_ON_BOUNDARY",),
+                         [RoundInput(ident, [0], [HALF_Q], [target, UNIFORM_P])])
+    ident = RngIdentity(0xB0E1, 1, 7, 64)
+    u32 = uniform32_draw(correction_key(ident, 2))
+    assert 2 <= u32 < U32_LIMIT - 2
+    for name, (offset, comment) in DRAW_OFFSETS.items():
+        share = Fraction(u32 + offset, U32_LIMIT)
+        bonus = p_row({6: share, 7: 1 - share})
+        drafts = [sample_qrow(HALF_Q, proposal_draw(proposal_key(ident, i))) for i in (1, 2)]
+        yield round_case(f"bonus-{name}", f"Both drafts accepted; the bonus row is on tokens 6 and 7; {comment}.",
+                         ("DRAW_ON_BOUNDARY", "FULL_ACCEPTANCE"),
+                         [RoundInput(ident, drafts, [HALF_Q] * 2, [q_as_p(HALF_Q)] * 2 + [bonus])])
+
+
 def q_misuse_cases() -> Iterator[Case]:
     q_row = dense_q({0: Fraction(1, 4), 1: Fraction(3, 4)})
     target = p_row({0: Fraction(1, 5), 1: Fraction(3, 5), 2: Fraction(1, 5)})
@@ -467,6 +511,10 @@ def full_acceptance_cases() -> Iterator[Case]:
         yield round_case(f"depth{depth}-bonus",
                          f"All {depth} drafts accepted; bonus from p_{depth + 1} at anchor + {depth}.",
                          ("FULL_ACCEPTANCE",), [full_acceptance_request(ident, depth)])
+    one = QRow.dense([M])
+    yield round_case("depth2-vocab1", "A vocabulary of one token: both drafts accepted, the bonus drawn from a "
+                     "one-entry row.", ("FULL_ACCEPTANCE",),
+                     [RoundInput(RngIdentity(0xF012, 2, 3, 4), [0, 0], [one, one], [[Fraction(1)]] * 3)])
 
 
 def per_request_parameter_cases() -> Iterator[Case]:
@@ -640,6 +688,17 @@ def invalid_cases() -> Iterator[Case]:
                        [{**request, "p_rows": encode_p_probabilities([UNIFORM_P])}])
     yield invalid_case("five-requests", "A batch of five requests exceeds the bound of four (R27).",
                        [request] * (MAX_REQUESTS + 1))
+    yield invalid_case("draft-negative", "Draft token -1.", [{**request, "draft_tokens": [-1]}])
+    yield invalid_case("stop-token-at-vocab", "Stop token 8 in a vocabulary of 8 (the first ID past it).",
+                       [{**request, "stop_tokens": [SMALL_VOCAB]}])
+    yield invalid_case("target-row-short", "The first target row has 7 entries in a vocabulary of 8.",
+                       [{**request, "p_rows": encode_p_probabilities([UNIFORM_P[1:], UNIFORM_P])}])
+    negative = [Fraction(-1, 8), Fraction(3, 8)] + UNIFORM_P[2:]  # sums to 1, with numerator -1 at token 0
+    yield invalid_case("target-negative-probability", "The first target row has p(0) = -1/8 and still sums to 1.",
+                       [{**request, "p_rows": encode_p_probabilities([negative, UNIFORM_P])}])
+    deeper = request_json(RoundInput(ident, [1, 3], [sparse, sparse], [UNIFORM_P] * 3))
+    yield invalid_case("mixed-depths", "A batch of a depth-1 and a depth-2 request: one batch, one depth (R27).",
+                       [request, deeper])
 
 
 def build() -> Iterator[Group]:
@@ -648,6 +707,8 @@ def build() -> Iterator[Group]:
     yield Group("zero_target", "Drafts with p(x) = 0.", RULES, list(zero_target_cases()))
     yield Group("residual", "Correction draws from the full-vocabulary residual.", RULES + ("R04",),
                 list(residual_cases()))
+    yield Group("draw_boundaries", "Correction and bonus draws on a cumulative boundary, and one step either side.",
+                RULES, list(draw_boundary_cases()))
     yield Group("q_misuse", "The q that sampled, used exactly: no point mass, no renormalization.",
                 RULES + ("R01", "R02", "R22"), list(q_misuse_cases()))
     yield Group("full_acceptance", "Every draft accepted; the bonus.", RULES, list(full_acceptance_cases()))

@@ -1,0 +1,232 @@
+"""One adequacy run: select the mutants, measure the baseline, run them, classify, check the equivalents.
+
+Statuses (docs/adequacy.md): ``killed-drift`` (a committed case's answer changed;
+the first such case is named), ``killed-crash`` (the mutated spec raised, or its
+worker died), ``killed-timeout``, ``equivalent`` (survived and listed in the
+equivalents file) and ``survived``. The kill rate is killed / (mutants - equivalent).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+
+from qconform.generators import registry
+from qconform.generators.adequacy import equivalents, imports, runner
+from qconform.generators.adequacy.equivalents import Equivalent
+from qconform.generators.adequacy.mutate import Site, sites
+from qconform.generators.adequacy.oracle import (
+    CRASH,
+    DRIFT,
+    SURVIVED,
+    CommittedCase,
+    module_name,
+)
+
+#: the modules whose kill rate is the goal of issue #11 (spec/<name>.py)
+CORE_MODULES: tuple[str, ...] = (
+    "sampling", "verification", "allocation", "dyadic24", "rng_abi", "philox", "weights", "proposal", "markov",
+    "qrow", "distribution", "sharding", "wire/validation", "wire/receiver", "wire/codec", "admission/audit",
+)
+FORMAT = "qconform-adequacy-v1"
+KILLED = ("killed-drift", "killed-crash", "killed-timeout")
+#: a mutant's timeout: this many times the unmutated run of its families, plus the slack
+TIMEOUT_FACTOR, TIMEOUT_SLACK_S = 10, 30.0
+
+STATUS_OF = {DRIFT: "killed-drift", CRASH: "killed-crash", runner.TIMEOUT: "killed-timeout"}
+
+
+class AdequacyError(Exception):
+    """A usage or corpus problem that stops the run before any mutant (one line)."""
+
+
+def resolve_module(text: str) -> str:
+    """``spec/wire/codec.py``, ``wire/codec.py`` or ``wire/codec`` -> ``"wire/codec"``; AdequacyError if unknown."""
+    name = text.strip().removeprefix("./").removeprefix("spec/").removesuffix(".py")
+    if module_name(name) not in imports.module_files() or name.endswith("__init__") or not name:
+        known = sorted(m.removeprefix("qconform.spec.").replace(".", "/")
+                       for m, p in imports.module_files().items()
+                       if m.startswith("qconform.spec.") and p.name != "__init__.py")
+        raise AdequacyError(f"unknown spec module {text!r}; spec modules: {', '.join(known)}")
+    return name
+
+
+def module_sites(module: str) -> list[Site]:
+    return sites(module, imports.module_files()[module_name(module)])
+
+
+def select(modules: Sequence[str], sample: int | None, seed: int, ids: frozenset[str] = frozenset()) -> list[Site]:
+    """Every mutant of ``modules`` in module and source order (only those of ``ids`` when given), or a
+    deterministic sample of ``sample`` of them. AdequacyError for an id that no module generates."""
+    chosen = [site for module in modules for site in module_sites(module)]
+    if ids:
+        unknown = ids - {site.id for site in chosen}
+        if unknown:
+            raise AdequacyError(f"no such mutant: {min(unknown)} (see qconform adequacy --list)")
+        chosen = [site for site in chosen if site.id in ids]
+    if sample is not None and sample < len(chosen):
+        keep = set(random.Random(seed).sample(range(len(chosen)), sample))
+        chosen = [site for i, site in enumerate(chosen) if i in keep]
+    return chosen
+
+
+@dataclass
+class MutantReport:
+    site: Site
+    families: tuple[str, ...]
+    status: str
+    case: str | None = None
+    detail: str = ""
+    seconds: float = 0.0
+    reached: bool = True  # False: no committed case calls its function (so it was not run)
+
+    def to_json(self) -> dict:
+        return {**self.site.to_json(), "families": list(self.families), "status": self.status, "case": self.case,
+                "detail": self.detail, "seconds": round(self.seconds, 2), "reached": self.reached}
+
+
+@dataclass
+class Tally:
+    mutants: int = 0
+    killed: int = 0
+    equivalent: int = 0
+
+    @property
+    def survived(self) -> int:
+        return self.mutants - self.killed - self.equivalent
+
+    @property
+    def rate(self) -> Fraction | None:
+        judged = self.mutants - self.equivalent
+        return Fraction(self.killed, judged) if judged else None
+
+    def to_json(self) -> dict:
+        rate = self.rate
+        return {"mutants": self.mutants, "killed": self.killed, "equivalent": self.equivalent,
+                "survived": self.survived, "killRate": None if rate is None else round(float(rate), 4)}
+
+
+@dataclass
+class Report:
+    modules: tuple[str, ...]
+    mutants: list[MutantReport]
+    stale: list[tuple[str, str]] = field(default_factory=list)  # (id, why)
+    sample: int | None = None
+    seed: int = 0
+
+    def tally(self, module: str | None = None) -> Tally:
+        tally = Tally()
+        for m in self.mutants:
+            if module is None or m.site.module == module:
+                tally.mutants += 1
+                tally.killed += m.status in KILLED
+                tally.equivalent += m.status == "equivalent"
+        return tally
+
+    @property
+    def survivors(self) -> list[MutantReport]:
+        return [m for m in self.mutants if m.status == "survived"]
+
+    def to_json(self) -> dict:
+        return {
+            "format": FORMAT,
+            "selection": {"modules": list(self.modules), "sample": self.sample, "seed": self.seed},
+            "total": self.tally().to_json(),
+            "modules": {module: self.tally(module).to_json() for module in self.modules},
+            "survivors": [m.site.id for m in self.survivors],
+            "stale": [{"id": ident, "why": why} for ident, why in self.stale],
+            "mutants": [m.to_json() for m in self.mutants],
+        }
+
+
+def committed_cases(vectors: Path, families: Sequence[str]) -> dict[str, list[CommittedCase]]:
+    """The committed, validated cases of ``families`` (VectorFileError when one is malformed), each
+    family's smallest inputs first (by canonical JSON length, then id): a mutant usually drifts on
+    a small case, so it is found sooner, and the case named is the smallest witness."""
+    from qconform.generators.encoding import canonical_json
+    from qconform.generators.validation import iter_cases
+
+    out: dict[str, list[CommittedCase]] = {}
+    for family in families:
+        cases = [(len(canonical_json(c.input)), c.id, CommittedCase(c.id, c.input, c.expected))
+                 for c in iter_cases(vectors, [family])]
+        out[family] = [case for _size, _id, case in sorted(cases, key=lambda t: t[:2])]
+    return out
+
+
+def stale_entries(listed: dict[str, Equivalent], mutants: Sequence[MutantReport]) -> list[tuple[str, str]]:
+    """Entries whose mutant is no longer generated, or was killed in this run."""
+    generated: dict[str, set[str]] = {}
+    stale: list[tuple[str, str]] = []
+    outcome = {m.site.id: m.status for m in mutants}
+    for ident in listed:
+        module = equivalents.module_of(ident)
+        if module not in generated:
+            try:
+                generated[module] = {s.id for s in module_sites(resolve_module(module))}
+            except AdequacyError:
+                generated[module] = set()
+        if ident not in generated[module]:
+            stale.append((ident, "no longer generated (the code under it changed)"))
+        elif outcome.get(ident) in KILLED:
+            stale.append((ident, f"now {outcome[ident]}: not equivalent"))
+    return stale
+
+
+def analyse(modules: Sequence[str], sites_run: Sequence[Site], vectors: Path, equivalents_path: Path,
+            workers: int, timeout_s: float | None, sample: int | None = None, seed: int = 0,
+            progress: Callable[[str, int], None] | None = None) -> Report:
+    """Run ``sites_run`` (mutants of ``modules``) against the corpus under ``vectors``.
+
+    ``progress(what, total)`` is called once with the total (what = "") and then after
+    each mutant. AdequacyError when the unmutated spec already drifts from the corpus.
+    """
+    listed = equivalents.load(equivalents_path)
+    family_names = registry.FAMILY_MODULES
+    families_of = {m: imports.dependent_families(module_name(m), family_names) for m in modules}
+    needed = sorted({f for m in modules for f in families_of[m]}, key=family_names.index)
+    cases = committed_cases(vectors, needed)
+    registry.all_families()  # imported once here, so every forked worker starts warm
+
+    baseline = runner.run([runner.Job(None, (f,), timeout_s or 3600.0, trace=True) for f in needed], cases, workers)
+    cost: dict[str, float] = {}
+    reached: set[tuple[Path, str]] = set()
+    for result in baseline:
+        reached |= {(Path(file).resolve(), name) for file, name in result.outcome.reached}
+        family = result.job.families[0]
+        if result.outcome.kind != SURVIVED:
+            raise AdequacyError(f"the unmutated spec does not reproduce {family} ({result.outcome.kind} at "
+                                f"{result.outcome.case}: {result.outcome.detail}); run `qconform generate --check`")
+        cost[family] = result.seconds
+
+    jobs, unreached = [], []
+    for site in sites_run:
+        families = families_of[site.module]  # corpus order: the first drifted case is deterministic
+        if site.in_function and (imports.module_files()[module_name(site.module)].resolve(), site.qualname) \
+                not in reached:
+            unreached.append(MutantReport(site, families, "survived", None,
+                                          f"unreached: no committed case calls {site.qualname}", reached=False))
+            continue
+        limit = timeout_s or TIMEOUT_FACTOR * sum(cost[f] for f in families) + TIMEOUT_SLACK_S
+        jobs.append(runner.Job(site, families, limit))
+    if progress:
+        progress("", len(jobs))  # the unreached ones are not run
+
+    def done(result: runner.Finished) -> None:
+        if progress and result.job.site is not None:
+            progress(result.job.site.id, len(jobs))
+
+    reports = list(unreached)
+    for result in runner.run(jobs, cases, workers, done):
+        site, outcome = result.job.site, result.outcome
+        assert site is not None
+        status = STATUS_OF.get(outcome.kind, "survived")
+        if status == "survived" and site.id in listed:
+            status = "equivalent"
+        reports.append(MutantReport(site, result.job.families, status, outcome.case, outcome.detail, result.seconds))
+    order = {site.id: i for i, site in enumerate(sites_run)}
+    reports.sort(key=lambda m: order[m.site.id])
+    return Report(tuple(modules), reports, stale_entries(listed, reports), sample, seed)

@@ -1,0 +1,65 @@
+"""The terminal side of ``qconform adequacy``: a progress bar and the result tables (rich)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+from qconform.generators.adequacy.analysis import Report
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+
+@contextlib.contextmanager
+def progress_bar() -> Iterator[Callable[[str, int], None]]:
+    """A progress bar over mutants on stderr, hidden when stderr is not a terminal.
+
+    It is refreshed by hand (no refresh thread), since the workers are forked.
+    """
+    from rich.progress import Progress
+
+    console = Console(stderr=True)
+    with Progress(console=console, transient=True, auto_refresh=False,
+                  disable=not console.is_terminal) as progress:
+        task = progress.add_task("mutants", total=None)
+
+        def advance(what: str, total: int) -> None:
+            if what:
+                progress.update(task, advance=1, description=f"mutants: {what[:60]}")
+            else:
+                progress.update(task, total=total)
+            progress.refresh()
+
+        yield advance
+
+
+def _rate(value) -> str:
+    return "-" if value is None else f"{float(value):.1%}"
+
+
+def render(report: Report, console: Console | None = None) -> None:
+    if console is None:
+        console = Console()
+        if not console.is_terminal:
+            console.width = 160
+    table = Table(title="Spec mutants against the committed corpus")
+    for column in ("module", "mutants", "killed", "equivalent", "survived", "kill rate"):
+        table.add_column(column, justify="left" if column == "module" else "right")
+    for module in report.modules:
+        t = report.tally(module)
+        table.add_row(module, str(t.mutants), str(t.killed), str(t.equivalent), str(t.survived), _rate(t.rate))
+    t = report.tally()
+    table.add_row("[bold]total[/]", str(t.mutants), str(t.killed), str(t.equivalent), str(t.survived),
+                  f"[bold]{_rate(t.rate)}[/]")
+    console.print(table)
+    if report.survivors:
+        survivors = Table(title="Survivors: behaviours no committed vector pins")
+        survivors.add_column("line", justify="right")
+        survivors.add_column("mutant")
+        survivors.add_column("note")
+        for m in report.survivors:
+            survivors.add_row(str(m.site.line), escape(m.site.id), "" if m.reached else "no case calls its function")
+        console.print(survivors)
+    for ident, why in report.stale:
+        console.print(f"[bold red]stale equivalent[/] {escape(ident)}: {why}")

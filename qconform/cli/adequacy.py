@@ -1,0 +1,91 @@
+"""``qconform adequacy``: mutation analysis of the spec against the committed corpus (docs/adequacy.md).
+
+Exit status: 0 when the kill rate reaches ``--fail-under`` (default 100%) and no
+equivalents entry is stale; 1 otherwise; 2 for a usage error (unknown module,
+malformed equivalents file, unwritable report).
+"""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import click
+
+from qconform.cli.errors import UsageLineError
+
+#: the run that CI makes (tests/test_adequacy.py): small, fixed, all killed or equivalent
+CI_SAMPLE = {"modules": ("sampling", "verification"), "sample": 24, "seed": 11}
+
+
+def _percent(_ctx, _param, value: str) -> Fraction:
+    try:
+        rate = Fraction(value)
+    except (ValueError, ZeroDivisionError):
+        raise click.BadParameter(f"{value!r} is not a number") from None
+    if not 0 <= rate <= 100:
+        raise click.BadParameter("must be between 0 and 100")
+    return rate
+
+
+@click.command("adequacy")
+@click.option("--module", "module_texts", multiple=True, metavar="PATH",
+              help="A spec module, e.g. spec/sampling.py or wire/codec (repeatable; default: the core modules).")
+@click.option("--sample", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Run a deterministic sample of N of the selected mutants.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of --sample.")
+@click.option("--mutant", "mutant_ids", multiple=True, metavar="ID",
+              help="Only the mutant with this ID (repeatable; its module is selected with it).")
+@click.option("--list", "list_only", is_flag=True, help="Print the selected mutant IDs and exit; run nothing.")
+@click.option("-n", "--workers", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Mutants run at once, each in its own worker process.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=None,
+              help="Seconds per mutant (default: 10x the unmutated run of its families, plus 30 s).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the JSON report.")
+@click.option("--equivalents", "equivalents_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Equivalent-mutants file (default: spec/equivalent_mutants.toml).")
+@click.option("--vectors", "vectors_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Vectors directory (default: as for generate).")
+@click.option("--fail-under", default="100", callback=_percent, show_default=True, metavar="PCT",
+              help="Exit 1 when the kill rate is below PCT percent.")
+def adequacy(module_texts, mutant_ids, sample, seed, list_only, workers, timeout_s, json_path, equivalents_path, vectors_dir,
+             fail_under) -> None:
+    """Mutate the spec and check that the committed corpus notices every mutant."""
+    from qconform.generators.adequacy import analysis, equivalents, render
+    from qconform.generators.corpus import default_vectors_dir
+
+    try:
+        texts = module_texts + tuple(equivalents.module_of(i) for i in mutant_ids)
+        modules = tuple(dict.fromkeys(analysis.resolve_module(t) for t in texts)) or analysis.CORE_MODULES
+        selected = analysis.select(modules, sample, seed, frozenset(mutant_ids))
+    except analysis.AdequacyError as error:
+        raise UsageLineError(str(error)) from None
+    if list_only:
+        for site in selected:
+            click.echo(f"{site.id}  (line {site.line})")
+        return
+    if json_path is not None and not json_path.parent.is_dir():
+        raise UsageLineError(f"cannot write {json_path}: no such directory {json_path.parent}")
+    from qconform.generators.validation import VectorFileError
+
+    with render.progress_bar() as advance:
+        try:
+            report = analysis.analyse(modules, selected, vectors_dir or default_vectors_dir(),
+                                      equivalents_path or equivalents.default_path(), workers, timeout_s, sample,
+                                      seed, advance)
+        except equivalents.EquivalentsError as error:
+            raise UsageLineError(str(error)) from None
+        except (analysis.AdequacyError, VectorFileError) as error:
+            raise click.ClickException(str(error)) from None
+    render.render(report)
+    if json_path is not None:
+        try:
+            json_path.write_text(json.dumps(report.to_json(), indent=1) + "\n", encoding="utf-8")
+        except OSError as error:
+            raise UsageLineError(f"cannot write {json_path}: {error.strerror}") from None
+    rate = report.tally().rate
+    if report.stale:
+        raise click.ClickException(f"{len(report.stale)} stale entr(y/ies) in the equivalents file")
+    if rate is not None and rate * 100 < fail_under:
+        raise click.ClickException(f"kill rate {float(rate):.2%} is below {float(fail_under)}%")

@@ -1,0 +1,246 @@
+"""`qconform adequacy`: the mutator, the import graph, the worker oracle and the equivalents file.
+
+Each check is shown to catch its bug: the mutator's sites are asserted operator by
+operator on a module written here, the oracle kills the known boundary mutant
+(issue #11 §2) on the new draw-boundary vectors, and stale or malformed
+equivalents entries are refused.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from qconform.generators.adequacy import analysis, equivalents, imports, oracle, runner
+from qconform.generators.adequacy.analysis import MutantReport
+from qconform.generators.adequacy.mutate import Site, mutated_tree, sites
+
+from qconform.cli import cli
+
+SOURCE = '''
+"""A docstring: nothing here is mutated 1 < 2."""
+from __future__ import annotations
+
+LIMIT = 1 << 4
+
+
+@defines("R08")
+def pick(counts: list[int], u: int = 3) -> int:
+    """Another docstring."""
+    assert u >= 0, "internal"
+    total = 0
+    for index, count in enumerate(counts):
+        total += count
+        if total > u:
+            return index
+    if u is None or u in counts:
+        raise refuse("WRONG_TOTAL_MASS", f"{u + 1} past the total")
+    raise AssertionError("unreachable")
+
+
+class Box:
+    def size(self, a: int, b: int) -> int:
+        return min(a, b) * 2 - max(a, b) // 3
+'''
+
+BOUNDARY_MUTANT = "sampling:first_above:Gt->GtE:cumulative * U32_LIMIT > threshold"
+
+
+def write_module(tmp_path: Path, text: str = SOURCE) -> Path:
+    path = tmp_path / "toy.py"
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def test_sites_cover_every_operator_and_skip_what_holds_no_behaviour(tmp_path: Path) -> None:
+    found = {site.id for site in sites("toy", write_module(tmp_path))}
+    assert found == {
+        "toy:<module>:LShift->RShift:1 << 4",
+        "toy:<module>:int+1:1 << 4", "toy:<module>:int-1:1 << 4",
+        "toy:<module>:int+1:1 << 4#1", "toy:<module>:int-1:1 << 4#1",
+        "toy:pick:int+1:u=3", "toy:pick:int-1:u=3",
+        "toy:pick:int+1:total = 0", "toy:pick:int-1:total = 0",
+        "toy:pick:Add->Sub:total += count",
+        "toy:pick:Gt->GtE:total > u",
+        "toy:pick:Is->IsNot:u is None",
+        "toy:pick:In->NotIn:u in counts",
+        "toy:pick:drop-raise:raise refuse('WRONG_TOTAL_MASS', f'{u + 1} past the total')",
+        "toy:Box.size:min->max:min(a, b)", "toy:Box.size:max->min:max(a, b)",
+        "toy:Box.size:Sub->Add:min(a, b) * 2 - max(a, b) // 3",
+        "toy:Box.size:Mult->FloorDiv:min(a, b) * 2",
+        "toy:Box.size:int+1:min(a, b) * 2", "toy:Box.size:int-1:min(a, b) * 2",
+        "toy:Box.size:FloorDiv->Mult:max(a, b) // 3",
+        "toy:Box.size:int+1:max(a, b) // 3", "toy:Box.size:int-1:max(a, b) // 3",
+    }  # no site in docstrings, annotations, the decorator, the assert, the f-string or raise AssertionError
+
+
+def run_toy(path: Path, site: Site, *args: object) -> object:
+    namespace: dict = {"defines": lambda *_: (lambda f: f), "refuse": ValueError}
+    exec(compile(mutated_tree(path, site), str(path), "exec"), namespace)  # noqa: S102
+    return namespace["pick"](*args)
+
+
+def test_each_mutation_changes_the_code_it_names(tmp_path: Path) -> None:
+    path = write_module(tmp_path)
+    by_id = {site.id: site for site in sites("toy", path)}
+    assert run_toy(path, by_id["toy:pick:Gt->GtE:total > u"], [2, 2], 2) == 0  # the original picks 1
+    assert run_toy(path, by_id["toy:pick:int+1:total = 0"], [2, 2], 2) == 0
+    with pytest.raises(ValueError):
+        run_toy(path, by_id["toy:pick:Add->Sub:total += count"], [2, 2], 2)
+    dropped = by_id["toy:pick:drop-raise:raise refuse('WRONG_TOTAL_MASS', f'{u + 1} past the total')"]
+    original = by_id["toy:Box.size:min->max:min(a, b)"]
+    with pytest.raises(ValueError):  # any other mutant still refuses
+        run_toy(path, original, [2], 2)
+    with pytest.raises(AssertionError):  # the refusal is gone: the invariant behind it fires
+        run_toy(path, dropped, [2], 2)
+
+
+def test_ids_survive_unrelated_edits(tmp_path: Path) -> None:
+    before = {site.id for site in sites("toy", write_module(tmp_path))}
+    edited = SOURCE.replace("class Box:", "def helper(x):\n    return x\n\n\nclass Box:").replace(
+        '"""Another docstring."""', '"""Another docstring,\n    longer now."""')
+    after = {site.id for site in sites("toy", write_module(tmp_path, edited))}
+    assert after == before
+
+
+def test_import_graph_selects_the_families_that_import_a_module() -> None:
+    from qconform.generators.registry import FAMILY_MODULES
+
+    assert imports.dependent_families("qconform.spec.sharding", FAMILY_MODULES) == ("sharding",)
+    assert imports.dependent_families("qconform.spec.admission.audit", FAMILY_MODULES) == ("admission",)
+    sampling = imports.dependent_families("qconform.spec.sampling", FAMILY_MODULES)
+    assert "verification_round" in sampling and "wire_frames" not in sampling and "rng_abi" not in sampling
+
+
+def test_the_boundary_mutant_drifts_on_the_draw_boundary_vectors() -> None:
+    """Issue #11 §2: '>=' in the mass rule passed the whole corpus; the draw_boundaries group kills it."""
+    (site,) = analysis.select(["sampling"], None, 0, frozenset({BOUNDARY_MUTANT}))
+    cases = analysis.committed_cases(Path(os.environ.get("QCONFORM_VECTORS", "") or _vectors()),
+                                     ["verification_round"])
+    (result,) = runner.run([runner.Job(site, ("verification_round",), 300)], cases, 1)
+    assert result.outcome.kind == oracle.DRIFT
+    assert result.outcome.case == "verification_round/draw_boundaries/correction-on-boundary"
+    assert result.outcome.detail.startswith("$.requests[0].draws[1].token: expected 3, got 2")
+
+
+def _vectors() -> Path:
+    from qconform.generators.corpus import default_vectors_dir
+
+    return default_vectors_dir()
+
+
+def _sleep_forever(families, cases):  # a mutant that loops
+    time.sleep(60)
+
+
+def _die(families, cases):  # a mutant that takes its interpreter down
+    os._exit(3)
+
+
+@pytest.mark.parametrize(("patch", "kind", "detail"), [
+    (_sleep_forever, runner.TIMEOUT, "no answer within 1 s"),
+    (_die, oracle.CRASH, "worker died with exit code 3"),
+])
+def test_a_hanging_or_dying_worker_kills_the_mutant(monkeypatch, patch, kind, detail) -> None:
+    monkeypatch.setattr(oracle, "solve_all", patch)
+    started = time.monotonic()
+    (result,) = runner.run([runner.Job(None, (), 1.0)], {}, 1)
+    assert (result.outcome.kind, result.outcome.detail) == (kind, detail)
+    assert time.monotonic() - started < 30
+
+
+def report(ident: str, status: str) -> MutantReport:
+    module, qualname, operator, anchor = ident.split(":", 3)
+    return MutantReport(Site(module, qualname, operator, anchor, 0, 1, 1), (), status)
+
+
+def test_stale_equivalents_fail(tmp_path: Path) -> None:
+    path = tmp_path / "eq.toml"
+    path.write_text(f'[[mutant]]\nid = "{BOUNDARY_MUTANT}"\nreason = "r"\n\n'
+                    '[[mutant]]\nid = "sampling:gone:Lt->LtE:a < b"\nreason = "r"\n', encoding="utf-8")
+    listed = equivalents.load(path)
+    assert analysis.stale_entries(listed, [report(BOUNDARY_MUTANT, "survived")]) == [
+        ("sampling:gone:Lt->LtE:a < b", "no longer generated (the code under it changed)")]
+    assert analysis.stale_entries(listed, [report(BOUNDARY_MUTANT, "killed-drift")])[0] == (
+        BOUNDARY_MUTANT, "now killed-drift: not equivalent")
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[[mutant]]\nid = 'x'\n", "exactly the keys id and reason"),
+    ("[[mutant]]\nid = 'x'\nreason = ' '\n", "non-empty reason"),
+    ("[[mutant]]\nid = 'x'\nreason = 'r'\n[[mutant]]\nid = 'x'\nreason = 'r'\n", "listed twice"),
+    ("[other]\n", "unknown top-level key"),
+    ("[[mutant]\n", "eq.toml"),
+])
+def test_malformed_equivalents_are_one_line_errors(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "eq.toml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(equivalents.EquivalentsError, match=message):
+        equivalents.load(path)
+
+
+def test_the_committed_equivalents_file_is_well_formed_and_current() -> None:
+    listed = equivalents.load(equivalents.default_path())
+    assert analysis.stale_entries(listed, []) == []  # every entry's mutant is still generated
+
+
+def test_usage_errors_are_one_line_with_exit_status_2(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["adequacy", "--module", "spec/nope.py"])
+    assert result.exit_code == 2 and "unknown spec module 'spec/nope.py'" in result.output
+    result = CliRunner().invoke(cli, ["adequacy", "--mutant", "sampling:nope:Lt->LtE:a"])
+    assert result.exit_code == 2 and "no such mutant" in result.output
+    bad = tmp_path / "eq.toml"
+    bad.write_text("[[mutant]\n", encoding="utf-8")
+    result = CliRunner().invoke(cli, ["adequacy", "--mutant", BOUNDARY_MUTANT, "--equivalents", str(bad)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+
+
+def test_sample_is_deterministic() -> None:
+    first = CliRunner().invoke(cli, ["adequacy", "--module", "sampling", "--sample", "5", "--seed", "3", "--list"])
+    again = CliRunner().invoke(cli, ["adequacy", "--module", "spec/sampling.py", "--sample", "5", "--seed", "3",
+                                     "--list"])
+    other = CliRunner().invoke(cli, ["adequacy", "--module", "sampling", "--sample", "5", "--seed", "4", "--list"])
+    assert first.exit_code == 0 and first.output == again.output != other.output
+    assert len(first.output.splitlines()) == 5
+
+
+def test_every_core_module_has_sites_with_unique_ids_that_compile() -> None:
+    for module in analysis.CORE_MODULES:
+        path = imports.module_files()[oracle.module_name(module)]
+        found = sites(module, path)
+        assert found and len({s.id for s in found}) == len(found), module
+        for site in found[::7]:  # every operator kind occurs; compiling all 1000+ takes a minute
+            mutated = mutated_tree(path, site)
+            assert ast.unparse(mutated) != ast.unparse(ast.parse(path.read_text())), site.id
+            compile(mutated, str(path), "exec")
+
+
+def test_the_traced_baseline_records_the_spec_functions_the_corpus_calls() -> None:
+    """A mutant inside a function that no committed case calls is reported unreached, not run."""
+    cases = analysis.committed_cases(_vectors(), ["categorical_sampling"])
+    (result,) = runner.run([runner.Job(None, ("categorical_sampling",), 300, trace=True)], cases, 1)
+    sampling = str(imports.module_files()["qconform.spec.sampling"].resolve())
+    called = {name for file, name in result.outcome.reached if str(Path(file).resolve()) == sampling}
+    assert result.outcome.kind == oracle.SURVIVED
+    assert {"sample_counts", "sample_qrow", "check_draw"} <= called
+    assert "sample_mass" not in called and "mass_draw" not in called  # the mass rule is not this family's
+
+
+def test_a_listed_mutant_that_the_corpus_kills_fails_the_run(tmp_path: Path) -> None:
+    killed = "sharding:sample_sharded_scaled:Gt->GtE:cumulative * U32_LIMIT > threshold"
+    listed = tmp_path / "eq.toml"
+    listed.write_text(f'[[mutant]]\nid = "{killed}"\nreason = "wrongly claimed equivalent"\n', encoding="utf-8")
+    report = tmp_path / "report.json"
+    result = CliRunner().invoke(cli, ["adequacy", "--mutant", killed, "--equivalents", str(listed),
+                                      "--json", str(report)])
+    assert result.exit_code == 1, result.output
+    assert "stale equivalent" in result.output and "1 stale entr" in result.output
+    data = json.loads(report.read_text())
+    assert data["stale"] == [{"id": killed, "why": "now killed-drift: not equivalent"}]
+    assert data["mutants"][0]["case"].startswith("sharding/residual/")
