@@ -180,6 +180,7 @@ def sizes(vocab, depth, requests, ks, shards, slots, link_gbps) -> None:
 
 
 def _register_harness_commands() -> None:
+    from qconform.harness.accumulate_command import accumulate_command
     from qconform.harness.audit_command import audit_policy_command
     from qconform.harness.batch_invariance import batch_invariance
     from qconform.harness.fuzz_command import fuzz
@@ -195,6 +196,7 @@ def _register_harness_commands() -> None:
     cli.add_command(fuzz)
     cli.add_command(batch_invariance)
     cli.add_command(endpoint_group)
+    cli.add_command(accumulate_command)
 
 
 _register_harness_commands()
