@@ -185,6 +185,26 @@ def _cases(start: int, stop: int) -> np.ndarray:
     return np.arange(start, stop, dtype=U64)
 
 
+def as_int(value: object) -> int:
+    """An answer's integer field, strictly: a JSON integer, never a bool or a string."""
+    if type(value) is not int:
+        raise AccumulatedError(f"{value!r} is not an integer")
+    return value
+
+
+def as_ints(values: object) -> list[int]:
+    if not isinstance(values, list):
+        raise AccumulatedError(f"{values!r} is not a list")
+    return [as_int(v) for v in values]
+
+
+def as_word(text: object) -> int:
+    """A ``"0x%08x"`` word of an answer (docs/vector-format.md), strictly."""
+    if not isinstance(text, str) or len(text) != 10 or not text.startswith("0x"):
+        raise AccumulatedError(f"{text!r} is not a 0x-prefixed 8-digit hex word")
+    return int(text[2:], 16)
+
+
 # rng_abi (tag 1) --------------------------------------------------------------------------
 
 
@@ -205,10 +225,10 @@ def rng_input(batch: Batch, k: int) -> dict:
 
 def rng_record(_inp: dict, answer: dict) -> list[int]:
     """counter words (4), output words (4), u24, u32."""
-    words = [int(w, 16) for w in answer["counter"]] + [int(w, 16) for w in answer["output"]]
-    if len(words) != 8:
+    counter, output = answer["counter"], answer["output"]
+    if not isinstance(counter, list) or not isinstance(output, list) or len(counter) != 4 or len(output) != 4:
         raise AccumulatedError("rng_abi answer needs 4 counter and 4 output words")
-    return words + [int(answer["u24"]), int(answer["u32"])]
+    return [as_word(w) for w in counter + output] + [as_int(answer["u24"]), as_int(answer["u32"])]
 
 
 # categorical_sampling (tag 2) -------------------------------------------------------------
@@ -240,7 +260,7 @@ def categorical_input(batch: Batch, k: int) -> dict:
 
 def categorical_record(_inp: dict, answer: dict) -> list[int]:
     """the DRAWS tokens."""
-    tokens = [int(t) for t in answer["tokens"]]
+    tokens = as_ints(answer["tokens"])
     if len(tokens) != DRAWS:
         raise AccumulatedError(f"categorical_sampling answer needs {DRAWS} tokens")
     return tokens
@@ -360,15 +380,15 @@ def verification_record(_inp: dict, answer: dict) -> list[int]:
     if len(requests) != 1:
         raise AccumulatedError("verification_round answer needs exactly one request")
     out = requests[0]
-    emitted, draws = [int(t) for t in out["emitted"]], out["draws"]
-    if len(emitted) > KMAX + 1 or len(draws) > KMAX + 1:
+    emitted, draws = as_ints(out["emitted"]), out["draws"]
+    if not isinstance(draws, list) or len(emitted) > KMAX + 1 or len(draws) > KMAX + 1:
         raise AccumulatedError("verification_round answer emits or draws more than K + 1")
-    words = [int(out["accepted"]), len(emitted), *emitted, *[PAD] * (KMAX + 1 - len(emitted)), len(draws)]
+    words = [as_int(out["accepted"]), len(emitted), *emitted, *[PAD] * (KMAX + 1 - len(emitted)), len(draws)]
     for d in draws:
         if d["domain"] not in DOMAIN_CODES or d["decision"] not in DECISION_CODES:
             raise AccumulatedError(f"unknown draw domain {d['domain']!r} or decision {d['decision']!r}")
-        words += [DOMAIN_CODES[d["domain"]], int(d["position"]), int(d["u32"]), DECISION_CODES[d["decision"]],
-                  int(d["token"])]
+        words += [DOMAIN_CODES[d["domain"]], as_int(d["position"]), as_int(d["u32"]), DECISION_CODES[d["decision"]],
+                  as_int(d["token"])]
     return words + [PAD] * (5 * (KMAX + 1 - len(draws)))
 
 
@@ -406,9 +426,10 @@ def record_bytes(records: np.ndarray) -> bytes:
     return np.ascontiguousarray(records, dtype="<u4").tobytes()
 
 
-def shard_ranges(count: int) -> list[tuple[int, int]]:
-    """The fixed shards of a run of ``count`` cases (the last may be shorter)."""
-    return [(s, min(s + SHARD_CASES, count)) for s in range(0, count, SHARD_CASES)]
+def shard_ranges(count: int, shard_cases: int = SHARD_CASES) -> list[tuple[int, int]]:
+    """The fixed shards of a run of ``count`` cases (the last may be shorter); the published
+    hashes use :data:`SHARD_CASES`, tests use smaller shards."""
+    return [(s, min(s + shard_cases, count)) for s in range(0, count, shard_cases)]
 
 
 def shard_digest(records: np.ndarray) -> bytes:

@@ -32,14 +32,18 @@ from qconform.generators.accumulated import (
     FAMILIES,
     KMAX,
     PAD,
+    SHARD_CASES,
     U64,
     VERIFY_WORDS,
     VMAX,
     WORD_MASK,
     Batch,
     M,
+    combine,
     philox_lanes,
     sample_rows,
+    shard_digest,
+    shard_ranges,
 )
 
 TWO32 = U64(1 << 32)
@@ -136,11 +140,9 @@ def engine_records(family: str, start: int, stop: int) -> np.ndarray:
     return records
 
 
-def engine_hash(family: str, count: int) -> str:
+def engine_hash(family: str, count: int, shard_cases: int = SHARD_CASES) -> str:
     """The expected hash of cases ``0..count-1``: the engine's records, shard by shard."""
-    from qconform.generators.accumulated import combine, shard_digest, shard_ranges
-
-    return combine([shard_digest(engine_records(family, lo, hi)) for lo, hi in shard_ranges(count)])
+    return combine([shard_digest(engine_records(family, lo, hi)) for lo, hi in shard_ranges(count, shard_cases)])
 
 
 #: the counts whose hashes are committed in vectors/accumulated.json

@@ -32,6 +32,7 @@ from qconform.generators.accumulated import (
     EXPECTED_SCHEMA,
     FAMILIES,
     PAD,
+    SHARD_CASES,
     AccumulatedError,
     AccumulatedFamily,
     combine,
@@ -179,17 +180,19 @@ def run_shard(run_batch: Callable[[str, list[dict]], list], family: AccumulatedF
 
 
 def accumulate(run_batch: Callable[[str, list[dict]], list], family_name: str, count: int, expected: dict,
-               batch: int = 4096, ranks: Ranks = SINGLE, judge: Judge = exact_judge) -> AccumulateResult:
+               batch: int = 4096, ranks: Ranks = SINGLE, judge: Judge = exact_judge,
+               shard_cases: int = SHARD_CASES) -> AccumulateResult:
     """Run ``count`` cases of an accumulated family through ``run_batch`` (an adapter
-    client's), this rank's share of the shards; every rank returns the same result."""
+    client's), this rank's share of the shards; every rank returns the same result.
+    The committed hash applies only to the committed shard size."""
     family = FAMILIES[family_name]
     began = time.perf_counter()
-    shards = shard_ranges(count)
+    shards = shard_ranges(count, shard_cases)
     local = {s: run_shard(run_batch, family, *shards[s], batch, judge) for s in ranks.mine(range(len(shards)))}
     results: dict[int, ShardResult] = ranks.merged(local)
     ordered = [results[s] for s in range(len(shards))]
     engine_hash = combine([r.engine_digest for r in ordered])
-    committed = committed_hash(expected, family_name, count)
+    committed = committed_hash(expected, family_name, count) if shard_cases == SHARD_CASES else None
     return AccumulateResult(
         family=family_name, count=count, hash=combine([r.digest for r in ordered]),
         expected=committed or engine_hash, expected_source="vectors/accumulated.json" if committed else "engine",

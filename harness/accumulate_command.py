@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from qconform.generators.accumulated import FAMILIES
+from qconform.generators.accumulated import FAMILIES, SHARD_CASES
 from qconform.harness.run_command import RunUsageError
 
 
@@ -34,6 +34,9 @@ def command_line(adapter: str, family: str, count: int) -> str:
               metavar="N", help="Cases 0..N-1 of the family's stream.")
 @click.option("--batch", type=click.IntRange(min=1), default=4096, show_default=True, metavar="B",
               help="Cases per run_batch call.")
+@click.option("--shard-cases", type=click.IntRange(min=1), default=SHARD_CASES, show_default=True, metavar="S",
+              help="Cases per hashed shard; the committed hashes use the default (smaller shards: tests of "
+                   "torchrun sharding, compared with the engine).")
 @click.option("--device", default="cpu", show_default=True, metavar="D", help="Device the adapter runs on.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
               metavar="S", help="Seconds one batch may take.")
@@ -44,7 +47,8 @@ def command_line(adapter: str, family: str, count: int) -> str:
               help="On a divergence, append its input to generators/found/<family>.json (once per id); "
                    "then run `qconform generate`.")
 @click.pass_context
-def accumulate_command(ctx: click.Context, adapter: str, family: str, count: int, batch: int, device: str,
+def accumulate_command(ctx: click.Context, adapter: str, family: str, count: int, batch: int, shard_cases: int,
+                       device: str,
                        timeout: float, vectors: Path | None, vector_out: str | None, record: bool) -> None:
     """Run N accumulated cases through an adapter and compare the hash of its answers."""
     from qconform.generators.corpus import default_vectors_dir
@@ -82,7 +86,7 @@ def accumulate_command(ctx: click.Context, adapter: str, family: str, count: int
                 verdict = judge(case_vector(family, case, line), outcome, client.config)
                 return str(verdict.cls), verdict.line()
 
-            result = accumulate(run_batch, family, count, expected, batch, ranks, judge_case)
+            result = accumulate(run_batch, family, count, expected, batch, ranks, judge_case, shard_cases)
     finally:
         finish(ranks)
     if ranks.rank != 0:
