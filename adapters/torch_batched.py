@@ -15,15 +15,23 @@ Like the rest of the adapter, this module never imports the spec or the generato
 
 from __future__ import annotations
 
-import base64
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 import torch
 
+from qconform.adapters.batched_inputs import (
+    allocation_key,
+    blobs,
+    categorical_key,
+    encode_u32,
+    legal_dense,
+    rng_key,
+    verification_key,
+    word,
+)
 from qconform.adapters.torch_candidate import allocation, philox, sampling, verification, weights
-from qconform.adapters.torch_candidate.allocation import M
 from qconform.adapters.torch_candidate.errors import CandidateError
 
 MASK32 = 0xFFFFFFFF
@@ -31,33 +39,7 @@ DOMAINS = {"PROPOSAL": philox.PROPOSAL, "ACCEPT": philox.ACCEPT, "CORRECTION": p
 DOMAIN_NAMES = {code: name for name, code in DOMAINS.items()}
 
 
-def blobs(objs: Sequence[dict], dtype: str, np_dtype: str) -> np.ndarray:
-    """The values of many blobs of one dtype, concatenated (checked by the caller's shapes)."""
-    if any(obj["dtype"] != dtype for obj in objs):
-        raise ValueError(f"a blob is not {dtype}")
-    return np.frombuffer(b"".join(base64.b64decode(obj["b64"]) for obj in objs), dtype=np_dtype)
-
-
-def encode_u32(values: np.ndarray) -> dict:
-    data = np.ascontiguousarray(values, dtype="<u4").tobytes()
-    return {"dtype": "u32", "shape": [len(values)], "b64": base64.b64encode(data).decode("ascii")}
-
-
-def word(value: int) -> str:
-    return f"0x{value & MASK32:08x}"
-
-
-def legal_dense(counts: np.ndarray) -> bool:
-    """Dense dyadic24 rows ``[..., V]`` with every count in [0, M] summing to M."""
-    return bool(((counts >= 0) & (counts <= M)).all() and (counts.sum(axis=-1) == M).all())
-
-
 # --- one function per family: (inputs of one shape, device) -> answers ---------------------
-
-
-def rng_key(inp: dict) -> Hashable | None:
-    simple = "counter" not in inp and "depth" not in inp and inp.get("domain") in DOMAINS
-    return inp["domain"] if simple else None
 
 
 def rng_many(inputs: Sequence[dict], device: str) -> list[dict]:
@@ -75,11 +57,6 @@ def rng_many(inputs: Sequence[dict], device: str) -> list[dict]:
             for b, c in enumerate(counter.tolist())]
 
 
-def categorical_key(inp: dict) -> Hashable | None:
-    row = inp["row"]
-    return (inp["vocab"], len(inp["draws"])) if row["representation"] == "dense" and inp["draws"] else None
-
-
 def categorical_many(inputs: Sequence[dict], device: str) -> list[dict]:
     vocab, n_draws = inputs[0]["vocab"], len(inputs[0]["draws"])
     counts = blobs([inp["row"]["counts"] for inp in inputs], "u32", "<u4").astype(np.int64).reshape(len(inputs), vocab)
@@ -91,11 +68,6 @@ def categorical_many(inputs: Sequence[dict], device: str) -> list[dict]:
     return [{"tokens": t} for t in tokens]
 
 
-def allocation_key(inp: dict) -> Hashable | None:
-    w = inp.get("weights")
-    return ("f32", w["shape"][0]) if w is not None and w["dtype"] == "f32" and w["shape"][0] > 0 else None
-
-
 def allocation_many(inputs: Sequence[dict], device: str) -> list[dict]:
     vocab = inputs[0]["weights"]["shape"][0]
     bits = blobs([inp["weights"] for inp in inputs], "f32", "<f4").reshape(len(inputs), vocab)
@@ -103,17 +75,6 @@ def allocation_many(inputs: Sequence[dict], device: str) -> list[dict]:
     weights.validate_weights(w)
     counts = allocation.largest_remainder_counts(w).cpu().numpy()
     return [{"counts": encode_u32(row)} for row in counts]
-
-
-def verification_key(inp: dict) -> Hashable | None:
-    if len(inp["requests"]) != 1:
-        return None
-    r = inp["requests"][0]
-    if "stop_tokens" in r or "budget" in r or "weights" not in r["p_rows"]:
-        return None
-    if any(row["representation"] != "dense" for row in r["q_rows"]):
-        return None
-    return inp["vocab"], len(r["draft_tokens"])
 
 
 def verification_many(inputs: Sequence[dict], device: str) -> list[dict]:

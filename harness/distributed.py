@@ -12,6 +12,7 @@ device, NCCL for CUDA. Without torchrun the run is one rank and torch is not imp
 
 from __future__ import annotations
 
+import atexit
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -47,9 +48,16 @@ def launched_by_torchrun() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
-def backend_for(device: str) -> str:
-    """gloo on CPU, NCCL on CUDA (the collectives qconform already uses, docs/sharding.md)."""
-    return "nccl" if device.startswith("cuda") else "gloo"
+def backend_for(device: str, world: int) -> str:
+    """gloo on CPU, NCCL on CUDA with one GPU per rank (the collectives qconform already uses,
+    docs/sharding.md). NCCL cannot put two ranks on one GPU, so more ranks than GPUs (ranks
+    that feed one device from many CPU cores) gather their results over gloo."""
+    if device.startswith("cuda"):
+        import torch
+
+        if world <= torch.cuda.device_count():
+            return "nccl"
+    return "gloo"
 
 
 def torchrun_ranks(device: str) -> Ranks:
@@ -60,11 +68,12 @@ def torchrun_ranks(device: str) -> Ranks:
     import torch
     import torch.distributed as dist
 
-    backend = backend_for(device)
+    backend = backend_for(device, int(os.environ["WORLD_SIZE"]))
     if not dist.is_initialized():
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(backend=backend, init_method="env://")
+        atexit.register(dist.destroy_process_group)
     world = dist.get_world_size()
 
     def gather(obj: Any) -> list[Any]:
@@ -76,10 +85,10 @@ def torchrun_ranks(device: str) -> Ranks:
 
 
 def finish(ranks: Ranks) -> None:
-    """Leave the process group (a no-op for a single rank)."""
+    """Wait for every rank (a no-op for a single rank). The process group stays up for a next
+    command in the same process and is destroyed at exit."""
     if ranks.world > 1:
         import torch.distributed as dist
 
         if dist.is_initialized():
             dist.barrier()
-            dist.destroy_process_group()
