@@ -19,10 +19,16 @@ DOMAIN_NAMES = ("PROPOSAL", "ACCEPT", "CORRECTION")
 
 
 def blobs(objs: Sequence[dict], dtype: str, np_dtype: str) -> np.ndarray:
-    """The values of many blobs of one dtype, concatenated (checked by the caller's shapes)."""
-    if any(obj["dtype"] != dtype for obj in objs):
-        raise ValueError(f"a blob is not {dtype}")
-    return np.frombuffer(b"".join(base64.b64decode(obj["b64"]) for obj in objs), dtype=np_dtype)
+    """The values of many blobs of one dtype, concatenated; each blob's bytes must hold exactly
+    its shape (so one malformed blob cannot shift its neighbours' values)."""
+    width = np.dtype(np_dtype).itemsize
+    parts = []
+    for obj in objs:
+        data = base64.b64decode(obj["b64"], validate=True)
+        if obj["dtype"] != dtype or len(data) != width * int(np.prod(obj["shape"], dtype=np.int64)):
+            raise ValueError(f"a blob is not {dtype} of its shape")
+        parts.append(data)
+    return np.frombuffer(b"".join(parts), dtype=np_dtype)
 
 
 def encode_u32(values: np.ndarray) -> dict:
@@ -47,22 +53,34 @@ def rng_key(inp: dict) -> Hashable | None:
     return inp["domain"] if simple else None
 
 
+def dense_of(row: dict, vocab: int) -> bool:
+    """A dense qRow of exactly ``vocab`` u32 counts (by its declared shape)."""
+    return row["representation"] == "dense" and row["counts"]["shape"] == [vocab]
+
+
 def categorical_key(inp: dict) -> Hashable | None:
-    row = inp["row"]
-    return (inp["vocab"], len(inp["draws"])) if row["representation"] == "dense" and inp["draws"] else None
+    vocab, draws = inp["vocab"], inp["draws"]
+    if type(vocab) is not int or not isinstance(draws, list) or not draws or not dense_of(inp["row"], vocab):
+        return None
+    return vocab, len(draws)
 
 
 def allocation_key(inp: dict) -> Hashable | None:
     w = inp.get("weights")
-    return ("f32", w["shape"][0]) if w is not None and w["dtype"] == "f32" and w["shape"][0] > 0 else None
+    if w is None or "logits" in inp or w["dtype"] != "f32" or len(w["shape"]) != 1 or w["shape"][0] < 1:
+        return None
+    return w["shape"][0]
 
 
 def verification_key(inp: dict) -> Hashable | None:
-    if len(inp["requests"]) != 1:
+    """One request, dense q rows, FP32 target weights, no stop tokens, no budget."""
+    vocab, requests = inp["vocab"], inp["requests"]
+    if type(vocab) is not int or not isinstance(requests, list) or len(requests) != 1:
         return None
-    r = inp["requests"][0]
-    if "stop_tokens" in r or "budget" in r or "weights" not in r["p_rows"]:
+    r = requests[0]
+    depth = len(r["draft_tokens"])
+    if "stop_tokens" in r or "budget" in r or set(r["p_rows"]) != {"weights"} or len(r["q_rows"]) != depth:
         return None
-    if any(row["representation"] != "dense" for row in r["q_rows"]):
+    if r["p_rows"]["weights"]["shape"] != [depth + 1, vocab] or not all(dense_of(q, vocab) for q in r["q_rows"]):
         return None
-    return inp["vocab"], len(r["draft_tokens"])
+    return vocab, depth

@@ -124,7 +124,7 @@ def run_many(family: str, inputs: Sequence[dict], device: str) -> list[dict | No
     for index, inp in enumerate(inputs):
         try:
             key = shape_of(inp)
-        except (KeyError, TypeError, IndexError):
+        except (KeyError, TypeError, IndexError, AttributeError):
             key = None
         if key is not None:
             groups[key].append(index)
