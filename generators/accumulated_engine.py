@@ -99,29 +99,28 @@ def verification_records(batch: Batch) -> np.ndarray:
     masses = np.where(full[:, None], p_at, residual)
     final_token = first_above(masses, final_u32)
 
-    records = np.full((n, VERIFY_WORDS), PAD, dtype=U64)
+    k = np.arange(KMAX)[None, :]
+    tested = np.minimum(accepted + 1, depth)  # acceptance draws consumed
+    draws = np.empty((n, KMAX + 1, 5), dtype=U64)
+    draws[:, :KMAX, 0] = DOMAIN_CODES["ACCEPT"]
+    draws[:, :KMAX, 1] = (f["anchor"][:, None] + k.astype(U64)) & WORD_MASK
+    draws[:, :KMAX, 2] = accept_u32
+    draws[:, :KMAX, 3] = np.where(k < accepted[:, None], DECISION_CODES["accept"], DECISION_CODES["reject"])
+    draws[:, :KMAX, 4] = drafts
+    draws[:, KMAX] = PAD
+    draws[rows, tested] = np.stack([np.full(n, DOMAIN_CODES["CORRECTION"], U64), position, final_u32,
+                                    np.where(full, DECISION_CODES["bonus"], DECISION_CODES["correction"]).astype(U64),
+                                    final_token.astype(U64)], axis=1)
+    draws[np.arange(KMAX + 1)[None, :] > tested[:, None]] = PAD
+    emitted = np.full((n, KMAX + 1), PAD, dtype=U64)
+    emitted[:, :KMAX] = np.where(k < accepted[:, None], drafts.astype(U64), U64(PAD))
+    emitted[rows, accepted] = final_token
+    records = np.empty((n, VERIFY_WORDS), dtype=U64)
     records[:, 0] = accepted
     records[:, 1] = accepted + 1
-    emitted = np.where(np.arange(KMAX + 1)[None, :] < accepted[:, None],
-                       np.concatenate([drafts, np.zeros((n, 1), np.int64)], axis=1), PAD)
-    emitted[rows, accepted] = final_token
-    records[:, 2:2 + KMAX + 1] = emitted
-    tested = np.minimum(accepted + 1, depth)  # acceptance draws consumed
-    records[:, 2 + KMAX + 1] = tested + 1
-    anchor = f["anchor"][:, None]
-    positions = (anchor + np.arange(KMAX, dtype=U64)[None, :]) & WORD_MASK
-    base = 3 + KMAX + 1
-    for k in range(KMAX):
-        live = k < tested
-        decision = np.where(k < accepted, DECISION_CODES["accept"], DECISION_CODES["reject"])
-        draw = np.stack([np.full(n, DOMAIN_CODES["ACCEPT"]), positions[:, k], accept_u32[:, k], decision,
-                         drafts[:, k]], axis=1).astype(U64)
-        records[live, base + 5 * k: base + 5 * k + 5] = draw[live]
-    last = np.stack([np.full(n, DOMAIN_CODES["CORRECTION"]), position, final_u32,
-                     np.where(full, DECISION_CODES["bonus"], DECISION_CODES["correction"]), final_token],
-                    axis=1).astype(U64)
-    cols = base + 5 * tested[:, None] + np.arange(5)[None, :]
-    records[rows[:, None], cols] = last
+    records[:, 2:3 + KMAX] = emitted
+    records[:, 3 + KMAX] = tested + 1
+    records[:, 4 + KMAX:] = draws.reshape(n, 5 * (KMAX + 1))
     return records
 
 

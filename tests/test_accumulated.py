@@ -258,3 +258,14 @@ def test_every_committed_hash_is_well_formed():
     data = json.loads(Path(default_vectors_dir() / accumulated.EXPECTED_FILE).read_text())
     assert data["shardCases"] == accumulated.SHARD_CASES
     assert data["streamKey"] == [f"0x{w:08x}" for w in accumulated.STREAM_KEY]
+
+
+@pytest.mark.parametrize("family, count", [("rng_abi", 300), ("categorical_sampling", 120),
+                                           ("verification_round", 40)])
+def test_triton_candidate_passes_a_short_stream(family, count):
+    """The Triton candidate (its interpreter on CPU, a few cases a second: bench/RESULTS.md) on a
+    short stream; the 10^6 and 10^8 runs belong to a GPU (bench/gpu_check.py --accumulated)."""
+    pytest.importorskip("triton")
+    result = CliRunner().invoke(cli, ["accumulate", "--adapter", "triton", "--family", family,
+                                      "--count", str(count), "--batch", "64"])
+    assert result.exit_code == 0 and "PASS" in result.output, result.output
