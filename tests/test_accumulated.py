@@ -269,3 +269,12 @@ def test_triton_candidate_passes_a_short_stream(family, count):
     result = CliRunner().invoke(cli, ["accumulate", "--adapter", "triton", "--family", family,
                                       "--count", str(count), "--batch", "64"])
     assert result.exit_code == 0 and "PASS" in result.output, result.output
+
+
+def test_the_expected_file_is_not_an_orphan_of_the_corpus():
+    """``qconform generate --check`` keeps accumulated.json and its schema (no family writes them)."""
+    from qconform.generators import drift, registry
+
+    names = [family.name for family in registry.all_families()]
+    assert drift._orphan_files(default_vectors_dir(), names) == []
+    assert drift._orphan_files(default_vectors_dir(), names[1:]) != []  # the check does look
