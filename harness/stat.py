@@ -12,6 +12,10 @@ the total-variation deviation it would have detected with the requested power.
 With ``sequential``, cases stop early once the evidence is decisive
 (:mod:`qconform.harness.stat_sequential`).
 
+Each case is sampled by its own requests, seeded by the case, so under ``torchrun``
+the cases can be spread over ranks (:mod:`qconform.harness.distributed`) and the
+verdicts do not depend on the world size.
+
 Verdicts per case: ``pass``; ``fail`` (the law differs, an outcome the law
 forbids was sampled, a valid case was refused, or an invalid one was sampled
 instead of refused with its code); ``error`` (the adapter crashed or answered
