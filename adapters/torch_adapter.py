@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from qconform.adapters import torch_batched
 from qconform.adapters.torch_candidate import allocation, philox, proposal, qrow, sampling, verification, weights
 from qconform.adapters.torch_candidate.errors import CandidateError
 from qconform.harness.adapter import Adapter, AdapterError, Capabilities, Outcome, PrecisionProfile
@@ -274,7 +275,11 @@ class TorchAdapter(Adapter):
     def run_batch(self, family: str, inputs: Sequence[dict]) -> list[Outcome]:
         solve = FAMILIES[family]
         outcomes: list[Outcome] = []
-        for inp in inputs:
+        batched = torch_batched.run_many(family, inputs, self.device) if len(inputs) > 1 else [None] * len(inputs)
+        for inp, answer in zip(inputs, batched):
+            if answer is not None:
+                outcomes.append(answer)
+                continue
             try:
                 outcomes.append(solve(inp, self.device))
             except CandidateError as refusal:

@@ -293,7 +293,11 @@ class TritonAdapter(Adapter):
         )
 
     def run_batch(self, family: str, inputs: Sequence[dict]) -> list[Outcome]:
-        return [self.outcome(FAMILIES[family], inp) for inp in inputs]
+        from qconform.adapters import triton_batched  # same-shape cases in one launch (docs/accumulated.md)
+
+        batched = triton_batched.run_many(family, inputs, self.device) if len(inputs) > 1 else [None] * len(inputs)
+        return [self.outcome(FAMILIES[family], inp) if answer is None else answer
+                for inp, answer in zip(inputs, batched)]
 
     def outcome(self, solve: Callable[[dict, str], dict], inp: dict) -> Outcome:
         """One answer: the encoded output, a refusal, or an error for a crash of the candidate."""

@@ -25,12 +25,19 @@ It does, in one run:
    outputs written once, FP32 weights and u32 counts as on the wire) over the
    measured bandwidth; the two implementations' outputs of each stage are compared
    (the ``agree`` column), so a fast stage that computes something else shows;
-4. a markdown table in ``bench/results/gpu-<date>-<device>.md`` (``--out`` or
+4. with ``--accumulated N`` (N = 100000000 is the committed hash's count), the
+   accumulated runs (docs/accumulated.md): ``qconform accumulate`` of the torch and
+   Triton candidates on the device over every accumulated family, under ``torchrun``
+   with one rank per CPU core (the answers' Python side is the bottleneck, not the
+   device), each with its own time limit (``--accumulated-limit``); a run cut at its
+   limit is listed with the rate it reached;
+5. a markdown table in ``bench/results/gpu-<date>-<device>.md`` (``--out`` or
    ``--out-dir`` to choose), rewritten after every part so that a run cut short
    still leaves what it measured.
 
 ``--smoke`` rehearses every part on a CPU, Triton in its interpreter: the
-conformance runs over ``categorical_sampling`` only, the stages at V = 4096.
+conformance runs over ``categorical_sampling`` only, the stages at V = 4096, the
+accumulated runs (when asked) over ``categorical_sampling`` with two ranks.
 
 A part that raises is written into the table as an error and the run goes on.
 Exit status: 0 when every conformance run is OK and nothing raised (and on a
@@ -85,6 +92,23 @@ class Timing:
     torch_us: float | None = None
     agree: str = "-"
     errors: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Accumulated:
+    """One ``qconform accumulate`` run: its verdict line (PASS, PRECISION, FAIL...), wall time, rate."""
+
+    adapter: str
+    family: str
+    count: int
+    verdict: str
+    wall_s: float
+    note: str
+
+
+#: the accumulated families, and the ones ``--smoke`` rehearses
+ACCUMULATED_FAMILIES = ("rng_abi", "categorical_sampling", "allocation_dense", "verification_round")
+SMOKE_ACCUMULATED = ("categorical_sampling",)
 
 
 @dataclass(frozen=True)
@@ -190,6 +214,41 @@ def conformance_runs(device: str, gpus: int, families: tuple[str, ...] = ()) -> 
         reports = {a: Path(tmp) / f"{a}.json" for a in adapters}
         started = {a: start_conformance(a, device, reports[a], families) for a in adapters}
         return [finish_conformance(a, *started[a], reports[a]) for a in adapters], skipped
+
+
+def accumulated_run(adapter: str, family: str, count: int, device: str, ranks: int, limit_s: float,
+                    workdir: Path) -> Accumulated:
+    """``qconform accumulate`` under torchrun (one rank per CPU core), killed at ``limit_s``."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if adapter == "triton" and device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+    env["OMP_NUM_THREADS"] = "1"
+    launch = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", "-m"]
+              if ranks > 1 else [sys.executable, "-m"])
+    command = launch + ["qconform", "accumulate", "--adapter", adapter, "--family", family, "--count", str(count),
+                        "--device", device]
+    began = time.perf_counter()
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=limit_s, env=env, cwd=workdir)
+    except subprocess.TimeoutExpired:
+        return Accumulated(adapter, family, count, "cut", time.perf_counter() - began, f"over {limit_s:.0f} s, killed")
+    wall = time.perf_counter() - began
+    verdicts = re.findall(r"^(PASS|PRECISION|FAIL)\b.*$", done.stdout, re.M)
+    rate = re.search(r"\(([0-9,]+) cases/s", done.stdout)
+    note = f"{rate.group(1)} cases/s" if rate else (done.stdout + done.stderr)[-300:].strip()
+    return Accumulated(adapter, family, count, verdicts[0] if verdicts else f"exit {done.returncode}", wall, note)
+
+
+def accumulated_runs(device: str, count: int, families: tuple[str, ...], ranks: int, limit_s: float,
+                     report: Callable[[Accumulated], None]) -> list[Accumulated]:
+    """The torch and Triton candidates over ``families``, one run at a time (each uses every core)."""
+    runs: list[Accumulated] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for adapter in ("torch", "triton"):
+            for family in families:
+                runs.append(accumulated_run(adapter, family, count, device, ranks, limit_s, Path(tmp)))
+                report(runs[-1])
+    return runs
 
 
 # ------------------------------------------------------------------ comparing the two outputs
@@ -357,8 +416,19 @@ def cell(value: float | None, fmt: str) -> str:
     return "error" if value is None else format(value, fmt)
 
 
+def accumulated_markdown(runs: list[Accumulated]) -> list[str]:
+    if not runs:
+        return []
+    lines = ["", "## Accumulated runs (docs/accumulated.md)", "",
+             "| adapter | family | N | verdict | wall s | rate or note |", "|---|---|---:|---|---:|---|"]
+    lines += [f"| {r.adapter} | {r.family} | {r.count:,} | {r.verdict} | {r.wall_s:.0f} | {r.note.replace('|', '/')} |"
+              for r in runs]
+    return lines
+
+
 def markdown(label: str, env: str, vocab: int, bandwidth: float | None, runs: list[Conformance],
-             skipped: list[str], timings: list[Timing], notes: list[str]) -> str:
+             skipped: list[str], timings: list[Timing], notes: list[str],
+             accumulated: list[Accumulated] | None = None) -> str:
     lines = [
         f"# GPU check, {datetime.date.today().isoformat()}, {label}",
         "",
@@ -398,6 +468,7 @@ def markdown(label: str, env: str, vocab: int, bandwidth: float | None, runs: li
         lines.append(f"| {t.stage.name} | {t.stage.floor_bytes:,} | {cell(floor_us, '.2f')} | "
                      f"{cell(t.triton_us, '.1f')} | {ratio(t.triton_us)} | {cell(t.torch_us, '.1f')} | "
                      f"{ratio(t.torch_us)} | {t.agree} |")
+    lines += accumulated_markdown(accumulated or [])
     errors = [f"- {t.stage.name}: {e}" for t in timings for e in t.errors]
     if errors or notes:
         lines += ["", "## Errors and notes", ""] + errors + [f"- {n}" for n in notes]
@@ -416,12 +487,20 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--smoke", action="store_true", help="run the timing part on CPU at V = 4096 (no GPU)")
     parser.add_argument("--repeat", type=int, default=20, help="timed repeats per stage (default 20; 2 in --smoke)")
     parser.add_argument("--no-conformance", action="store_true", help="skip part 1 (the corpus runs)")
+    parser.add_argument("--accumulated", type=int, default=0, metavar="N",
+                        help="also run part 4, the accumulated runs of N cases (100000000: the committed count)")
+    parser.add_argument("--accumulated-limit", type=float, default=3600.0, metavar="S",
+                        help="seconds one accumulated run may take (default 3600)")
+    parser.add_argument("--ranks", type=int, default=os.cpu_count() or 1,
+                        help="torchrun ranks of an accumulated run (default: one per CPU core; 2 in --smoke)")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--out", help="markdown file (default bench/results/gpu-<date>-<device>.md)")
     where.add_argument("--out-dir", help="folder for gpu-<date>-<device>.md")
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error(f"--repeat must be at least 1, not {args.repeat}")
+    if args.accumulated < 0 or args.ranks < 1:
+        parser.error("--accumulated must be at least 0 and --ranks at least 1")
     return args
 
 
@@ -458,9 +537,11 @@ def main(argv: list[str] | None = None) -> int:
     timings: list[Timing] = []
     notes: list[str] = []
     bandwidth: float | None = None
+    accumulated: list[Accumulated] = []
 
     def write() -> None:
-        out.write_text(markdown(label, env, vocab, bandwidth, runs, skipped, timings, notes), encoding="utf-8")
+        out.write_text(markdown(label, env, vocab, bandwidth, runs, skipped, timings, notes, accumulated),
+                       encoding="utf-8")
 
     print(env, flush=True)
     if not args.no_conformance:
@@ -489,9 +570,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{stage.name}: triton {cell(t.triton_us, '.1f')} us, torch {cell(t.torch_us, '.1f')} us, "
               f"agree {t.agree} {'; '.join(t.errors)}", flush=True)
         write()
+    if args.accumulated:
+        def report(run: Accumulated) -> None:
+            accumulated.append(run)
+            print(f"accumulated {run.adapter} {run.family} N={run.count}: {run.verdict} {run.wall_s:.0f} s {run.note}",
+                  flush=True)
+            write()
+
+        accumulated_runs(device, args.accumulated, SMOKE_ACCUMULATED if args.smoke else ACCUMULATED_FAMILIES,
+                         min(args.ranks, 2) if args.smoke else args.ranks, args.accumulated_limit, report)
     write()
     print(f"wrote {out} in {time.perf_counter() - began:.0f} s")
-    broken = notes or any(t.errors for t in timings) or not all(run.ok for run in runs)
+    broken = (notes or any(t.errors for t in timings) or not all(run.ok for run in runs)
+              or any(r.verdict not in ("PASS", "PRECISION") for r in accumulated))
     return 1 if broken else 0
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from qconform.generators.accumulated import EXPECTED_FILE, EXPECTED_SCHEMA_FILE
 from qconform.generators import registry
 from qconform.generators.corpus import FamilyOutput, case_hash, cases_of, plan
 from qconform.generators.registry import Family
@@ -100,8 +101,8 @@ def _file_drift(root: Path, path: Path, data: bytes) -> list[Drift]:
 
 def _orphan_files(root: Path, names: Sequence[str]) -> list[Drift]:
     """Vector and schema files under ``root`` that no registered family produces."""
-    keep = {f"{n}.json" for n in names} | {INDEX_FILE}
-    keep_schemas = {schema_file_name(n) for n in names} | {INDEX_SCHEMA_FILE}
+    keep = {f"{n}.json" for n in names} | {INDEX_FILE, EXPECTED_FILE}
+    keep_schemas = {schema_file_name(n) for n in names} | {INDEX_SCHEMA_FILE, EXPECTED_SCHEMA_FILE}
     drifts = [Drift("orphan", p.name) for p in sorted(root.glob("*.json")) if p.name not in keep]
     drifts += [
         Drift("orphan", f"{SCHEMA_DIR}/{p.name}")

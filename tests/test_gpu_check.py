@@ -114,3 +114,34 @@ def test_bad_arguments_are_usage_errors(capsys):
             gpu_check.main(argv)
         assert exit_info.value.code == 2
     assert "--repeat must be at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("stdout, returncode, verdict", [
+    ("rng_abi: 9 cases in 0.1 s (90 cases/s, 2 rank(s), 1 shard(s))\nPASS: the adapter's answers hash\n", 0, "PASS"),
+    ("x: 9 cases in 0.1 s (90 cases/s, 1 rank(s), 1 shard(s))\nFAIL: first divergent case: 3\n", 1, "FAIL"),
+    ("Error: the adapter cannot start\n", 2, "exit 2"),
+])
+def test_accumulated_runs_are_reported_with_their_verdict(monkeypatch, tmp_path, stdout, returncode, verdict):
+    """Part 4 (``--accumulated N``): each run's verdict line and rate land in the table; a run
+    that does not PASS (or is not excused as PRECISION) makes the check fail."""
+    commands = []
+
+    def fake_run(command, **kwargs):
+        commands.append(command)
+        return subprocess.CompletedProcess(command, returncode, stdout, "")
+
+    monkeypatch.setattr(gpu_check.subprocess, "run", fake_run)
+    run = gpu_check.accumulated_run("torch", "rng_abi", 9, "cuda", 4, 10.0, tmp_path)
+    assert run.verdict == verdict
+    assert "torch.distributed.run" in commands[0] and "--nproc-per-node=4" in commands[0]
+    rows = table_rows("\n".join(gpu_check.accumulated_markdown([run])), "## Accumulated runs")
+    assert rows[0][:4] == ["torch", "rng_abi", "9", verdict]
+
+
+def test_an_accumulated_run_past_its_limit_is_cut(monkeypatch, tmp_path):
+    def slow(command, **kwargs):
+        raise subprocess.TimeoutExpired(command, kwargs["timeout"])
+
+    monkeypatch.setattr(gpu_check.subprocess, "run", slow)
+    run = gpu_check.accumulated_run("triton", "verification_round", 10**8, "cuda", 1, 5.0, tmp_path)
+    assert run.verdict == "cut" and "over 5 s" in run.note

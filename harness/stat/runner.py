@@ -12,6 +12,10 @@ the total-variation deviation it would have detected with the requested power.
 With ``sequential``, cases stop early once the evidence is decisive
 (:mod:`qconform.harness.stat.sequential`).
 
+Each case is sampled by its own requests, seeded by the case, so under ``torchrun``
+the cases can be spread over ranks (:mod:`qconform.harness.run.distributed`) and the
+verdicts do not depend on the world size.
+
 Verdicts per case: ``pass``; ``fail`` (the law differs, an outcome the law
 forbids was sampled, a valid case was refused, or an invalid one was sampled
 instead of refused with its code); ``error`` (the adapter crashed or answered
@@ -30,6 +34,7 @@ from typing import Callable, Hashable, Protocol, Sequence
 
 from qconform.generators.registry import family_names, load_family
 from qconform.harness.adapter import Adapter, AdapterConfig, AdapterError, Outcome, Unimplemented
+from qconform.harness.run.distributed import SINGLE, Ranks
 from qconform.harness.transport.shim_protocol import check_sample_output, sample_per_request
 from qconform.harness.stat.chisquare import (
     Bin,
@@ -230,9 +235,9 @@ class StatRun:
 # --- sampling ----------------------------------------------------------------------------
 
 
-def request_seed(base: int, family: str, index: int) -> int:
-    """The 64-bit seed of the ``index``-th ``sample`` request of ``family``."""
-    digest = hashlib.blake2b(f"{base}:{family}:{index}".encode(), digest_size=8).digest()
+def request_seed(base: int, stream: str, index: int) -> int:
+    """The 64-bit seed of the ``index``-th ``sample`` request of ``stream`` (``<family>/<case id>``)."""
+    digest = hashlib.blake2b(f"{base}:{stream}:{index}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little")
 
 
@@ -315,9 +320,11 @@ def final_df(case: StatCase, samples: int) -> int:
 class StatRunner:
     """Samples every case of a run and judges it (module docstring)."""
 
-    def __init__(self, sampler: Sampler, cases: Sequence[StatCase], options: StatOptions) -> None:
+    def __init__(self, sampler: Sampler, cases: Sequence[StatCase], options: StatOptions,
+                 ranks: Ranks = SINGLE) -> None:
         self.sampler = sampler
         self.options = options
+        self.ranks = ranks
         self.looks = spending_looks(options.samples, options.looks if options.sequential else 1)
         self.states = [CaseState(c, CaseResult(c.id, c.family), [Counter() for _ in c.laws]) for c in cases]
         dfs = {s.case.id: final_df(s.case, options.samples) for s in self.states if s.case.result == "valid"}
@@ -335,8 +342,16 @@ class StatRunner:
         return detectable_tv(df, options.samples, self.case_alpha, options.power)
 
     def run(self) -> StatRun:
+        """Sample this rank's cases (every case on one rank), gather every rank's, then judge
+        them all together: each case's rounds depend only on the case, so the verdicts do not
+        depend on the world size (docs/distributed.md)."""
+        mine = self.ranks.mine(range(len(self.states)))
         for family in dict.fromkeys(s.case.family for s in self.states):
-            self.run_family([s for s in self.states if s.case.family == family])
+            self.run_family([self.states[i] for i in mine if self.states[i].case.family == family])
+        if self.ranks.world > 1:
+            sampled = self.ranks.merged({i: (self.states[i].result, self.states[i].p_values) for i in mine})
+            for i, (result, p_values) in sampled.items():
+                self.states[i].result, self.states[i].p_values = result, p_values
         self.conclude()
         results = [s.result for s in self.states]
         return StatRun(self.options, self.sampler.config, results, self.tested)
@@ -357,12 +372,13 @@ class StatRunner:
                     self.look_at(state, k, look)
 
     def sample(self, live: list[CaseState], count: int) -> None:
-        family = live[0].case.family
-        seed = request_seed(self.options.seed, family, self.requests[family])
-        self.requests[family] += 1
-        outcomes = self.sampler.sample_batch(family, [s.case.input for s in live], count, seed)
-        for state, outcome in zip(live, outcomes):
-            state.add(outcome)
+        """One ``sample`` request per live case, seeded by the case and its request count (never
+        by its batch-mates), so a case samples the same rounds on any rank."""
+        for state in live:
+            stream = f"{state.case.family}/{state.case.id}"
+            seed = request_seed(self.options.seed, stream, self.requests[stream])
+            self.requests[stream] += 1
+            state.add(self.sampler.sample_batch(state.case.family, [state.case.input], count, seed)[0])
             state.result.samples += count
 
     def look_at(self, state: CaseState, k: int, look: Look) -> None:
@@ -424,6 +440,7 @@ def outcome_label(outcome: tuple[int, tuple[int, ...]]) -> str:
     return f"a={accepted} [{' '.join(map(str, emitted))}]"
 
 
-def run_stat(sampler: Sampler, cases: Sequence[StatCase], options: StatOptions = StatOptions()) -> StatRun:
-    """Sample and judge ``cases`` (see the module docstring)."""
-    return StatRunner(sampler, cases, options).run()
+def run_stat(sampler: Sampler, cases: Sequence[StatCase], options: StatOptions = StatOptions(),
+             ranks: Ranks = SINGLE) -> StatRun:
+    """Sample and judge ``cases`` (see the module docstring), this rank's share under torchrun."""
+    return StatRunner(sampler, cases, options, ranks).run()

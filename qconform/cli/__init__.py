@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "generate": "generate:generate",
     "rules": "rules:rules",
     "sizes": "sizes:sizes",
+    "accumulate": "accumulate:accumulate_command",
     "adequacy": "adequacy:adequacy",
     "run": "run:run",
     "show": "show:show_command",

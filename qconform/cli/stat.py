@@ -60,8 +60,9 @@ def stat_command(adapter, families, patterns, keyword, excludes, samples, alpha,
                  plots_dir, json_path, device, vectors, timeout_s, html_path=None) -> None:
     """Statistical conformance: sampled rounds against the exact law (for adapters with their own RNG)."""
     from qconform.generators.corpus import default_vectors_dir
-    from qconform.generators.atomic_file import WriteError
     from qconform.cli.console import wide_console
+    from qconform.generators.atomic_file import WriteError
+    from qconform.harness.run.distributed import finish, torchrun_ranks
     from qconform.harness.stat.report import render, write_json, write_plots
     from qconform.harness.transport.client import AdapterStartError, open_adapter
 
@@ -82,13 +83,19 @@ def stat_command(adapter, families, patterns, keyword, excludes, samples, alpha,
         client = open_adapter(adapter, device, timeout_s)
     except AdapterStartError as exc:
         raise UsageLineError(str(exc)) from None
-    with client:
-        sampled = [family for family in selected if family in client.config.capabilities.sampling]
-        if not sampled:
-            raise UsageLineError(f"adapter {adapter!r} samples none of {', '.join(selected)} "
-                                f"(capabilities.sampling is {list(client.config.capabilities.sampling)}); "
-                                "statistical mode needs the sample op (docs/stat-mode.md)")
-        run = run_stat(client, cases, options)
+    ranks = torchrun_ranks(device)  # under torchrun: this rank's share of the cases (docs/distributed.md)
+    try:
+        with client:
+            sampled = [family for family in selected if family in client.config.capabilities.sampling]
+            if not sampled:
+                raise UsageLineError(f"adapter {adapter!r} samples none of {', '.join(selected)} "
+                                    f"(capabilities.sampling is {list(client.config.capabilities.sampling)}); "
+                                    "statistical mode needs the sample op (docs/stat-mode.md)")
+            run = run_stat(client, cases, options, ranks)
+    finally:
+        finish(ranks)
+    if ranks.rank != 0:
+        raise SystemExit(0 if run.ok else 1)
     if plots_dir is None and json_path is not None:
         plots_dir = json_path.with_name(json_path.stem + "-plots")
     console = wide_console()

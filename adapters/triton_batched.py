@@ -1,0 +1,139 @@
+"""Many cases of one family in one kernel launch: the Triton adapter's vectorised ``run_batch`` path.
+
+As :mod:`qconform.adapters.torch_batched` for the torch candidate: same-shape cases
+sent in one ``run_batch`` call (``qconform accumulate``, docs/accumulated.md) are
+decoded together and launched once (one program per row), instead of once per case.
+Verification launches four requests at a time, the kernels' batch bound (R27). A case
+outside the shapes handled here, and every case of a group whose launch refuses, is
+answered by the adapter's one-case path. Never imports the spec or the generators.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Callable, Hashable, Sequence
+
+import numpy as np
+import torch
+
+from qconform.adapters.batched_inputs import (
+    allocation_key,
+    blobs,
+    categorical_key,
+    encode_u32,
+    legal_dense,
+    rng_key,
+    verification_key,
+    word,
+)
+from qconform.adapters.triton_candidate import (
+    ACCEPT,
+    CORRECTION,
+    PROPOSAL,
+    Identity,
+    QRows,
+    TritonCandidateError,
+    abi_draws,
+    allocate_rows,
+    raise_flags,
+    sample,
+    verify_batch,
+    weight_scan,
+)
+from qconform.adapters.triton_candidate.verification import MAX_REQUESTS
+
+DOMAINS = {"PROPOSAL": PROPOSAL, "ACCEPT": ACCEPT, "CORRECTION": CORRECTION}
+DOMAIN_NAMES = {code: name for name, code in DOMAINS.items()}
+
+
+def dense_rows(counts: np.ndarray, vocab: int, device: str) -> QRows:
+    return QRows.build(vocab, [(None, torch.from_numpy(row)) for row in counts], device)
+
+
+def rng_many(inputs: Sequence[dict], device: str) -> list[dict]:
+    rows = [(int(inp["seed"]), inp["position"], inp["round"], inp["generation"], DOMAINS[inp["domain"]],
+             inp["draw_counter"]) for inp in inputs]
+    words = abi_draws(rows, device).tolist()
+    return [{"key": [word(seed), word(seed >> 32)], "counter": [word(w) for w in row[:4]],
+             "output": [word(w) for w in row[4:]], "u24": row[4] >> 8, "u32": row[4]}
+            for (seed, *_), row in zip(rows, words)]
+
+
+def categorical_many(inputs: Sequence[dict], device: str) -> list[dict]:
+    vocab = inputs[0]["vocab"]
+    counts = blobs([inp["row"]["counts"] for inp in inputs], "u32", "<u4").astype(np.int64).reshape(-1, vocab)
+    if not legal_dense(counts):
+        raise TritonCandidateError("WRONG_TOTAL_MASS", "a q row is not a dyadic24 row")
+    q = dense_rows(counts, vocab, device)
+    q.check()
+    draws = torch.tensor([inp["draws"] for inp in inputs], dtype=torch.int64, device=device)
+    return [{"tokens": t} for t in sample(q, draws).tolist()]
+
+
+def allocation_many(inputs: Sequence[dict], device: str) -> list[dict]:
+    vocab = inputs[0]["weights"]["shape"][0]
+    w = torch.from_numpy(blobs([inp["weights"] for inp in inputs], "f32", "<f4").reshape(-1, vocab).copy()).to(device)
+    raise_flags(weight_scan(w)[0], "weights")
+    flags = torch.zeros(len(inputs), dtype=torch.int32, device=device)
+    counts = allocate_rows(w, flags)
+    raise_flags(flags, "allocation")
+    return [{"counts": encode_u32(row)} for row in counts.cpu().numpy()]
+
+
+def verification_many(inputs: Sequence[dict], device: str) -> list[dict]:
+    vocab, depth = inputs[0]["vocab"], len(inputs[0]["requests"][0]["draft_tokens"])
+    answers: list[dict] = []
+    for at in range(0, len(inputs), MAX_REQUESTS):
+        requests = [inp["requests"][0] for inp in inputs[at:at + MAX_REQUESTS]]
+        q = blobs([row["counts"] for r in requests for row in r["q_rows"]], "u32", "<u4").astype(np.int64)
+        q = q.reshape(-1, vocab)
+        if not legal_dense(q):
+            raise TritonCandidateError("WRONG_TOTAL_MASS", "a q row is not a dyadic24 row")
+        if any(r["p_rows"]["weights"]["shape"] != [depth + 1, vocab] for r in requests):
+            raise ValueError("p rows of another shape")
+        p = blobs([r["p_rows"]["weights"] for r in requests], "f32", "<f4").astype(np.float64)
+        drafts = torch.tensor([r["draft_tokens"] for r in requests], dtype=torch.int64, device=device)
+        idents = [Identity(int(r["seed"]), r["generation"], r["round"], r["anchor"]) for r in requests]
+        outcomes = verify_batch(idents, drafts, dense_rows(q, vocab, device),
+                                torch.from_numpy(p.reshape(len(requests), depth + 1, vocab)).to(device),
+                                [[] for _ in requests], [None for _ in requests])
+        answers += [{"requests": [
+            {"accepted": out.accepted, "emitted": out.emitted,
+             "draws": [{"domain": DOMAIN_NAMES[d.domain], "position": d.position, "draw_counter": 0, "u32": d.u32,
+                        "decision": d.decision, "token": d.token} for d in out.draws]}]} for out in outcomes]
+    return answers
+
+
+BATCHED: dict[str, tuple[Callable[[dict], Hashable | None], Callable[[Sequence[dict], str], list[dict]]]] = {
+    "rng_abi": (rng_key, rng_many),
+    "categorical_sampling": (categorical_key, categorical_many),
+    "allocation_dense": (allocation_key, allocation_many),
+    "verification_round": (verification_key, verification_many),
+}
+
+
+def run_many(family: str, inputs: Sequence[dict], device: str) -> list[dict | None]:
+    """Answers of the inputs this path takes; None where the caller answers one case at a time."""
+    answers: list[dict | None] = [None] * len(inputs)
+    if family not in BATCHED:
+        return answers
+    shape_of, solve = BATCHED[family]
+    groups: dict[Hashable, list[int]] = defaultdict(list)
+    for index, inp in enumerate(inputs):
+        try:
+            key = shape_of(inp)
+        except (KeyError, TypeError, IndexError, AttributeError):
+            key = None
+        if key is not None:
+            groups[key].append(index)
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        try:
+            with np.errstate(all="ignore"):
+                solved = solve([inputs[i] for i in members], device)
+        except (TritonCandidateError, KeyError, ValueError, TypeError, IndexError, RuntimeError):
+            continue
+        for i, answer in zip(members, solved):
+            answers[i] = answer
+    return answers

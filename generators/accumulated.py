@@ -1,0 +1,479 @@
+"""Accumulated vectors: millions of cases pinned by one hash (docs/accumulated.md).
+
+Case ``i`` of an accumulated family is built from the **input stream**, Philox4x32-10
+blocks keyed by :data:`STREAM_KEY` at counter ``(i mod 2^32, i >> 32, j, tag)``
+(``j`` the block index within the case, ``tag`` the family's code). Every case is
+then an ordinary input object of its vector family (docs/formats/), so a divergent
+case prints as an ordinary vector. The answers of the spec (each family's ``solve``)
+are reduced to a fixed-width canonical **record** of little-endian u32 words, hashed
+in fixed shards of :data:`SHARD_CASES` cases; the published hash is the SHA-256 of
+the concatenated shard digests. That combination does not depend on how many
+processes computed the shards (docs/accumulated.md, "Sharding").
+
+This module is the definition: the stream, the inputs, the records and the hash.
+:mod:`qconform.generators.accumulated_engine` computes the same records exactly with
+vectorised NumPy integers; tests/test_accumulated.py proves the two equal.
+Candidates never import this module (tests/test_candidate_independence.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from qconform.generators.encoding import EncodingError, decode_blob, encode_blob, encode_u64
+
+U64 = np.uint64
+WORD_MASK = U64(0xFFFFFFFF)
+M = 1 << 24
+
+#: key words of the input stream: ASCII "qcon" and "acc1" read as little-endian u32
+STREAM_KEY: tuple[int, int] = (0x6E6F6371, 0x31636361)
+
+#: cases per shard: shard ``s`` holds cases ``[s * SHARD_CASES, (s + 1) * SHARD_CASES)``
+SHARD_CASES: int = 1 << 16
+
+#: most tokens of a row in the accumulated families (small V keeps the engine in uint64)
+VMAX: int = 8
+#: most drafts of a verification case
+KMAX: int = 5
+#: draws of one categorical_sampling case
+DRAWS: int = 4
+#: padding word of a record
+PAD: int = 0xFFFFFFFF
+
+PHILOX_M0, PHILOX_M1 = U64(0xD2511F53), U64(0xCD9E8D57)
+PHILOX_W0, PHILOX_W1 = U64(0x9E3779B9), U64(0xBB67AE85)
+
+#: domain codes of the RNG ABI (docs/rng-abi.md) and decision codes of a verification record
+DOMAIN_CODES = {"PROPOSAL": 1, "ACCEPT": 2, "CORRECTION": 3}
+DOMAIN_NAMES = {code: name for name, code in DOMAIN_CODES.items()}
+DECISION_CODES = {"accept": 0, "reject": 1, "correction": 2, "bonus": 3}
+
+
+class AccumulatedError(ValueError):
+    """An answer that cannot be reduced to its family's record (malformed output)."""
+
+
+# --- Philox4x32-10 over NumPy lanes ---------------------------------------------------------
+
+
+def philox_lanes(c0: np.ndarray, c1: np.ndarray, c2: np.ndarray, c3: np.ndarray,
+                 k0: np.ndarray, k1: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Philox4x32-10 (Random123) on uint64 lanes holding 32-bit words; every product of two
+    32-bit words fits in 64 bits, so the arithmetic is exact. Equal to ``spec.philox.philox4x32``."""
+    c0, c1, c2, c3 = (np.asarray(c, dtype=U64) for c in (c0, c1, c2, c3))
+    k0, k1 = np.asarray(k0, dtype=U64), np.asarray(k1, dtype=U64)
+    for r in range(10):
+        if r:
+            k0 = (k0 + PHILOX_W0) & WORD_MASK
+            k1 = (k1 + PHILOX_W1) & WORD_MASK
+        p0 = PHILOX_M0 * c0
+        p1 = PHILOX_M1 * c2
+        c0, c1, c2, c3 = ((p1 >> U64(32)) ^ c1 ^ k0, p1 & WORD_MASK, (p0 >> U64(32)) ^ c3 ^ k1, p0 & WORD_MASK)
+    return c0, c1, c2, c3
+
+
+def stream_block(tag: int, cases: np.ndarray, block: int) -> np.ndarray:
+    """Input-stream block ``block`` of each case: words ``[n, 4]`` of Philox4x32-10 at counter
+    ``(i mod 2^32, i >> 32, block, tag)`` under :data:`STREAM_KEY`."""
+    i = np.asarray(cases, dtype=U64)
+    words = philox_lanes(i & WORD_MASK, i >> U64(32), np.full_like(i, block), np.full_like(i, tag),
+                         np.full_like(i, STREAM_KEY[0]), np.full_like(i, STREAM_KEY[1]))
+    return np.stack(words, axis=1)
+
+
+def draw_word0(seed: np.ndarray, position: np.ndarray, rnd: np.ndarray, generation: np.ndarray,
+               domain: int) -> np.ndarray:
+    """Output word 0 of the RNG ABI draw (docs/rng-abi.md) with draw counter 0: key = seed
+    (low, high), counter = (position, round, generation, domain << 24)."""
+    seed = np.asarray(seed, dtype=U64)
+    position = np.asarray(position, dtype=U64)
+    return philox_lanes(position, np.broadcast_to(rnd, position.shape), np.broadcast_to(generation, position.shape),
+                        np.full(position.shape, domain << 24, dtype=U64),
+                        np.broadcast_to(seed & WORD_MASK, position.shape),
+                        np.broadcast_to(seed >> U64(32), position.shape))[0]
+
+
+# --- shared row construction ---------------------------------------------------------------
+
+
+def counts_from_cuts(cuts: np.ndarray, vocab: np.ndarray) -> np.ndarray:
+    """Dyadic24 counts ``[n, VMAX]`` from ``VMAX - 1`` cut points in [0, M]: cuts at index
+    ``>= V - 1`` are set to M, the cuts are sorted, and the counts are the gaps of
+    ``0, cuts..., M``. Entries at and beyond V are zero; equal cuts give zero counts."""
+    cuts = np.where(np.arange(VMAX - 1)[None, :] >= (vocab[:, None] - 1), U64(M), cuts)
+    bounds = np.concatenate([np.zeros((len(cuts), 1), U64), np.sort(cuts, axis=1), np.full((len(cuts), 1), M, U64)],
+                            axis=1)
+    return np.diff(bounds.astype(np.int64), axis=1).astype(U64)
+
+
+def row_cuts(words: np.ndarray, coarse: np.ndarray) -> np.ndarray:
+    """Cut points from words: the top 24 bits, or in coarse mode the top 4 (multiples of 2^20,
+    so ties and zero counts are frequent)."""
+    fine = words >> U64(8)
+    return np.where(coarse[:, None], (words >> U64(28)) << U64(20), fine)
+
+
+def sample_rows(counts: np.ndarray, u24: np.ndarray) -> np.ndarray:
+    """R08 over count rows: the first index whose cumulative count is strictly greater than u24."""
+    return np.argmax(np.cumsum(counts, axis=-1) > u24[..., None], axis=-1)
+
+
+def blob_u32(values: Sequence[int]) -> dict:
+    return encode_blob("u32", [int(v) for v in values])
+
+
+def dense_row(counts: np.ndarray) -> dict:
+    return {"representation": "dense", "counts": blob_u32(counts)}
+
+
+def floor_log2(values: np.ndarray) -> np.ndarray:
+    """``floor(log2 v)`` of integers ``1 <= v <= 2^24`` by comparisons (0 where ``v = 0``)."""
+    v = np.asarray(values, dtype=np.int64)
+    return sum(((v >> t) > 0).astype(np.int64) for t in range(1, 25))
+
+
+def f32_bits(values: np.ndarray, bias: int) -> np.ndarray:
+    """FP32 bit patterns of ``v * 2^(bias - 127)`` for integers ``0 <= v <= 2^24`` (always exact),
+    by integer arithmetic: ``v = m * 2^e`` with ``2^23 <= m < 2^24`` has exponent field ``e + bias``."""
+    v = np.asarray(values, dtype=np.int64)
+    e = floor_log2(v)
+    mantissa = np.left_shift(v, np.maximum(23 - e, 0)) & 0x7FFFFF
+    return np.where(v > 0, ((e + bias) << 23) | mantissa, 0).astype(U64)
+
+
+def f32_bits_of_counts(counts: np.ndarray) -> np.ndarray:
+    """FP32 bit patterns of ``c / M`` for counts ``0 <= c <= M``."""
+    return f32_bits(counts, 127 - 24)
+
+
+def f32_bits_of_ints(values: np.ndarray) -> np.ndarray:
+    """FP32 bit patterns of integers ``0 <= w < 2^24``."""
+    return f32_bits(values, 127)
+
+
+# --- the families ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The inputs of cases ``[start, stop)`` as arrays (family-specific fields)."""
+
+    start: int
+    stop: int
+    fields: dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class AccumulatedFamily:
+    """An accumulated family: its stream tag, record width, arrays of a case range, one
+    case's input object, and the record of an answer object."""
+
+    name: str
+    tag: int
+    record_words: int
+    arrays: Callable[[int, int], Batch]
+    case_input: Callable[[Batch, int], dict]
+    record: Callable[[dict, dict], list[int]]
+
+
+def _cases(start: int, stop: int) -> np.ndarray:
+    return np.arange(start, stop, dtype=U64)
+
+
+def as_int(value: object) -> int:
+    """An answer's integer field, strictly: a JSON integer, never a bool or a string."""
+    if type(value) is not int:
+        raise AccumulatedError(f"{value!r} is not an integer")
+    return value
+
+
+def as_ints(values: object) -> list[int]:
+    if not isinstance(values, list):
+        raise AccumulatedError(f"{values!r} is not a list")
+    return [as_int(v) for v in values]
+
+
+def as_word(text: object) -> int:
+    """A ``"0x%08x"`` word of an answer (docs/vector-format.md), strictly."""
+    if not isinstance(text, str) or len(text) != 10 or not text.startswith("0x"):
+        raise AccumulatedError(f"{text!r} is not a 0x-prefixed 8-digit hex word")
+    return int(text[2:], 16)
+
+
+# rng_abi (tag 1) --------------------------------------------------------------------------
+
+
+def rng_arrays(start: int, stop: int) -> Batch:
+    i = _cases(start, stop)
+    b0, b1 = stream_block(1, i, 0), stream_block(1, i, 1)
+    return Batch(start, stop, {
+        "seed": b0[:, 0] | (b0[:, 1] << U64(32)), "position": b0[:, 2], "round": b0[:, 3],
+        "generation": b1[:, 0], "domain": U64(1) + b1[:, 1] % U64(3), "draw_counter": b1[:, 2] >> U64(8)})
+
+
+def rng_input(batch: Batch, k: int) -> dict:
+    f = batch.fields
+    return {"seed": encode_u64(int(f["seed"][k])), "generation": int(f["generation"][k]), "round": int(f["round"][k]),
+            "position": int(f["position"][k]), "domain": DOMAIN_NAMES[int(f["domain"][k])],
+            "draw_counter": int(f["draw_counter"][k])}
+
+
+def rng_record(_inp: dict, answer: dict) -> list[int]:
+    """counter words (4), output words (4), u24, u32."""
+    counter, output = answer["counter"], answer["output"]
+    if not isinstance(counter, list) or not isinstance(output, list) or len(counter) != 4 or len(output) != 4:
+        raise AccumulatedError("rng_abi answer needs 4 counter and 4 output words")
+    return [as_word(w) for w in counter + output] + [as_int(answer["u24"]), as_int(answer["u32"])]
+
+
+# categorical_sampling (tag 2) -------------------------------------------------------------
+
+
+def categorical_arrays(start: int, stop: int) -> Batch:
+    i = _cases(start, stop)
+    b = [stream_block(2, i, j) for j in range(5)]
+    vocab = U64(1) + b[0][:, 0] % U64(VMAX)
+    coarse = (b[0][:, 1] & U64(1)).astype(bool)
+    cut_words = np.concatenate([b[1], b[2][:, :3]], axis=1)
+    counts = counts_from_cuts(row_cuts(cut_words, coarse), vocab.astype(np.int64))
+    cumulative = np.cumsum(counts, axis=1)
+    select, value = b[3], b[4]
+    index = ((select >> U64(2)) % vocab[:, None]).astype(np.int64)
+    edge = np.take_along_axis(cumulative, index, axis=1)
+    mode = select & U64(3)
+    draws = np.where(mode == U64(2), edge, np.where(mode == U64(3), np.maximum(edge, U64(1)) - U64(1),
+                                                    value >> U64(8)))
+    draws = np.minimum(draws, U64(M - 1))
+    return Batch(start, stop, {"vocab": vocab, "counts": counts, "draws": draws})
+
+
+def categorical_input(batch: Batch, k: int) -> dict:
+    f = batch.fields
+    vocab = int(f["vocab"][k])
+    return {"vocab": vocab, "row": dense_row(f["counts"][k, :vocab]), "draws": [int(d) for d in f["draws"][k]]}
+
+
+def categorical_record(_inp: dict, answer: dict) -> list[int]:
+    """the DRAWS tokens."""
+    tokens = as_ints(answer["tokens"])
+    if len(tokens) != DRAWS:
+        raise AccumulatedError(f"categorical_sampling answer needs {DRAWS} tokens")
+    return tokens
+
+
+# allocation_dense (tag 3) -----------------------------------------------------------------
+
+
+def allocation_arrays(start: int, stop: int) -> Batch:
+    i = _cases(start, stop)
+    b0, b1, b2 = (stream_block(3, i, j) for j in range(3))
+    vocab = U64(1) + b0[:, 0] % U64(VMAX)
+    words = np.concatenate([b1, b2], axis=1)
+    shift = np.array([12, 28, 30, 9], dtype=U64)[(b0[:, 1] & U64(3)).astype(np.int64)]
+    weights = words >> shift[:, None]
+    weights = np.where(np.arange(VMAX)[None, :] < vocab[:, None].astype(np.int64), weights, U64(0))
+    empty = weights.sum(axis=1) == 0
+    last = (vocab - U64(1)).astype(np.int64)
+    weights[np.flatnonzero(empty), last[empty]] = U64(1)
+    return Batch(start, stop, {"vocab": vocab, "weights": weights})
+
+
+def allocation_input(batch: Batch, k: int) -> dict:
+    f = batch.fields
+    vocab = int(f["vocab"][k])
+    return {"weights": encode_blob("f32", [int(b) for b in f32_bits_of_ints(f["weights"][k, :vocab])])}
+
+
+def allocation_record(inp: dict, answer: dict) -> list[int]:
+    """the V counts, padded with zeros to VMAX."""
+    counts, _ = decode_blob(answer["counts"], "u32")
+    if len(counts) != inp["weights"]["shape"][0]:
+        raise AccumulatedError(f"allocation_dense answer has {len(counts)} counts for {inp['weights']['shape'][0]} weights")
+    return list(counts) + [0] * (VMAX - len(counts))
+
+
+# verification_round (tag 4) ---------------------------------------------------------------
+
+#: verification record: accepted, emitted count, emitted (KMAX + 1), draw count, draws (KMAX + 1) x 5
+VERIFY_WORDS: int = 3 + (KMAX + 1) + 5 * (KMAX + 1)
+Q_BLOCK, P_BLOCK = 2, 2 + 2 * KMAX
+
+
+def verification_arrays(start: int, stop: int) -> Batch:
+    i = _cases(start, stop)
+    n = len(i)
+    b0, b1 = stream_block(4, i, 0), stream_block(4, i, 1)
+    seed = b0[:, 0] | (b0[:, 1] << U64(32))
+    generation, rnd = b0[:, 2], b0[:, 3]
+    depth = (U64(1) + b1[:, 1] % U64(KMAX)).astype(np.int64)
+    vocab = (U64(2) + b1[:, 2] % U64(VMAX - 1)).astype(np.int64)
+    mode = (b1[:, 3] & U64(3)).astype(np.int64)
+    coarse = ((b1[:, 3] >> U64(2)) & U64(1)).astype(bool)
+    wrap = ((b1[:, 3] >> U64(3)) & U64(7)) == 0
+    anchor = np.where(wrap, WORD_MASK - (b1[:, 0] & U64(7)), b1[:, 0])
+
+    def row(block: int) -> tuple[np.ndarray, np.ndarray]:
+        words = np.concatenate([stream_block(4, i, block), stream_block(4, i, block + 1)], axis=1)
+        return counts_from_cuts(row_cuts(words[:, :VMAX - 1], coarse), vocab), words
+
+    q_rows, q_words = zip(*(row(Q_BLOCK + 2 * r) for r in range(KMAX)))
+    q = np.stack(q_rows, axis=1)  # [n, KMAX, VMAX]
+    drafts = sample_rows(q, np.stack([w[:, 7] >> U64(8) for w in q_words], axis=1))
+    p_rows, p_words = zip(*(row(P_BLOCK + 2 * r) for r in range(KMAX + 1)))
+    p = np.stack(p_rows, axis=1)  # [n, KMAX + 1, VMAX]
+    positions = (anchor[:, None] + np.arange(KMAX, dtype=U64)[None, :]) & WORD_MASK
+    accept_u32 = draw_word0(seed[:, None], positions, rnd[:, None], generation[:, None], DOMAIN_CODES["ACCEPT"])
+    rows = np.arange(n)
+    within = np.arange(KMAX)[None, :] < depth[:, None]
+    # mode 1: p = q at every draft position but one (the one chosen by word 7 of p_1)
+    keep = (p_words[0][:, 7] % depth.astype(U64)).astype(np.int64)
+    same = (mode == 1)[:, None] & (np.arange(KMAX)[None, :] != keep[:, None])
+    same |= (mode == 3)[:, None]  # mode 3: p = q at every draft position
+    p[:, :KMAX] = np.where(same[:, :, None], q, p[:, :KMAX])
+    # mode 2: p = q except at the draft: p(x) = ceil(u32 q(x) / 2^32) + delta, the difference at x + 1 mod V
+    boundary = (mode == 2)[:, None] & within
+    qx = np.take_along_axis(q, drafts[:, :, None], axis=2)[:, :, 0]
+    delta = np.stack([(w[:, 7] % U64(3)).astype(np.int64) - 1 for w in p_words[:KMAX]], axis=1)
+    target = (((accept_u32 * qx) + U64((1 << 32) - 1)) >> U64(32)).astype(np.int64) + delta
+    target = np.clip(target, 0, qx.astype(np.int64))
+    nxt = (drafts + 1) % vocab[:, None]
+    moved = q.astype(np.int64).copy()
+    r_idx, k_idx = np.nonzero(boundary)
+    moved[r_idx, k_idx, drafts[r_idx, k_idx]] = target[r_idx, k_idx]
+    moved[r_idx, k_idx, nxt[r_idx, k_idx]] += qx[r_idx, k_idx].astype(np.int64) - target[r_idx, k_idx]
+    p[:, :KMAX] = np.where(boundary[:, :, None], moved.astype(U64), p[:, :KMAX])
+    # mode 3: the bonus row p_{K+1} has a cumulative boundary at u32 >> 8 (+1 by a bit of its word 7)
+    bonus_position = (anchor + depth.astype(U64)) & WORD_MASK
+    bonus_u32 = draw_word0(seed, bonus_position, rnd, generation, DOMAIN_CODES["CORRECTION"])
+    bonus_words = np.stack(p_words, axis=1)[rows, depth]  # [n, 8] words of p_{K+1}
+    edge = np.minimum((bonus_u32 >> U64(8)) + (bonus_words[:, 7] & U64(1)), U64(M))
+    cuts = row_cuts(bonus_words[:, :VMAX - 1], coarse)
+    cuts[:, 0] = edge
+    bonus_row = counts_from_cuts(cuts, vocab)
+    p[rows, depth] = np.where((mode == 3)[:, None], bonus_row, p[rows, depth])
+    return Batch(start, stop, {"seed": seed, "generation": generation, "round": rnd, "anchor": anchor,
+                               "depth": depth, "vocab": vocab, "q": q, "p": p, "drafts": drafts,
+                               "accept_u32": accept_u32})
+
+
+def verification_input(batch: Batch, k: int) -> dict:
+    f = batch.fields
+    vocab, depth = int(f["vocab"][k]), int(f["depth"][k])
+    p_bits = f32_bits_of_counts(f["p"][k, :depth + 1, :vocab])
+    return {"vocab": vocab, "requests": [{
+        "seed": encode_u64(int(f["seed"][k])), "generation": int(f["generation"][k]), "round": int(f["round"][k]),
+        "anchor": int(f["anchor"][k]), "draft_tokens": [int(x) for x in f["drafts"][k, :depth]],
+        "q_rows": [dense_row(f["q"][k, r, :vocab]) for r in range(depth)],
+        "p_rows": {"weights": encode_blob("f32", [int(b) for b in p_bits.reshape(-1)], [depth + 1, vocab])},
+    }]}
+
+
+def verification_record(_inp: dict, answer: dict) -> list[int]:
+    """accepted, emitted count, emitted tokens (padded), draw count, then per draw
+    (domain, position, u32, decision, token) (padded)."""
+    requests = answer["requests"]
+    if len(requests) != 1:
+        raise AccumulatedError("verification_round answer needs exactly one request")
+    out = requests[0]
+    emitted, draws = as_ints(out["emitted"]), out["draws"]
+    if not isinstance(draws, list) or len(emitted) > KMAX + 1 or len(draws) > KMAX + 1:
+        raise AccumulatedError("verification_round answer emits or draws more than K + 1")
+    words = [as_int(out["accepted"]), len(emitted), *emitted, *[PAD] * (KMAX + 1 - len(emitted)), len(draws)]
+    for d in draws:
+        if d["domain"] not in DOMAIN_CODES or d["decision"] not in DECISION_CODES:
+            raise AccumulatedError(f"unknown draw domain {d['domain']!r} or decision {d['decision']!r}")
+        words += [DOMAIN_CODES[d["domain"]], as_int(d["position"]), as_int(d["u32"]), DECISION_CODES[d["decision"]],
+                  as_int(d["token"])]
+    return words + [PAD] * (5 * (KMAX + 1 - len(draws)))
+
+
+FAMILIES: dict[str, AccumulatedFamily] = {
+    "rng_abi": AccumulatedFamily("rng_abi", 1, 10, rng_arrays, rng_input, rng_record),
+    "categorical_sampling": AccumulatedFamily("categorical_sampling", 2, DRAWS, categorical_arrays,
+                                              categorical_input, categorical_record),
+    "allocation_dense": AccumulatedFamily("allocation_dense", 3, VMAX, allocation_arrays, allocation_input,
+                                          allocation_record),
+    "verification_round": AccumulatedFamily("verification_round", 4, VERIFY_WORDS, verification_arrays,
+                                            verification_input, verification_record),
+}
+
+
+# --- records and hashes ---------------------------------------------------------------------
+
+
+def record_of(family: AccumulatedFamily, inp: dict, answer: dict) -> list[int]:
+    """The canonical record of one answer: ``record_words`` u32 words. A refusal
+    (``{"error": CODE}``) or a malformed answer raises :class:`AccumulatedError`:
+    every accumulated case is valid, so a refusal is a divergence."""
+    if "error" in answer:
+        raise AccumulatedError(f"refused a valid case: {answer['error']}")
+    try:
+        words = family.record(inp, answer)
+    except (KeyError, TypeError, ValueError, EncodingError) as exc:
+        raise AccumulatedError(f"malformed answer: {type(exc).__name__}: {exc}") from None
+    if len(words) != family.record_words or any(not 0 <= w <= PAD for w in words):
+        raise AccumulatedError(f"answer reduces to {len(words)} words, not {family.record_words} u32 words")
+    return words
+
+
+def record_bytes(records: np.ndarray) -> bytes:
+    """Records ``[n, words]`` as their canonical bytes: little-endian u32, case after case."""
+    return np.ascontiguousarray(records, dtype="<u4").tobytes()
+
+
+def shard_ranges(count: int, shard_cases: int = SHARD_CASES) -> list[tuple[int, int]]:
+    """The fixed shards of a run of ``count`` cases (the last may be shorter); the published
+    hashes use :data:`SHARD_CASES`, tests use smaller shards."""
+    return [(s, min(s + shard_cases, count)) for s in range(0, count, shard_cases)]
+
+
+def shard_digest(records: np.ndarray) -> bytes:
+    return hashlib.sha256(record_bytes(records)).digest()
+
+
+def combine(digests: Sequence[bytes]) -> str:
+    """The published hash: SHA-256 of the shard digests concatenated in shard order (hex)."""
+    return hashlib.sha256(b"".join(digests)).hexdigest()
+
+
+#: the committed expected hashes and their schema (docs/accumulated.md, "Committed hashes")
+EXPECTED_FILE: str = "accumulated.json"
+EXPECTED_SCHEMA_FILE: str = "accumulated.schema.json"
+
+_HEX_WORD = {"type": "string", "pattern": "^0x[0-9a-f]{8}$"}
+EXPECTED_SCHEMA: dict = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "qconform accumulated hashes",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["format", "description", "streamKey", "shardCases", "families"],
+    "properties": {
+        "format": {"const": "qconform-accumulated-v1"},
+        "description": {"type": "string"},
+        "streamKey": {"type": "array", "items": _HEX_WORD, "minItems": 2, "maxItems": 2},
+        "shardCases": {"type": "integer", "minimum": 1},
+        "families": {
+            "type": "object",
+            "propertyNames": {"enum": sorted(FAMILIES)},
+            "additionalProperties": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["tag", "recordWords", "hashes"],
+                "properties": {
+                    "tag": {"type": "integer", "minimum": 0, "maximum": 0xFFFFFFFF},
+                    "recordWords": {"type": "integer", "minimum": 1},
+                    "hashes": {
+                        "type": "object",
+                        "propertyNames": {"pattern": "^[1-9][0-9]*$"},
+                        "additionalProperties": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+                    },
+                },
+            },
+        },
+    },
+}

@@ -1,0 +1,213 @@
+"""Accumulated runs: an adapter answers millions of stream cases, pinned by one hash (docs/accumulated.md).
+
+The cases of an accumulated family (:mod:`qconform.generators.accumulated`) go to the
+adapter in large ``run_batch`` calls (the ordinary family API: one call, many cases, so
+a vectorised candidate runs them at once). Each answer is reduced to its canonical
+record; the records of each fixed shard are hashed, and the shard digests combine into
+the run's hash, which is compared with the committed one (``vectors/accumulated.json``)
+or, for a count that has none, the engine's.
+
+Localisation: every shard's records are also computed by the exact engine
+(:mod:`qconform.generators.accumulated_engine`, far faster than any candidate). A shard
+whose digest differs is searched for its first differing record, so the first divergent
+case of the run is known without a second pass; it is printed as an ordinary vector
+(its ``expected`` from the spec's ``solve``), ready for ``--record``.
+
+Shards are independent units, spread over ``torchrun`` ranks by
+:mod:`qconform.harness.run.distributed`; the hash does not depend on the world size.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from qconform.generators.accumulated import (
+    EXPECTED_FILE,
+    EXPECTED_SCHEMA,
+    FAMILIES,
+    PAD,
+    SHARD_CASES,
+    AccumulatedError,
+    AccumulatedFamily,
+    combine,
+    record_of,
+    shard_digest,
+    shard_ranges,
+)
+from qconform.generators.accumulated_engine import engine_records
+from qconform.harness.adapter import AdapterError, Unimplemented
+from qconform.harness.run.distributed import SINGLE, Ranks
+
+
+class AccumulatedFileError(ValueError):
+    """``vectors/accumulated.json`` is missing or does not follow its schema."""
+
+
+#: most divergent cases judged per shard; beyond it a shard's divergences count as failures
+MAX_JUDGED: int = 2048
+
+#: (case index, the adapter's outcome) -> (verdict class, one-line verdict) by the ordinary comparator
+Judge = Callable[[int, object], tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """A case whose record differs from the spec's, and the ordinary comparator's verdict on it."""
+
+    case: int
+    outcome: object  # the adapter's answer (dict), AdapterError or Unimplemented
+    reason: str  # why the answer has no record, or "" when its record differs
+    verdict: str  # "precision" (excused by the adapter's declared margins), "fail", "error"...
+    line: str
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    digest: bytes
+    engine_digest: bytes
+    divergences: list[Divergence]
+    unjudged: int
+
+
+@dataclass
+class AccumulateResult:
+    family: str
+    count: int
+    hash: str
+    expected: str
+    expected_source: str  # "vectors/accumulated.json" or "engine"
+    engine_hash: str
+    divergences: list[Divergence]
+    unjudged: int
+    seconds: float
+    world: int
+    shards: int
+
+    @property
+    def matches(self) -> bool:
+        return self.hash == self.expected
+
+    @property
+    def failures(self) -> list[Divergence]:
+        return [d for d in self.divergences if d.verdict != "precision"]
+
+    @property
+    def excused(self) -> list[Divergence]:
+        return [d for d in self.divergences if d.verdict == "precision"]
+
+    @property
+    def verdict(self) -> str:
+        """``pass`` (the hash matches), ``precision`` (every divergent case is excused by the
+        adapter's declared margins), ``fail`` (any other divergence, or an engine that
+        disagrees with the committed hash)."""
+        if self.matches:
+            return "pass"
+        if self.divergences and not self.failures and not self.unjudged and self.engine_hash == self.expected:
+            return "precision"
+        return "fail"
+
+
+def exact_judge(_case: int, _outcome: object) -> tuple[str, str]:
+    """Without the ordinary comparator every divergence is a failure."""
+    return "fail", "differs from the spec's record"
+
+
+def load_expected(vectors_dir: Path) -> dict:
+    """The committed hashes, validated against their schema."""
+    import jsonschema
+
+    path = vectors_dir / EXPECTED_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise AccumulatedFileError(f"{path}: {exc}") from None
+    try:
+        jsonschema.validate(data, EXPECTED_SCHEMA)
+    except jsonschema.ValidationError as exc:
+        raise AccumulatedFileError(f"{path}: {exc.message}") from None
+    return data
+
+
+def committed_hash(expected: dict, family: str, count: int) -> str | None:
+    return expected["families"].get(family, {}).get("hashes", {}).get(str(count))
+
+
+def answer_records(family: AccumulatedFamily, inputs: list[dict], outcomes: list) -> tuple[np.ndarray, dict[int, str]]:
+    """The records of a batch of answers, and per case without a record the reason (its
+    record is then all padding, which no answer of a valid case reduces to)."""
+    records = np.full((len(inputs), family.record_words), PAD, dtype=np.uint64)
+    broken: dict[int, str] = {}
+    for k, (inp, outcome) in enumerate(zip(inputs, outcomes)):
+        if isinstance(outcome, (AdapterError, Unimplemented)):
+            broken[k] = f"{type(outcome).__name__}: {getattr(outcome, 'message', getattr(outcome, 'reason', ''))}"
+            continue
+        try:
+            records[k] = record_of(family, inp, outcome)
+        except AccumulatedError as exc:
+            broken[k] = str(exc)
+    return records, broken
+
+
+def run_shard(run_batch: Callable[[str, list[dict]], list], family: AccumulatedFamily, lo: int, hi: int,
+              batch: int, judge: Judge) -> ShardResult:
+    """The adapter's digest of cases ``[lo, hi)``, the engine's, and the divergent cases."""
+    parts, engine_parts = [], []
+    divergences: list[Divergence] = []
+    unjudged = 0
+    for start in range(lo, hi, batch):
+        stop = min(start + batch, hi)
+        arrays = family.arrays(start, stop)
+        inputs = [family.case_input(arrays, k) for k in range(stop - start)]
+        outcomes = run_batch(family.name, inputs)
+        records, broken = answer_records(family, inputs, outcomes)
+        engine = engine_records(family.name, start, stop)
+        parts.append(records)
+        engine_parts.append(engine)
+        for k in np.flatnonzero((records != engine).any(axis=1)).tolist():
+            if len(divergences) >= MAX_JUDGED or any(d.verdict != "precision" for d in divergences[-1:]):
+                unjudged += 1  # past the budget, or after this shard's first failure
+                continue
+            verdict, line = judge(start + k, outcomes[k])
+            divergences.append(Divergence(start + k, outcomes[k], broken.get(k, ""), verdict, line))
+    return ShardResult(shard_digest(np.concatenate(parts)), shard_digest(np.concatenate(engine_parts)),
+                       divergences, unjudged)
+
+
+def accumulate(run_batch: Callable[[str, list[dict]], list], family_name: str, count: int, expected: dict,
+               batch: int = 4096, ranks: Ranks = SINGLE, judge: Judge = exact_judge,
+               shard_cases: int = SHARD_CASES) -> AccumulateResult:
+    """Run ``count`` cases of an accumulated family through ``run_batch`` (an adapter
+    client's), this rank's share of the shards; every rank returns the same result.
+    The committed hash applies only to the committed shard size."""
+    family = FAMILIES[family_name]
+    began = time.perf_counter()
+    shards = shard_ranges(count, shard_cases)
+    local = {s: run_shard(run_batch, family, *shards[s], batch, judge) for s in ranks.mine(range(len(shards)))}
+    results: dict[int, ShardResult] = ranks.merged(local)
+    ordered = [results[s] for s in range(len(shards))]
+    engine_hash = combine([r.engine_digest for r in ordered])
+    committed = committed_hash(expected, family_name, count) if shard_cases == SHARD_CASES else None
+    return AccumulateResult(
+        family=family_name, count=count, hash=combine([r.digest for r in ordered]),
+        expected=committed or engine_hash, expected_source="vectors/accumulated.json" if committed else "engine",
+        engine_hash=engine_hash, divergences=[d for r in ordered for d in r.divergences],
+        unjudged=sum(r.unjudged for r in ordered), seconds=time.perf_counter() - began, world=ranks.world,
+        shards=len(shards))
+
+
+def case_vector(family_name: str, case: int, command: str) -> dict:
+    """Case ``case`` of the stream as an ordinary vector of its family (the fuzzer's form:
+    id ``<family>/fuzz/found-<digest>``, ``expected`` from the spec's ``solve``)."""
+    from qconform.harness.fuzz.driver import spec_case
+
+    family = FAMILIES[family_name]
+    vector = spec_case(family_name, family.case_input(family.arrays(case, case + 1), 0))
+    vector["comment"] = (f"Found by `{command}`: case {case} of the accumulated {family_name} stream "
+                         "(docs/accumulated.md) differs from the spec.")
+    return vector

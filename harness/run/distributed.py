@@ -1,0 +1,94 @@
+"""Sharding a harness run over ``torch.distributed`` ranks launched by ``torchrun`` (docs/distributed.md).
+
+``qconform stat`` and ``qconform accumulate`` split their work into fixed units (cases,
+shards of cases) whose results do not depend on which process computed them; rank ``r``
+of ``W`` takes the units ``u`` with ``u % W == r``, and every rank gathers every unit's
+result with ``all_gather_object``. So the result is the same for any world size.
+
+Launched by ``torchrun`` (``WORLD_SIZE`` and ``RANK`` in the environment), the process
+group is initialised from torchrun's own rendezvous (``env://``): gloo for a CPU
+device, NCCL for CUDA. Without torchrun the run is one rank and torch is not imported.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """This process's rank, the world size, and how to gather one object from every rank."""
+
+    rank: int
+    world: int
+    gather: Callable[[Any], list[Any]]
+
+    def mine(self, units: Sequence[T]) -> list[T]:
+        """The units this rank computes: every ``world``-th, starting at ``rank``."""
+        return list(units[self.rank::self.world])
+
+    def merged(self, local: dict) -> dict:
+        """Every rank's ``{unit: result}``, merged (identical on every rank)."""
+        merged: dict = {}
+        for part in self.gather(local):
+            merged.update(part)
+        return merged
+
+
+SINGLE = Ranks(rank=0, world=1, gather=lambda obj: [obj])
+
+
+def launched_by_torchrun() -> bool:
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def backend_for(device: str, world: int) -> str:
+    """gloo on CPU, NCCL on CUDA with one GPU per rank (the collectives qconform already uses,
+    docs/sharding.md). NCCL cannot put two ranks on one GPU, so more ranks than GPUs (ranks
+    that feed one device from many CPU cores) gather their results over gloo."""
+    if device.startswith("cuda"):
+        import torch
+
+        if world <= torch.cuda.device_count():
+            return "nccl"
+    return "gloo"
+
+
+def torchrun_ranks(device: str) -> Ranks:
+    """The ranks of this run: :data:`SINGLE` unless launched by torchrun with more than one
+    process, else this process's rank in a process group initialised from the environment."""
+    if not launched_by_torchrun():
+        return SINGLE
+    import torch
+    import torch.distributed as dist
+
+    backend = backend_for(device, int(os.environ["WORLD_SIZE"]))
+    if not dist.is_initialized():
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend=backend, init_method="env://")
+        atexit.register(dist.destroy_process_group)
+    world = dist.get_world_size()
+
+    def gather(obj: Any) -> list[Any]:
+        parts: list[Any] = [None] * world
+        dist.all_gather_object(parts, obj)
+        return parts
+
+    return Ranks(rank=dist.get_rank(), world=world, gather=gather)
+
+
+def finish(ranks: Ranks) -> None:
+    """Wait for every rank (a no-op for a single rank). The process group stays up for a next
+    command in the same process and is destroyed at exit."""
+    if ranks.world > 1:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.barrier()
