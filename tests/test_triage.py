@@ -142,7 +142,9 @@ def test_generate_check_prints_the_first_differing_field_of_each_drifted_case(tm
     old = case["expected"]["output"][1]
     case["expected"]["output"][1] = "0x00000004"
     path.write_text(json.dumps(obj, sort_keys=True, indent=1) + "\n")
-    (drift,) = check(root, [load_family("rng_abi")]).drifts[:1]
+    from qconform.cli.generate import case_change
+
+    (drift,) = check(root, [load_family("rng_abi")], describe=case_change).drifts[:1]
     assert str(drift) == (f"drifted  {case['id']}: expected.output[1]: committed 0x00000004, "
                           f"regenerated {old}")
 

@@ -185,7 +185,7 @@ def analyse(modules: Sequence[str], sites_run: Sequence[Site], vectors: Path, eq
     each mutant. AdequacyError when the unmutated spec already drifts from the corpus.
     """
     listed = equivalents.load(equivalents_path)
-    family_names = registry.FAMILY_MODULES
+    family_names = registry.family_names()
     families_of = {m: imports.dependent_families(module_name(m), family_names) for m in modules}
     needed = sorted({f for m in modules for f in families_of[m]}, key=family_names.index)
     cases = committed_cases(vectors, needed)

@@ -17,6 +17,10 @@ from pathlib import Path
 #: the packages whose modules form the graph: the spec and the generators
 PACKAGES = ("qconform.spec", "qconform.generators")
 FAMILIES_PACKAGE = "qconform.generators.families"
+#: modules whose imports do not reach what generation runs: the fuzzer's input strategies
+#: (``Family.fuzz``) are drawn by ``qconform fuzz`` only, never by ``solve`` or ``build``, and
+#: they import every family's codecs, which would make every family depend on every module
+IGNORED: frozenset[str] = frozenset({"qconform.generators.fuzz_inputs"})
 
 
 def package_dir(package: str) -> Path:
@@ -72,7 +76,7 @@ def _imported(name: str, path: Path, known: dict[str, Path]) -> set[str]:
 def import_graph() -> dict[str, frozenset[str]]:
     """Module -> the modules it imports directly (within :data:`PACKAGES`)."""
     known = module_files()
-    return {name: frozenset(_imported(name, path, known)) for name, path in known.items()}
+    return {name: frozenset(_imported(name, path, known) - IGNORED) for name, path in known.items()}
 
 
 def dependents(module: str) -> frozenset[str]:
