@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator
+from typing import Any
 from dataclasses import dataclass, replace
 from itertools import combinations
 
@@ -55,9 +56,12 @@ def f32(count: int, negative: bool = False) -> int:
 
 @dataclass(frozen=True)
 class Draft:
-    """A frame under construction: the message, its HELLO, whether HELLO is negotiated, tail tweaks."""
+    """A frame under construction: the message, its HELLO, whether HELLO is negotiated, tail tweaks.
 
-    message: Message
+    ``message`` is typed ``Any``: each fault edits the fields of its own message type.
+    """
+
+    message: Any
     config: Hello
     negotiated: bool = True
     bad_q_checksum: bool = False

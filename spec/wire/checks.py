@@ -23,6 +23,7 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from qconform.spec.constants import M
 from qconform.spec.floats import Special, unpack_f32
@@ -82,9 +83,13 @@ def f32_count(bits: int) -> int:
 
 @dataclass(frozen=True)
 class Subject:
-    """What the rows of a message table look at: the decoded message, the negotiated HELLO, the payload length."""
+    """What the rows of a message table look at: the decoded message, the negotiated HELLO, the payload length.
 
-    message: Message
+    ``message`` is typed ``Any``: each table's rows read the fields of their own message
+    type (a COMMIT row reads ``accepted``), which a union of every message cannot express.
+    """
+
+    message: Any
     params: Hello
     payload_length: int
 
