@@ -44,8 +44,10 @@ class MissingExtra(ImportError):
 
     def __init__(self, extra: str, cause: ImportError) -> None:
         self.extra = extra
-        super().__init__(f"it needs the {extra} extra, which is not installed: pip install 'qconform[{extra}]' "
-                         f"({type(cause).__name__}: {cause})")
+        super().__init__(
+            f"it needs the {extra} extra, which is not installed: pip install 'qconform[{extra}]' "
+            f"({type(cause).__name__}: {cause})"
+        )
 
 
 #: Modes of the deliberately broken ``faulty:<mode>`` adapters (adapters/faulty.py).
@@ -121,8 +123,10 @@ BUILTIN_ADAPTERS: dict[str, BuiltinAdapter] = {
     },
     **{
         f"torch-mutant:{name}": BuiltinAdapter(
-            "qconform.adapters.torch_mutants:MutantTorchAdapter", f"torch candidate with a seeded bug: {text}",
-            {"mutant": name}, extra="torch",
+            "qconform.adapters.torch_mutants:MutantTorchAdapter",
+            f"torch candidate with a seeded bug: {text}",
+            {"mutant": name},
+            extra="torch",
         )
         for name, text in TORCH_MUTANTS.items()
     },
@@ -130,14 +134,17 @@ BUILTIN_ADAPTERS: dict[str, BuiltinAdapter] = {
         f"torch-tp{shards}": BuiltinAdapter(
             "qconform.adapters.torch_tp:TorchTPAdapter",
             f"the torch candidate sharded over {shards} ranks with torch.distributed (gloo on CPU, NCCL on CUDA)",
-            {"shards": shards}, extra="torch",
+            {"shards": shards},
+            extra="torch",
         )
         for shards in (2, 4)
     },
     **{
         f"torch-tp2-mutant:{name}": BuiltinAdapter(
-            "qconform.adapters.torch_tp:TorchTPAdapter", f"TP2 emulator with a seeded bug: {text}",
-            {"shards": 2, "mutant": name}, extra="torch",
+            "qconform.adapters.torch_tp:TorchTPAdapter",
+            f"TP2 emulator with a seeded bug: {text}",
+            {"shards": 2, "mutant": name},
+            extra="torch",
         )
         for name, text in TP_MUTANTS.items()
     },
@@ -158,8 +165,10 @@ BUILTIN_ADAPTERS: dict[str, BuiltinAdapter] = {
     ),
     **{
         f"torch-native-mutant:{name}": BuiltinAdapter(
-            "qconform.adapters.torch_native:TorchNativeAdapter", f"native-RNG torch candidate with a seeded bug: {text}",
-            {"mutant": name}, extra="torch",
+            "qconform.adapters.torch_native:TorchNativeAdapter",
+            f"native-RNG torch candidate with a seeded bug: {text}",
+            {"mutant": name},
+            extra="torch",
         )
         for name, text in STAT_MUTANTS.items()
     },
@@ -181,8 +190,7 @@ def _entry_points() -> dict[str, Any]:
 
 #: adapters that are programs of their own, driven as shims in their own environments
 SHIM_ADAPTERS: dict[str, str] = {
-    "vllm": "vLLM's rejection sampler in its own environment (docs/engines/vllm.md); "
-            "vllm:patch-expand, vllm:triton",
+    "vllm": "vLLM's rejection sampler in its own environment (docs/engines/vllm.md); vllm:patch-expand, vllm:triton",
 }
 
 

@@ -65,8 +65,11 @@ def reply_field(frame: bytes, name: str) -> int:
 def round_field(frame: bytes) -> tuple[int, int, int]:
     """(slot, generation, round) of a REPLY or COMPLETION frame (same offsets for the three)."""
     generation, round_id = struct.unpack_from("<II", frame, layout.HEADER_SIZE + 8)
-    slot_offset = layout.REPLY.field("slot").offset if frame_type(frame) == layout.REPLY.code else \
-        layout.COMPLETION.field("slot").offset
+    slot_offset = (
+        layout.REPLY.field("slot").offset
+        if frame_type(frame) == layout.REPLY.code
+        else layout.COMPLETION.field("slot").offset
+    )
     return struct.unpack_from("<H", frame, layout.HEADER_SIZE + slot_offset)[0], generation, round_id
 
 
@@ -118,8 +121,13 @@ class FaultProxy:
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         self.server = await asyncio.start_server(self.connection, host, port)
         port = self.server.sockets[0].getsockname()[1]
-        log.info("fault proxy on %s:%d -> %s:%d, faults %s", host, port, *self.upstream,
-                 [f"{f.kind}@{f.round}/{f.index}" for f in self.pending])
+        log.info(
+            "fault proxy on %s:%d -> %s:%d, faults %s",
+            host,
+            port,
+            *self.upstream,
+            [f"{f.kind}@{f.round}/{f.index}" for f in self.pending],
+        )
         return port
 
     async def close(self) -> None:
@@ -144,8 +152,10 @@ class FaultProxy:
             client_writer.close()
             self.tasks.discard(task)
             return
-        pumps = [asyncio.ensure_future(self.pump_up(client_reader, upstream_writer)),
-                 asyncio.ensure_future(self.pump_down(upstream_reader, client_writer))]
+        pumps = [
+            asyncio.ensure_future(self.pump_up(client_reader, upstream_writer)),
+            asyncio.ensure_future(self.pump_down(upstream_reader, client_writer)),
+        ]
         try:
             await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:

@@ -27,10 +27,10 @@ import sys
 import time
 from typing import Any, BinaryIO, Sequence
 
+from qconform.adapters.catalog import FAULTY_MODES
 from qconform.adapters.reference import ReferenceAdapter
 from qconform.generators.encoding import canonical_json, encode_blob
 from qconform.harness.adapter import Outcome
-from qconform.adapters.catalog import FAULTY_MODES
 
 EXIT_STATUS = 3
 HANG_S = 3600.0
@@ -130,6 +130,7 @@ class FaultyAdapter(ReferenceAdapter):
         if any(hits) and self.mode == "wrong_length":
             return outcomes[:-1]
         if self.mode in ("wrong_shape", "wrong_dtype", "nan"):
-            return [corrupt(self.mode, out) if hit and isinstance(out, dict) else out
-                    for out, hit in zip(outcomes, hits)]
+            return [
+                corrupt(self.mode, out) if hit and isinstance(out, dict) else out for out, hit in zip(outcomes, hits)
+            ]
         return outcomes

@@ -67,11 +67,12 @@ def tilted_masses(masses: Sequence[Fraction], tilt: Fraction = TILT) -> list[Fra
     if split is None:
         return list(masses)
     total = sum(masses)
-    lower = sum(masses[:split + 1])
+    lower = sum(masses[: split + 1])
     upper = total - lower
     shift = tilt * total
-    lower_factor, upper_factor = (1 - shift / lower, 1 + shift / upper) if lower >= upper else (
-        1 + shift / lower, 1 - shift / upper)
+    lower_factor, upper_factor = (
+        (1 - shift / lower, 1 + shift / upper) if lower >= upper else (1 + shift / lower, 1 - shift / upper)
+    )
     return [mass * (lower_factor if v <= split else upper_factor) for v, mass in enumerate(masses)]
 
 

@@ -17,8 +17,10 @@ TILT = Fraction(1, 100)
 STAT_MUTANTS: dict[str, str] = {
     "correction-reuses-accept-draw": (
         "the correction reuses the rejected draft's acceptance uniform (no fresh draw), so it is confined "
-        "to the top of the residual's CDF (vLLM #47386, without injected draws)"),
+        "to the top of the residual's CDF (vLLM #47386, without injected draws)"
+    ),
     "residual-tilt-1pct": (
         "the correction law is tilted by 1% total variation: 1% of the residual mass moves, proportionally, "
-        "from the heavier to the lighter side of the residual's median split (the tilt a chi-square sees worst)"),
+        "from the heavier to the lighter side of the residual's median split (the tilt a chi-square sees worst)"
+    ),
 }

@@ -26,8 +26,14 @@ from qconform.harness.adapter import Adapter, AdapterError, Capabilities, Outcom
 MAX_REQUESTS = 4
 DOMAINS = {"PROPOSAL": philox.PROPOSAL, "ACCEPT": philox.ACCEPT, "CORRECTION": philox.CORRECTION}
 DOMAIN_NAMES = {code: name for name, code in DOMAINS.items()}
-TORCH_DTYPES = {"f32": torch.float32, "f64": torch.float64, "i32": torch.int32, "u32": torch.int64,
-                "u64": torch.int64, "u8": torch.uint8}
+TORCH_DTYPES = {
+    "f32": torch.float32,
+    "f64": torch.float64,
+    "i32": torch.int32,
+    "u32": torch.int64,
+    "u64": torch.int64,
+    "u8": torch.uint8,
+}
 
 
 # --- the adapter's own codec (docs/vector-format.md) --------------------------------------
@@ -38,7 +44,11 @@ def blob_tensor(blob: dict, device: str) -> torch.Tensor:
     data = bytearray(base64.b64decode(blob["b64"]))
     dtype = blob["dtype"]
     if dtype == "u32":
-        raw = torch.frombuffer(data, dtype=torch.int32).to(torch.int64) & 0xFFFFFFFF if data else torch.zeros(0, dtype=torch.int64)
+        raw = (
+            torch.frombuffer(data, dtype=torch.int32).to(torch.int64) & 0xFFFFFFFF
+            if data
+            else torch.zeros(0, dtype=torch.int64)
+        )
     elif data:
         raw = torch.frombuffer(data, dtype=TORCH_DTYPES[dtype]).clone()
     else:
@@ -91,7 +101,11 @@ def q_row_json(counts: torch.Tensor | None, ids: torch.Tensor | None) -> dict:
     if ids is None:
         return {"representation": "dense", "counts": encode_ints("u32", counts)}
     keep = counts > 0
-    return {"representation": "sparse", "ids": encode_ints("i32", ids[keep]), "counts": encode_ints("u32", counts[keep])}
+    return {
+        "representation": "sparse",
+        "ids": encode_ints("i32", ids[keep]),
+        "counts": encode_ints("u32", counts[keep]),
+    }
 
 
 # --- one function per family ---------------------------------------------------------------
@@ -113,8 +127,13 @@ def rng_abi(inp: dict, device: str) -> dict:
     pos, rnd, gen = (torch.tensor([f], dtype=torch.int64, device=device) for f in fields)
     counter = philox.counter_words(pos, rnd, gen, DOMAINS[inp["domain"]], inp["draw_counter"])
     out = philox.philox4x32_10(counter, key)[0].tolist()
-    return {"key": [word(w) for w in key[0].tolist()], "counter": [word(w) for w in counter[0].tolist()],
-            "output": [word(w) for w in out], "u24": out[0] >> 8, "u32": out[0]}
+    return {
+        "key": [word(w) for w in key[0].tolist()],
+        "counter": [word(w) for w in counter[0].tolist()],
+        "output": [word(w) for w in out],
+        "u24": out[0] >> 8,
+        "u32": out[0],
+    }
 
 
 def rng_schedule(inp: dict, key: torch.Tensor, device: str) -> dict:
@@ -126,12 +145,20 @@ def rng_schedule(inp: dict, key: torch.Tensor, device: str) -> dict:
     def draws(domain: int, count: int, value: Callable[[torch.Tensor], torch.Tensor]) -> list[dict]:
         pos = (anchor + torch.arange(count, device=device, dtype=torch.int64)[None, :]) & 0xFFFFFFFF
         counters, word0 = philox.draw_word0(key, pos, rnd, gen, domain)
-        return [{"position": int(pos[0, i]), "counter": [word(w) for w in counters[0, i].tolist()],
-                 "value": int(value(word0)[0, i])} for i in range(count)]
+        return [
+            {
+                "position": int(pos[0, i]),
+                "counter": [word(w) for w in counters[0, i].tolist()],
+                "value": int(value(word0)[0, i]),
+            }
+            for i in range(count)
+        ]
 
-    return {"proposal": draws(philox.PROPOSAL, depth, philox.u24_of),
-            "accept": draws(philox.ACCEPT, depth, philox.u32_of),
-            "correction": draws(philox.CORRECTION, depth + 1, philox.u32_of)}
+    return {
+        "proposal": draws(philox.PROPOSAL, depth, philox.u24_of),
+        "accept": draws(philox.ACCEPT, depth, philox.u32_of),
+        "correction": draws(philox.CORRECTION, depth + 1, philox.u32_of),
+    }
 
 
 def categorical_sampling(inp: dict, device: str) -> dict:
@@ -184,8 +211,10 @@ def propose_batch(requests: Sequence[dict], device: str) -> list[dict]:
     first = requests[0]
     if len(requests) > MAX_REQUESTS:
         raise CandidateError("BAD_SHAPE", f"{len(requests)} requests; the batch bound is {MAX_REQUESTS} (R27)")
-    if any(r["support"] != first["support"] or r["markov"] != first["markov"] or r["depth"] != first["depth"]
-           for r in requests):
+    if any(
+        r["support"] != first["support"] or r["markov"] != first["markov"] or r["depth"] != first["depth"]
+        for r in requests
+    ):
         raise CandidateError("BAD_SHAPE", "a batch has one depth, one support policy and one Markov head")
     base = torch.stack([blob_tensor(r["base_logits"], device) for r in requests])
     if base.shape[1] != first["depth"]:
@@ -194,18 +223,31 @@ def propose_batch(requests: Sequence[dict], device: str) -> list[dict]:
     right = blob_tensor(first["markov"]["right"], device)
     top_k = first["support"]["k"] if first["support"]["policy"] == "top_k" else None
     field = lambda name: [r[name] for r in requests]  # noqa: E731
-    result = proposal.propose([int(r["seed"]) for r in requests], field("generation"), field("round"),
-                              field("anchor"), field("last_committed_token"), base,
-                              [f32_scalar(r["temperature"]) for r in requests], (left, right), top_k)
+    result = proposal.propose(
+        [int(r["seed"]) for r in requests],
+        field("generation"),
+        field("round"),
+        field("anchor"),
+        field("last_committed_token"),
+        base,
+        [f32_scalar(r["temperature"]) for r in requests],
+        (left, right),
+        top_k,
+    )
     answers = []
     for b in range(len(requests)):
         if result.sparse is None:
             rows = [q_row_json(result.counts[b, i], None) for i in range(base.shape[1])]
         else:
             rows = [q_row_json(result.sparse.counts[b, i], result.sparse.ids[b, i]) for i in range(base.shape[1])]
-        draws = [{"position": int(result.counters[b, i, 0]),
-                  "counter": [word(w) for w in result.counters[b, i].tolist()], "u24": int(result.u24[b, i])}
-                 for i in range(base.shape[1])]
+        draws = [
+            {
+                "position": int(result.counters[b, i, 0]),
+                "counter": [word(w) for w in result.counters[b, i].tolist()],
+                "u24": int(result.u24[b, i]),
+            }
+            for i in range(base.shape[1])
+        ]
         answers.append({"tokens": result.tokens[b].tolist(), "rows": rows, "draws": draws})
     return answers
 
@@ -231,16 +273,36 @@ def verification_round(inp: dict, device: str) -> dict:
     p = torch.stack([p_rows_f64(r["p_rows"], device, vocab) for r in requests])
     drafts = torch.tensor([r["draft_tokens"] for r in requests], dtype=torch.int64, device=device)
     result = verification.verify_round(
-        [philox.request_seed(r) for r in requests], [r["generation"] for r in requests],
-        [r["round"] for r in requests], [r["anchor"] for r in requests], drafts, q, p,
-        [r.get("stop_tokens", []) for r in requests], [r.get("budget") for r in requests],
+        [philox.request_seed(r) for r in requests],
+        [r["generation"] for r in requests],
+        [r["round"] for r in requests],
+        [r["anchor"] for r in requests],
+        drafts,
+        q,
+        p,
+        [r.get("stop_tokens", []) for r in requests],
+        [r.get("budget") for r in requests],
     )
-    return {"requests": [
-        {"accepted": out.accepted, "emitted": out.emitted,
-         "draws": [{"domain": DOMAIN_NAMES[d.domain], "position": d.position, "draw_counter": d.draw_counter,
-                    "u32": d.u32, "decision": d.decision, "token": d.token} for d in out.draws]}
-        for out in result.outcomes()
-    ]}
+    return {
+        "requests": [
+            {
+                "accepted": out.accepted,
+                "emitted": out.emitted,
+                "draws": [
+                    {
+                        "domain": DOMAIN_NAMES[d.domain],
+                        "position": d.position,
+                        "draw_counter": d.draw_counter,
+                        "u32": d.u32,
+                        "decision": d.decision,
+                        "token": d.token,
+                    }
+                    for d in out.draws
+                ],
+            }
+            for out in result.outcomes()
+        ]
+    }
 
 
 FAMILIES: dict[str, Callable[[dict, str], dict]] = {

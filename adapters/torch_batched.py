@@ -44,17 +44,26 @@ DOMAIN_NAMES = {code: name for name, code in DOMAINS.items()}
 
 def rng_many(inputs: Sequence[dict], device: str) -> list[dict]:
     key = philox.seed_keys([int(inp["seed"]) for inp in inputs], device)
-    fields = torch.tensor([[inp["position"], inp["round"], inp["generation"], inp["draw_counter"]] for inp in inputs],
-                          dtype=torch.int64, device=device)
+    fields = torch.tensor(
+        [[inp["position"], inp["round"], inp["generation"], inp["draw_counter"]] for inp in inputs],
+        dtype=torch.int64,
+        device=device,
+    )
     if bool(((fields[:, :3] < 0) | (fields[:, :3] > MASK32)).any()):
         raise CandidateError("BAD_RNG_FIELD", "position, round and generation are 32-bit words")
-    counter = philox.counter_words(fields[:, 0], fields[:, 1], fields[:, 2], DOMAINS[inputs[0]["domain"]],
-                                   fields[:, 3])
+    counter = philox.counter_words(fields[:, 0], fields[:, 1], fields[:, 2], DOMAINS[inputs[0]["domain"]], fields[:, 3])
     out = philox.philox4x32_10(counter, key).tolist()
     keys = key.tolist()
-    return [{"key": [word(w) for w in keys[b]], "counter": [word(w) for w in c],
-             "output": [word(w) for w in out[b]], "u24": out[b][0] >> 8, "u32": out[b][0]}
-            for b, c in enumerate(counter.tolist())]
+    return [
+        {
+            "key": [word(w) for w in keys[b]],
+            "counter": [word(w) for w in c],
+            "output": [word(w) for w in out[b]],
+            "u24": out[b][0] >> 8,
+            "u32": out[b][0],
+        }
+        for b, c in enumerate(counter.tolist())
+    ]
 
 
 def categorical_many(inputs: Sequence[dict], device: str) -> list[dict]:
@@ -91,14 +100,38 @@ def verification_many(inputs: Sequence[dict], device: str) -> list[dict]:
     p = torch.from_numpy(blobs(p_blobs, "f32", "<f4").astype(np.float64).reshape(batch, depth + 1, vocab)).to(device)
     drafts = torch.tensor([r["draft_tokens"] for r in requests], dtype=torch.int64, device=device)
     result = verification.verify_round(
-        [int(r["seed"]) for r in requests], [r["generation"] for r in requests], [r["round"] for r in requests],
-        [r["anchor"] for r in requests], drafts, torch.from_numpy(q).to(device), p, [[] for _ in requests],
-        [None for _ in requests])
-    return [{"requests": [
-        {"accepted": out.accepted, "emitted": out.emitted,
-         "draws": [{"domain": DOMAIN_NAMES[d.domain], "position": d.position, "draw_counter": d.draw_counter,
-                    "u32": d.u32, "decision": d.decision, "token": d.token} for d in out.draws]}]}
-        for out in result.outcomes()]
+        [int(r["seed"]) for r in requests],
+        [r["generation"] for r in requests],
+        [r["round"] for r in requests],
+        [r["anchor"] for r in requests],
+        drafts,
+        torch.from_numpy(q).to(device),
+        p,
+        [[] for _ in requests],
+        [None for _ in requests],
+    )
+    return [
+        {
+            "requests": [
+                {
+                    "accepted": out.accepted,
+                    "emitted": out.emitted,
+                    "draws": [
+                        {
+                            "domain": DOMAIN_NAMES[d.domain],
+                            "position": d.position,
+                            "draw_counter": d.draw_counter,
+                            "u32": d.u32,
+                            "decision": d.decision,
+                            "token": d.token,
+                        }
+                        for d in out.draws
+                    ],
+                }
+            ]
+        }
+        for out in result.outcomes()
+    ]
 
 
 #: family -> (shape key of an input, or None when this path does not take it; the batched solver)

@@ -25,9 +25,9 @@ from typing import Callable
 import torch
 
 from qconform.adapters import torch_adapter
+from qconform.adapters.catalog import TORCH_MUTANTS
 from qconform.adapters.torch_candidate import allocation, philox
 from qconform.adapters.torch_candidate.verification import TWO56
-from qconform.adapters.catalog import TORCH_MUTANTS
 
 #: package whose modules a patch rebinds
 ADAPTERS_PACKAGE = "qconform.adapters"
@@ -82,8 +82,11 @@ class Mutant:
 
 def adapter_modules() -> list:
     """The loaded modules of the adapters package (every place a candidate function may be bound)."""
-    return [m for name, m in list(sys.modules.items())
-            if m is not None and (name == ADAPTERS_PACKAGE or name.startswith(ADAPTERS_PACKAGE + "."))]
+    return [
+        m
+        for name, m in list(sys.modules.items())
+        if m is not None and (name == ADAPTERS_PACKAGE or name.startswith(ADAPTERS_PACKAGE + "."))
+    ]
 
 
 # --- the bugs -----------------------------------------------------------------------------
@@ -308,64 +311,225 @@ ALLOCATION = ("allocation_dense", "allocation_sparse")
 MUTANTS: dict[str, Mutant] = {
     m.name: m
     for m in (
-        Mutant("correction-reuses-accept-draw", "torch_candidate.philox:counter_words",
-               remap_domain({philox.CORRECTION: philox.ACCEPT}), ("R23", "R11"), VERIFY + RNG, "vLLM #47386"),
-        Mutant("correction-from-proposal-domain", "torch_candidate.philox:counter_words",
-               remap_domain({philox.CORRECTION: philox.PROPOSAL}), ("R23",), VERIFY + RNG, "vLLM #47386"),
-        Mutant("accept-le", "torch_candidate.verification:accepts", accept_le, ("R11",), VERIFY,
-               "sglang #35771 (coin <= cdf)"),
-        Mutant("alloc-ties-highest-id", "torch_candidate.allocation:remainder_ranks", ties_to_highest_id,
-               ("R06",), ALLOCATION + CHAIN, "largest-remainder tie order"),
-        Mutant("cumulative-ge", "torch_candidate.sampling:sample_counts", cumulative_ge, ("R08",),
-               ("categorical_sampling",) + CHAIN, "inclusive CDF search"),
-        Mutant("q-renormalized-on-target", "torch_candidate.verification:acceptance_tests",
-               q_renormalized_on_target, ("R02", "R11"), VERIFY, "verifier renormalizes q (R02)"),
-        Mutant("q-point-mass", "torch_candidate.verification:accepts", q_point_mass, ("R01", "R11"), VERIFY,
-               "vLLM #40149"),
-        Mutant("residual-drafted-token-only", "torch_candidate.verification:final_mass",
-               residual_drafted_token_only, ("R11",), VERIFY, "xllm #2175"),
-        Mutant("residual-support-only", "torch_candidate.verification:residual_rows", residual_support_only,
-               ("R11", "R33"), VERIFY, "sparse residual (R33)"),
-        Mutant("rng-keyed-by-batch-row", "torch_candidate.philox:seed_keys", keyed_by_batch_row,
-               ("R22", "R24"), VERIFY + CHAIN + RNG, "FlashInfer ChainSpeculativeSampling"),
-        Mutant("counter-position-off-by-one", "torch_candidate.philox:counter_words",
-               shift_position((philox.PROPOSAL, philox.ACCEPT, philox.CORRECTION)), ("R22",), RNG + CHAIN + VERIFY, "RNG counter offset"),
-        Mutant("bonus-from-previous-row", "torch_candidate.verification:final_mass", bonus_from_previous_row,
-               ("R11",), VERIFY, "bonus row index"),
-        Mutant("emits-extra-token", "torch_candidate.verification:VerifiedRound.outcomes", emits_extra_token,
-               ("R11", "R35"), VERIFY, "flashinfer #879"),
-        Mutant("topk-selected-after-allocation", "torch_candidate.allocation:top_k_support",
-               topk_selected_after_allocation, ("R07",), ("allocation_sparse",) + CHAIN,
-               "normalize before top-k selection"),
-        Mutant("residual-pad-token", "torch_candidate.sampling:sample_mass", residual_pad_token,
-               ("R11", "R19"), VERIFY, "GHSA-8wr5-jm2h-8r4f"),
-        Mutant("u24-low-bits", "torch_candidate.philox:u24_of", u24_low_bits, ("R08", "R22"), RNG + CHAIN,
-               "draw word layout"),
-        Mutant("domain-codes-swapped", "torch_candidate.philox:counter_words",
-               remap_domain({philox.ACCEPT: philox.CORRECTION, philox.CORRECTION: philox.ACCEPT}),
-               ("R23",), RNG + VERIFY, "domain layout"),
-        Mutant("key-words-swapped", "torch_candidate.philox:seed_keys", key_words_swapped, ("R22",),
-               RNG + CHAIN + VERIFY, "key word order"),
-        Mutant("accept-position-off-by-one", "torch_candidate.philox:counter_words", shift_position((philox.ACCEPT,)),
-               ("R11", "R22"), VERIFY, "acceptance keyed at the wrong position"),
-        Mutant("correction-position-off-by-one", "torch_candidate.philox:counter_words",
-               shift_position((philox.CORRECTION,)), ("R11", "R23"), VERIFY, "vLLM #47386 (shifted noise)"),
-        Mutant("budget-off-by-one", "torch_candidate.verification:verify_round", budget_off_by_one,
-               ("R11",), VERIFY, "max_tokens overrun"),
-        Mutant("stop-token-ignored", "torch_candidate.verification:stop_mask", stop_token_ignored,
-               ("R11",), VERIFY, "emitting past EOS"),
-        Mutant("sampled-from-bf16-q", "torch_candidate.sampling:sample_counts", sampled_from_bf16,
-               ("R01", "R08"), ("categorical_sampling",) + CHAIN, "DeepSpec #31 (bf16 draft, fp32 q verified)"),
-        Mutant("draft-temperature-ignored", "torch_candidate.weights:logits_to_weights", draft_temperature_ignored,
-               ("R05",), ("allocation_dense", "allocation_sparse") + CHAIN, "vLLM #9834 (params on the wrong side)"),
-        Mutant("request-zero-parameters", "torch_candidate.verification:verify_round", request_zero_parameters,
-               ("R11", "R24"), VERIFY, "TRT-LLM #12588 (request 0's parameters for the batch)"),
-        Mutant("request-zero-temperature", "torch_candidate.weights:logits_to_weights", request_zero_temperature,
-               ("R05", "R22"), ("proposal_batch",), "TRT-LLM #12588 (request 0's temperature for the batch)"),
-        Mutant("markov-bias-fma", "torch_candidate.weights:markov_bias", markov_bias_fma, ("R01", "R05"), CHAIN,
-               "CUDA --fmad=true contracting the Markov bias's multiply-add"),
-        Mutant("unseeded-default-seed", "torch_candidate.philox:request_seed", unseeded_default_seed, ("R24",),
-               RNG + VERIFY, "a constant default seed for requests without one"),
+        Mutant(
+            "correction-reuses-accept-draw",
+            "torch_candidate.philox:counter_words",
+            remap_domain({philox.CORRECTION: philox.ACCEPT}),
+            ("R23", "R11"),
+            VERIFY + RNG,
+            "vLLM #47386",
+        ),
+        Mutant(
+            "correction-from-proposal-domain",
+            "torch_candidate.philox:counter_words",
+            remap_domain({philox.CORRECTION: philox.PROPOSAL}),
+            ("R23",),
+            VERIFY + RNG,
+            "vLLM #47386",
+        ),
+        Mutant(
+            "accept-le",
+            "torch_candidate.verification:accepts",
+            accept_le,
+            ("R11",),
+            VERIFY,
+            "sglang #35771 (coin <= cdf)",
+        ),
+        Mutant(
+            "alloc-ties-highest-id",
+            "torch_candidate.allocation:remainder_ranks",
+            ties_to_highest_id,
+            ("R06",),
+            ALLOCATION + CHAIN,
+            "largest-remainder tie order",
+        ),
+        Mutant(
+            "cumulative-ge",
+            "torch_candidate.sampling:sample_counts",
+            cumulative_ge,
+            ("R08",),
+            ("categorical_sampling",) + CHAIN,
+            "inclusive CDF search",
+        ),
+        Mutant(
+            "q-renormalized-on-target",
+            "torch_candidate.verification:acceptance_tests",
+            q_renormalized_on_target,
+            ("R02", "R11"),
+            VERIFY,
+            "verifier renormalizes q (R02)",
+        ),
+        Mutant(
+            "q-point-mass", "torch_candidate.verification:accepts", q_point_mass, ("R01", "R11"), VERIFY, "vLLM #40149"
+        ),
+        Mutant(
+            "residual-drafted-token-only",
+            "torch_candidate.verification:final_mass",
+            residual_drafted_token_only,
+            ("R11",),
+            VERIFY,
+            "xllm #2175",
+        ),
+        Mutant(
+            "residual-support-only",
+            "torch_candidate.verification:residual_rows",
+            residual_support_only,
+            ("R11", "R33"),
+            VERIFY,
+            "sparse residual (R33)",
+        ),
+        Mutant(
+            "rng-keyed-by-batch-row",
+            "torch_candidate.philox:seed_keys",
+            keyed_by_batch_row,
+            ("R22", "R24"),
+            VERIFY + CHAIN + RNG,
+            "FlashInfer ChainSpeculativeSampling",
+        ),
+        Mutant(
+            "counter-position-off-by-one",
+            "torch_candidate.philox:counter_words",
+            shift_position((philox.PROPOSAL, philox.ACCEPT, philox.CORRECTION)),
+            ("R22",),
+            RNG + CHAIN + VERIFY,
+            "RNG counter offset",
+        ),
+        Mutant(
+            "bonus-from-previous-row",
+            "torch_candidate.verification:final_mass",
+            bonus_from_previous_row,
+            ("R11",),
+            VERIFY,
+            "bonus row index",
+        ),
+        Mutant(
+            "emits-extra-token",
+            "torch_candidate.verification:VerifiedRound.outcomes",
+            emits_extra_token,
+            ("R11", "R35"),
+            VERIFY,
+            "flashinfer #879",
+        ),
+        Mutant(
+            "topk-selected-after-allocation",
+            "torch_candidate.allocation:top_k_support",
+            topk_selected_after_allocation,
+            ("R07",),
+            ("allocation_sparse",) + CHAIN,
+            "normalize before top-k selection",
+        ),
+        Mutant(
+            "residual-pad-token",
+            "torch_candidate.sampling:sample_mass",
+            residual_pad_token,
+            ("R11", "R19"),
+            VERIFY,
+            "GHSA-8wr5-jm2h-8r4f",
+        ),
+        Mutant(
+            "u24-low-bits",
+            "torch_candidate.philox:u24_of",
+            u24_low_bits,
+            ("R08", "R22"),
+            RNG + CHAIN,
+            "draw word layout",
+        ),
+        Mutant(
+            "domain-codes-swapped",
+            "torch_candidate.philox:counter_words",
+            remap_domain({philox.ACCEPT: philox.CORRECTION, philox.CORRECTION: philox.ACCEPT}),
+            ("R23",),
+            RNG + VERIFY,
+            "domain layout",
+        ),
+        Mutant(
+            "key-words-swapped",
+            "torch_candidate.philox:seed_keys",
+            key_words_swapped,
+            ("R22",),
+            RNG + CHAIN + VERIFY,
+            "key word order",
+        ),
+        Mutant(
+            "accept-position-off-by-one",
+            "torch_candidate.philox:counter_words",
+            shift_position((philox.ACCEPT,)),
+            ("R11", "R22"),
+            VERIFY,
+            "acceptance keyed at the wrong position",
+        ),
+        Mutant(
+            "correction-position-off-by-one",
+            "torch_candidate.philox:counter_words",
+            shift_position((philox.CORRECTION,)),
+            ("R11", "R23"),
+            VERIFY,
+            "vLLM #47386 (shifted noise)",
+        ),
+        Mutant(
+            "budget-off-by-one",
+            "torch_candidate.verification:verify_round",
+            budget_off_by_one,
+            ("R11",),
+            VERIFY,
+            "max_tokens overrun",
+        ),
+        Mutant(
+            "stop-token-ignored",
+            "torch_candidate.verification:stop_mask",
+            stop_token_ignored,
+            ("R11",),
+            VERIFY,
+            "emitting past EOS",
+        ),
+        Mutant(
+            "sampled-from-bf16-q",
+            "torch_candidate.sampling:sample_counts",
+            sampled_from_bf16,
+            ("R01", "R08"),
+            ("categorical_sampling",) + CHAIN,
+            "DeepSpec #31 (bf16 draft, fp32 q verified)",
+        ),
+        Mutant(
+            "draft-temperature-ignored",
+            "torch_candidate.weights:logits_to_weights",
+            draft_temperature_ignored,
+            ("R05",),
+            ("allocation_dense", "allocation_sparse") + CHAIN,
+            "vLLM #9834 (params on the wrong side)",
+        ),
+        Mutant(
+            "request-zero-parameters",
+            "torch_candidate.verification:verify_round",
+            request_zero_parameters,
+            ("R11", "R24"),
+            VERIFY,
+            "TRT-LLM #12588 (request 0's parameters for the batch)",
+        ),
+        Mutant(
+            "request-zero-temperature",
+            "torch_candidate.weights:logits_to_weights",
+            request_zero_temperature,
+            ("R05", "R22"),
+            ("proposal_batch",),
+            "TRT-LLM #12588 (request 0's temperature for the batch)",
+        ),
+        Mutant(
+            "markov-bias-fma",
+            "torch_candidate.weights:markov_bias",
+            markov_bias_fma,
+            ("R01", "R05"),
+            CHAIN,
+            "CUDA --fmad=true contracting the Markov bias's multiply-add",
+        ),
+        Mutant(
+            "unseeded-default-seed",
+            "torch_candidate.philox:request_seed",
+            unseeded_default_seed,
+            ("R24",),
+            RNG + VERIFY,
+            "a constant default seed for requests without one",
+        ),
     )
 }
 

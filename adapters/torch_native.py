@@ -32,11 +32,11 @@ from typing import Callable, Sequence
 import torch
 
 from qconform.adapters import torch_adapter
+from qconform.adapters.stat_mutants import STAT_MUTANTS, TILT
 from qconform.adapters.torch_candidate.errors import CandidateError
 from qconform.adapters.torch_candidate.sampling import sample_counts, sample_mass
 from qconform.adapters.torch_candidate.verification import accepts, residual_rows
 from qconform.harness.adapter import AdapterError, Capabilities, Outcome
-from qconform.adapters.stat_mutants import STAT_MUTANTS, TILT
 
 #: ``run`` families: their cases give every draw, or need none
 DRAW_FREE_FAMILIES = ("categorical_sampling", "allocation_dense", "allocation_sparse", "allocation_invalid")
@@ -63,8 +63,7 @@ class NativeDraws:
 
     def uniform(self, bits: int, count: int) -> torch.Tensor:
         """``count`` uniform integers in ``[0, 2^bits)`` (int64)."""
-        return torch.randint(0, 1 << bits, (count,), generator=self.generator, device=self.device,
-                             dtype=torch.int64)
+        return torch.randint(0, 1 << bits, (count,), generator=self.generator, device=self.device, dtype=torch.int64)
 
     def correction(self, residual: torch.Tensor, accept_u32: torch.Tensor) -> torch.Tensor:
         """Correction tokens from the FP64 residual row ``[V]`` for rejected drafts whose
@@ -198,10 +197,12 @@ def sample_verification_round(inp: dict, samples: int, draws: NativeDraws, devic
     # The candidate's own checks refuse an invalid input exactly as `run` would: one
     # deterministic pass whose draws are discarded.
     torch_adapter.verification_round(inp, device)
-    return {"requests": [
-        histogram_json(sample_rounds(request_rows(request, inp["vocab"], device), samples, draws), True)
-        for request in inp["requests"]
-    ]}
+    return {
+        "requests": [
+            histogram_json(sample_rounds(request_rows(request, inp["vocab"], device), samples, draws), True)
+            for request in inp["requests"]
+        ]
+    }
 
 
 def sample_distribution(inp: dict, samples: int, draws: NativeDraws, device: str) -> dict:
@@ -229,8 +230,9 @@ class TorchNativeAdapter(torch_adapter.TorchAdapter):
             self.name = f"torch-native-mutant:{mutant}"
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(families=DRAW_FREE_FAMILIES, injected_draws=False, devices=("cpu", "cuda"),
-                            sampling=SAMPLED_FAMILIES)
+        return Capabilities(
+            families=DRAW_FREE_FAMILIES, injected_draws=False, devices=("cpu", "cuda"), sampling=SAMPLED_FAMILIES
+        )
 
     def sample_batch(self, family: str, inputs: Sequence[dict], samples: int, seed: int) -> list[Outcome]:
         sampler = SAMPLERS[family]

@@ -77,8 +77,12 @@ class TorchPartialAdapter(torch_adapter.TorchAdapter):
             self.name = f"torch-partial-mutant:{mutant}"
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(families=("verification_round",), injected_draws=True, devices=("cpu", "cuda"),
-                            injected_domains=(("verification_round", ("ACCEPT",)),))
+        return Capabilities(
+            families=("verification_round",),
+            injected_draws=True,
+            devices=("cpu", "cuda"),
+            injected_domains=(("verification_round", ("ACCEPT",)),),
+        )
 
     def run_batch(self, family: str, inputs: Sequence[dict]) -> list[Outcome]:
         outcomes: list[Outcome] = []

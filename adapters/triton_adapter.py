@@ -103,8 +103,11 @@ def q_row_json(ids: torch.Tensor | None, counts: torch.Tensor) -> dict:
     if ids is None:
         return {"representation": "dense", "counts": encode_blob("u32", counts)}
     keep = counts > 0
-    return {"representation": "sparse", "ids": encode_blob("i32", ids[keep]),
-            "counts": encode_blob("u32", counts[keep])}
+    return {
+        "representation": "sparse",
+        "ids": encode_blob("i32", ids[keep]),
+        "counts": encode_blob("u32", counts[keep]),
+    }
 
 
 def p_rows(obj: dict, vocab: int, device: str) -> torch.Tensor:
@@ -134,23 +137,34 @@ def rng_abi(inp: dict, device: str) -> dict:
     seed = int(inp["seed"])
     if "depth" in inp:
         return rng_schedule(inp, seed, device)
-    row = abi_draws([(seed, inp["position"], inp["round"], inp["generation"], DOMAINS[inp["domain"]],
-                      inp["draw_counter"])], device)[0].tolist()
-    return {"key": [word(seed), word(seed >> 32)], "counter": [word(w) for w in row[:4]],
-            "output": [word(w) for w in row[4:]], "u24": row[4] >> 8, "u32": row[4]}
+    row = abi_draws(
+        [(seed, inp["position"], inp["round"], inp["generation"], DOMAINS[inp["domain"]], inp["draw_counter"])], device
+    )[0].tolist()
+    return {
+        "key": [word(seed), word(seed >> 32)],
+        "counter": [word(w) for w in row[:4]],
+        "output": [word(w) for w in row[4:]],
+        "u24": row[4] >> 8,
+        "u32": row[4],
+    }
 
 
 def rng_schedule(inp: dict, seed: int, device: str) -> dict:
     """Every draw key of a round: K proposal, K acceptance and K + 1 correction positions."""
     depth, anchor = inp["depth"], inp["anchor"]
     plan = [("proposal", PROPOSAL, depth, 8), ("accept", ACCEPT, depth, 0), ("correction", CORRECTION, depth + 1, 0)]
-    rows = [(seed, (anchor + i) & 0xFFFFFFFF, inp["round"], inp["generation"], domain, 0)
-            for _, domain, count, _ in plan for i in range(count)]
+    rows = [
+        (seed, (anchor + i) & 0xFFFFFFFF, inp["round"], inp["generation"], domain, 0)
+        for _, domain, count, _ in plan
+        for i in range(count)
+    ]
     words = abi_draws(rows, device).tolist()
     answer, at = {}, 0
     for name, _, count, shift in plan:
-        answer[name] = [{"position": w[0], "counter": [word(x) for x in w[:4]], "value": w[4] >> shift}
-                        for w in words[at : at + count]]
+        answer[name] = [
+            {"position": w[0], "counter": [word(x) for x in w[:4]], "value": w[4] >> shift}
+            for w in words[at : at + count]
+        ]
         at += count
     return answer
 
@@ -208,8 +222,10 @@ def propose_batch(requests: list[dict], device: str) -> list[dict]:
     first = requests[0]
     if len(requests) > MAX_REQUESTS:
         raise TritonCandidateError("BAD_SHAPE", f"{len(requests)} requests; the batch bound is {MAX_REQUESTS} (R27)")
-    if any(r["support"] != first["support"] or r["markov"] != first["markov"] or r["depth"] != first["depth"]
-           for r in requests):
+    if any(
+        r["support"] != first["support"] or r["markov"] != first["markov"] or r["depth"] != first["depth"]
+        for r in requests
+    ):
         raise TritonCandidateError("BAD_SHAPE", "a batch has one depth, one support policy and one Markov head")
     base = torch.stack([blob_tensor(r["base_logits"], device) for r in requests])
     if base.shape[1] != first["depth"]:
@@ -217,14 +233,24 @@ def propose_batch(requests: list[dict], device: str) -> list[dict]:
     markov = (blob_tensor(first["markov"]["left"], device), blob_tensor(first["markov"]["right"], device))
     top_k = first["support"]["k"] if first["support"]["policy"] == "top_k" else None
     field = lambda name: [r[name] for r in requests]  # noqa: E731
-    result = propose([int(r["seed"]) for r in requests], field("generation"), field("round"), field("anchor"),
-                     field("last_committed_token"), base, [f32_value(r["temperature"]) for r in requests], markov,
-                     top_k)
+    result = propose(
+        [int(r["seed"]) for r in requests],
+        field("generation"),
+        field("round"),
+        field("anchor"),
+        field("last_committed_token"),
+        base,
+        [f32_value(r["temperature"]) for r in requests],
+        markov,
+        top_k,
+    )
     answers = []
     for b in range(len(requests)):
         rows = [q_row_json(None if ids is None else ids.cpu(), counts.cpu()) for ids, counts in result.rows[b]]
-        draws = [{"position": c[0], "counter": [word(w) for w in c], "u24": u}
-                 for c, u in zip(result.counters[b].tolist(), result.u24[b].tolist())]
+        draws = [
+            {"position": c[0], "counter": [word(w) for w in c], "u24": u}
+            for c, u in zip(result.counters[b].tolist(), result.u24[b].tolist())
+        ]
         answers.append({"tokens": result.tokens[b].tolist(), "rows": rows, "draws": draws})
     return answers
 
@@ -252,20 +278,50 @@ def verification_round(inp: dict, device: str) -> dict:
         raise TritonCandidateError("BAD_SHAPE", "K drafts need K + 1 target rows over V")
     drafts = torch.tensor([r["draft_tokens"] for r in requests], dtype=torch.int64, device=device)
     idents = [Identity(request_seed(r), r["generation"], r["round"], r["anchor"]) for r in requests]
-    outcomes = verify_batch(idents, drafts, q, torch.stack(targets), [r.get("stop_tokens", []) for r in requests],
-                            [r.get("budget") for r in requests])
-    return {"requests": [
-        {"accepted": out.accepted, "emitted": out.emitted,
-         "draws": [{"domain": DOMAIN_NAMES[d.domain], "position": d.position, "draw_counter": 0, "u32": d.u32,
-                    "decision": d.decision, "token": d.token} for d in out.draws]}
-        for out in outcomes
-    ]}
+    outcomes = verify_batch(
+        idents,
+        drafts,
+        q,
+        torch.stack(targets),
+        [r.get("stop_tokens", []) for r in requests],
+        [r.get("budget") for r in requests],
+    )
+    return {
+        "requests": [
+            {
+                "accepted": out.accepted,
+                "emitted": out.emitted,
+                "draws": [
+                    {
+                        "domain": DOMAIN_NAMES[d.domain],
+                        "position": d.position,
+                        "draw_counter": 0,
+                        "u32": d.u32,
+                        "decision": d.decision,
+                        "token": d.token,
+                    }
+                    for d in out.draws
+                ],
+            }
+            for out in outcomes
+        ]
+    }
 
 
 #: family name -> the function answering one of its inputs
-FAMILIES: dict[str, Callable[[dict, str], dict]] = {solve.__name__: solve for solve in (
-    rng_abi, categorical_sampling, allocation_dense, allocation_sparse, allocation_invalid, proposal_chain, proposal_batch,
-    verification_round)}
+FAMILIES: dict[str, Callable[[dict, str], dict]] = {
+    solve.__name__: solve
+    for solve in (
+        rng_abi,
+        categorical_sampling,
+        allocation_dense,
+        allocation_sparse,
+        allocation_invalid,
+        proposal_chain,
+        proposal_batch,
+        verification_round,
+    )
+}
 
 
 class TritonAdapter(Adapter):
@@ -287,17 +343,20 @@ class TritonAdapter(Adapter):
             exp_ulp="1/1048576",  # FP64 exp (about 1 FP64 ulp) rounded to FP32: within 2^-28 FP32 ulp
             ratio_margin="1/1099511627776",  # 2^-40: FP64 row sums, f64(u32 * c_x) * W
             residual_margin="1/1099511627776",  # 2^-40: FP64 residual masses and prefix sums
-            notes=("FP64 allocation (R06) with a radix-select ticket cut; FP64 exp rounded once to FP32; "
-                   "FP64 acceptance ratio and residual CDF; rational target rows rounded to FP64; "
-                   f"{'Triton interpreter' if interpreting() else 'native Triton'}."),
+            notes=(
+                "FP64 allocation (R06) with a radix-select ticket cut; FP64 exp rounded once to FP32; "
+                "FP64 acceptance ratio and residual CDF; rational target rows rounded to FP64; "
+                f"{'Triton interpreter' if interpreting() else 'native Triton'}."
+            ),
         )
 
     def run_batch(self, family: str, inputs: Sequence[dict]) -> list[Outcome]:
         from qconform.adapters import triton_batched  # same-shape cases in one launch (docs/accumulated.md)
 
         batched = triton_batched.run_many(family, inputs, self.device) if len(inputs) > 1 else [None] * len(inputs)
-        return [self.outcome(FAMILIES[family], inp) if answer is None else answer
-                for inp, answer in zip(inputs, batched)]
+        return [
+            self.outcome(FAMILIES[family], inp) if answer is None else answer for inp, answer in zip(inputs, batched)
+        ]
 
     def outcome(self, solve: Callable[[dict, str], dict], inp: dict) -> Outcome:
         """One answer: the encoded output, a refusal, or an error for a crash of the candidate."""

@@ -51,12 +51,28 @@ def dense_rows(counts: np.ndarray, vocab: int, device: str) -> QRows:
 
 
 def rng_many(inputs: Sequence[dict], device: str) -> list[dict]:
-    rows = [(int(inp["seed"]), inp["position"], inp["round"], inp["generation"], DOMAINS[inp["domain"]],
-             inp["draw_counter"]) for inp in inputs]
+    rows = [
+        (
+            int(inp["seed"]),
+            inp["position"],
+            inp["round"],
+            inp["generation"],
+            DOMAINS[inp["domain"]],
+            inp["draw_counter"],
+        )
+        for inp in inputs
+    ]
     words = abi_draws(rows, device).tolist()
-    return [{"key": [word(seed), word(seed >> 32)], "counter": [word(w) for w in row[:4]],
-             "output": [word(w) for w in row[4:]], "u24": row[4] >> 8, "u32": row[4]}
-            for (seed, *_), row in zip(rows, words)]
+    return [
+        {
+            "key": [word(seed), word(seed >> 32)],
+            "counter": [word(w) for w in row[:4]],
+            "output": [word(w) for w in row[4:]],
+            "u24": row[4] >> 8,
+            "u32": row[4],
+        }
+        for (seed, *_), row in zip(rows, words)
+    ]
 
 
 def categorical_many(inputs: Sequence[dict], device: str) -> list[dict]:
@@ -84,7 +100,7 @@ def verification_many(inputs: Sequence[dict], device: str) -> list[dict]:
     vocab, depth = inputs[0]["vocab"], len(inputs[0]["requests"][0]["draft_tokens"])
     answers: list[dict] = []
     for at in range(0, len(inputs), MAX_REQUESTS):
-        requests = [inp["requests"][0] for inp in inputs[at:at + MAX_REQUESTS]]
+        requests = [inp["requests"][0] for inp in inputs[at : at + MAX_REQUESTS]]
         q = blobs([row["counts"] for r in requests for row in r["q_rows"]], "u32", "<u4").astype(np.int64)
         q = q.reshape(-1, vocab)
         if not legal_dense(q):
@@ -94,13 +110,36 @@ def verification_many(inputs: Sequence[dict], device: str) -> list[dict]:
         p = blobs([r["p_rows"]["weights"] for r in requests], "f32", "<f4").astype(np.float64)
         drafts = torch.tensor([r["draft_tokens"] for r in requests], dtype=torch.int64, device=device)
         idents = [Identity(int(r["seed"]), r["generation"], r["round"], r["anchor"]) for r in requests]
-        outcomes = verify_batch(idents, drafts, dense_rows(q, vocab, device),
-                                torch.from_numpy(p.reshape(len(requests), depth + 1, vocab)).to(device),
-                                [[] for _ in requests], [None for _ in requests])
-        answers += [{"requests": [
-            {"accepted": out.accepted, "emitted": out.emitted,
-             "draws": [{"domain": DOMAIN_NAMES[d.domain], "position": d.position, "draw_counter": 0, "u32": d.u32,
-                        "decision": d.decision, "token": d.token} for d in out.draws]}]} for out in outcomes]
+        outcomes = verify_batch(
+            idents,
+            drafts,
+            dense_rows(q, vocab, device),
+            torch.from_numpy(p.reshape(len(requests), depth + 1, vocab)).to(device),
+            [[] for _ in requests],
+            [None for _ in requests],
+        )
+        answers += [
+            {
+                "requests": [
+                    {
+                        "accepted": out.accepted,
+                        "emitted": out.emitted,
+                        "draws": [
+                            {
+                                "domain": DOMAIN_NAMES[d.domain],
+                                "position": d.position,
+                                "draw_counter": 0,
+                                "u32": d.u32,
+                                "decision": d.decision,
+                                "token": d.token,
+                            }
+                            for d in out.draws
+                        ],
+                    }
+                ]
+            }
+            for out in outcomes
+        ]
     return answers
 
 

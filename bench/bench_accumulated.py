@@ -75,12 +75,18 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"verification decisions per case: {count / args.engine_cases:.2f}")
     print(f"{'row (process CPU time)':44} {'cases':>8} {'seconds':>9} {'decisions/s':>13}")
-    print(f"{'spec verify_round (Fractions), inputs decoded':44} {args.spec_cases:>8} {spec_s:>9.3f} {spec_rate:>13,.0f}")
+    print(
+        f"{'spec verify_round (Fractions), inputs decoded':44} {args.spec_cases:>8} {spec_s:>9.3f} {spec_rate:>13,.0f}"
+    )
     print(f"{'engine verification_records':44} {args.engine_cases:>8} {engine_s:>9.3f} {count / engine_s:>13,.0f}")
-    print(f"{'engine + stream inputs (an expected hash)':44} {args.engine_cases:>8} {with_inputs_s:>9.3f} "
-          f"{count / with_inputs_s:>13,.0f}")
-    print(f"engine / spec: {count / engine_s / spec_rate:,.0f}x; goal 1e6 decisions/s per core: "
-          f"{'met' if count / engine_s >= 1e6 else 'NOT met'} ({count / engine_s / 1e6:.2f}e6)")
+    print(
+        f"{'engine + stream inputs (an expected hash)':44} {args.engine_cases:>8} {with_inputs_s:>9.3f} "
+        f"{count / with_inputs_s:>13,.0f}"
+    )
+    print(
+        f"engine / spec: {count / engine_s / spec_rate:,.0f}x; goal 1e6 decisions/s per core: "
+        f"{'met' if count / engine_s >= 1e6 else 'NOT met'} ({count / engine_s / 1e6:.2f}e6)"
+    )
     return 0
 
 

@@ -41,7 +41,7 @@ from qconform.spec.allocation import (
     allocate_units,
 )
 from qconform.spec.allocation_certified import allocate_dense_f32_certified
-from qconform.spec.constants import M, VOCAB
+from qconform.spec.constants import VOCAB, M
 from qconform.spec.weights import f32_weight_units, weights_from_f32
 
 GOAL_RATIO = 2.0
@@ -72,8 +72,9 @@ def allocate_float64(row: np.ndarray) -> tuple[list[int], int, float]:
 CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
-def interleaved_medians(calls: list[tuple[str, Callable[[], object], int]],
-                        clock: Callable[[], float]) -> dict[str, tuple[float, object]]:
+def interleaved_medians(
+    calls: list[tuple[str, Callable[[], object], int]], clock: Callable[[], float]
+) -> dict[str, tuple[float, object]]:
     """name -> (median time, last result) of ``(name, call, runs)``, timed round-robin: each
     round times every call still due, so that all of them see the same machine conditions."""
     times: dict[str, list[float]] = {name: [] for name, _, _ in calls}
@@ -107,14 +108,17 @@ def main() -> None:
     bits = bench_row(args.row)
     array = np.array(bits, dtype=np.uint32)
     units = f32_weight_units(bits).units
-    measured = interleaved_medians([
-        ("plain", lambda: allocate_dense(weights_from_f32(bits)), args.plain_repeat),
-        ("integer", lambda: allocate_dense_f32_bits(bits), args.repeat),
-        ("units", lambda: allocate_units(units), args.repeat),
-        ("certified", lambda: allocate_dense_f32_certified(array), args.repeat),
-        ("float64", lambda: allocate_float64(array), args.repeat),
-        ("to_array", lambda: np.array(bits, dtype=np.uint32), args.repeat),
-    ], clock)
+    measured = interleaved_medians(
+        [
+            ("plain", lambda: allocate_dense(weights_from_f32(bits)), args.plain_repeat),
+            ("integer", lambda: allocate_dense_f32_bits(bits), args.repeat),
+            ("units", lambda: allocate_units(units), args.repeat),
+            ("certified", lambda: allocate_dense_f32_certified(array), args.repeat),
+            ("float64", lambda: allocate_float64(array), args.repeat),
+            ("to_array", lambda: np.array(bits, dtype=np.uint32), args.repeat),
+        ],
+        clock,
+    )
     plain = measured["plain"][1]
     f64_counts, f64_remaining, f64_gap = measured["float64"][1]
     assert isinstance(plain, DenseAllocation)
@@ -128,11 +132,15 @@ def main() -> None:
         ("exact, certified FP64 + integers", certified_s),
         ("float64 NumPy (baseline)", float64_s),
     ]
-    print(f"dense allocation of one {args.row} row, V = {len(bits)}, M = 2^24 "
-          f"({platform.python_implementation()} {platform.python_version()}, NumPy {np.__version__})")
-    print(f"remaining = {plain.remaining}, tie_gap = {float(plain.tie_gap):.3e}; float64 counts "
-          f"{'equal' if f64_counts == plain.counts else 'DIFFER from'} the exact counts "
-          f"(float64 remaining = {f64_remaining}, tie gap = {f64_gap:.3e})")
+    print(
+        f"dense allocation of one {args.row} row, V = {len(bits)}, M = 2^24 "
+        f"({platform.python_implementation()} {platform.python_version()}, NumPy {np.__version__})"
+    )
+    print(
+        f"remaining = {plain.remaining}, tie_gap = {float(plain.tie_gap):.3e}; float64 counts "
+        f"{'equal' if f64_counts == plain.counts else 'DIFFER from'} the exact counts "
+        f"(float64 remaining = {f64_remaining}, tie gap = {f64_gap:.3e})"
+    )
     print(f"{'implementation':36s} {'median ms':>10s} {'/ float64':>10s}   ({args.clock} clock)")
     for label, seconds in rows:
         print(f"{label:36s} {seconds * 1e3:10.2f} {seconds / float64_s:10.1f}x")

@@ -32,8 +32,9 @@ def timed_plan(clock: Callable[[], float]) -> tuple[corpus.Plan, list[tuple[str,
     """Build the whole corpus once: the plan, (family, seconds) in build order, total seconds."""
     marks: list[tuple[str, float]] = []
     start = clock()
-    built = corpus.plan(corpus.default_vectors_dir(), all_families(), partial=False,
-                        progress=lambda name: marks.append((name, clock())))
+    built = corpus.plan(
+        corpus.default_vectors_dir(), all_families(), partial=False, progress=lambda name: marks.append((name, clock()))
+    )
     end = clock()
     previous, per_family = start, []
     for name, mark in marks:
@@ -73,17 +74,21 @@ def main() -> None:
     baseline = serialize_seconds(built, 5, clock)
     size = sum(len(output.file_bytes) for output in built.outputs)
 
-    print(f"corpus regeneration in process: {len(built.outputs)} families, {built.cases} cases, "
-          f"{size / 1e6:.1f} MB of vectors ({platform.python_implementation()} {platform.python_version()}, "
-          f"{os.cpu_count()} CPUs, one process)")
+    print(
+        f"corpus regeneration in process: {len(built.outputs)} families, {built.cases} cases, "
+        f"{size / 1e6:.1f} MB of vectors ({platform.python_implementation()} {platform.python_version()}, "
+        f"{os.cpu_count()} CPUs, one process)"
+    )
     print(f"{'family':28s} {'seconds':>8s} {'/ serialize':>12s}   ({args.clock} clock)")
     for name, seconds in per_family:
         print(f"{name:28s} {seconds:8.2f} {seconds / baseline:11.1f}x")
     print(f"{'total (median of ' + str(args.repeat) + ')':28s} {total:8.2f} {total / baseline:11.1f}x")
     print(f"baseline: serializing the built corpus to JSON, {baseline:.3f} s (median of 5)")
     verdict = "meets" if total <= GOAL_SECONDS else "misses"
-    print(f"total {total:.1f} s {verdict} the goal of {GOAL_SECONDS:.0f} s; "
-          f"built bytes {'equal' if matches_committed(built) else 'DIFFER from'} the committed corpus")
+    print(
+        f"total {total:.1f} s {verdict} the goal of {GOAL_SECONDS:.0f} s; "
+        f"built bytes {'equal' if matches_committed(built) else 'DIFFER from'} the committed corpus"
+    )
 
 
 if __name__ == "__main__":

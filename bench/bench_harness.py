@@ -67,8 +67,16 @@ def corpus_by_family() -> dict[str, list[dict]]:
     """Every case of the committed corpus as a case object, by family."""
     cases: dict[str, list[dict]] = defaultdict(list)
     for case in iter_cases(default_vectors_dir()):
-        cases[case.family].append({"id": case.id, "family": case.family, "result": case.result,
-                                   "flags": list(case.flags), "input": case.input, "expected": case.expected})
+        cases[case.family].append(
+            {
+                "id": case.id,
+                "family": case.family,
+                "result": case.result,
+                "flags": list(case.flags),
+                "input": case.input,
+                "expected": case.expected,
+            }
+        )
     return dict(cases)
 
 
@@ -79,8 +87,9 @@ def start_seconds(adapter: str) -> float:
     return time.perf_counter() - began
 
 
-def through_harness(adapter: str, corpus: dict[str, list[dict]], repeat: int, cpu_clock: bool
-                    ) -> tuple[dict[str, float], tuple[str, ...], float]:
+def through_harness(
+    adapter: str, corpus: dict[str, list[dict]], repeat: int, cpu_clock: bool
+) -> tuple[dict[str, float], tuple[str, ...], float]:
     """Median seconds per family of ``repeat`` passes through the runner, the families the
     adapter declares, and its start-up seconds."""
     start = start_seconds(adapter)
@@ -101,8 +110,9 @@ def through_harness(adapter: str, corpus: dict[str, list[dict]], repeat: int, cp
     return {family: statistics.median(times) for family, times in passes.items()}, declared, start
 
 
-def in_process_torch(corpus: dict[str, list[dict]], families: Sequence[str], repeat: int,
-                     clock: Callable[[], float]) -> dict[str, float]:
+def in_process_torch(
+    corpus: dict[str, list[dict]], families: Sequence[str], repeat: int, clock: Callable[[], float]
+) -> dict[str, float]:
     """Median seconds per family of ``TorchAdapter.run_batch`` on the runner's chunks."""
     from qconform.adapters.torch_adapter import TorchAdapter
 
@@ -113,7 +123,7 @@ def in_process_torch(corpus: dict[str, list[dict]], families: Sequence[str], rep
             inputs = [case["input"] for case in corpus.get(family, [])]
             began = clock()
             for start in range(0, len(inputs), CHUNK):
-                adapter.run_batch(family, inputs[start:start + CHUNK])
+                adapter.run_batch(family, inputs[start : start + CHUNK])
             passes[family].append(clock() - began)
     return {family: statistics.median(times) for family, times in passes.items()}
 
@@ -128,8 +138,12 @@ def all_declared(seconds: dict[str, float], declared: Sequence[str], counts: dic
     return ms(sum(seconds[f] for f in families), sum(counts[f] for f in families))
 
 
-def report(corpus: dict[str, list[dict]], harness: dict[str, tuple[dict[str, float], tuple[str, ...], float]],
-           torch_own: dict[str, float], args: argparse.Namespace) -> list[str]:
+def report(
+    corpus: dict[str, list[dict]],
+    harness: dict[str, tuple[dict[str, float], tuple[str, ...], float]],
+    torch_own: dict[str, float],
+    args: argparse.Namespace,
+) -> list[str]:
     """The result lines (markdown table rows when ``--markdown``)."""
     torch_families = harness["torch"][1]
     counts = {family: len(cases) for family, cases in corpus.items()}
@@ -143,9 +157,11 @@ def report(corpus: dict[str, list[dict]], harness: dict[str, tuple[dict[str, flo
         cells.append(ms(torch_own[family], counts[family]) if family in torch_own else f"{'-':>9s}")
         rows.append(cells)
     total_cases = sum(counts.values())
-    rows.append(["all it runs", str(total_cases)]
-                + [all_declared(harness[a][0], harness[a][1], counts) for a in ADAPTERS]
-                + [all_declared(torch_own, tuple(torch_own), counts)])
+    rows.append(
+        ["all it runs", str(total_cases)]
+        + [all_declared(harness[a][0], harness[a][1], counts) for a in ADAPTERS]
+        + [all_declared(torch_own, tuple(torch_own), counts)]
+    )
 
     torch_cases = sum(counts[f] for f in torch_families if f in counts)
     noop_on_torch = sum(harness["noop"][0][f] for f in torch_families if f in counts)
@@ -156,7 +172,8 @@ def report(corpus: dict[str, list[dict]], harness: dict[str, tuple[dict[str, flo
     lines = [
         f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs, {platform.python_implementation()} "
         f"{platform.python_version()}, {args.clock} clock, median of {args.repeat} passes; adapter start-up "
-        + ", ".join(f"{a} {harness[a][2]:.2f} s" for a in ADAPTERS) + " (not counted)",
+        + ", ".join(f"{a} {harness[a][2]:.2f} s" for a in ADAPTERS)
+        + " (not counted)",
     ]
     if args.markdown:
         lines += ["", "ms per case:", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -181,8 +198,12 @@ def report(corpus: dict[str, list[dict]], harness: dict[str, tuple[dict[str, flo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="passes over the corpus per adapter (median)")
-    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                        help="wall time, or CPU time of this process and the adapter child")
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="wall time, or CPU time of this process and the adapter child",
+    )
     parser.add_argument("--markdown", action="store_true", help="print a section for bench/RESULTS.md")
     args = parser.parse_args()
     cpu_clock = args.clock == "cpu"
@@ -192,8 +213,10 @@ def main() -> None:
     torch_families = [f for f in corpus if f in harness["torch"][1]]
     clock = time.process_time if cpu_clock else time.perf_counter
     torch_own = in_process_torch(corpus, torch_families, args.repeat, clock)
-    print(f"harness overhead: {sum(len(c) for c in corpus.values())} cases of {len(corpus)} families "
-          f"through the runner ({CHUNK} cases per run_batch)")
+    print(
+        f"harness overhead: {sum(len(c) for c in corpus.values())} cases of {len(corpus)} families "
+        f"through the runner ({CHUNK} cases per run_batch)"
+    )
     print("\n".join(report(corpus, harness, torch_own, args)))
 
 

@@ -47,10 +47,11 @@ from statistics import NormalDist
 import numpy as np
 import torch
 
+from qconform.adapters.stat_mutant_laws import MUTANT_CORRECTIONS
+from qconform.adapters.stat_mutants import STAT_MUTANTS, TILT
 from qconform.adapters.torch_native import TorchNativeAdapter, tilted
 from qconform.generators.corpus import default_vectors_dir
 from qconform.generators.families.verification_round import decode_request
-from qconform.harness.stat.runner import StatOptions, final_df, load_cases
 from qconform.harness.stat.chisquare import (
     bin_counts,
     chi2_isf,
@@ -62,9 +63,8 @@ from qconform.harness.stat.chisquare import (
     pearson,
     power_at,
 )
+from qconform.harness.stat.runner import StatOptions, final_df, load_cases
 from qconform.spec.outcome_law import request_outcome_law
-from qconform.adapters.stat_mutants import STAT_MUTANTS, TILT
-from qconform.adapters.stat_mutant_laws import MUTANT_CORRECTIONS
 
 ALPHA = 1e-6
 POWER = 0.99
@@ -123,8 +123,10 @@ def first_token_laws(p: np.ndarray, q: np.ndarray) -> dict[str, np.ndarray]:
     low = high - rho
     reuse = q * accept
     for start in range(0, len(p), 512):  # rejected draft x: u uniform on [a_x, 1), token v owns [low_v, high_v)
-        a = accept[start:start + 512, None]
-        reuse = reuse + (q[start:start + 512, None] * np.maximum(0.0, high[None, :] - np.maximum(low[None, :], a))).sum(0)
+        a = accept[start : start + 512, None]
+        reuse = reuse + (
+            q[start : start + 512, None] * np.maximum(0.0, high[None, :] - np.maximum(low[None, :], a))
+        ).sum(0)
     tilt = q * accept + tilted(torch.from_numpy(residual), float(TILT)).numpy()
     return {"exact": p, "correction-reuses-accept-draw": reuse, "residual-tilt-1pct": tilt}
 
@@ -195,15 +197,19 @@ def confirm(cases: dict, best_cases: dict, laws10: dict, reps: int, seed: int) -
         computed = case_power(case.laws, mutated, n, SIM_ALPHA)
         hit = simulate_stat(case, mutant, n, reps, seed)
         null = simulate_stat(case, "", n, reps, seed + 1)
-        print(f"   qconform stat, {mutant} on {case_id}, N = {n}: computed power {computed:.3f}, simulated "
-              f"{hit:.3f} ({reps} runs of the mutant adapter); the correct adapter rejected {null:.3f}")
+        print(
+            f"   qconform stat, {mutant} on {case_id}, N = {n}: computed power {computed:.3f}, simulated "
+            f"{hit:.3f} ({reps} runs of the mutant adapter); the correct adapter rejected {null:.3f}"
+        )
     p0 = laws10["exact"]
     rng = np.random.default_rng(seed)
     t = tv_threshold(p0, SIM_ALPHA)
     for samples in (1000, 100_000):
         rate = tv_power(p0, p0, t, samples, 40 * reps, rng)
-        print(f"   TV threshold V=10 calibrated to {SIM_ALPHA:g} by the union bound: false-alarm rate {rate:.4f} "
-              f"at N = {samples} ({40 * reps} runs under p)")
+        print(
+            f"   TV threshold V=10 calibrated to {SIM_ALPHA:g} by the union bound: false-alarm rate {rate:.4f} "
+            f"at N = {samples} ({40 * reps} runs under p)"
+        )
 
 
 def main() -> None:
@@ -213,12 +219,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="Skip the confirmations by simulation.")
     args = parser.parse_args()
     started = time.process_time()
-    print(f"# qconform stat power, {platform.python_implementation()} {platform.python_version()}, "
-          f"torch {torch.__version__}, NumPy {np.__version__}")
+    print(
+        f"# qconform stat power, {platform.python_implementation()} {platform.python_version()}, "
+        f"torch {torch.__version__}, NumPy {np.__version__}"
+    )
     every_case = load_cases(default_vectors_dir())
     m = sum(1 for c in every_case if c.result == "valid" and final_df(c, StatOptions.samples) > 0)
-    print(f"alpha = {ALPHA:g} family-wise, power {POWER}; a full run tests m = {m} of {len(every_case)} cases, "
-          f"per-case level {ALPHA / m:.3g}")
+    print(
+        f"alpha = {ALPHA:g} family-wise, power {POWER}; a full run tests m = {m} of {len(every_case)} cases, "
+        f"per-case level {ALPHA / m:.3g}"
+    )
     for df in (1, 9):
         need = noncentrality_for_power(df, ALPHA / m, POWER) / (4 * float(TILT) ** 2)
         print(f"   any 1%-TV deviation of a case's law with {df} df, worst direction: {math.ceil(need)} rounds")
@@ -226,7 +236,9 @@ def main() -> None:
     laws4096 = first_token_laws(*softmax_rows(4096, args.seed))
     df4096 = 4095
     ten_sigma = df4096 + 10 * math.sqrt(2 * df4096)
-    print(f"10-sigma threshold at df {df4096}: {ten_sigma:.1f} (false-alarm probability {chi2_sf(ten_sigma, df4096):.2g})\n")
+    print(
+        f"10-sigma threshold at df {df4096}: {ten_sigma:.1f} (false-alarm probability {chi2_sf(ten_sigma, df4096):.2g})\n"
+    )
     cases = {c.id: c for c in every_case if c.family == "verification_round" and c.result == "valid"}
     best_cases = {}
     for mutant in STAT_MUTANTS:
@@ -241,17 +253,23 @@ def main() -> None:
         q0, q1 = laws4096["exact"], laws4096[mutant]
         baselines = {
             "chi-square (merged bins, alpha), engine case V=10, first token": chi2_samples(
-                p0, p1, 9, chi2_isf(ALPHA, 9), POWER),
+                p0, p1, 9, chi2_isf(ALPHA, 9), POWER
+            ),
             "TV threshold at alpha, engine case V=10, first token": tv_samples(p0, p1, ALPHA, POWER, args.seed),
             "10-sigma chi-square, engine case V=4096, first token": chi2_samples(q0, q1, df4096, ten_sigma, POWER),
             "chi-square at alpha, engine case V=4096, first token": chi2_samples(
-                q0, q1, df4096, chi2_isf(ALPHA, df4096), POWER),
+                q0, q1, df4096, chi2_isf(ALPHA, df4096), POWER
+            ),
         }
         print(f"## {mutant}: {STAT_MUTANTS[mutant]}")
-        print(f"   TV of the engine cases' first-token law: V=10 {np.abs(p1 - p0).sum() / 2:.4f}, "
-              f"V=4096 {np.abs(q1 - q0).sum() / 2:.4f}")
-        print(f"   qconform stat, best of the {len(per_case)} corpus cases it changes ({best_cases[mutant]}): "
-              f"{ours} rounds per case ({ours * len(every_case)} for a full run of {len(every_case)} cases)")
+        print(
+            f"   TV of the engine cases' first-token law: V=10 {np.abs(p1 - p0).sum() / 2:.4f}, "
+            f"V=4096 {np.abs(q1 - q0).sum() / 2:.4f}"
+        )
+        print(
+            f"   qconform stat, best of the {len(per_case)} corpus cases it changes ({best_cases[mutant]}): "
+            f"{ours} rounds per case ({ours * len(every_case)} for a full run of {len(every_case)} cases)"
+        )
         for name, n in baselines.items():
             print(f"   {name}: {n} rounds ({n / ours:.3g}x)")
         print()

@@ -64,15 +64,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{adapter:7s} wall {wall:6.1f} s  cpu {cpu:6.1f} s  exit {code}", flush=True)
     triton_wall = results["triton"][0]
     verdict = "met" if triton_wall < GOAL_S else "MISSED"
-    print(f"triton / torch wall: {triton_wall / results['torch'][0]:.1f}x; triton / noop: "
-          f"{triton_wall / results['noop'][0]:.1f}x; goal {GOAL_S:.0f} s: {verdict}")
+    print(
+        f"triton / torch wall: {triton_wall / results['torch'][0]:.1f}x; triton / noop: "
+        f"{triton_wall / results['noop'][0]:.1f}x; goal {GOAL_S:.0f} s: {verdict}"
+    )
     if args.markdown:
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-        print(f"\n## Triton interpreter\n\n{datetime.date.today()}, {os.cpu_count()}-core CPU "
-              f"({platform.processor() or platform.machine()}), load average {load} at the end; "
-              f"`bench/bench_triton_cpu.py --repeat {args.repeat}`: `qconform run` over the Triton adapter's "
-              f"{len(names)} families ({', '.join(names)}), every case, one child process each, median of "
-              f"{args.repeat}.\n\n| adapter | wall s | child CPU s | exit | wall / torch |\n|---|---:|---:|---:|---:|")
+        print(
+            f"\n## Triton interpreter\n\n{datetime.date.today()}, {os.cpu_count()}-core CPU "
+            f"({platform.processor() or platform.machine()}), load average {load} at the end; "
+            f"`bench/bench_triton_cpu.py --repeat {args.repeat}`: `qconform run` over the Triton adapter's "
+            f"{len(names)} families ({', '.join(names)}), every case, one child process each, median of "
+            f"{args.repeat}.\n\n| adapter | wall s | child CPU s | exit | wall / torch |\n|---|---:|---:|---:|---:|"
+        )
         for adapter, (wall, cpu, code) in results.items():
             print(f"| {adapter} | {wall:.1f} | {cpu:.1f} | {code} | {wall / results['torch'][0]:.2f} |")
         print(f"\nGoal: the Triton run under {GOAL_S:.0f} s on 2 cores ({verdict.lower()}).")

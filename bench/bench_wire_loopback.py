@@ -65,23 +65,44 @@ def batch_rows(requests: int, vocab: int, seed: int = 7) -> tuple[np.ndarray, np
     weights = np.exp(rng.standard_normal((requests, DEPTH, vocab)) * 2.0)
     counts = np.floor(weights / weights.sum(-1, keepdims=True) * layout.M).astype(np.int64)
     top = counts.argmax(-1)
-    np.put_along_axis(counts, top[..., None], np.take_along_axis(counts, top[..., None], -1)
-                      + layout.M - counts.sum(-1, keepdims=True), -1)
+    np.put_along_axis(
+        counts,
+        top[..., None],
+        np.take_along_axis(counts, top[..., None], -1) + layout.M - counts.sum(-1, keepdims=True),
+        -1,
+    )
     return counts, top
 
 
 def step_messages(params: dict, requests: int) -> list[Message]:
-    return [Message(layout.STEP, {"session_id": params["session_id"], "generation": 1, "round": 1, "anchor": 1000 * b,
-                                  "support_policy": 0, "context_version": 1, "temperature": 0x3F800000, "slot": b,
-                                  "depth": DEPTH, "prefix_digest": bytes(32)}) for b in range(requests)]
+    return [
+        Message(
+            layout.STEP,
+            {
+                "session_id": params["session_id"],
+                "generation": 1,
+                "round": 1,
+                "anchor": 1000 * b,
+                "support_policy": 0,
+                "context_version": 1,
+                "temperature": 0x3F800000,
+                "slot": b,
+                "depth": DEPTH,
+                "prefix_digest": bytes(32),
+            },
+        )
+        for b in range(requests)
+    ]
 
 
 def encode_batch(steps: list[Message], counts: np.ndarray, tokens: np.ndarray, stride: int) -> list[bytes]:
     """The batch's frames: per request K REPLY frames, then its COMPLETION."""
     frames = []
     for b, step in enumerate(steps):
-        replies = [reply_frame(step, i, int(tokens[b, i]), dense_tail(counts[b, i], stride), stride,
-                               layout.REPR_DENSE) for i in range(DEPTH)]
+        replies = [
+            reply_frame(step, i, int(tokens[b, i]), dense_tail(counts[b, i], stride), stride, layout.REPR_DENSE)
+            for i in range(DEPTH)
+        ]
         frames += [r.data for r in replies] + [completion_frame(step, replies)]
     return frames
 
@@ -91,8 +112,18 @@ def opened_receiver(params: dict, steps: list[Message]) -> Receiver:
     receiver = Receiver(params)
     receiver.feed(encode(layout.HELLO, params))
     for step in steps:
-        receiver.feed(encode(layout.RESET, {"session_id": params["session_id"], "seed": SEED, "generation": 1,
-                                            "committed": step["anchor"], "slot": step["slot"]}))
+        receiver.feed(
+            encode(
+                layout.RESET,
+                {
+                    "session_id": params["session_id"],
+                    "seed": SEED,
+                    "generation": 1,
+                    "committed": step["anchor"],
+                    "slot": step["slot"],
+                },
+            )
+        )
         receiver.feed(encode(layout.STEP, step.fields))
     return receiver
 
@@ -111,6 +142,7 @@ def decode_batch(receiver: Receiver, requests: int) -> np.ndarray:
 
 async def serve_batch(frames: list[bytes], requests: int, encoder: Callable[[], list[bytes]] | None):
     """A server that answers ``requests`` STEPs with the batch (pre-encoded, or encoded live)."""
+
     async def handle(reader, writer):
         decoder = Decoder()
         try:
@@ -127,13 +159,16 @@ async def serve_batch(frames: list[bytes], requests: int, encoder: Callable[[], 
     return await asyncio.start_server(handle, "127.0.0.1", 0)
 
 
-async def round_trips(params: dict, steps: list[Message], frames: list[bytes], repeat: int, live_encoder,
-                      clock: Callable[[], float]) -> tuple[list[float], list[float]]:
+async def round_trips(
+    params: dict, steps: list[Message], frames: list[bytes], repeat: int, live_encoder, clock: Callable[[], float]
+) -> tuple[list[float], list[float]]:
     """(transfer-only times, live round-trip times): STEPs out, the batch back, framed (and, live, checked)."""
     step_frames = [encode(layout.STEP, step.fields) for step in steps]
     times: dict[str, list[float]] = {"transfer": [], "live": []}
-    servers = {"transfer": await serve_batch(frames, len(steps), None),
-               "live": await serve_batch(frames, len(steps), live_encoder)}
+    servers = {
+        "transfer": await serve_batch(frames, len(steps), None),
+        "live": await serve_batch(frames, len(steps), live_encoder),
+    }
     links = {}
     for name, server in servers.items():
         links[name] = await asyncio.open_connection(*server.sockets[0].getsockname()[:2])
@@ -142,8 +177,10 @@ async def round_trips(params: dict, steps: list[Message], frames: list[bytes], r
             start = clock()
             await stream.send(writer, *step_frames)
             decoder = Decoder()
-            got = [(await stream.read_item(reader, decoder, params, control_allowed=False)).data
-                   for _ in range(len(frames))]
+            got = [
+                (await stream.read_item(reader, decoder, params, control_allowed=False)).data
+                for _ in range(len(frames))
+            ]
             if name == "live":
                 decode_batch(validate_batch(params, steps, got), len(steps))
             times[name].append(clock() - start)
@@ -156,7 +193,7 @@ async def round_trips(params: dict, steps: list[Message], frames: list[bytes], r
 def crc_work(frames: list[bytes]) -> Callable[[], None]:
     """The checksum work of one side: one pass over each REPLY tail (its raw register then extends
     into the q checksum, the frame checksum and the completion checksum without reading bytes again)."""
-    tails = [f[layout.HEADER_SIZE + layout.REPLY_FIXED:] for f in frames if len(f) > 200]
+    tails = [f[layout.HEADER_SIZE + layout.REPLY_FIXED :] for f in frames if len(f) > 200]
     return lambda: [raw(t) for t in tails]
 
 
@@ -186,27 +223,42 @@ def main() -> None:
     stages: dict[str, list[float]] = {"encode": [], "validate": [], "decode": [], "crc": []}
     checksums = crc_work(frames)
     for _ in range(args.repeat):
-        for name, work in (("encode", lambda: encode_batch(steps, counts, tokens, params["dense_stride"])),
-                           ("validate", lambda: validate_batch(params, steps, frames)),
-                           ("decode", lambda: decode_batch(receiver, args.requests)), ("crc", checksums)):
+        for name, work in (
+            ("encode", lambda: encode_batch(steps, counts, tokens, params["dense_stride"])),
+            ("validate", lambda: validate_batch(params, steps, frames)),
+            ("decode", lambda: decode_batch(receiver, args.requests)),
+            ("crc", checksums),
+        ):
             start = clock()
             work()
             stages[name].append(clock() - start)
-    transfer, live = asyncio.run(round_trips(
-        params, steps, frames, args.repeat, lambda: encode_batch(steps, counts, tokens, params["dense_stride"]), clock))
+    transfer, live = asyncio.run(
+        round_trips(
+            params,
+            steps,
+            frames,
+            args.repeat,
+            lambda: encode_batch(steps, counts, tokens, params["dense_stride"]),
+            clock,
+        )
+    )
 
     ideal_ms = float(ideal) * 1e3
-    rows = [("encode (worker side)", median_ms(stages["encode"])),
-            ("send + receive, framed (loopback TCP)", median_ms(transfer)),
-            ("receive-side validate (receiver)", median_ms(stages["validate"])),
-            ("decode to counts [B, K, V]", median_ms(stages["decode"])),
-            ("of which CRC-32C, one side", median_ms(stages["crc"])),
-            ("round trip, live (all of the above)", median_ms(live))]
+    rows = [
+        ("encode (worker side)", median_ms(stages["encode"])),
+        ("send + receive, framed (loopback TCP)", median_ms(transfer)),
+        ("receive-side validate (receiver)", median_ms(stages["validate"])),
+        ("decode to counts [B, K, V]", median_ms(stages["decode"])),
+        ("of which CRC-32C, one side", median_ms(stages["crc"])),
+        ("round trip, live (all of the above)", median_ms(live)),
+    ]
     total = median_ms(live)
-    header = (f"wire loopback: B = {args.requests} requests x K = {DEPTH} dense rows, V = {args.vocab}: "
-              f"{q_bytes:,} q bytes, {wire_bytes:,} wire bytes; ideal serialization at 40 Gb/s "
-              f"{rounded_decimal(ideal * 1000, 3)} ms; {args.clock} clock, medians of {args.repeat}; "
-              f"{platform.python_implementation()} {platform.python_version()}, NumPy {np.__version__}")
+    header = (
+        f"wire loopback: B = {args.requests} requests x K = {DEPTH} dense rows, V = {args.vocab}: "
+        f"{q_bytes:,} q bytes, {wire_bytes:,} wire bytes; ideal serialization at 40 Gb/s "
+        f"{rounded_decimal(ideal * 1000, 3)} ms; {args.clock} clock, medians of {args.repeat}; "
+        f"{platform.python_implementation()} {platform.python_version()}, NumPy {np.__version__}"
+    )
     if args.markdown:
         print(f"{header}\n\n| stage | ms | x ideal | share of round trip |\n|---|---:|---:|---:|")
         for name, ms in rows:
@@ -215,8 +267,10 @@ def main() -> None:
         print(header)
         for name, ms in rows:
             print(f"  {name:40s} {ms:9.1f} ms  {ms / ideal_ms:7.1f}x ideal  {100 * ms / total:5.0f}% of round trip")
-    print(f"throughput (live round trip): {q_bytes / (total / 1e3) / 1e9 * 8:.2f} Gb/s of q, "
-          f"{1e3 / total:.1f} batches/s; ideal {TABLE_LINK_BITS_PER_SECOND // 10**9} Gb/s")
+    print(
+        f"throughput (live round trip): {q_bytes / (total / 1e3) / 1e9 * 8:.2f} Gb/s of q, "
+        f"{1e3 / total:.1f} batches/s; ideal {TABLE_LINK_BITS_PER_SECOND // 10**9} Gb/s"
+    )
 
 
 if __name__ == "__main__":

@@ -45,21 +45,33 @@ from qconform.generators.wire_fuzz import (
 from qconform.spec.wire.reasons import REASONS
 
 #: Reasons given before a frame's fields can be trusted: the stops a byte-level fuzzer spends its inputs on.
-FRAMING = ("TRUNCATED", "BAD_MAGIC", "UNKNOWN_VERSION", "UNKNOWN_MESSAGE_TYPE", "LENGTH_MISMATCH", "UNEXPECTED_SIZE",
-           "CHECKSUM_MISMATCH", "V2_BEFORE_HELLO")
+FRAMING = (
+    "TRUNCATED",
+    "BAD_MAGIC",
+    "UNKNOWN_VERSION",
+    "UNKNOWN_MESSAGE_TYPE",
+    "LENGTH_MISMATCH",
+    "UNEXPECTED_SIZE",
+    "CHECKSUM_MISMATCH",
+    "V2_BEFORE_HELLO",
+)
 
 
 def report(tally: Tally, engine: str, seconds: float) -> int:
     """Print the per-code table and return the exit status."""
     missing = sorted(single_frame_codes() - set(tally.outcomes))
     framing = sum(tally.outcomes[c] for c in FRAMING)
-    print(f"engine: {engine}; inputs: {tally.inputs}; findings: {len(tally.findings)}; "
-          f"seconds: {seconds:.0f} ({tally.inputs / max(seconds, 1e-9):.0f} inputs/s)")
+    print(
+        f"engine: {engine}; inputs: {tally.inputs}; findings: {len(tally.findings)}; "
+        f"seconds: {seconds:.0f} ({tally.inputs / max(seconds, 1e-9):.0f} inputs/s)"
+    )
     for finding in tally.findings[:10]:
         print(f"  {finding}")
-    print(f"stopped by framing: {framing / max(tally.inputs, 1):.1%}; reason codes reached: "
-          f"{len(set(tally.outcomes) & set(REASONS))} of {len(REASONS)}; single-frame codes not reached: "
-          f"{', '.join(missing) or 'none'}")
+    print(
+        f"stopped by framing: {framing / max(tally.inputs, 1):.1%}; reason codes reached: "
+        f"{len(set(tally.outcomes) & set(REASONS))} of {len(REASONS)}; single-frame codes not reached: "
+        f"{', '.join(missing) or 'none'}"
+    )
     print("\n| outcome | inputs | share |\n|---|---:|---:|")
     for code, n in sorted(tally.outcomes.items(), key=lambda item: (-item[1], item[0])):
         print(f"| `{code}` | {n} | {n / tally.inputs:.2%} |")
@@ -76,8 +88,9 @@ def main() -> int:
     engine = args.engine if args.engine != "auto" else ("atheris" if atheris is not None else "random")
     started = time.perf_counter()
     if engine == "random":
-        tally = fuzz(args.runs, args.seed, lambda t: print(f"... {t.inputs} inputs, {len(t.findings)} findings",
-                                                           flush=True))
+        tally = fuzz(
+            args.runs, args.seed, lambda t: print(f"... {t.inputs} inputs, {len(t.findings)} findings", flush=True)
+        )
         return report(tally, engine, time.perf_counter() - started)
     if atheris is None:
         print("atheris is not installed (pip install -e '.[fuzz]'); use --engine random", file=sys.stderr)

@@ -154,19 +154,33 @@ def copy_bandwidth(device: str, size: int, repeat: int) -> float:
     return 2 * size / (elapsed_us(lambda: dst.copy_(src), device, repeat)[0] * 1e-6)
 
 
-def start_conformance(adapter: str, device: str, report: Path,
-                      families: tuple[str, ...]) -> tuple[subprocess.Popen, float]:
+def start_conformance(
+    adapter: str, device: str, report: Path, families: tuple[str, ...]
+) -> tuple[subprocess.Popen, float]:
     """Start ``qconform run`` of one adapter over the whole corpus (or ``families``) in a child process."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     expectations = ROOT / "expectations" / f"{adapter}.toml"
-    command = [sys.executable, "-m", "qconform", "run", "--adapter", adapter, "--device", device,
-               "--json", str(report), "--timeout", str(RUN_LIMIT_S[adapter])]
+    command = [
+        sys.executable,
+        "-m",
+        "qconform",
+        "run",
+        "--adapter",
+        adapter,
+        "--device",
+        device,
+        "--json",
+        str(report),
+        "--timeout",
+        str(RUN_LIMIT_S[adapter]),
+    ]
     command += [arg for family in families for arg in ("--family", family)]
     if expectations.is_file():
         command += ["--expectations", str(expectations)]
     # run outside the checkout: its ``qconform/`` folder would shadow an installed (non-editable) package
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                             cwd=report.parent)
+    child = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=report.parent
+    )
     return child, time.perf_counter()
 
 
@@ -203,8 +217,11 @@ def vllm_missing() -> str | None:
 def conformance_runs(device: str, gpus: int, families: tuple[str, ...] = ()) -> tuple[list[Conformance], list[str]]:
     """The conformance runs (every family, or ``families``), side by side; and the runs skipped, with why."""
     adapters = ["torch", "triton"] + (["torch-tp2"] if gpus >= 2 else [])
-    skipped = [] if gpus >= 2 else [
-        f"torch-tp2 on NCCL: {gpus} GPU{'' if gpus == 1 else 's'} visible, and NCCL takes one GPU per rank"]
+    skipped = (
+        []
+        if gpus >= 2
+        else [f"torch-tp2 on NCCL: {gpus} GPU{'' if gpus == 1 else 's'} visible, and NCCL takes one GPU per rank"]
+    )
     missing_vllm = vllm_missing() if device.startswith("cuda") else "on cuda only (on a CPU: bash adapters/vllm/ci.sh)"
     if missing_vllm is None:
         adapters.append("vllm:triton")
@@ -216,17 +233,31 @@ def conformance_runs(device: str, gpus: int, families: tuple[str, ...] = ()) -> 
         return [finish_conformance(a, *started[a], reports[a]) for a in adapters], skipped
 
 
-def accumulated_run(adapter: str, family: str, count: int, device: str, ranks: int, limit_s: float,
-                    workdir: Path) -> Accumulated:
+def accumulated_run(
+    adapter: str, family: str, count: int, device: str, ranks: int, limit_s: float, workdir: Path
+) -> Accumulated:
     """``qconform accumulate`` under torchrun (one rank per CPU core), killed at ``limit_s``."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     if adapter == "triton" and device == "cpu":
         env["TRITON_INTERPRET"] = "1"
     env["OMP_NUM_THREADS"] = "1"
-    launch = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", "-m"]
-              if ranks > 1 else [sys.executable, "-m"])
-    command = launch + ["qconform", "accumulate", "--adapter", adapter, "--family", family, "--count", str(count),
-                        "--device", device]
+    launch = (
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", "-m"]
+        if ranks > 1
+        else [sys.executable, "-m"]
+    )
+    command = launch + [
+        "qconform",
+        "accumulate",
+        "--adapter",
+        adapter,
+        "--family",
+        family,
+        "--count",
+        str(count),
+        "--device",
+        device,
+    ]
     began = time.perf_counter()
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=limit_s, env=env, cwd=workdir)
@@ -239,8 +270,14 @@ def accumulated_run(adapter: str, family: str, count: int, device: str, ranks: i
     return Accumulated(adapter, family, count, verdicts[0] if verdicts else f"exit {done.returncode}", wall, note)
 
 
-def accumulated_runs(device: str, count: int, families: tuple[str, ...], ranks: int, limit_s: float,
-                     report: Callable[[Accumulated], None]) -> list[Accumulated]:
+def accumulated_runs(
+    device: str,
+    count: int,
+    families: tuple[str, ...],
+    ranks: int,
+    limit_s: float,
+    report: Callable[[Accumulated], None],
+) -> list[Accumulated]:
     """The torch and Triton candidates over ``families``, one run at a time (each uses every core)."""
     runs: list[Accumulated] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -334,27 +371,55 @@ def stages(device: str, vocab: int) -> list[Stage]:
         return [o.emitted for o in outcomes]
 
     return [
-        Stage("logits -> FP32 weights (Markov rank 8)", row_in + markov_in + row_out,
-              lambda: xc.logits_to_weights(logits[:, 0].contiguous(), temps, (left, right), prev), torch_weights,
-              lambda x, t: rows_differ(x[0], t)),
-        Stage("dense dyadic24 counts (FP64 largest remainder)", row_in + row_out,
-              lambda: xc.allocate_rows(weights, flags), lambda: tc.allocate_dense(weights), rows_differ),
-        Stage(f"top-{TOP_K} support and its counts", row_in + 8 * BATCH * TOP_K, triton_top_k,
-              lambda: tc.allocate_top_k(weights, TOP_K), top_k_agree),
-        Stage("proposal draw over dense counts", row_in, lambda: xc.sample_rows(q_dense, u24),
-              lambda: tc.sample_counts(counts, u24[:, 0]), lambda x, t: rows_differ(x.reshape(-1), t.reshape(-1))),
-        Stage(f"proposal chain, K = {DEPTH}, dense", chain,
-              lambda: xc.propose(seeds, gens, rounds, anchors, [1, 2, 3, 4], logits, 0.8, (left, right), None),
-              lambda: tc.propose(seeds, gens, rounds, anchors, [1, 2, 3, 4], logits, 0.8, (left, right), None),
-              chain_agree),
-        Stage("target row masses (B x (K+1) rows)", 4 * BATCH * (DEPTH + 1) * vocab,
-              lambda: xc.verification.target_masses(p64), lambda: p32.double().sum(dim=-1),
-              lambda x, t: relative_gap(x[0], t)),
-        Stage(f"verify round, K = {DEPTH} (masses, acceptance, residual)",
-              4 * BATCH * (DEPTH + 1) * vocab + row_in,
-              lambda: xc.verify_batch(idents, drafts, q_rows, p64, no_stops, no_budget),
-              lambda: tc.verify_round(seeds, gens, rounds, anchors, drafts, q_torch, p32, None, None),
-              lambda x, t: "yes" if emitted(x) == emitted(t.outcomes()) else "emitted tokens differ"),
+        Stage(
+            "logits -> FP32 weights (Markov rank 8)",
+            row_in + markov_in + row_out,
+            lambda: xc.logits_to_weights(logits[:, 0].contiguous(), temps, (left, right), prev),
+            torch_weights,
+            lambda x, t: rows_differ(x[0], t),
+        ),
+        Stage(
+            "dense dyadic24 counts (FP64 largest remainder)",
+            row_in + row_out,
+            lambda: xc.allocate_rows(weights, flags),
+            lambda: tc.allocate_dense(weights),
+            rows_differ,
+        ),
+        Stage(
+            f"top-{TOP_K} support and its counts",
+            row_in + 8 * BATCH * TOP_K,
+            triton_top_k,
+            lambda: tc.allocate_top_k(weights, TOP_K),
+            top_k_agree,
+        ),
+        Stage(
+            "proposal draw over dense counts",
+            row_in,
+            lambda: xc.sample_rows(q_dense, u24),
+            lambda: tc.sample_counts(counts, u24[:, 0]),
+            lambda x, t: rows_differ(x.reshape(-1), t.reshape(-1)),
+        ),
+        Stage(
+            f"proposal chain, K = {DEPTH}, dense",
+            chain,
+            lambda: xc.propose(seeds, gens, rounds, anchors, [1, 2, 3, 4], logits, 0.8, (left, right), None),
+            lambda: tc.propose(seeds, gens, rounds, anchors, [1, 2, 3, 4], logits, 0.8, (left, right), None),
+            chain_agree,
+        ),
+        Stage(
+            "target row masses (B x (K+1) rows)",
+            4 * BATCH * (DEPTH + 1) * vocab,
+            lambda: xc.verification.target_masses(p64),
+            lambda: p32.double().sum(dim=-1),
+            lambda x, t: relative_gap(x[0], t),
+        ),
+        Stage(
+            f"verify round, K = {DEPTH} (masses, acceptance, residual)",
+            4 * BATCH * (DEPTH + 1) * vocab + row_in,
+            lambda: xc.verify_batch(idents, drafts, q_rows, p64, no_stops, no_budget),
+            lambda: tc.verify_round(seeds, gens, rounds, anchors, drafts, q_torch, p32, None, None),
+            lambda x, t: "yes" if emitted(x) == emitted(t.outcomes()) else "emitted tokens differ",
+        ),
     ]
 
 
@@ -391,14 +456,25 @@ def environment(device: str) -> str:
     parts = [f"torch {torch.__version__}", f"triton {triton.__version__}", f"Python {sys.version.split()[0]}"]
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
-        parts += [f"CUDA {torch.version.cuda}", f"{props.name} ({props.multi_processor_count} SMs, "
-                  f"{props.total_memory / GIB:.0f} GiB, sm_{props.major}{props.minor})",
-                  f"{torch.cuda.device_count()} GPU(s)"]
+        parts += [
+            f"CUDA {torch.version.cuda}",
+            f"{props.name} ({props.multi_processor_count} SMs, "
+            f"{props.total_memory / GIB:.0f} GiB, sm_{props.major}{props.minor})",
+            f"{torch.cuda.device_count()} GPU(s)",
+        ]
         smi = shutil.which("nvidia-smi")
         if smi:
             try:
-                driver = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
-                                        capture_output=True, text=True, timeout=20).stdout.split("\n")[0].strip()
+                driver = (
+                    subprocess.run(
+                        [smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+                        capture_output=True,
+                        text=True,
+                        timeout=20,
+                    )
+                    .stdout.split("\n")[0]
+                    .strip()
+                )
                 parts.append(f"driver {driver}")
             except (OSError, subprocess.SubprocessError):
                 pass
@@ -419,22 +495,38 @@ def cell(value: float | None, fmt: str) -> str:
 def accumulated_markdown(runs: list[Accumulated]) -> list[str]:
     if not runs:
         return []
-    lines = ["", "## Accumulated runs (docs/accumulated.md)", "",
-             "| adapter | family | N | verdict | wall s | rate or note |", "|---|---|---:|---|---:|---|"]
-    lines += [f"| {r.adapter} | {r.family} | {r.count:,} | {r.verdict} | {r.wall_s:.0f} | {r.note.replace('|', '/')} |"
-              for r in runs]
+    lines = [
+        "",
+        "## Accumulated runs (docs/accumulated.md)",
+        "",
+        "| adapter | family | N | verdict | wall s | rate or note |",
+        "|---|---|---:|---|---:|---|",
+    ]
+    lines += [
+        f"| {r.adapter} | {r.family} | {r.count:,} | {r.verdict} | {r.wall_s:.0f} | {r.note.replace('|', '/')} |"
+        for r in runs
+    ]
     return lines
 
 
-def markdown(label: str, env: str, vocab: int, bandwidth: float | None, runs: list[Conformance],
-             skipped: list[str], timings: list[Timing], notes: list[str],
-             accumulated: list[Accumulated] | None = None) -> str:
+def markdown(
+    label: str,
+    env: str,
+    vocab: int,
+    bandwidth: float | None,
+    runs: list[Conformance],
+    skipped: list[str],
+    timings: list[Timing],
+    notes: list[str],
+    accumulated: list[Accumulated] | None = None,
+) -> str:
     lines = [
         f"# GPU check, {datetime.date.today().isoformat()}, {label}",
         "",
         f"{env}; batch {BATCH} x depth {DEPTH} x V = {vocab}.",
-        "Device-to-device copy bandwidth: " + (
-            "**not measured**" if bandwidth is None else f"**{bandwidth / 1e9:.1f} GB/s** (read + write, median)") + ".",
+        "Device-to-device copy bandwidth: "
+        + ("**not measured**" if bandwidth is None else f"**{bandwidth / 1e9:.1f} GB/s** (read + write, median)")
+        + ".",
         "",
         "## Conformance (" + ("whole corpus" if vocab == VOCAB else ", ".join(SMOKE_FAMILIES)) + ")",
         "",
@@ -443,8 +535,10 @@ def markdown(label: str, env: str, vocab: int, bandwidth: float | None, runs: li
     ]
     for run in runs:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(run.counts.items()) if v)
-        lines.append(f"| {run.adapter} | {'yes' if run.ok else '**NO**'} | {counts} | {run.wall_s:.1f} | "
-                     f"{run.note.replace('|', '/') or '-'} |")
+        lines.append(
+            f"| {run.adapter} | {'yes' if run.ok else '**NO**'} | {counts} | {run.wall_s:.1f} | "
+            f"{run.note.replace('|', '/') or '-'} |"
+        )
     lines += [f"| {why.split(':')[0]} | skipped | - | - | {why.split(':', 1)[1].strip()} |" for why in skipped]
     if not runs and not skipped:
         lines.append("| - | not run | - | - | - |")
@@ -465,9 +559,11 @@ def markdown(label: str, env: str, vocab: int, bandwidth: float | None, runs: li
         def ratio(us: float | None, floor_us: float | None = floor_us) -> str:
             return "-" if us is None or floor_us is None else f"{us / floor_us:.0f}x"
 
-        lines.append(f"| {t.stage.name} | {t.stage.floor_bytes:,} | {cell(floor_us, '.2f')} | "
-                     f"{cell(t.triton_us, '.1f')} | {ratio(t.triton_us)} | {cell(t.torch_us, '.1f')} | "
-                     f"{ratio(t.torch_us)} | {t.agree} |")
+        lines.append(
+            f"| {t.stage.name} | {t.stage.floor_bytes:,} | {cell(floor_us, '.2f')} | "
+            f"{cell(t.triton_us, '.1f')} | {ratio(t.triton_us)} | {cell(t.torch_us, '.1f')} | "
+            f"{ratio(t.torch_us)} | {t.agree} |"
+        )
     lines += accumulated_markdown(accumulated or [])
     errors = [f"- {t.stage.name}: {e}" for t in timings for e in t.errors]
     if errors or notes:
@@ -487,12 +583,26 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--smoke", action="store_true", help="run the timing part on CPU at V = 4096 (no GPU)")
     parser.add_argument("--repeat", type=int, default=20, help="timed repeats per stage (default 20; 2 in --smoke)")
     parser.add_argument("--no-conformance", action="store_true", help="skip part 1 (the corpus runs)")
-    parser.add_argument("--accumulated", type=int, default=0, metavar="N",
-                        help="also run part 4, the accumulated runs of N cases (100000000: the committed count)")
-    parser.add_argument("--accumulated-limit", type=float, default=3600.0, metavar="S",
-                        help="seconds one accumulated run may take (default 3600)")
-    parser.add_argument("--ranks", type=int, default=os.cpu_count() or 1,
-                        help="torchrun ranks of an accumulated run (default: one per CPU core; 2 in --smoke)")
+    parser.add_argument(
+        "--accumulated",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also run part 4, the accumulated runs of N cases (100000000: the committed count)",
+    )
+    parser.add_argument(
+        "--accumulated-limit",
+        type=float,
+        default=3600.0,
+        metavar="S",
+        help="seconds one accumulated run may take (default 3600)",
+    )
+    parser.add_argument(
+        "--ranks",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="torchrun ranks of an accumulated run (default: one per CPU core; 2 in --smoke)",
+    )
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--out", help="markdown file (default bench/results/gpu-<date>-<device>.md)")
     where.add_argument("--out-dir", help="folder for gpu-<date>-<device>.md")
@@ -511,8 +621,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import torch
     except ImportError:
-        print("gpu_check: torch is not installed; install the candidates first: pip install -e '.[torch,triton]'",
-              file=sys.stderr)
+        print(
+            "gpu_check: torch is not installed; install the candidates first: pip install -e '.[torch,triton]'",
+            file=sys.stderr,
+        )
         return 2
     if args.smoke:
         os.environ["TRITON_INTERPRET"] = "1"
@@ -526,8 +638,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import triton  # noqa: F401 - the Triton candidate must be importable
     except ImportError:
-        print("gpu_check: triton is not installed; install the candidates first: pip install -e '.[torch,triton]'",
-              file=sys.stderr)
+        print(
+            "gpu_check: triton is not installed; install the candidates first: pip install -e '.[torch,triton]'",
+            file=sys.stderr,
+        )
         return 2
     label, env = device_label(device), environment(device)
     out = out_path(args, label)
@@ -540,8 +654,9 @@ def main(argv: list[str] | None = None) -> int:
     accumulated: list[Accumulated] = []
 
     def write() -> None:
-        out.write_text(markdown(label, env, vocab, bandwidth, runs, skipped, timings, notes, accumulated),
-                       encoding="utf-8")
+        out.write_text(
+            markdown(label, env, vocab, bandwidth, runs, skipped, timings, notes, accumulated), encoding="utf-8"
+        )
 
     print(env, flush=True)
     if not args.no_conformance:
@@ -567,22 +682,38 @@ def main(argv: list[str] | None = None) -> int:
             continue
         timings.append(time_stage(stage, device, repeat))
         t = timings[-1]
-        print(f"{stage.name}: triton {cell(t.triton_us, '.1f')} us, torch {cell(t.torch_us, '.1f')} us, "
-              f"agree {t.agree} {'; '.join(t.errors)}", flush=True)
+        print(
+            f"{stage.name}: triton {cell(t.triton_us, '.1f')} us, torch {cell(t.torch_us, '.1f')} us, "
+            f"agree {t.agree} {'; '.join(t.errors)}",
+            flush=True,
+        )
         write()
     if args.accumulated:
+
         def report(run: Accumulated) -> None:
             accumulated.append(run)
-            print(f"accumulated {run.adapter} {run.family} N={run.count}: {run.verdict} {run.wall_s:.0f} s {run.note}",
-                  flush=True)
+            print(
+                f"accumulated {run.adapter} {run.family} N={run.count}: {run.verdict} {run.wall_s:.0f} s {run.note}",
+                flush=True,
+            )
             write()
 
-        accumulated_runs(device, args.accumulated, SMOKE_ACCUMULATED if args.smoke else ACCUMULATED_FAMILIES,
-                         min(args.ranks, 2) if args.smoke else args.ranks, args.accumulated_limit, report)
+        accumulated_runs(
+            device,
+            args.accumulated,
+            SMOKE_ACCUMULATED if args.smoke else ACCUMULATED_FAMILIES,
+            min(args.ranks, 2) if args.smoke else args.ranks,
+            args.accumulated_limit,
+            report,
+        )
     write()
     print(f"wrote {out} in {time.perf_counter() - began:.0f} s")
-    broken = (notes or any(t.errors for t in timings) or not all(run.ok for run in runs)
-              or any(r.verdict not in ("PASS", "PRECISION") for r in accumulated))
+    broken = (
+        notes
+        or any(t.errors for t in timings)
+        or not all(run.ok for run in runs)
+        or any(r.verdict not in ("PASS", "PRECISION") for r in accumulated)
+    )
     return 1 if broken else 0
 
 

@@ -61,8 +61,9 @@ class AccumulatedError(ValueError):
 # --- Philox4x32-10 over NumPy lanes ---------------------------------------------------------
 
 
-def philox_lanes(c0: np.ndarray, c1: np.ndarray, c2: np.ndarray, c3: np.ndarray,
-                 k0: np.ndarray, k1: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def philox_lanes(
+    c0: np.ndarray, c1: np.ndarray, c2: np.ndarray, c3: np.ndarray, k0: np.ndarray, k1: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Philox4x32-10 (Random123) on uint64 lanes holding 32-bit words; every product of two
     32-bit words fits in 64 bits, so the arithmetic is exact. Equal to ``spec.philox.philox4x32``."""
     c0, c1, c2, c3 = (np.asarray(c, dtype=U64) for c in (c0, c1, c2, c3))
@@ -81,21 +82,32 @@ def stream_block(tag: int, cases: np.ndarray, block: int) -> np.ndarray:
     """Input-stream block ``block`` of each case: words ``[n, 4]`` of Philox4x32-10 at counter
     ``(i mod 2^32, i >> 32, block, tag)`` under :data:`STREAM_KEY`."""
     i = np.asarray(cases, dtype=U64)
-    words = philox_lanes(i & WORD_MASK, i >> U64(32), np.full_like(i, block), np.full_like(i, tag),
-                         np.full_like(i, STREAM_KEY[0]), np.full_like(i, STREAM_KEY[1]))
+    words = philox_lanes(
+        i & WORD_MASK,
+        i >> U64(32),
+        np.full_like(i, block),
+        np.full_like(i, tag),
+        np.full_like(i, STREAM_KEY[0]),
+        np.full_like(i, STREAM_KEY[1]),
+    )
     return np.stack(words, axis=1)
 
 
-def draw_word0(seed: np.ndarray, position: np.ndarray, rnd: np.ndarray, generation: np.ndarray,
-               domain: int) -> np.ndarray:
+def draw_word0(
+    seed: np.ndarray, position: np.ndarray, rnd: np.ndarray, generation: np.ndarray, domain: int
+) -> np.ndarray:
     """Output word 0 of the RNG ABI draw (docs/rng-abi.md) with draw counter 0: key = seed
     (low, high), counter = (position, round, generation, domain << 24)."""
     seed = np.asarray(seed, dtype=U64)
     position = np.asarray(position, dtype=U64)
-    return philox_lanes(position, np.broadcast_to(rnd, position.shape), np.broadcast_to(generation, position.shape),
-                        np.full(position.shape, domain << 24, dtype=U64),
-                        np.broadcast_to(seed & WORD_MASK, position.shape),
-                        np.broadcast_to(seed >> U64(32), position.shape))[0]
+    return philox_lanes(
+        position,
+        np.broadcast_to(rnd, position.shape),
+        np.broadcast_to(generation, position.shape),
+        np.full(position.shape, domain << 24, dtype=U64),
+        np.broadcast_to(seed & WORD_MASK, position.shape),
+        np.broadcast_to(seed >> U64(32), position.shape),
+    )[0]
 
 
 # --- shared row construction ---------------------------------------------------------------
@@ -106,8 +118,9 @@ def counts_from_cuts(cuts: np.ndarray, vocab: np.ndarray) -> np.ndarray:
     ``>= V - 1`` are set to M, the cuts are sorted, and the counts are the gaps of
     ``0, cuts..., M``. Entries at and beyond V are zero; equal cuts give zero counts."""
     cuts = np.where(np.arange(VMAX - 1)[None, :] >= (vocab[:, None] - 1), U64(M), cuts)
-    bounds = np.concatenate([np.zeros((len(cuts), 1), U64), np.sort(cuts, axis=1), np.full((len(cuts), 1), M, U64)],
-                            axis=1)
+    bounds = np.concatenate(
+        [np.zeros((len(cuts), 1), U64), np.sort(cuts, axis=1), np.full((len(cuts), 1), M, U64)], axis=1
+    )
     return np.diff(bounds.astype(np.int64), axis=1).astype(U64)
 
 
@@ -211,16 +224,30 @@ def as_word(text: object) -> int:
 def rng_arrays(start: int, stop: int) -> Batch:
     i = _cases(start, stop)
     b0, b1 = stream_block(1, i, 0), stream_block(1, i, 1)
-    return Batch(start, stop, {
-        "seed": b0[:, 0] | (b0[:, 1] << U64(32)), "position": b0[:, 2], "round": b0[:, 3],
-        "generation": b1[:, 0], "domain": U64(1) + b1[:, 1] % U64(3), "draw_counter": b1[:, 2] >> U64(8)})
+    return Batch(
+        start,
+        stop,
+        {
+            "seed": b0[:, 0] | (b0[:, 1] << U64(32)),
+            "position": b0[:, 2],
+            "round": b0[:, 3],
+            "generation": b1[:, 0],
+            "domain": U64(1) + b1[:, 1] % U64(3),
+            "draw_counter": b1[:, 2] >> U64(8),
+        },
+    )
 
 
 def rng_input(batch: Batch, k: int) -> dict:
     f = batch.fields
-    return {"seed": encode_u64(int(f["seed"][k])), "generation": int(f["generation"][k]), "round": int(f["round"][k]),
-            "position": int(f["position"][k]), "domain": DOMAIN_NAMES[int(f["domain"][k])],
-            "draw_counter": int(f["draw_counter"][k])}
+    return {
+        "seed": encode_u64(int(f["seed"][k])),
+        "generation": int(f["generation"][k]),
+        "round": int(f["round"][k]),
+        "position": int(f["position"][k]),
+        "domain": DOMAIN_NAMES[int(f["domain"][k])],
+        "draw_counter": int(f["draw_counter"][k]),
+    }
 
 
 def rng_record(_inp: dict, answer: dict) -> list[int]:
@@ -246,8 +273,7 @@ def categorical_arrays(start: int, stop: int) -> Batch:
     index = ((select >> U64(2)) % vocab[:, None]).astype(np.int64)
     edge = np.take_along_axis(cumulative, index, axis=1)
     mode = select & U64(3)
-    draws = np.where(mode == U64(2), edge, np.where(mode == U64(3), np.maximum(edge, U64(1)) - U64(1),
-                                                    value >> U64(8)))
+    draws = np.where(mode == U64(2), edge, np.where(mode == U64(3), np.maximum(edge, U64(1)) - U64(1), value >> U64(8)))
     draws = np.minimum(draws, U64(M - 1))
     return Batch(start, stop, {"vocab": vocab, "counts": counts, "draws": draws})
 
@@ -293,7 +319,9 @@ def allocation_record(inp: dict, answer: dict) -> list[int]:
     """the V counts, padded with zeros to VMAX."""
     counts, _ = decode_blob(answer["counts"], "u32")
     if len(counts) != inp["weights"]["shape"][0]:
-        raise AccumulatedError(f"allocation_dense answer has {len(counts)} counts for {inp['weights']['shape'][0]} weights")
+        raise AccumulatedError(
+            f"allocation_dense answer has {len(counts)} counts for {inp['weights']['shape'][0]} weights"
+        )
     return list(counts) + [0] * (VMAX - len(counts))
 
 
@@ -319,7 +347,7 @@ def verification_arrays(start: int, stop: int) -> Batch:
 
     def row(block: int) -> tuple[np.ndarray, np.ndarray]:
         words = np.concatenate([stream_block(4, i, block), stream_block(4, i, block + 1)], axis=1)
-        return counts_from_cuts(row_cuts(words[:, :VMAX - 1], coarse), vocab), words
+        return counts_from_cuts(row_cuts(words[:, : VMAX - 1], coarse), vocab), words
 
     q_rows, q_words = zip(*(row(Q_BLOCK + 2 * r) for r in range(KMAX)))
     q = np.stack(q_rows, axis=1)  # [n, KMAX, VMAX]
@@ -352,25 +380,46 @@ def verification_arrays(start: int, stop: int) -> Batch:
     bonus_u32 = draw_word0(seed, bonus_position, rnd, generation, DOMAIN_CODES["CORRECTION"])
     bonus_words = np.stack(p_words, axis=1)[rows, depth]  # [n, 8] words of p_{K+1}
     edge = np.minimum((bonus_u32 >> U64(8)) + (bonus_words[:, 7] & U64(1)), U64(M))
-    cuts = row_cuts(bonus_words[:, :VMAX - 1], coarse)
+    cuts = row_cuts(bonus_words[:, : VMAX - 1], coarse)
     cuts[:, 0] = edge
     bonus_row = counts_from_cuts(cuts, vocab)
     p[rows, depth] = np.where((mode == 3)[:, None], bonus_row, p[rows, depth])
-    return Batch(start, stop, {"seed": seed, "generation": generation, "round": rnd, "anchor": anchor,
-                               "depth": depth, "vocab": vocab, "q": q, "p": p, "drafts": drafts,
-                               "accept_u32": accept_u32})
+    return Batch(
+        start,
+        stop,
+        {
+            "seed": seed,
+            "generation": generation,
+            "round": rnd,
+            "anchor": anchor,
+            "depth": depth,
+            "vocab": vocab,
+            "q": q,
+            "p": p,
+            "drafts": drafts,
+            "accept_u32": accept_u32,
+        },
+    )
 
 
 def verification_input(batch: Batch, k: int) -> dict:
     f = batch.fields
     vocab, depth = int(f["vocab"][k]), int(f["depth"][k])
-    p_bits = f32_bits_of_counts(f["p"][k, :depth + 1, :vocab])
-    return {"vocab": vocab, "requests": [{
-        "seed": encode_u64(int(f["seed"][k])), "generation": int(f["generation"][k]), "round": int(f["round"][k]),
-        "anchor": int(f["anchor"][k]), "draft_tokens": [int(x) for x in f["drafts"][k, :depth]],
-        "q_rows": [dense_row(f["q"][k, r, :vocab]) for r in range(depth)],
-        "p_rows": {"weights": encode_blob("f32", [int(b) for b in p_bits.reshape(-1)], [depth + 1, vocab])},
-    }]}
+    p_bits = f32_bits_of_counts(f["p"][k, : depth + 1, :vocab])
+    return {
+        "vocab": vocab,
+        "requests": [
+            {
+                "seed": encode_u64(int(f["seed"][k])),
+                "generation": int(f["generation"][k]),
+                "round": int(f["round"][k]),
+                "anchor": int(f["anchor"][k]),
+                "draft_tokens": [int(x) for x in f["drafts"][k, :depth]],
+                "q_rows": [dense_row(f["q"][k, r, :vocab]) for r in range(depth)],
+                "p_rows": {"weights": encode_blob("f32", [int(b) for b in p_bits.reshape(-1)], [depth + 1, vocab])},
+            }
+        ],
+    }
 
 
 def verification_record(_inp: dict, answer: dict) -> list[int]:
@@ -387,19 +436,27 @@ def verification_record(_inp: dict, answer: dict) -> list[int]:
     for d in draws:
         if d["domain"] not in DOMAIN_CODES or d["decision"] not in DECISION_CODES:
             raise AccumulatedError(f"unknown draw domain {d['domain']!r} or decision {d['decision']!r}")
-        words += [DOMAIN_CODES[d["domain"]], as_int(d["position"]), as_int(d["u32"]), DECISION_CODES[d["decision"]],
-                  as_int(d["token"])]
+        words += [
+            DOMAIN_CODES[d["domain"]],
+            as_int(d["position"]),
+            as_int(d["u32"]),
+            DECISION_CODES[d["decision"]],
+            as_int(d["token"]),
+        ]
     return words + [PAD] * (5 * (KMAX + 1 - len(draws)))
 
 
 FAMILIES: dict[str, AccumulatedFamily] = {
     "rng_abi": AccumulatedFamily("rng_abi", 1, 10, rng_arrays, rng_input, rng_record),
-    "categorical_sampling": AccumulatedFamily("categorical_sampling", 2, DRAWS, categorical_arrays,
-                                              categorical_input, categorical_record),
-    "allocation_dense": AccumulatedFamily("allocation_dense", 3, VMAX, allocation_arrays, allocation_input,
-                                          allocation_record),
-    "verification_round": AccumulatedFamily("verification_round", 4, VERIFY_WORDS, verification_arrays,
-                                            verification_input, verification_record),
+    "categorical_sampling": AccumulatedFamily(
+        "categorical_sampling", 2, DRAWS, categorical_arrays, categorical_input, categorical_record
+    ),
+    "allocation_dense": AccumulatedFamily(
+        "allocation_dense", 3, VMAX, allocation_arrays, allocation_input, allocation_record
+    ),
+    "verification_round": AccumulatedFamily(
+        "verification_round", 4, VERIFY_WORDS, verification_arrays, verification_input, verification_record
+    ),
 }
 
 

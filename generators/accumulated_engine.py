@@ -92,8 +92,14 @@ def verification_records(batch: Batch) -> np.ndarray:
     accepted = np.where(ok.all(axis=1), depth, np.argmin(ok, axis=1))
     full = accepted == depth
     position = (f["anchor"] + accepted.astype(U64)) & WORD_MASK
-    final_u32 = philox_lanes(position, f["round"], f["generation"], np.full(n, DOMAIN_CODES["CORRECTION"] << 24, U64),
-                             f["seed"] & WORD_MASK, f["seed"] >> U64(32))[0]
+    final_u32 = philox_lanes(
+        position,
+        f["round"],
+        f["generation"],
+        np.full(n, DOMAIN_CODES["CORRECTION"] << 24, U64),
+        f["seed"] & WORD_MASK,
+        f["seed"] >> U64(32),
+    )[0]
     p_at, q_at = p[rows, accepted], q[rows, np.minimum(accepted, KMAX - 1)]
     residual = np.where(p_at > q_at, p_at - q_at, U64(0))
     masses = np.where(full[:, None], p_at, residual)
@@ -108,9 +114,16 @@ def verification_records(batch: Batch) -> np.ndarray:
     draws[:, :KMAX, 3] = np.where(k < accepted[:, None], DECISION_CODES["accept"], DECISION_CODES["reject"])
     draws[:, :KMAX, 4] = drafts
     draws[:, KMAX] = PAD
-    draws[rows, tested] = np.stack([np.full(n, DOMAIN_CODES["CORRECTION"], U64), position, final_u32,
-                                    np.where(full, DECISION_CODES["bonus"], DECISION_CODES["correction"]).astype(U64),
-                                    final_token.astype(U64)], axis=1)
+    draws[rows, tested] = np.stack(
+        [
+            np.full(n, DOMAIN_CODES["CORRECTION"], U64),
+            position,
+            final_u32,
+            np.where(full, DECISION_CODES["bonus"], DECISION_CODES["correction"]).astype(U64),
+            final_token.astype(U64),
+        ],
+        axis=1,
+    )
     draws[np.arange(KMAX + 1)[None, :] > tested[:, None]] = PAD
     emitted = np.full((n, KMAX + 1), PAD, dtype=U64)
     emitted[:, :KMAX] = np.where(k < accepted[:, None], drafts.astype(U64), U64(PAD))
@@ -118,9 +131,9 @@ def verification_records(batch: Batch) -> np.ndarray:
     records = np.empty((n, VERIFY_WORDS), dtype=U64)
     records[:, 0] = accepted
     records[:, 1] = accepted + 1
-    records[:, 2:3 + KMAX] = emitted
+    records[:, 2 : 3 + KMAX] = emitted
     records[:, 3 + KMAX] = tested + 1
-    records[:, 4 + KMAX:] = draws.reshape(n, 5 * (KMAX + 1))
+    records[:, 4 + KMAX :] = draws.reshape(n, 5 * (KMAX + 1))
     return records
 
 
@@ -155,12 +168,15 @@ def expected_file(hashes: dict[str, dict[int, str]]) -> dict:
     return {
         "format": "qconform-accumulated-v1",
         "description": "Expected hashes of the accumulated families (docs/accumulated.md): SHA-256 over the "
-                       "SHA-256 digests of fixed shards of canonical answer records.",
+        "SHA-256 digests of fixed shards of canonical answer records.",
         "streamKey": [f"0x{w:08x}" for w in STREAM_KEY],
         "shardCases": SHARD_CASES,
         "families": {
-            name: {"tag": FAMILIES[name].tag, "recordWords": FAMILIES[name].record_words,
-                   "hashes": {str(n): h for n, h in sorted(by_count.items())}}
+            name: {
+                "tag": FAMILIES[name].tag,
+                "recordWords": FAMILIES[name].record_words,
+                "hashes": {str(n): h for n, h in sorted(by_count.items())},
+            }
             for name, by_count in sorted(hashes.items())
         },
     }

@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from qconform.generators import atomic_file
-from qconform.generators import registry
+from qconform.generators import atomic_file, registry
 from qconform.generators.encoding import canonical_json
 from qconform.generators.findings import found_groups
 from qconform.generators.lint import duplicate_ids, lint_vector_file
@@ -194,9 +193,7 @@ def build_family(family: Family) -> tuple[FamilyOutput, dict]:
     return output, obj
 
 
-def build_families(
-    families: Sequence[Family], progress: Callable[[str], None] | None = None
-) -> list[FamilyOutput]:
+def build_families(families: Sequence[Family], progress: Callable[[str], None] | None = None) -> list[FamilyOutput]:
     """Build ``families`` in order; check case ids are unique across them."""
     outputs, objects = [], []
     for family in families:

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from qconform.generators.accumulated import EXPECTED_FILE, EXPECTED_SCHEMA_FILE
 from qconform.generators import registry
+from qconform.generators.accumulated import EXPECTED_FILE, EXPECTED_SCHEMA_FILE
 from qconform.generators.corpus import FamilyOutput, case_hash, cases_of, plan
 from qconform.generators.registry import Family
 from qconform.generators.schemas import INDEX_SCHEMA_FILE, schema_file_name
@@ -87,8 +87,10 @@ def _family_drift(root: Path, output: FamilyOutput, describe: Describe | None) -
     drifts = _case_drift({cid: case_hash(case) for cid, case in committed.items()}, output.case_hashes)
     if describe is not None and any(d.kind == "drifted" for d in drifts):
         fresh = cases_of(parse_json(path, output.file_bytes))
-        drifts = [Drift(d.kind, d.what, describe(committed[d.what], fresh[d.what])) if d.kind == "drifted" else d
-                  for d in drifts]
+        drifts = [
+            Drift(d.kind, d.what, describe(committed[d.what], fresh[d.what])) if d.kind == "drifted" else d
+            for d in drifts
+        ]
     return drifts or [Drift("drifted", f"{rel} (outside its cases: header, notes, groups or formatting)")]
 
 

@@ -70,9 +70,7 @@ def decode_blob(blob: Any, dtype: str | None = None) -> tuple[list[int], list[in
         raise EncodingError(f"blob shape {shape!r} is not a list of nonnegative integers")
     count = _shape_size(shape)
     if len(data) != count * size:
-        raise EncodingError(
-            f"blob holds {len(data)} bytes, shape {shape} of {blob['dtype']} needs {count * size}"
-        )
+        raise EncodingError(f"blob holds {len(data)} bytes, shape {shape} of {blob['dtype']} needs {count * size}")
     return list(struct.unpack(f"<{count}{code}", data)), shape
 
 

@@ -56,7 +56,7 @@ def _entry_label(entries: object, json_path: str) -> str:
     """`` (entry '<id>')`` for a path inside an entry that has a string id, else ''."""
     if not isinstance(entries, list) or not json_path.startswith("$["):
         return ""
-    index = int(json_path[2:json_path.index("]")])
+    index = int(json_path[2 : json_path.index("]")])
     entry = entries[index] if index < len(entries) else None
     entry_id = entry.get("id") if isinstance(entry, dict) else None
     return f" (entry {entry_id!r})" if isinstance(entry_id, str) else ""
@@ -72,9 +72,13 @@ def check_entries(path: Path, family: Family, entries: object) -> list[dict]:
     for n, entry in enumerate(entries):
         problems = lint_values(entry["input"], f"$[{n}].input")
         if problems:
-            raise FoundFileError(path, problems[0].path, shorten(problems[0].message) + _entry_label(entries, f"$[{n}]"))
+            raise FoundFileError(
+                path, problems[0].path, shorten(problems[0].message) + _entry_label(entries, f"$[{n}]")
+            )
         if entry["id"] in first_at:
-            raise FoundFileError(path, f"$[{n}].id", f"duplicate id {entry['id']!r} (first at $[{first_at[entry['id']]}])")
+            raise FoundFileError(
+                path, f"$[{n}].id", f"duplicate id {entry['id']!r} (first at $[{first_at[entry['id']]}])"
+            )
         first_at[entry["id"]] = n
     if entries and family.solve is None:
         raise FoundFileError(path, "$", f"family {family.name} has no solve(input) to answer its found inputs")

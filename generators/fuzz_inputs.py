@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from qconform.generators.encoding import encode_blob, encode_u64, encode_word, f32_bits
 from qconform.generators.families import categorical_sampling, verification_round
-from qconform.spec.constants import DEPTH, M, MAX_REQUESTS
+from qconform.spec.constants import DEPTH, MAX_REQUESTS, M
 from qconform.spec.floats import F32_MAX
 from qconform.spec.qrow import QRow
 from qconform.spec.rng_abi import Domain, RngIdentity, accept_key, uniform32_draw
@@ -122,18 +122,32 @@ def draw_token_of(draw: st.DrawFn, row: QRow) -> int:
 # --- rng_abi ----------------------------------------------------------------------------------
 
 rng_abi_inputs = st.one_of(
-    st.fixed_dictionaries({
-        "counter": st.lists(words, min_size=4, max_size=4),
-        "key": st.lists(words, min_size=2, max_size=2),
-        "rounds": st.just(10),
-    }),
-    st.fixed_dictionaries({
-        "seed": u64_texts, "generation": u32s, "round": u32s, "position": u32s,
-        "domain": st.sampled_from([d.name for d in Domain]), "draw_counter": st.integers(0, (1 << 24) - 1),
-    }),
-    st.fixed_dictionaries({
-        "seed": u64_texts, "generation": u32s, "round": u32s, "anchor": u32s, "depth": st.integers(1, DEPTH + 3),
-    }),
+    st.fixed_dictionaries(
+        {
+            "counter": st.lists(words, min_size=4, max_size=4),
+            "key": st.lists(words, min_size=2, max_size=2),
+            "rounds": st.just(10),
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "seed": u64_texts,
+            "generation": u32s,
+            "round": u32s,
+            "position": u32s,
+            "domain": st.sampled_from([d.name for d in Domain]),
+            "draw_counter": st.integers(0, (1 << 24) - 1),
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "seed": u64_texts,
+            "generation": u32s,
+            "round": u32s,
+            "anchor": u32s,
+            "depth": st.integers(1, DEPTH + 3),
+        }
+    ),
 )
 
 
@@ -246,11 +260,10 @@ def draw_boundary_request(draw: st.DrawFn, vocab: int, depth: int, ident: RngIde
     low, high = boundary_exponents(u32)
     exponent = low + draw(integers(0, 23)) % (high - low + 1)
     token = draw(integers(0, vocab - 1))
-    q_rows = [draw_q_row(draw, vocab, (token, 1 << exponent) if i == position else None)
-              for i in range(1, depth + 1)]
+    q_rows = [draw_q_row(draw, vocab, (token, 1 << exponent) if i == position else None) for i in range(1, depth + 1)]
     drafts = [token if i == position else draw_token_of(draw, row) for i, row in enumerate(q_rows, 1)]
     others = draw(token_pairs(tuple(v for v in range(vocab) if v != token)))
-    p_bits = [copy_of_q(row) for row in q_rows[:position - 1]]
+    p_bits = [copy_of_q(row) for row in q_rows[: position - 1]]
     p_bits.append(boundary_target(vocab, token, exponent, u32, others))
     p_bits += [draw_target_row(draw, vocab, row) for row in q_rows[position:] + q_rows[-1:]]
     return ident, drafts, q_rows, p_bits

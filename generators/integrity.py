@@ -22,10 +22,9 @@ import json
 from pathlib import Path
 from typing import Sequence
 
+from qconform.generators.atomic_file import stale_temporaries
 from qconform.generators.corpus import case_hash, cases_of, root_hash, sha256_hex
 from qconform.generators.validation import INDEX_FILE, SCHEMA_DIR, load_index
-
-from qconform.generators.atomic_file import stale_temporaries
 
 
 class IntegrityError(Exception):
@@ -37,8 +36,10 @@ def _cause(root: Path) -> str:
     if not stale:
         return ""
     names = ", ".join(p.name for p in stale[:3]) + (f" and {len(stale) - 3} more" if len(stale) > 3 else "")
-    return (f"; stale temporaries ({names}) show that a `qconform generate` was killed while writing: "
-            "run it again to finish the corpus")
+    return (
+        f"; stale temporaries ({names}) show that a `qconform generate` was killed while writing: "
+        "run it again to finish the corpus"
+    )
 
 
 def _fail(root: Path, text: str) -> IntegrityError:
@@ -61,13 +62,19 @@ def verify_family(root: Path, name: str, entry: dict, index_cases: dict[str, str
     path = root / entry["file"]
     data = _read(root, path)
     if sha256_hex(data) != entry["sha256"]:
-        raise _fail(root, f"{path} does not match the sha256 recorded in {root / INDEX_FILE} "
-                          f"({_short(entry['sha256'])}... recorded, {_short(sha256_hex(data))}... found)")
+        raise _fail(
+            root,
+            f"{path} does not match the sha256 recorded in {root / INDEX_FILE} "
+            f"({_short(entry['sha256'])}... recorded, {_short(sha256_hex(data))}... found)",
+        )
     schema = root / entry["schema"]
     schema_sha = sha256_hex(_read(root, schema))
     if schema_sha != entry["schemaSha256"]:
-        raise _fail(root, f"{schema} does not match the schemaSha256 recorded in {root / INDEX_FILE} "
-                          f"({_short(entry['schemaSha256'])}... recorded, {_short(schema_sha)}... found)")
+        raise _fail(
+            root,
+            f"{schema} does not match the schemaSha256 recorded in {root / INDEX_FILE} "
+            f"({_short(entry['schemaSha256'])}... recorded, {_short(schema_sha)}... found)",
+        )
     try:
         cases = cases_of(json.loads(data))
     except (ValueError, KeyError, TypeError) as exc:
@@ -96,8 +103,11 @@ def verify(root: Path | str, pinned_root: str | None = None, families: Sequence[
     index = load_index(root)
     computed = root_hash(index["cases"])
     if computed != index["root"]:
-        raise _fail(root, f"{root / INDEX_FILE}: its root {_short(index['root'])}... is not the hash of its "
-                          f"cases ({_short(computed)}...)")
+        raise _fail(
+            root,
+            f"{root / INDEX_FILE}: its root {_short(index['root'])}... is not the hash of its "
+            f"cases ({_short(computed)}...)",
+        )
     if pinned_root is not None and index["root"] != pinned_root.lower():
         raise IntegrityError(f"corpus root {index['root']} of {root} is not the pinned --corpus-root {pinned_root}")
     for name in families if families is not None else list(index["families"]):

@@ -69,7 +69,12 @@ def _lint_result(case: dict, path: str) -> list[LintProblem]:
     if result == "invalid":
         code = expected.get("error")
         if set(expected) != {"error"} or code not in ERROR_CODES:
-            return [LintProblem(f"{path}.expected", "an invalid case's expected must be exactly {\"error\": <registered spec error code>}")]
+            return [
+                LintProblem(
+                    f"{path}.expected",
+                    'an invalid case\'s expected must be exactly {"error": <registered spec error code>}',
+                )
+            ]
     elif "error" in expected:
         return [LintProblem(f"{path}.expected.error", f"a {result} case must not expect an error")]
     if result == "acceptable" and not case["flags"]:
@@ -80,7 +85,7 @@ def _lint_result(case: dict, path: str) -> list[LintProblem]:
 def _lint_case(case: dict, path: str, family: str, group: str, notes: dict, rules: set) -> list[LintProblem]:
     problems = []
     prefix = f"{family}/{group}/"
-    name = case["id"][len(prefix):]
+    name = case["id"][len(prefix) :]
     if not case["id"].startswith(prefix) or not _CASE_NAME.match(name):
         problems.append(LintProblem(f"{path}.id", f"id {case['id']!r} is not {prefix}<name>"))
     for flag in case["flags"]:

@@ -25,8 +25,18 @@ if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
 
 __all__ = [
-    "Case", "Family", "FuzzHooks", "Group", "Note", "StatHooks", "FAMILIES_PACKAGE", "FUZZ_GROUP", "RESULTS",
-    "all_families", "family_names", "load_family",
+    "Case",
+    "Family",
+    "FuzzHooks",
+    "Group",
+    "Note",
+    "StatHooks",
+    "FAMILIES_PACKAGE",
+    "FUZZ_GROUP",
+    "RESULTS",
+    "all_families",
+    "family_names",
+    "load_family",
 ]
 
 #: the package whose modules are the families (one ``FAMILY`` each)

@@ -266,8 +266,15 @@ INDEX_SCHEMA_FILE = "index.schema.json"
 _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "dependentSchemas")
 _SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
 _SCHEMA_VALUES = (
-    "items", "additionalProperties", "unevaluatedProperties", "propertyNames",
-    "contains", "not", "if", "then", "else",
+    "items",
+    "additionalProperties",
+    "unevaluatedProperties",
+    "propertyNames",
+    "contains",
+    "not",
+    "if",
+    "then",
+    "else",
 )
 
 

@@ -73,7 +73,8 @@ def _most_relevant(errors: Iterable[ValidationError]) -> ValidationError | None:
         for sub in error.context:
             branches.setdefault(sub.relative_schema_path[0], []).append(sub)
         plausible = [
-            subs for subs in branches.values()
+            subs
+            for subs in branches.values()
             if not any(e.validator in _DISCRIMINATORS and len(e.relative_path) <= 1 for e in subs)
         ]
         if len(plausible) != 1:

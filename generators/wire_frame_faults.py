@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator
-from typing import Any
 from dataclasses import dataclass, replace
 from itertools import combinations
+from typing import Any
 
 from qconform.spec.constants import M
 from qconform.spec.qrow import QRow
@@ -88,6 +88,7 @@ def with_value(index: int, bits: int) -> Callable[[Draft], Draft]:
         values = list(d.message.values)
         values[index] = bits
         return replace(d, message=replace(d.message, values=tuple(values)))
+
     return apply
 
 
@@ -96,6 +97,7 @@ def with_id(index: int, token: int) -> Callable[[Draft], Draft]:
         ids = list(d.message.ids)
         ids[index] = token
         return replace(d, message=replace(d.message, ids=tuple(ids)))
+
     return apply
 
 
@@ -104,6 +106,7 @@ def swap_ids(a: int, b: int) -> Callable[[Draft], Draft]:
         ids = list(d.message.ids)
         ids[a], ids[b] = ids[b], ids[a]
         return replace(d, message=replace(d.message, ids=tuple(ids)))
+
     return apply
 
 
@@ -187,6 +190,7 @@ def value_fault(row: int, code: str, sparse: tuple[int, int], dense: tuple[int, 
     def apply(d: Draft) -> Draft:
         index, bits = sparse if d.message.representation == layout.REPR_SPARSE else dense
         return with_value(index, bits)(d)
+
     return Fault(row, code, apply)
 
 
@@ -195,11 +199,17 @@ def zero_q_at_token(d: Draft) -> Draft:
     return edit(token=4 if d.message.representation == layout.REPR_SPARSE else 45)(d)
 
 
-ALL_REPLY_FAULTS: tuple[Fault, ...] = tuple(sorted(
-    REPLY_FAULTS + tuple(value_fault(*v) for v in REPLY_VALUE_FAULTS) + (
-        Fault(17, "NONCANONICAL_SUPPORT", with_value(1, 0), "sparse"),
-        Fault(19, "ZERO_Q_AT_TOKEN", zero_q_at_token),
-    ), key=lambda f: f.row))
+ALL_REPLY_FAULTS: tuple[Fault, ...] = tuple(
+    sorted(
+        REPLY_FAULTS
+        + tuple(value_fault(*v) for v in REPLY_VALUE_FAULTS)
+        + (
+            Fault(17, "NONCANONICAL_SUPPORT", with_value(1, 0), "sparse"),
+            Fault(19, "ZERO_Q_AT_TOKEN", zero_q_at_token),
+        ),
+        key=lambda f: f.row,
+    )
+)
 
 #: Rows of the REPLY table about the tail's contents (they need a declared, readable row).
 REPLY_TAIL_ROWS = frozenset(range(10, 20))
@@ -233,17 +243,30 @@ CANCEL_BASE = Draft(Cancel(PROD.session_id, 3, 1), PROD)
 
 #: The offer that breaks each HELLO identity or bound field, in the order of ``negotiation``.
 HELLO_OFFERS: dict[str, object] = {
-    "wire_version": 3, "semantic_id": ascii_field("dyadic24-standard-v2"), "verifier_id": ascii_field("greedy-v1"),
-    "rng_abi_id": ascii_field("philox4x32-7"), "vocab": PROD.vocab + 1, "id_map_hash": bytes(32),
-    "draft_identity": bytes(32), "draft_adapted": 1, "target_identity": b"\xff" * 32, "precision": 2,
-    "id_bytes": 8, "q_bytes": 8, "dense_stride": PROD.dense_stride + 256, "depth": PROD.depth - 1,
-    "max_support": PROD.max_support + 1, "max_reply_bytes": PROD.max_reply_bytes + 1,
-    "max_slots": PROD.max_slots + 1, "max_requests": PROD.max_requests + 1,
+    "wire_version": 3,
+    "semantic_id": ascii_field("dyadic24-standard-v2"),
+    "verifier_id": ascii_field("greedy-v1"),
+    "rng_abi_id": ascii_field("philox4x32-7"),
+    "vocab": PROD.vocab + 1,
+    "id_map_hash": bytes(32),
+    "draft_identity": bytes(32),
+    "draft_adapted": 1,
+    "target_identity": b"\xff" * 32,
+    "precision": 2,
+    "id_bytes": 8,
+    "q_bytes": 8,
+    "dense_stride": PROD.dense_stride + 256,
+    "depth": PROD.depth - 1,
+    "max_support": PROD.max_support + 1,
+    "max_reply_bytes": PROD.max_reply_bytes + 1,
+    "max_slots": PROD.max_slots + 1,
+    "max_requests": PROD.max_requests + 1,
 }
 HELLO_BASE = Draft(PROD, PROD, negotiated=False)
 HELLO_FAULTS: tuple[Fault, ...] = (Fault(1, "UNEXPECTED_MESSAGE", lambda d: replace(d, negotiated=True)),) + tuple(
     Fault(row, code, edit(**{name: HELLO_OFFERS[name]}))
-    for row, (name, code) in enumerate(IDENTITY_FIELDS + BOUND_FIELDS, start=2))
+    for row, (name, code) in enumerate(IDENTITY_FIELDS + BOUND_FIELDS, start=2)
+)
 
 
 @dataclass(frozen=True)
@@ -286,23 +309,36 @@ V1_FAULTS: tuple[Fault, ...] = (
 )
 
 
-def pairs(rows: range, *groups: tuple[set[int] | frozenset[int], set[int] | frozenset[int]]) -> frozenset[frozenset[int]]:
+def pairs(
+    rows: range, *groups: tuple[set[int] | frozenset[int], set[int] | frozenset[int]]
+) -> frozenset[frozenset[int]]:
     """Every pair {a, b} with a in one set and b in the other, for each (set, set) group."""
-    return frozenset(frozenset((a, b)) for left, right in groups for a in left for b in right if a != b
-                     and a in rows and b in rows)
+    return frozenset(
+        frozenset((a, b)) for left, right in groups for a in left for b in right if a != b and a in rows and b in rows
+    )
 
 
 REPLY_DENSE_ONLY, REPLY_SPARSE_ONLY = {2, 13}, {3, 10, 11, 12, 17}
 #: message -> row pairs that cannot fail together in one frame, and why
 EXCLUSIVE: dict[str, tuple[frozenset[frozenset[int]], str]] = {
-    "REPLY": (pairs(range(1, 20), ({1}, {3} | REPLY_TAIL_ROWS), ({4}, REPLY_DENSE_ONLY | REPLY_SPARSE_ONLY | REPLY_TAIL_ROWS)),
-              ("entry_count 0 declares no row to judge and is not above max_support; representation 3 has no "
-               "layout, so no dense, sparse or tail-content rule applies; dense and sparse rules never meet "
-               "(each representation is generated on its own)")),
+    "REPLY": (
+        pairs(
+            range(1, 20), ({1}, {3} | REPLY_TAIL_ROWS), ({4}, REPLY_DENSE_ONLY | REPLY_SPARSE_ONLY | REPLY_TAIL_ROWS)
+        ),
+        (
+            "entry_count 0 declares no row to judge and is not above max_support; representation 3 has no "
+            "layout, so no dense, sparse or tail-content rule applies; dense and sparse rules never meet "
+            "(each representation is generated on its own)"
+        ),
+    ),
     "STEP": (frozenset({frozenset({6, 7})}), "one temperature cannot be both non-finite and finite non-positive"),
-    "V1_GREEDY_TOKENS": (pairs(range(1, 10), ({1}, set(range(4, 10))), ({4}, {7, 8, 9}), ({5}, {6})),
-                         ("an 11-byte frame has no complete payload_length; a 2-byte payload has no token_count "
-                          "or tokens; a frame cannot be both short and long")),
+    "V1_GREEDY_TOKENS": (
+        pairs(range(1, 10), ({1}, set(range(4, 10))), ({4}, {7, 8, 9}), ({5}, {6})),
+        (
+            "an 11-byte frame has no complete payload_length; a 2-byte payload has no token_count "
+            "or tokens; a frame cannot be both short and long"
+        ),
+    ),
 }
 
 
@@ -324,17 +360,20 @@ def table_codes(name: str) -> tuple[str, ...]:
     return tuple(c.code for c in checks.MESSAGE_CHECKS[layout.MESSAGE_CODES[name]])
 
 
-FAMILIES: tuple[Family, ...] = tuple(Family(name, bases, faults, table_codes(name)) for name, bases, faults in (
-    ("HELLO", {"": HELLO_BASE}, HELLO_FAULTS),
-    ("STEP", {"": STEP_BASE}, STEP_FAULTS),
-    ("REPLY", {"sparse": reply_base("sparse"), "dense": reply_base("dense")}, ALL_REPLY_FAULTS),
-    ("COMPLETION", {"": COMPLETION_BASE}, COMPLETION_FAULTS),
-    ("COMMIT", {"": COMMIT_BASE}, COMMIT_FAULTS),
-    ("RESET", {"": RESET_BASE}, RESET_FAULTS),
-    ("CANCEL", {"": CANCEL_BASE}, ROUTE_FAULTS),
-    ("HELLO_ANSWER", {"": HELLO_ANSWER_BASE}, HELLO_ANSWER_FAULTS),
-    ("V1_GREEDY_TOKENS", {"": V1Draft()}, V1_FAULTS),
-))
+FAMILIES: tuple[Family, ...] = tuple(
+    Family(name, bases, faults, table_codes(name))
+    for name, bases, faults in (
+        ("HELLO", {"": HELLO_BASE}, HELLO_FAULTS),
+        ("STEP", {"": STEP_BASE}, STEP_FAULTS),
+        ("REPLY", {"sparse": reply_base("sparse"), "dense": reply_base("dense")}, ALL_REPLY_FAULTS),
+        ("COMPLETION", {"": COMPLETION_BASE}, COMPLETION_FAULTS),
+        ("COMMIT", {"": COMMIT_BASE}, COMMIT_FAULTS),
+        ("RESET", {"": RESET_BASE}, RESET_FAULTS),
+        ("CANCEL", {"": CANCEL_BASE}, ROUTE_FAULTS),
+        ("HELLO_ANSWER", {"": HELLO_ANSWER_BASE}, HELLO_ANSWER_FAULTS),
+        ("V1_GREEDY_TOKENS", {"": V1Draft()}, V1_FAULTS),
+    )
+)
 
 
 def rendered(draft: object) -> tuple[Hello, bool, bytes]:
@@ -372,12 +411,24 @@ def order_cases() -> Iterator[OrderCase]:
             usable = [f for f in family.faults if f.only in (None, variant or None)]
             for fault in usable:
                 config, negotiated, data = rendered(fault.apply(base))
-                yield OrderCase(prefix + slug(fault), f"{family.name}: row {fault.row} alone fails ({fault.code}).",
-                                config, negotiated, data, fault.code)
+                yield OrderCase(
+                    prefix + slug(fault),
+                    f"{family.name}: row {fault.row} alone fails ({fault.code}).",
+                    config,
+                    negotiated,
+                    data,
+                    fault.code,
+                )
             for first, second in combinations(usable, 2):
                 if frozenset((first.row, second.row)) in exclusive or first.code == second.code:
                     continue
                 config, negotiated, data = rendered(first.apply(second.apply(base)))
-                yield OrderCase(f"{prefix}{slug(first)}-{slug(second)}",
-                                f"{family.name}: rows {first.row} ({first.code}) and {second.row} ({second.code}) "
-                                f"both fail; the earlier row is the reason.", config, negotiated, data, first.code)
+                yield OrderCase(
+                    f"{prefix}{slug(first)}-{slug(second)}",
+                    f"{family.name}: rows {first.row} ({first.code}) and {second.row} ({second.code}) "
+                    f"both fail; the earlier row is the reason.",
+                    config,
+                    negotiated,
+                    data,
+                    first.code,
+                )

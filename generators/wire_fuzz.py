@@ -95,7 +95,11 @@ def session_states(config: Hello, step_message: Step, reply_frames: list[bytes])
     """HELLO; RESET slot 1 to generation 3 at 4100; STEP round 9: the round open with no rows, with every
     row, completed, and committed (accepted 2)."""
     state = initial_state(config)
-    frames = [encode_frame(config), encode_frame(Reset(config.session_id, 0x5EED, 3, 4100, 1)), encode_frame(step_message)]
+    frames = [
+        encode_frame(config),
+        encode_frame(Reset(config.session_id, 0x5EED, 3, 4100, 1)),
+        encode_frame(step_message),
+    ]
     for data in frames:
         state, verdict = step(state, FrameIn(data))
         assert verdict.kind == "accept", verdict
@@ -128,9 +132,11 @@ def seeds() -> list[Seed]:
     dev_states = tuple(session_states(DEV, DEV_STEP, DEV_REPLY_FRAMES))
     out = []
     pool = [(name, config, data) for name, config, _, data in base_frames()]
-    pool += [("completion_dev", DEV, encode_frame(completion_for(DEV_STEP, DEV_REPLY_FRAMES))),
-             ("reply_sparse_dev", DEV, encode_frame(reply(DEV_SPARSE_ROW, DEV, token=7))),
-             ("v1", PROD, encode_v1([5, 6, 7]))]
+    pool += [
+        ("completion_dev", DEV, encode_frame(completion_for(DEV_STEP, DEV_REPLY_FRAMES))),
+        ("reply_sparse_dev", DEV, encode_frame(reply(DEV_SPARSE_ROW, DEV, token=7))),
+        ("v1", PROD, encode_v1([5, 6, 7])),
+    ]
     for name, config, data in pool:
         message = None if name == "v1" else decode_frame(data, config)
         states = dev_states if config is DEV else prod_states
@@ -158,9 +164,26 @@ def field_values(f: layout.Field, current: int | bytes, params: Hello) -> list[i
     if f.type == "f32":
         return list(SPECIAL_F32) + [current ^ 0x80000000, current + 1]
     bits = 8 * FIELD_TYPES[f.type][1]
-    bounds = [0, 1, 2, current - 1, current + 1, params.vocab - 1, params.vocab, params.max_support,
-              params.max_support + 1, params.dense_stride, params.depth - 1, params.depth + 1, params.max_slots,
-              params.max_requests + 1, 3, 4, 8, 45]
+    bounds = [
+        0,
+        1,
+        2,
+        current - 1,
+        current + 1,
+        params.vocab - 1,
+        params.vocab,
+        params.max_support,
+        params.max_support + 1,
+        params.dense_stride,
+        params.depth - 1,
+        params.depth + 1,
+        params.max_slots,
+        params.max_requests + 1,
+        3,
+        4,
+        8,
+        45,
+    ]
     if f.type == "i32":
         return [v for v in bounds + [-1, -(1 << 31), (1 << 31) - 1] if -(1 << 31) <= v < (1 << 31)]
     return [v % (1 << bits) for v in bounds + [(1 << bits) - 1, 1 << (bits - 1)]]
@@ -177,8 +200,10 @@ def mutate_field(message: Message, chooser: Chooser, params: Hello) -> Message:
 
 def q_bits_near(bits: int, chooser: Chooser) -> int:
     """A q value next to ``bits``: one ulp up or down (changes the mass or the dyadic grid), its negation, half."""
-    return pick(chooser, [bits + 1, max(bits - 1, 0), bits ^ 0x80000000, max(bits - (1 << 23), 0),
-                          bits + (1 << 23)]) & 0xFFFFFFFF
+    return (
+        pick(chooser, [bits + 1, max(bits - 1, 0), bits ^ 0x80000000, max(bits - (1 << 23), 0), bits + (1 << 23)])
+        & 0xFFFFFFFF
+    )
 
 
 def mutate_values(message: Reply, chooser: Chooser, params: Hello) -> Reply:
@@ -244,8 +269,13 @@ def mutate_bytes(data: bytes, chooser: Chooser) -> bytes:
     fmt = FIELD_TYPES[f.type][0]
     (current,) = struct.unpack_from(fmt, data, f.offset)
     out = bytearray(data)
-    struct.pack_into(fmt, out, f.offset, pick(chooser, [0, 1, current - 1 if current else 1, current + 1,
-                                                       (1 << (8 * f.size)) - 1]) % (1 << (8 * f.size)))
+    struct.pack_into(
+        fmt,
+        out,
+        f.offset,
+        pick(chooser, [0, 1, current - 1 if current else 1, current + 1, (1 << (8 * f.size)) - 1])
+        % (1 << (8 * f.size)),
+    )
     return bytes(out)
 
 
@@ -318,5 +348,9 @@ def fuzz(count: int, seed: int = 1, progress: Callable[[Tally], None] | None = N
 def single_frame_codes() -> frozenset[str]:
     """Every reason code that one frame can get on its own: the reasons of the ``wire_frames`` corpus."""
     document = json.loads((default_vectors_dir() / "wire_frames.json").read_text(encoding="utf-8"))
-    return frozenset(case["expected"]["reason"] for group in document["testGroups"] for case in group["tests"]
-                     if "reason" in case["expected"])
+    return frozenset(
+        case["expected"]["reason"]
+        for group in document["testGroups"]
+        for case in group["tests"]
+        if "reason" in case["expected"]
+    )

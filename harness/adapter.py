@@ -48,8 +48,12 @@ class Capabilities:
         return dict(self.injected_domains).get(family)
 
     def to_json(self) -> dict:
-        out = {"families": list(self.families), "injected_draws": self.injected_draws,
-               "devices": list(self.devices), "sampling": list(self.sampling)}
+        out = {
+            "families": list(self.families),
+            "injected_draws": self.injected_draws,
+            "devices": list(self.devices),
+            "sampling": list(self.sampling),
+        }
         if self.injected_domains:
             out["injected_domains"] = {family: list(domains) for family, domains in self.injected_domains}
         return out

@@ -56,8 +56,7 @@ class Expectations:
             raise ExpectationsError(f"{source}: not valid TOML: {exc}") from None
         unknown = sorted(set(data) - set(SECTIONS))
         if unknown:
-            raise ExpectationsError(
-                f"{source}: unknown key(s) {unknown}; only tables {list(SECTIONS)} are allowed")
+            raise ExpectationsError(f"{source}: unknown key(s) {unknown}; only tables {list(SECTIONS)} are allowed")
         sections: dict[str, dict[str, str]] = {}
         for name in SECTIONS:
             table = data.get(name, {})
@@ -65,8 +64,7 @@ class Expectations:
                 raise ExpectationsError(f"{source}: [{name}] must be a table of glob = reason")
             for glob, reason in table.items():
                 if not isinstance(reason, str) or not reason.strip():
-                    raise ExpectationsError(
-                        f"{source}: [{name}] {glob!r} needs a non-empty reason string")
+                    raise ExpectationsError(f"{source}: [{name}] {glob!r} needs a non-empty reason string")
             sections[name] = dict(table)
         return cls(sections["disabled"], sections["xfail"], source)
 
@@ -104,10 +102,10 @@ class Expectations:
             how = "passed" if verdict.cls is VerdictClass.PASS else "diverged only within precision margins"
             return verdict.with_class(
                 VerdictClass.XPASS,
-                f"listed as xfail ({reason}) but {how}: remove the entry from {self.source or 'the expectations'}")
+                f"listed as xfail ({reason}) but {how}: remove the entry from {self.source or 'the expectations'}",
+            )
         if verdict.cls in (VerdictClass.FAIL, VerdictClass.ERROR):
-            return verdict.with_class(
-                VerdictClass.XFAIL, f"expected {verdict.cls.value} ({reason}): {verdict.message}")
+            return verdict.with_class(VerdictClass.XFAIL, f"expected {verdict.cls.value} ({reason}): {verdict.message}")
         return verdict
 
     def stale_entries(self, corpus_ids: Iterable[str]) -> list[str]:
@@ -122,6 +120,5 @@ class Expectations:
             if not matched:
                 problems.append(f"stale [xfail] entry {glob!r} in {self.source}: matches no case")
             elif all(self.disabled_reason(case_id) is not None for case_id in matched):
-                problems.append(
-                    f"stale [xfail] entry {glob!r} in {self.source}: every case it matches is disabled")
+                problems.append(f"stale [xfail] entry {glob!r} in {self.source}: every case it matches is disabled")
         return problems

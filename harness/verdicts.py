@@ -34,15 +34,13 @@ class VerdictClass(str, Enum):
 CLASS_ORDER: tuple[VerdictClass, ...] = tuple(VerdictClass)
 
 #: Classes that make a run fail.
-UNEXPECTED: frozenset[VerdictClass] = frozenset(
-    {VerdictClass.FAIL, VerdictClass.ERROR, VerdictClass.XPASS}
-)
+UNEXPECTED: frozenset[VerdictClass] = frozenset({VerdictClass.FAIL, VerdictClass.ERROR, VerdictClass.XPASS})
 
 
 def brief(value: object, limit: int = 40) -> str:
     """``str(value)`` for a one-line message, cut short when long (a rational can have 600 digits)."""
     text = str(value)
-    return text if len(text) <= limit else f"{text[:limit - 16]}... ({len(text)} chars)"
+    return text if len(text) <= limit else f"{text[: limit - 16]}... ({len(text)} chars)"
 
 
 @dataclass(frozen=True)
@@ -120,8 +118,7 @@ class Verdict:
     @classmethod
     def from_json(cls, obj: dict) -> "Verdict":
         diff = Diff.from_json(obj["diff"]) if obj.get("diff") else None
-        return cls(VerdictClass(obj["class"]), obj["id"], obj.get("message", ""), diff,
-                   float(obj.get("duration", 0.0)))
+        return cls(VerdictClass(obj["class"]), obj["id"], obj.get("message", ""), diff, float(obj.get("duration", 0.0)))
 
 
 def passed(case_id: str, message: str = "") -> Verdict:

@@ -73,8 +73,9 @@ class FloatStream:
 
     def __call__(self) -> float:
         if len(self.served) == len(self._draws):
-            raise ReplayError(f"the engine asked for draw {len(self.served) + 1}; this schedule holds "
-                              f"{len(self._draws)}")
+            raise ReplayError(
+                f"the engine asked for draw {len(self.served) + 1}; this schedule holds {len(self._draws)}"
+            )
         domain, position, counter, draw, bits = self._draws[len(self.served)]
         served = ServedDraw(domain, position, counter, draw, as_float(draw, bits))
         self.served.append(served)
@@ -118,8 +119,9 @@ def verification_stream(ident: RoundIdentity, depth: int, accepted: int) -> Floa
     return FloatStream([*draws, ident.draw("CORRECTION", accepted, UNIFORM_BITS)])
 
 
-def replay_round(engine_round: Callable[[Callable[[], float]], R], accepted_of: Callable[[R], int],
-                 ident: RoundIdentity, depth: int) -> tuple[R, list[ServedDraw]]:
+def replay_round(
+    engine_round: Callable[[Callable[[], float]], R], accepted_of: Callable[[R], int], ident: RoundIdentity, depth: int
+) -> tuple[R, list[ServedDraw]]:
     """Run one verification round of a float-rng engine on the spec's draws (module docstring).
 
     ``engine_round(rng)`` runs the engine's round with ``rng`` as its uniform source and
@@ -134,6 +136,8 @@ def replay_round(engine_round: Callable[[Callable[[], float]], R], accepted_of: 
     stream = verification_stream(ident, depth, accepted)
     result = engine_round(stream)
     if accepted_of(result) != accepted:
-        raise ReplayError(f"the engine accepted {accepted} drafts, then {accepted_of(result)} on the same "
-                          "draws: it is not deterministic given its draws")
+        raise ReplayError(
+            f"the engine accepted {accepted} drafts, then {accepted_of(result)} on the same "
+            "draws: it is not deterministic given its draws"
+        )
     return result, stream.served

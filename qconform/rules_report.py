@@ -209,8 +209,7 @@ def build_report(tests_dir: Path | None, vectors_dir: Path) -> RulesReport:
         tests, test_warnings = scan_tests(tests_dir)
         warnings += test_warnings
     coverage = [
-        RuleCoverage(rule, sorted(SPEC_DEFINITIONS[rid]), families[rid], tests[rid])
-        for rid, rule in RULES.items()
+        RuleCoverage(rule, sorted(SPEC_DEFINITIONS[rid]), families[rid], tests[rid]) for rid, rule in RULES.items()
     ]
     return RulesReport(coverage, tests_dir, warnings)
 
@@ -239,8 +238,10 @@ def render(report: RulesReport, console: Console, missing_only: bool = False) ->
         cells = [
             cov.rule.id,
             _short(cov.rule.text),
-            "\n".join([name.removeprefix("spec.") for name in cov.spec]
-                      + ([f"(listing rule: {LISTING_RULES[cov.rule.id]})"] if cov.rule.id in LISTING_RULES else [])),
+            "\n".join(
+                [name.removeprefix("spec.") for name in cov.spec]
+                + ([f"(listing rule: {LISTING_RULES[cov.rule.id]})"] if cov.rule.id in LISTING_RULES else [])
+            ),
             "\n".join(cov.families),
             _tests_summary(cov.tests),
         ]

@@ -151,8 +151,11 @@ def round_draws(seed: int, generation: int, round_id: int, anchor: int, depth: i
         keys = [draw_key(seed, generation, round_id, p, domain) for p in positions]
         return np.array([k.u24 if top24 else k.u32 for k in keys], dtype=np.uint32)
 
-    return {"proposal": draws("PROPOSAL", at[:depth], True), "accept": draws("ACCEPT", at[:depth], False),
-            "correction": draws("CORRECTION", at, False)}
+    return {
+        "proposal": draws("PROPOSAL", at[:depth], True),
+        "accept": draws("ACCEPT", at[:depth], False),
+        "correction": draws("CORRECTION", at, False),
+    }
 
 
 # --- decoding inputs, encoding outputs ------------------------------------------------------

@@ -99,25 +99,35 @@ def section(vectors: Path, family: str) -> str:
     used = encodings(schema)
     kinds = ", ".join(used) if used else "plain JSON numbers, strings and lists only"
     cases = " and ".join(f"`{i}`" for i in ids)
-    refusal = (" The second input is refused: its answer is `{\"error\": CODE}` with the code the case names"
-               " (docs/sdk.md, \"Mapping an engine's errors to refusal codes\").") if len(ids) > 1 else ""
-    return "\n".join([
-        BEGIN,
-        "## Over the shim protocol",
-        "",
-        (f"Value encodings in this family: {kinds}; each is defined once in the "
-        f"[shared table]({SHARED_TABLE}) (numbers beyond 2^53 are strings; blobs are little-endian)."),
-        "",
-        f"A real `run` request line for {cases} (the family's smallest cases) and the reply line that "
-        f"passes {'them' if len(ids) > 1 else 'it'}, as a shim reads and writes them (docs/shim-protocol.md)."
-        + refusal,
-        "",
-        "```json",
-        request,
-        reply,
-        "```",
-        END,
-    ])
+    refusal = (
+        (
+            ' The second input is refused: its answer is `{"error": CODE}` with the code the case names'
+            ' (docs/sdk.md, "Mapping an engine\'s errors to refusal codes").'
+        )
+        if len(ids) > 1
+        else ""
+    )
+    return "\n".join(
+        [
+            BEGIN,
+            "## Over the shim protocol",
+            "",
+            (
+                f"Value encodings in this family: {kinds}; each is defined once in the "
+                f"[shared table]({SHARED_TABLE}) (numbers beyond 2^53 are strings; blobs are little-endian)."
+            ),
+            "",
+            f"A real `run` request line for {cases} (the family's smallest cases) and the reply line that "
+            f"passes {'them' if len(ids) > 1 else 'it'}, as a shim reads and writes them (docs/shim-protocol.md)."
+            + refusal,
+            "",
+            "```json",
+            request,
+            reply,
+            "```",
+            END,
+        ]
+    )
 
 
 def updated(text: str, generated: str) -> str:

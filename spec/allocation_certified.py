@@ -117,12 +117,13 @@ def first_ranked(contested: "numpy.ndarray", needed: int, exact: ExactQuotas) ->
     level = {r: i for i, r in enumerate(descending)}
     token_level = np.array([level[r] for r in remainders], dtype=np.int64)[inverse]
     order = np.argsort(token_level, kind="stable")  # ``contested`` is ascending: ties keep ID order
-    levels = token_level[order[needed - 1:needed + 1]].tolist()
+    levels = token_level[order[needed - 1 : needed + 1]].tolist()
     return contested[order[:needed]], descending[levels[0]], [descending[i] for i in levels[1:]]
 
 
-def certified_tickets(fracs: "numpy.ndarray", positive: "numpy.ndarray", remaining: int,
-                      exact: ExactQuotas) -> tuple["numpy.ndarray", int, int]:
+def certified_tickets(
+    fracs: "numpy.ndarray", positive: "numpy.ndarray", remaining: int, exact: ExactQuotas
+) -> tuple["numpy.ndarray", int, int]:
     """Who gets the ``remaining`` tickets, as a boolean mask, and the exact remainders of
     the last winner and of the best positive loser (steps 4 and 5)."""
     import numpy as np

@@ -205,8 +205,9 @@ def fp64_row_error_bound(weights: Sequence[Fraction]) -> Fraction:
 
 
 @defines("R06")
-def fp64_row_may_differ(weight_bits: Sequence[int], dtype: str, weights: Sequence[Fraction],
-                        counts: Sequence[int]) -> bool:
+def fp64_row_may_differ(
+    weight_bits: Sequence[int], dtype: str, weights: Sequence[Fraction], counts: Sequence[int]
+) -> bool:
     """Whether the FP64 recipe may legitimately give a row other counts than its exact
     allocation ``counts``: :func:`fp64_may_differ` of the row's :func:`fp64_tie_gap`
     (ties between equal weights are no FP64 uncertainty) with the row's own
@@ -219,13 +220,17 @@ def fp64_row_may_differ(weight_bits: Sequence[int], dtype: str, weights: Sequenc
 
 
 @defines("R06", "R07")
-def fp64_sparse_may_differ(weight_bits: Sequence[int], dtype: str, weights: Sequence[Fraction],
-                           alloc: SparseAllocation) -> bool:
+def fp64_sparse_may_differ(
+    weight_bits: Sequence[int], dtype: str, weights: Sequence[Fraction], alloc: SparseAllocation
+) -> bool:
     """:func:`fp64_row_may_differ` of a top-k row, taken over its support: the FP64
     recipe selects the same support as the exact rule (selection compares weights,
     which FP64 represents exactly) and allocates M on it. A support token without
     an entry in ``alloc.ids`` has count 0."""
     counts_of = dict(zip(alloc.ids, alloc.counts))
-    return fp64_row_may_differ([weight_bits[v] for v in alloc.support], dtype,
-                               [weights[v] for v in alloc.support],
-                               [counts_of.get(v, 0) for v in alloc.support])
+    return fp64_row_may_differ(
+        [weight_bits[v] for v in alloc.support],
+        dtype,
+        [weights[v] for v in alloc.support],
+        [counts_of.get(v, 0) for v in alloc.support],
+    )

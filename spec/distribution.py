@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Mapping, Sequence, Union
 
-from qconform.spec.constants import M, U32_BITS
+from qconform.spec.constants import U32_BITS, M
 from qconform.spec.errors import refuse
 from qconform.spec.qrow import QRow
 from qconform.spec.rules import defines

@@ -44,8 +44,9 @@ def fresh_draw_correction(masses: Sequence[Fraction], acceptance: Fraction) -> l
     return mass_draw_law(masses)
 
 
-def add_tokens(law: Law, accepted: int, emitted: tuple[int, ...], reach: Fraction,
-               probabilities: Sequence[Fraction]) -> None:
+def add_tokens(
+    law: Law, accepted: int, emitted: tuple[int, ...], reach: Fraction, probabilities: Sequence[Fraction]
+) -> None:
     """Add ``reach * P(v)`` to the outcome ``(accepted, emitted + (v,))`` for every token ``v``."""
     for v, probability in enumerate(probabilities):
         if probability:
@@ -70,8 +71,13 @@ def request_outcome_law(inp: RoundInput, correction: CorrectionLaw = fresh_draw_
         p_row, q_row = inp.p_rows[i - 1], inp.q_rows[i - 1]
         acceptance = acceptance_probability(Fraction(p_row[drafts[i - 1]]), q_row.q(drafts[i - 1]))
         if acceptance < 1:
-            add_tokens(law, i - 1, drafts[:i - 1], reach * (1 - acceptance),
-                       correction(residual_row(p_row, q_row), acceptance))
+            add_tokens(
+                law,
+                i - 1,
+                drafts[: i - 1],
+                reach * (1 - acceptance),
+                correction(residual_row(p_row, q_row), acceptance),
+            )
         reach *= acceptance
         if not reach:
             return law

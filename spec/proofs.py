@@ -30,7 +30,8 @@ where ``T(s | c) = prod_j p(s_j | c, s_1..s_(j-1))``, the target law.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field as dataclass_field
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from itertools import product
 from typing import Sequence
 
@@ -90,8 +91,9 @@ def symbolic_rows(vocab: int, depth: int) -> SymbolicRows:
 @defines("R11")
 def regions(vocab: int) -> list[Region]:
     """The nonempty regions of a row: every set S of tokens with ``p > q`` except S = V."""
-    return [frozenset(v for v in range(vocab) if bits[v]) for bits in product((False, True), repeat=vocab)
-            if not all(bits)]
+    return [
+        frozenset(v for v in range(vocab) if bits[v]) for bits in product((False, True), repeat=vocab) if not all(bits)
+    ]
 
 
 @dataclass(frozen=True)
@@ -160,9 +162,9 @@ def stream_identity(rows: SymbolicRows, sequence: Sequence[int], path: Sequence[
     reach = one
     for j in range(depth):
         prefix = tuple(sequence[:j])
-        others = product_of(scales[:j] + scales[j + 1:], one)
+        others = product_of(scales[:j] + scales[j + 1 :], one)
         ended = reach * path[j].scaled_correction(sequence[j]) * others
-        left += ended * target_mass(rows, sequence[j + 1:], prefix + (sequence[j],))
+        left += ended * target_mass(rows, sequence[j + 1 :], prefix + (sequence[j],))
         reach *= path[j].accepted[sequence[j]]
     all_scales = product_of(scales, one)
     left += reach * rows.p[tuple(sequence[:depth])][sequence[depth]] * all_scales
@@ -228,7 +230,9 @@ def selection_first_token_law(p_row: Row, q_row: Row, region: Region, admitted: 
     for token in range(len(p_row)):
         mass = skipped * p_row[token]
         for x in admitted:
-            mass += kernel.rejected[x] * kernel.excess[token] / kernel.scale + (kernel.accepted[x] if x == token else zero)
+            mass += kernel.rejected[x] * kernel.excess[token] / kernel.scale + (
+                kernel.accepted[x] if x == token else zero
+            )
         law.append(mass)
     return law
 

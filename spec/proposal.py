@@ -134,8 +134,9 @@ def check_shapes(inp: ProposalInput) -> None:
 
 
 @defines("R05", "R06", "R07")
-def proposal_row(logits: Sequence[int], bias: Sequence[int], temperature_bits: int,
-                 support: SupportPolicy) -> tuple[QRow, Fraction, Fraction, Fraction | None, bool]:
+def proposal_row(
+    logits: Sequence[int], bias: Sequence[int], temperature_bits: int, support: SupportPolicy
+) -> tuple[QRow, Fraction, Fraction, Fraction | None, bool]:
     """The q row of one position from its base logits and Markov bias:
     ``(q, tie_gap, exp_margin_ulp, selection_gap, fp64_may_differ)``.
 
@@ -166,8 +167,9 @@ def proposal_chain(inp: ProposalInput) -> ProposalResult:
     rows = []
     for i, logits in enumerate(inp.base_logits, start=1):
         bias = markov_bias_f32(previous, inp.markov_left, inp.markov_right)
-        q, tie_gap, exp_margin, selection_gap, may_differ = proposal_row(logits, bias, inp.temperature_bits,
-                                                                         inp.support)
+        q, tie_gap, exp_margin, selection_gap, may_differ = proposal_row(
+            logits, bias, inp.temperature_bits, inp.support
+        )
         key = proposal_key(inp.identity, i)
         u24 = proposal_draw(key)
         token = sample_qrow(q, u24)
@@ -190,7 +192,9 @@ def proposal_batch(inputs: Sequence[ProposalInput]) -> list[ProposalResult]:
     for inp in inputs[1:]:
         if len(inp.base_logits) != len(first.base_logits):
             raise refuse("BAD_SHAPE", "a batch has one fixed depth (R27, R35)")
-        if inp.support != first.support or (inp.markov_left, inp.markov_right) != (first.markov_left,
-                                                                                   first.markov_right):
+        if inp.support != first.support or (inp.markov_left, inp.markov_right) != (
+            first.markov_left,
+            first.markov_right,
+        ):
             raise refuse("BAD_SHAPE", "a batch has one draft model: one support policy and one Markov head")
     return [proposal_chain(inp) for inp in inputs]

@@ -162,4 +162,3 @@ def mass_draw_counts(masses: Sequence[Fraction]) -> list[int]:
         draws.append(upto - below)
         below = upto
     return draws
-

@@ -111,8 +111,10 @@ def check_shard_ranges(ranges: Sequence[ShardRange], vocab: int) -> None:
     expected_start = 0
     for s, shard in enumerate(ranges):
         if shard.start != expected_start or shard.end <= shard.start:
-            raise refuse("BAD_SHARD_RANGES", f"shard {s} is [{shard.start}, {shard.end}), must start at "
-                         f"{expected_start} and be nonempty")
+            raise refuse(
+                "BAD_SHARD_RANGES",
+                f"shard {s} is [{shard.start}, {shard.end}), must start at {expected_start} and be nonempty",
+            )
         expected_start = shard.end
     if expected_start != vocab:
         raise refuse("BAD_SHARD_RANGES", f"the shards cover 0..{expected_start - 1}, not 0..{vocab - 1}")
@@ -121,7 +123,7 @@ def check_shard_ranges(ranges: Sequence[ShardRange], vocab: int) -> None:
 @defines("R31")
 def split_row(row: Sequence, ranges: Sequence[ShardRange]) -> list[list]:
     """Each rank's slice of a full row: the entries of the tokens it owns."""
-    return [list(row[shard.start:shard.end]) for shard in ranges]
+    return [list(row[shard.start : shard.end]) for shard in ranges]
 
 
 @defines("R05", "R31")
@@ -462,8 +464,9 @@ class ShardedQ:
 
 
 @defines("R02", "R05", "R31")
-def sharded_weights_from_logits(logit_bits: Sequence[int], temperature_bits: int,
-                                ranges: Sequence[ShardRange]) -> tuple[list[list[int]], list[int], int]:
+def sharded_weights_from_logits(
+    logit_bits: Sequence[int], temperature_bits: int, ranges: Sequence[ShardRange]
+) -> tuple[list[list[int]], list[int], int]:
     """(each shard's FP32 weight bits, the local maxes, the global max): the two-phase
     normalization of R31 (all-reduce max, then local exps against the global max)."""
     partials = [shard_logit_partial(bits, temperature_bits) for bits in split_row(logit_bits, ranges)]
@@ -472,8 +475,13 @@ def sharded_weights_from_logits(logit_bits: Sequence[int], temperature_bits: int
 
 
 @defines("R07", "R30", "R31")
-def sharded_q(weights: Sequence[Sequence[Fraction]], ranges: Sequence[ShardRange], k: int | None,
-              logit_maxes: list[int] | None = None, global_max: int | None = None) -> ShardedQ:
+def sharded_q(
+    weights: Sequence[Sequence[Fraction]],
+    ranges: Sequence[ShardRange],
+    k: int | None,
+    logit_maxes: list[int] | None = None,
+    global_max: int | None = None,
+) -> ShardedQ:
     """The sharded proposal row of owned weights: dense (``k`` None) or global top-k (R30, R31).
 
     Dense: every rank's domain is its whole shard. Top-k: each rank offers its
@@ -494,8 +502,9 @@ def sharded_q(weights: Sequence[Sequence[Fraction]], ranges: Sequence[ShardRange
         support = [v for v, _ in merged]
         domains = [owned_support(merged, shard) for shard in ranges]
     allocation = allocate_sharded(domains)
-    return ShardedQ(list(ranges), [list(w) for w in weights], logit_maxes, global_max, shifted, candidates,
-                    support, allocation)
+    return ShardedQ(
+        list(ranges), [list(w) for w in weights], logit_maxes, global_max, shifted, candidates, support, allocation
+    )
 
 
 # --- sharded samplers (R32, R33) --------------------------------------------------------
@@ -529,8 +538,7 @@ def choose_shard_by_counts(count_masses: Sequence[int], u24: int) -> tuple[int, 
 
 
 @defines("R08", "R30", "R32")
-def sample_sharded_counts(shard_counts: Sequence[Sequence[int]], ranges: Sequence[ShardRange],
-                          u24: int) -> ShardedDraw:
+def sample_sharded_counts(shard_counts: Sequence[Sequence[int]], ranges: Sequence[ShardRange], u24: int) -> ShardedDraw:
     """The sharded exact proposal sampler (R32): one leader-owned draw ``u24``.
 
     The ranks all-gather their count masses; the draw chooses the shard by
@@ -609,8 +617,9 @@ def sample_sharded_scaled(scaled: Sequence[Sequence[int]], ranges: Sequence[Shar
 
 
 @defines("R11", "R33")
-def sample_sharded_mass(shard_masses: Sequence[Sequence[Fraction]], ranges: Sequence[ShardRange],
-                        u32: int) -> ShardedDraw:
+def sample_sharded_mass(
+    shard_masses: Sequence[Sequence[Fraction]], ranges: Sequence[ShardRange], u32: int
+) -> ShardedDraw:
     """The sharded mass-rule sampler (R33): global residual mass chooses the shard, the
     shard's local residual CDF the token.
 
@@ -631,11 +640,12 @@ def kernel_oracles() -> list[tuple[str, tuple[Callable, ...]]]:
     CPU oracle: a kernel is qualified against them (and against the small-vocabulary sharding
     emulator) before it enters a CUDA graph."""
     return [
-        ("global logsumexp and counts", (global_logit_max, shard_weights_from_logits, all_reduce_sum,
-                                         allocate_sharded)),
+        (
+            "global logsumexp and counts",
+            (global_logit_max, shard_weights_from_logits, all_reduce_sum, allocate_sharded),
+        ),
         ("global top-k merge", (local_top_k, merge_top_k)),
         ("integer categorical proposal", (choose_shard_by_counts, sample_sharded_counts)),
         ("sparse q lookup by global ID", (owned_support, ShardedQ.shard_counts)),
-        ("full-target residual mass and sampling", (shard_target_probabilities, shard_residual,
-                                                    sample_sharded_mass)),
+        ("full-target residual mass and sampling", (shard_target_probabilities, shard_residual, sample_sharded_mass)),
     ]

@@ -117,7 +117,9 @@ class SizeParams:
     link_bits_per_second: Fraction = Fraction(TABLE_LINK_BITS_PER_SECOND)
 
     @classmethod
-    def with_defaults(cls, vocab=None, depth=None, requests=None, ks=(), shards=None, slots=None, link_gbps=None) -> "SizeParams":
+    def with_defaults(
+        cls, vocab=None, depth=None, requests=None, ks=(), shards=None, slots=None, link_gbps=None
+    ) -> "SizeParams":
         """Parameters from optional overrides (None or empty keeps the design's value)."""
         base = cls()
         return cls(
@@ -156,7 +158,9 @@ class SizeTable:
 def _row(layout: str, request: int, params: SizeParams, per_rank: bool = False) -> SizeRow:
     batch = batch_bytes(request, params.requests)
     rate = params.link_bits_per_second
-    return SizeRow(layout, request, batch, serialization_seconds(request, rate), serialization_seconds(batch, rate), per_rank)
+    return SizeRow(
+        layout, request, batch, serialization_seconds(request, rate), serialization_seconds(batch, rate), per_rank
+    )
 
 
 def size_table(params: SizeParams) -> SizeTable:

@@ -23,12 +23,12 @@ from math import ceil
 from typing import Sequence
 
 from qconform.spec.arms import Arm, check_depth
-from qconform.spec.constants import MAX_REQUESTS, M, U32_BITS
+from qconform.spec.constants import MAX_REQUESTS, U32_BITS, M
 from qconform.spec.errors import refuse
 from qconform.spec.qrow import QRow
 from qconform.spec.rng_abi import (
-    DrawKey,
     Domain,
+    DrawKey,
     RngIdentity,
     accept_key,
     correction_key,

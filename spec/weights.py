@@ -48,7 +48,6 @@ from qconform.spec.floats import (
 )
 from qconform.spec.rules import defines
 
-
 #: Refusal codes of a weight row, in priority order.
 WEIGHT_REFUSALS: tuple[str, ...] = ("NAN_WEIGHT", "POS_INF_WEIGHT", "NEGATIVE_WEIGHT")
 
@@ -220,12 +219,17 @@ def all_masked_detail(logit_bits: Sequence[int], bias_bits: Sequence[int] | None
     became -inf in the stated FP32 order (``f32(logit + bias)`` or ``f32(z / T)``
     overflowed), so that a refusal of a row whose exact softmax exists says why."""
     biases = repeat(0) if bias_bits is None else bias_bits
-    finite = sum(1 for bits, bias in zip(logit_bits, biases)
-                 if not isinstance(decode_f32(bits), Special) and not isinstance(decode_f32(bias), Special))
+    finite = sum(
+        1
+        for bits, bias in zip(logit_bits, biases)
+        if not isinstance(decode_f32(bits), Special) and not isinstance(decode_f32(bias), Special)
+    )
     if finite == 0:
         return f"all {len(scaled)} logits are masked with -inf"
-    return (f"{finite} of {len(scaled)} logits are finite but s_v = f32(f32(logit_v + bias_v) / T) overflowed "
-            "to -inf; their exact softmax exists, the stated FP32 order masks them")
+    return (
+        f"{finite} of {len(scaled)} logits are finite but s_v = f32(f32(logit_v + bias_v) / T) overflowed "
+        "to -inf; their exact softmax exists, the stated FP32 order masks them"
+    )
 
 
 @defines("R02", "R05")

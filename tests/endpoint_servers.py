@@ -62,13 +62,23 @@ def f32_bits(tensor) -> list:
     return tensor.numpy().astype("<f4").view("<u4").tolist()
 
 
-def spec_round(model: DraftModel, target: TargetModel, record: RoundRecord,
-               support: SupportPolicy) -> tuple[ProposalResult, RoundResult]:
+def spec_round(
+    model: DraftModel, target: TargetModel, record: RoundRecord, support: SupportPolicy
+) -> tuple[ProposalResult, RoundResult]:
     """The spec's proposal chain and verification of the round ``record`` names (its key and prefix)."""
     identity = RngIdentity(record.seed, record.generation, record.round, record.anchor)
     previous = model.last_token if record.draft_previous is None else record.draft_previous
-    chain = proposal_chain(ProposalInput(f32_bits(model.base_logits), f32_bits(model.left), f32_bits(model.right),
-                                         previous, ONE_F32, support, identity))
+    chain = proposal_chain(
+        ProposalInput(
+            f32_bits(model.base_logits),
+            f32_bits(model.left),
+            f32_bits(model.right),
+            previous,
+            ONE_F32,
+            support,
+            identity,
+        )
+    )
     p_rows = target_rows_from_f32(f32_bits(target.weights))
     verdict = verify_round(RoundInput(identity, chain.tokens, [row.q for row in chain.rows], p_rows))
     return chain, verdict

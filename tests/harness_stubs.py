@@ -86,8 +86,13 @@ class ScriptedAdapter:
     test monkeypatches ``qconform.harness.run.plugin.open_client`` with it.
     """
 
-    def __init__(self, cases: Sequence[dict], overrides: dict | None = None, families: Sequence[str] = (),
-                 start_error: str | None = None) -> None:
+    def __init__(
+        self,
+        cases: Sequence[dict],
+        overrides: dict | None = None,
+        families: Sequence[str] = (),
+        start_error: str | None = None,
+    ) -> None:
         self.ids = {canonical_json(c["input"]): c["id"] for c in cases}
         self.perfect = oracle(cases)
         self.overrides = overrides or {}
@@ -113,8 +118,10 @@ def corpus_cases(root: Path) -> list[dict]:
     """The cases of the corpus under ``root`` as case objects (validated on the way)."""
     from qconform.generators.validation import iter_cases
 
-    return [dict(id=c.id, family=c.family, result=c.result, flags=list(c.flags), input=c.input, expected=c.expected)
-            for c in iter_cases(root)]
+    return [
+        dict(id=c.id, family=c.family, result=c.result, flags=list(c.flags), input=c.input, expected=c.expected)
+        for c in iter_cases(root)
+    ]
 
 
 def small_corpus(root: Path, families: Sequence[str] = ("rng_abi",)) -> Path:

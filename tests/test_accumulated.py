@@ -17,16 +17,20 @@ from qconform.generators.accumulated import FAMILIES, AccumulatedError, record_o
 from qconform.generators.accumulated_engine import engine_hash, engine_records
 from qconform.generators.corpus import default_vectors_dir
 from qconform.generators.registry import load_family
-from qconform.harness.run.accumulate import accumulate, load_expected
 from qconform.harness.adapter import AdapterError
+from qconform.harness.run.accumulate import accumulate, load_expected
 from qconform.spec import sampling
 from qconform.spec.philox import KNOWN_ANSWERS, philox4x32
 
 pytestmark = pytest.mark.rules("R06", "R08", "R11", "R22", "R23")
 
 #: stream cases per family of the differential test: 10^5 in all, weighted by the spec's speed
-DIFFERENTIAL = {"rng_abi": 40_000, "categorical_sampling": 36_000, "allocation_dense": 14_000,
-                "verification_round": 10_000}
+DIFFERENTIAL = {
+    "rng_abi": 40_000,
+    "categorical_sampling": 36_000,
+    "allocation_dense": 14_000,
+    "verification_round": 10_000,
+}
 
 
 def spec_records(family: str, start: int, stop: int) -> np.ndarray:
@@ -53,8 +57,9 @@ def test_philox_lanes_are_the_spec_philox():
     words = rng.integers(0, 1 << 32, size=(6, 200), dtype=np.uint64)
     lanes = accumulated.philox_lanes(*words)
     for n in range(200):
-        assert tuple(int(w[n]) for w in lanes) == philox4x32(tuple(int(w) for w in words[:4, n]),
-                                                             tuple(int(w) for w in words[4:, n]))
+        assert tuple(int(w[n]) for w in lanes) == philox4x32(
+            tuple(int(w) for w in words[:4, n]), tuple(int(w) for w in words[4:, n])
+        )
 
 
 @pytest.mark.parametrize("family", sorted(DIFFERENTIAL))
@@ -83,8 +88,10 @@ def test_boundary_mutant_is_killed_by_the_stream_alone(monkeypatch):
     from qconform.generators import drift
 
     monkeypatch.setattr(sampling, "first_above", boundary_ge)
-    assert first_difference(engine_records("verification_round", 0, 1000),
-                            spec_records("verification_round", 0, 1000)) == 520
+    assert (
+        first_difference(engine_records("verification_round", 0, 1000), spec_records("verification_round", 0, 1000))
+        == 520
+    )
     drifted = drift.check(default_vectors_dir(), [load_family("verification_round")]).drifts
     assert drifted and all("draw_boundaries" in d.what or d.what == "index.json" for d in drifted)
 
@@ -104,10 +111,13 @@ def engine_bug_tie_highest(batch):
     return np.ascontiguousarray(EXACT_ALLOCATION(flipped)[:, ::-1])
 
 
-@pytest.mark.parametrize("family, target, bug", [
-    ("verification_round", "first_above", engine_bug_first_above),
-    ("allocation_dense", "allocation_records", engine_bug_tie_highest),
-])
+@pytest.mark.parametrize(
+    "family, target, bug",
+    [
+        ("verification_round", "first_above", engine_bug_first_above),
+        ("allocation_dense", "allocation_records", engine_bug_tie_highest),
+    ],
+)
 def test_differential_kills_engine_bugs(monkeypatch, family, target, bug):
     """The differential test fails when the engine has a seeded bug."""
     monkeypatch.setattr(accumulated_engine, target, bug)
@@ -135,13 +145,16 @@ def test_inputs_are_valid_family_inputs():
     assert wide.fields["seed"][0] != wide.fields["seed"][1]
 
 
-@pytest.mark.parametrize("answer, why", [
-    ({"error": "WRONG_TOTAL_MASS"}, "refused"),
-    ({"tokens": [0, 1, 2]}, "needs 4 tokens"),
-    ({"tokens": [0, 1, 2, -1]}, "u32 words"),
-    ({"tokens": "0123"}, "not a list"),
-    ({"tokens": [0, 1, 2, True]}, "not an integer"),
-])
+@pytest.mark.parametrize(
+    "answer, why",
+    [
+        ({"error": "WRONG_TOTAL_MASS"}, "refused"),
+        ({"tokens": [0, 1, 2]}, "needs 4 tokens"),
+        ({"tokens": [0, 1, 2, -1]}, "u32 words"),
+        ({"tokens": "0123"}, "not a list"),
+        ({"tokens": [0, 1, 2, True]}, "not an integer"),
+    ],
+)
 def test_malformed_answers_have_no_record(answer, why):
     fam = FAMILIES["categorical_sampling"]
     inp = fam.case_input(fam.arrays(0, 1), 0)
@@ -191,6 +204,7 @@ def threaded_ranks(world: int) -> list:
 
 def test_shards_combine_independently_of_the_world_size():
     """Every rank of any world size reports the same hash and the same first divergence."""
+
     def broken(family, inputs):
         outcomes = reference_run_batch(family, inputs)
         return [AdapterError("boom") if inp["position"] % 97 == 0 else out for inp, out in zip(inputs, outcomes)]
@@ -200,8 +214,9 @@ def test_shards_combine_independently_of_the_world_size():
         results: list = [None] * world
 
         def run(rank, ranks):
-            results[rank] = accumulate(broken, "rng_abi", 2500, {"families": {}}, batch=300, ranks=ranks,
-                                       shard_cases=400)
+            results[rank] = accumulate(
+                broken, "rng_abi", 2500, {"families": {}}, batch=300, ranks=ranks, shard_cases=400
+            )
 
         threads = [threading.Thread(target=run, args=(r, ranks)) for r, ranks in enumerate(threaded_ranks(world))]
         for t in threads:
@@ -218,8 +233,20 @@ def test_cli_passes_torch_and_prints_a_bisected_vector_for_a_mutant(tmp_path):
     assert ok.exit_code == 0, ok.output
     assert "PASS" in ok.output
     out = tmp_path / "vector.json"
-    bad = runner.invoke(cli, ["accumulate", "--adapter", "torch-mutant:cumulative-ge", "--family",
-                              "categorical_sampling", "--count", "2000", "--vector-out", str(out)])
+    bad = runner.invoke(
+        cli,
+        [
+            "accumulate",
+            "--adapter",
+            "torch-mutant:cumulative-ge",
+            "--family",
+            "categorical_sampling",
+            "--count",
+            "2000",
+            "--vector-out",
+            str(out),
+        ],
+    )
     assert bad.exit_code == 1, bad.output
     assert "first divergent case: 0" in bad.output and "--record" in bad.output
     vector = json.loads(out.read_text())
@@ -229,17 +256,21 @@ def test_cli_passes_torch_and_prints_a_bisected_vector_for_a_mutant(tmp_path):
 def test_cli_excuses_declared_precision():
     """The torch candidate's FP64 allocation breaks exact ties of different weights its own way:
     each such case is `precision` under its declared profile, so the run is not a failure."""
-    result = CliRunner().invoke(cli, ["accumulate", "--adapter", "torch", "--family", "allocation_dense",
-                                      "--count", "2000"])
+    result = CliRunner().invoke(
+        cli, ["accumulate", "--adapter", "torch", "--family", "allocation_dense", "--count", "2000"]
+    )
     assert result.exit_code == 0, result.output
     assert "PRECISION" in result.output and "excused" in result.output
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--family", "wire_frames"], "Invalid value for '--family'"),
-    (["--family", "rng_abi", "--adapter", "no-such-adapter"], "no-such-adapter"),
-    (["--family", "rng_abi", "--count", "0"], "--count"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--family", "wire_frames"], "Invalid value for '--family'"),
+        (["--family", "rng_abi", "--adapter", "no-such-adapter"], "no-such-adapter"),
+        (["--family", "rng_abi", "--count", "0"], "--count"),
+    ],
+)
 def test_cli_usage_errors(args, message):
     result = CliRunner().invoke(cli, ["accumulate", *args])
     assert result.exit_code == 2 and message in result.output
@@ -262,14 +293,14 @@ def test_every_committed_hash_is_well_formed():
     assert data["streamKey"] == [f"0x{w:08x}" for w in accumulated.STREAM_KEY]
 
 
-@pytest.mark.parametrize("family, count", [("rng_abi", 300), ("categorical_sampling", 120),
-                                           ("verification_round", 40)])
+@pytest.mark.parametrize("family, count", [("rng_abi", 300), ("categorical_sampling", 120), ("verification_round", 40)])
 def test_triton_candidate_passes_a_short_stream(family, count):
     """The Triton candidate (its interpreter on CPU, a few cases a second: bench/RESULTS.md) on a
     short stream; the 10^6 and 10^8 runs belong to a GPU (bench/gpu_check.py --accumulated)."""
     pytest.importorskip("triton")
-    result = CliRunner().invoke(cli, ["accumulate", "--adapter", "triton", "--family", family,
-                                      "--count", str(count), "--batch", "64"])
+    result = CliRunner().invoke(
+        cli, ["accumulate", "--adapter", "triton", "--family", family, "--count", str(count), "--batch", "64"]
+    )
     assert result.exit_code == 0 and "PASS" in result.output, result.output
 
 

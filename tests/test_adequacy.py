@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+
+from qconform.cli import cli
 from qconform.generators.adequacy import analysis, equivalents, imports, oracle, runner
 from qconform.generators.adequacy.analysis import MutantReport
 from qconform.generators.adequacy.mutate import Site, mutated_tree, sites
-
-from qconform.cli import cli
 
 SOURCE = '''
 """A docstring: nothing here is mutated 1 < 2."""
@@ -62,26 +62,33 @@ def test_sites_cover_every_operator_and_skip_what_holds_no_behaviour(tmp_path: P
     found = {site.id for site in sites("toy", write_module(tmp_path))}
     assert found == {
         "toy:<module>:LShift->RShift:1 << 4",
-        "toy:<module>:int+1:1 << 4", "toy:<module>:int-1:1 << 4",
-        "toy:<module>:int+1:1 << 4#1", "toy:<module>:int-1:1 << 4#1",
-        "toy:pick:int+1:u=3", "toy:pick:int-1:u=3",
-        "toy:pick:int+1:total = 0", "toy:pick:int-1:total = 0",
+        "toy:<module>:int+1:1 << 4",
+        "toy:<module>:int-1:1 << 4",
+        "toy:<module>:int+1:1 << 4#1",
+        "toy:<module>:int-1:1 << 4#1",
+        "toy:pick:int+1:u=3",
+        "toy:pick:int-1:u=3",
+        "toy:pick:int+1:total = 0",
+        "toy:pick:int-1:total = 0",
         "toy:pick:Add->Sub:total += count",
         "toy:pick:Gt->GtE:total > u",
         "toy:pick:Is->IsNot:u is None",
         "toy:pick:In->NotIn:u in counts",
         "toy:pick:drop-raise:raise refuse('WRONG_TOTAL_MASS', f'{u + 1} past the total')",
-        "toy:Box.size:min->max:min(a, b)", "toy:Box.size:max->min:max(a, b)",
+        "toy:Box.size:min->max:min(a, b)",
+        "toy:Box.size:max->min:max(a, b)",
         "toy:Box.size:Sub->Add:min(a, b) * 2 - max(a, b) // 3",
         "toy:Box.size:Mult->FloorDiv:min(a, b) * 2",
-        "toy:Box.size:int+1:min(a, b) * 2", "toy:Box.size:int-1:min(a, b) * 2",
+        "toy:Box.size:int+1:min(a, b) * 2",
+        "toy:Box.size:int-1:min(a, b) * 2",
         "toy:Box.size:FloorDiv->Mult:max(a, b) // 3",
-        "toy:Box.size:int+1:max(a, b) // 3", "toy:Box.size:int-1:max(a, b) // 3",
+        "toy:Box.size:int+1:max(a, b) // 3",
+        "toy:Box.size:int-1:max(a, b) // 3",
     }  # no site in docstrings, annotations, the decorator, the assert, the f-string or raise AssertionError
 
 
 def run_toy(path: Path, site: Site, *args: object) -> object:
-    namespace: dict = {"defines": lambda *_: (lambda f: f), "refuse": ValueError}
+    namespace: dict = {"defines": lambda *_: lambda f: f, "refuse": ValueError}
     exec(compile(mutated_tree(path, site), str(path), "exec"), namespace)  # noqa: S102
     return namespace["pick"](*args)
 
@@ -104,7 +111,8 @@ def test_each_mutation_changes_the_code_it_names(tmp_path: Path) -> None:
 def test_ids_survive_unrelated_edits(tmp_path: Path) -> None:
     before = {site.id for site in sites("toy", write_module(tmp_path))}
     edited = SOURCE.replace("class Box:", "def helper(x):\n    return x\n\n\nclass Box:").replace(
-        '"""Another docstring."""', '"""Another docstring,\n    longer now."""')
+        '"""Another docstring."""', '"""Another docstring,\n    longer now."""'
+    )
     after = {site.id for site in sites("toy", write_module(tmp_path, edited))}
     assert after == before
 
@@ -123,8 +131,7 @@ def test_import_graph_selects_the_families_that_import_a_module() -> None:
 def test_the_boundary_mutant_drifts_on_the_draw_boundary_vectors() -> None:
     """Issue #11 §2: '>=' in the mass rule passed the whole corpus; the draw_boundaries group kills it."""
     (site,) = analysis.select(["sampling"], None, 0, frozenset({BOUNDARY_MUTANT}))
-    cases = analysis.committed_cases(Path(os.environ.get("QCONFORM_VECTORS", "") or _vectors()),
-                                     ["verification_round"])
+    cases = analysis.committed_cases(Path(os.environ.get("QCONFORM_VECTORS", "") or _vectors()), ["verification_round"])
     (result,) = runner.run([runner.Job(site, ("verification_round",), 300)], cases, 1)
     assert result.outcome.kind == oracle.DRIFT
     assert result.outcome.case == "verification_round/draw_boundaries/correction-on-boundary"
@@ -145,10 +152,13 @@ def _die(families, cases):  # a mutant that takes its interpreter down
     os._exit(3)
 
 
-@pytest.mark.parametrize(("patch", "kind", "detail"), [
-    (_sleep_forever, runner.TIMEOUT, "no answer within 1 s"),
-    (_die, oracle.CRASH, "worker died with exit code 3"),
-])
+@pytest.mark.parametrize(
+    ("patch", "kind", "detail"),
+    [
+        (_sleep_forever, runner.TIMEOUT, "no answer within 1 s"),
+        (_die, oracle.CRASH, "worker died with exit code 3"),
+    ],
+)
 def test_a_hanging_or_dying_worker_kills_the_mutant(monkeypatch, patch, kind, detail) -> None:
     monkeypatch.setattr(oracle, "solve_all", patch)
     started = time.monotonic()
@@ -164,22 +174,31 @@ def report(ident: str, status: str) -> MutantReport:
 
 def test_stale_equivalents_fail(tmp_path: Path) -> None:
     path = tmp_path / "eq.toml"
-    path.write_text(f'[[mutant]]\nid = "{BOUNDARY_MUTANT}"\nreason = "r"\n\n'
-                    '[[mutant]]\nid = "sampling:gone:Lt->LtE:a < b"\nreason = "r"\n', encoding="utf-8")
+    path.write_text(
+        f'[[mutant]]\nid = "{BOUNDARY_MUTANT}"\nreason = "r"\n\n'
+        '[[mutant]]\nid = "sampling:gone:Lt->LtE:a < b"\nreason = "r"\n',
+        encoding="utf-8",
+    )
     listed = equivalents.load(path)
     assert analysis.stale_entries(listed, [report(BOUNDARY_MUTANT, "survived")]) == [
-        ("sampling:gone:Lt->LtE:a < b", "no longer generated (the code under it changed)")]
+        ("sampling:gone:Lt->LtE:a < b", "no longer generated (the code under it changed)")
+    ]
     assert analysis.stale_entries(listed, [report(BOUNDARY_MUTANT, "killed-drift")])[0] == (
-        BOUNDARY_MUTANT, "now killed-drift: not equivalent")
+        BOUNDARY_MUTANT,
+        "now killed-drift: not equivalent",
+    )
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("[[mutant]]\nid = 'x'\n", "exactly the keys id and reason"),
-    ("[[mutant]]\nid = 'x'\nreason = ' '\n", "non-empty reason"),
-    ("[[mutant]]\nid = 'x'\nreason = 'r'\n[[mutant]]\nid = 'x'\nreason = 'r'\n", "listed twice"),
-    ("[other]\n", "unknown top-level key"),
-    ("[[mutant]\n", "eq.toml"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[[mutant]]\nid = 'x'\n", "exactly the keys id and reason"),
+        ("[[mutant]]\nid = 'x'\nreason = ' '\n", "non-empty reason"),
+        ("[[mutant]]\nid = 'x'\nreason = 'r'\n[[mutant]]\nid = 'x'\nreason = 'r'\n", "listed twice"),
+        ("[other]\n", "unknown top-level key"),
+        ("[[mutant]\n", "eq.toml"),
+    ],
+)
 def test_malformed_equivalents_are_one_line_errors(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "eq.toml"
     path.write_text(text, encoding="utf-8")
@@ -205,8 +224,9 @@ def test_usage_errors_are_one_line_with_exit_status_2(tmp_path: Path) -> None:
 
 def test_sample_is_deterministic() -> None:
     first = CliRunner().invoke(cli, ["adequacy", "--module", "sampling", "--sample", "5", "--seed", "3", "--list"])
-    again = CliRunner().invoke(cli, ["adequacy", "--module", "spec/sampling.py", "--sample", "5", "--seed", "3",
-                                     "--list"])
+    again = CliRunner().invoke(
+        cli, ["adequacy", "--module", "spec/sampling.py", "--sample", "5", "--seed", "3", "--list"]
+    )
     other = CliRunner().invoke(cli, ["adequacy", "--module", "sampling", "--sample", "5", "--seed", "4", "--list"])
     assert first.exit_code == 0 and first.output == again.output != other.output
     assert len(first.output.splitlines()) == 5
@@ -239,8 +259,9 @@ def test_a_listed_mutant_that_the_corpus_kills_fails_the_run(tmp_path: Path) -> 
     listed = tmp_path / "eq.toml"
     listed.write_text(f'[[mutant]]\nid = "{killed}"\nreason = "wrongly claimed equivalent"\n', encoding="utf-8")
     report = tmp_path / "report.json"
-    result = CliRunner().invoke(cli, ["adequacy", "--mutant", killed, "--equivalents", str(listed),
-                                      "--json", str(report)])
+    result = CliRunner().invoke(
+        cli, ["adequacy", "--mutant", killed, "--equivalents", str(listed), "--json", str(report)]
+    )
     assert result.exit_code == 1, result.output
     assert "stale equivalent" in result.output and "1 stale entr" in result.output
     data = json.loads(report.read_text())

@@ -44,8 +44,9 @@ def markov_scenarios(draw, max_depth: int = 2) -> Scenario:
     vocab = draw(st.integers(2, 3))
     depth = draw(st.integers(1, max_depth))
     keys = row_keys(vocab)
-    return markov_scenario("random", vocab, depth, {k: draw(q_rows(vocab)) for k in keys},
-                           {k: draw(p_rows(vocab)) for k in keys})
+    return markov_scenario(
+        "random", vocab, depth, {k: draw(q_rows(vocab)) for k in keys}, {k: draw(p_rows(vocab)) for k in keys}
+    )
 
 
 def product_law(scenario: Scenario, horizon: int) -> dict:
@@ -61,6 +62,7 @@ def product_law(scenario: Scenario, horizon: int) -> dict:
 
 
 # --- R35: the fixed-depth reference ---------------------------------------------------------------
+
 
 @pytest.mark.parametrize("vocab,depth", [(2, 0), (2, 1), (2, 2), (3, 1), (3, 2)])
 def test_fixed_depth_emits_the_target_law_exactly(vocab, depth):
@@ -108,16 +110,20 @@ def test_fixed_depth_refuses_a_negative_depth():
 
 # --- R36: sequential stopping rules ----------------------------------------------------------------
 
+
 def random_table(data, scenario: Scenario, measurable: bool) -> PolicyTable:
     """A decision table whose step i reads x_r: r <= i - 1 (measurable) or r >= i (premature)."""
     steps = []
     for step in range(1, scenario.max_depth + 1):
-        revealed = (data.draw(st.integers(0, step - 1)) if measurable
-                    else data.draw(st.integers(step, scenario.max_depth)))
+        revealed = (
+            data.draw(st.integers(0, step - 1)) if measurable else data.draw(st.integers(step, scenario.max_depth))
+        )
         reads = (f"x{revealed}",) if revealed else ()
         decisions = {
-            context: {",".join(map(str, prefix)): data.draw(st.sampled_from((ADMIT, STOP)))
-                      for prefix in product(range(scenario.vocab), repeat=revealed)}
+            context: {
+                ",".join(map(str, prefix)): data.draw(st.sampled_from((ADMIT, STOP)))
+                for prefix in product(range(scenario.vocab), repeat=revealed)
+            }
             for context in row_keys(scenario.vocab)
         }
         steps.append(TableStep(step, reads, decisions))
@@ -149,11 +155,22 @@ def x1_scenario() -> Scenario:
     return standard_scenarios(2, 3)[1]
 
 
-@pytest.mark.parametrize("name,step,flagged", [
-    ("x1", 1, True), ("x1", 2, False), ("x2", 2, True), ("x3", 2, True),
-    ("c1", 1, False), ("c2", 1, True), ("c2", 2, False), ("c3", 2, True),
-    ("t1", 1, True), ("t1", 2, False), ("t2", 2, True),
-])
+@pytest.mark.parametrize(
+    "name,step,flagged",
+    [
+        ("x1", 1, True),
+        ("x1", 2, False),
+        ("x2", 2, True),
+        ("x3", 2, True),
+        ("c1", 1, False),
+        ("c2", 1, True),
+        ("c2", 2, False),
+        ("c3", 2, True),
+        ("t1", 1, True),
+        ("t1", 2, False),
+        ("t2", 2, True),
+    ],
+)
 def test_premature_reads_are_those_that_encode_the_admitted_draft(name, step, flagged):
     """Before admitting i a policy may read x_1..x_(i-1), c_1..c_i (c_j encodes x_(j-1)), t_1..t_(i-1)."""
 
@@ -172,8 +189,8 @@ def test_reads_through_every_accessor_are_logged_with_their_step():
     def policy(view):
         if view.step == 1:
             assert len(view.drafts) == 3
-            view.drafts[-1]          # x3
-            view.drafts[0:2]         # x1, x2
+            view.drafts[-1]  # x3
+            view.drafts[0:2]  # x1, x2
             view.token_confidence(1)
             view.confidence(3)
             list(view.drafts)
@@ -181,7 +198,12 @@ def test_reads_through_every_accessor_are_logged_with_their_step():
 
     audit = audit_policy(policy, x1_scenario(), 1)
     assert [(p.step, p.name, p.encodes) for p in audit.peeks] == [
-        (1, "c3", 2), (1, "t1", 1), (1, "x1", 1), (1, "x2", 2), (1, "x3", 3)]
+        (1, "c3", 2),
+        (1, "t1", 1),
+        (1, "x1", 1),
+        (1, "x2", 2),
+        (1, "x3", 3),
+    ]
 
 
 def test_lazy_drafts_index_like_a_sequence():
@@ -244,8 +266,15 @@ def test_policies_see_history_load_and_prior_rounds():
         seen.add((view.history, view.load, tuple((r.depth, r.emitted) for r in view.prior_rounds)))
         return ADMIT if view.step == 1 else STOP
 
-    scenario = markov_scenario("h", 2, 1, {k: QRow.dense([M, 0]) for k in row_keys(2)},
-                               {k: [Fraction(1), Fraction(0)] for k in row_keys(2)}, history=(1,), load=3)
+    scenario = markov_scenario(
+        "h",
+        2,
+        1,
+        {k: QRow.dense([M, 0]) for k in row_keys(2)},
+        {k: [Fraction(1), Fraction(0)] for k in row_keys(2)},
+        history=(1,),
+        load=3,
+    )
     law = stream_law(scenario, policy, 3).law
     assert law == {(0, 0, 0): 1}
     assert seen == {((1,), 3, ()), ((1, 0, 0), 3, ((1, (0, 0)),))}

@@ -66,14 +66,17 @@ def test_dotted_module_names_work():
 
 
 @pytest.mark.rules()
-@pytest.mark.parametrize("target,fragments", [
-    ("no_such_module_xyz:policy", ("cannot import no_such_module_xyz", "ModuleNotFoundError")),
-    ("missing/file.py:policy", ("no policy file missing/file.py",)),
-    ("qconform.spec.admission:nothing_here", ("has no attribute 'nothing_here'",)),
-    ("qconform.spec.admission:ADMIT", ("is not callable", "str")),
-    ("justaname", ("expected MODULE:CALLABLE",)),
-    ("qconform.spec.admission:", ("expected MODULE:CALLABLE",)),
-])
+@pytest.mark.parametrize(
+    "target,fragments",
+    [
+        ("no_such_module_xyz:policy", ("cannot import no_such_module_xyz", "ModuleNotFoundError")),
+        ("missing/file.py:policy", ("no policy file missing/file.py",)),
+        ("qconform.spec.admission:nothing_here", ("has no attribute 'nothing_here'",)),
+        ("qconform.spec.admission:ADMIT", ("is not callable", "str")),
+        ("justaname", ("expected MODULE:CALLABLE",)),
+        ("qconform.spec.admission:", ("expected MODULE:CALLABLE",)),
+    ],
+)
 def test_bad_targets_are_one_line_errors(target, fragments):
     assert_one_line_error(audit(target), *fragments)
 

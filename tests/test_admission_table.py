@@ -95,17 +95,29 @@ def every_context(decision: dict) -> dict:
     return {key: dict(decision) for key in row_keys(2)}
 
 
-@pytest.mark.parametrize("table", [
-    PolicyTable((TableStep(1, (), every_context({"": ADMIT})), TableStep(2, (), every_context({"": ADMIT})))),
-    PolicyTable((TableStep(2, (), every_context({"": ADMIT})),)),
-    PolicyTable((TableStep(1, ("x2",), every_context({"0,0": ADMIT})),)),
-    PolicyTable((TableStep(1, ("z1",), every_context({"": ADMIT})),)),
-    PolicyTable((TableStep(1, (), every_context({"0": ADMIT})),)),
-    PolicyTable((TableStep(1, ("x1",), every_context({"2": ADMIT})),)),
-    PolicyTable((TableStep(1, (), every_context({"": "maybe"})),)),
-    PolicyTable((TableStep(1, (), {"7": {"": ADMIT}}),)),
-], ids=["past-depth", "misnumbered", "read-past-depth", "bad-read", "key-too-long", "token-out-of-range",
-        "bad-decision", "bad-context"])
+@pytest.mark.parametrize(
+    "table",
+    [
+        PolicyTable((TableStep(1, (), every_context({"": ADMIT})), TableStep(2, (), every_context({"": ADMIT})))),
+        PolicyTable((TableStep(2, (), every_context({"": ADMIT})),)),
+        PolicyTable((TableStep(1, ("x2",), every_context({"0,0": ADMIT})),)),
+        PolicyTable((TableStep(1, ("z1",), every_context({"": ADMIT})),)),
+        PolicyTable((TableStep(1, (), every_context({"0": ADMIT})),)),
+        PolicyTable((TableStep(1, ("x1",), every_context({"2": ADMIT})),)),
+        PolicyTable((TableStep(1, (), every_context({"": "maybe"})),)),
+        PolicyTable((TableStep(1, (), {"7": {"": ADMIT}}),)),
+    ],
+    ids=[
+        "past-depth",
+        "misnumbered",
+        "read-past-depth",
+        "bad-read",
+        "key-too-long",
+        "token-out-of-range",
+        "bad-decision",
+        "bad-context",
+    ],
+)
 def test_malformed_tables_are_refused(table):
     with pytest.raises(SpecError) as err:
         check_table(table, 2, 1)
@@ -120,8 +132,9 @@ def test_a_missing_decision_is_refused_only_when_reached():
     assert err.value.code == "BAD_POLICY"
     # over a draft row that never proposes token 1, the prefix "1" is never reached
     keys = row_keys(2)
-    never_one = markov_scenario("never-one", 2, 1, {k: QRow.dense([M, 0]) for k in keys},
-                                {k: [Fraction(1, 3), Fraction(2, 3)] for k in keys})
+    never_one = markov_scenario(
+        "never-one", 2, 1, {k: QRow.dense([M, 0]) for k in keys}, {k: [Fraction(1, 3), Fraction(2, 3)] for k in keys}
+    )
     assert audit_policy(table_policy(partial), never_one, 2).lossless
 
 

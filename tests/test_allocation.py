@@ -109,7 +109,11 @@ def test_tie_lower_id_wins_wherever_the_tie_sits():
 
 
 def test_refusals():
-    for weights, code in (([], "EMPTY_ROW"), ([Fraction(0)] * 3, "ZERO_MASS"), ([Fraction(1), Fraction(-1, 3)], "NEGATIVE_WEIGHT")):
+    for weights, code in (
+        ([], "EMPTY_ROW"),
+        ([Fraction(0)] * 3, "ZERO_MASS"),
+        ([Fraction(1), Fraction(-1, 3)], "NEGATIVE_WEIGHT"),
+    ):
         with pytest.raises(SpecError) as info:
             allocate_dense(weights)
         assert info.value.code == code
@@ -180,16 +184,30 @@ needs_numpy = pytest.mark.skipif(numpy is None, reason="numpy is not installed")
 
 
 #: Values that tie, quotas that are integers (powers of two), subnormals, -0.0 and the FP32 maximum.
-F32_PALETTE = [0, 0x80000000, 1, 3, 0x007FFFFF, 0x00800000, 0x3F800000, 0x40000000, 0x40400000, 0x3F000000,
-               0x3EAAAAAB, 0x33800000, 0x7F7FFFFF]
+F32_PALETTE = [
+    0,
+    0x80000000,
+    1,
+    3,
+    0x007FFFFF,
+    0x00800000,
+    0x3F800000,
+    0x40000000,
+    0x40400000,
+    0x3F000000,
+    0x3EAAAAAB,
+    0x33800000,
+    0x7F7FFFFF,
+]
 f32_patterns = st.one_of(
     st.sampled_from(F32_PALETTE),
     st.integers(0, 0x7F7FFFFF),
     st.integers(0x3E000000, 0x3F800000),  # [1/8, 1]: quotas of similar size
 )
 f32_rows = st.lists(f32_patterns, min_size=1, max_size=80).filter(lambda row: any(b & 0x7FFFFFFF for b in row))
-refused_rows = st.lists(st.one_of(f32_patterns, st.sampled_from([0x7F800000, 0xFF800000, 0x7FC00000, 0xBF800000])),
-                        max_size=8)
+refused_rows = st.lists(
+    st.one_of(f32_patterns, st.sampled_from([0x7F800000, 0xFF800000, 0x7FC00000, 0xBF800000])), max_size=8
+)
 
 
 def plain(bits: list[int]):

@@ -59,7 +59,8 @@ def both_fp64_kernels_give(bits: list[int], counts: list[int]) -> bool:
 
 f32_weights = st.lists(
     st.one_of(st.floats(min_value=0, max_value=1e6, width=32), st.just(0.0), st.integers(0, 9).map(float)),
-    min_size=1, max_size=50,
+    min_size=1,
+    max_size=50,
 ).filter(lambda ws: sum(ws) > 0)
 
 
@@ -138,7 +139,8 @@ def test_sparse_fp64_equals_exact_outside_the_bound(values, data):
 
 #: weights drawn from a few values, so that equal weights (and exact ties between them) are common
 few_valued_weights = st.lists(st.sampled_from([0.0, 0.25, 1.0, 3.0, 7.5]), min_size=1, max_size=40).filter(
-    lambda ws: sum(ws) > 0)
+    lambda ws: sum(ws) > 0
+)
 
 
 @given(st.one_of(f32_weights, few_valued_weights))
@@ -211,8 +213,10 @@ def documented_fp64_tie_gap(weights: list[Fraction], counts: list[int]) -> Fract
     if len(tied) > 1:
         return Fraction(0)
     (b,) = tied
-    return min(min((frac[v] for v in won if weights[v] != b), default=Fraction(1)) - high,
-               low - max((frac[v] for v in lost if weights[v] != b), default=Fraction(0)))
+    return min(
+        min((frac[v] for v in won if weights[v] != b), default=Fraction(1)) - high,
+        low - max((frac[v] for v in lost if weights[v] != b), default=Fraction(0)),
+    )
 
 
 @pytest.mark.rules("R06")

@@ -66,7 +66,7 @@ def imported_modules(source: str, module: str, is_package: bool) -> list[tuple[i
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
-                base = base[:len(base) - node.level + 1]
+                base = base[: len(base) - node.level + 1]
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
@@ -88,9 +88,11 @@ def allowed(folder: str, target: str) -> bool:
 
 def violations(folder: str, path: Path, source: str) -> list[str]:
     module = module_name(folder, path)
-    return [f"{path.relative_to(REPO)}:{line}: {folder}/ imports {target}"
-            for line, target in imported_modules(source, module, path.name == "__init__.py")
-            if not allowed(folder, target)]
+    return [
+        f"{path.relative_to(REPO)}:{line}: {folder}/ imports {target}"
+        for line, target in imported_modules(source, module, path.name == "__init__.py")
+        if not allowed(folder, target)
+    ]
 
 
 def test_folders_import_only_what_the_rule_allows():
@@ -103,15 +105,18 @@ def test_folders_import_only_what_the_rule_allows():
     assert problems == []
 
 
-@pytest.mark.parametrize(("folder", "relative", "source"), [
-    ("spec", "allocation.py", "from qconform.generators.encoding import decode_blob\n"),
-    ("generators", "corpus.py", "def f():\n    from qconform.harness.verdicts import Verdict\n"),
-    ("harness", "run/plugin.py", "from qconform.adapters.torch_adapter import TorchAdapter\n"),
-    ("harness", "stat/runner.py", "from qconform.cli.console import wide_console\n"),
-    ("harness", "judging/judge.py", "from qconform.adapters import reference\n"),
-    ("adapters", "faulty.py", "from qconform.harness.transport import host\n"),
-    ("adapters", "endpoint/server.py", "from ...harness.run import plugin\n"),
-])
+@pytest.mark.parametrize(
+    ("folder", "relative", "source"),
+    [
+        ("spec", "allocation.py", "from qconform.generators.encoding import decode_blob\n"),
+        ("generators", "corpus.py", "def f():\n    from qconform.harness.verdicts import Verdict\n"),
+        ("harness", "run/plugin.py", "from qconform.adapters.torch_adapter import TorchAdapter\n"),
+        ("harness", "stat/runner.py", "from qconform.cli.console import wide_console\n"),
+        ("harness", "judging/judge.py", "from qconform.adapters import reference\n"),
+        ("adapters", "faulty.py", "from qconform.harness.transport import host\n"),
+        ("adapters", "endpoint/server.py", "from ...harness.run import plugin\n"),
+    ],
+)
 def test_the_rule_catches_a_seeded_violation(folder, relative, source):
     assert violations(folder, REPO / folder / relative, source) != []
 
@@ -119,14 +124,26 @@ def test_the_rule_catches_a_seeded_violation(folder, relative, source):
 def test_the_rule_passes_the_contract_and_relative_imports():
     assert violations("adapters", REPO / "adapters/noop.py", "from qconform.harness.adapter import Adapter\n") == []
     assert violations("adapters", REPO / "adapters/endpoint/server.py", "from . import layout\n") == []
-    assert violations("harness", REPO / "harness/transport/client.py",
-                      "from qconform.adapters.catalog import available_adapters\n") == []
+    assert (
+        violations(
+            "harness",
+            REPO / "harness/transport/client.py",
+            "from qconform.adapters.catalog import available_adapters\n",
+        )
+        == []
+    )
 
 
 #: modules ``qconform run`` must not load: statistical mode, fuzzing, the endpoints
 NOT_FOR_RUN = (
-    "qconform.harness.stat", "qconform.harness.fuzz", "qconform.adapters.endpoint", "qconform.cli.stat",
-    "qconform.cli.fuzz", "qconform.cli.endpoint", "qconform.cli.mutants", "qconform.generators.fuzz_inputs",
+    "qconform.harness.stat",
+    "qconform.harness.fuzz",
+    "qconform.adapters.endpoint",
+    "qconform.cli.stat",
+    "qconform.cli.fuzz",
+    "qconform.cli.endpoint",
+    "qconform.cli.mutants",
+    "qconform.generators.fuzz_inputs",
     "qconform.spec.outcome_law",
 )
 

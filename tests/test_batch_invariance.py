@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 from harness_stubs import StubClient, adapter_config, family_cases
 
-from qconform.generators.registry import load_family
 from qconform.cli.batch_invariance import batch_invariance
+from qconform.generators.registry import load_family
 from qconform.harness.run.batch_invariance import (
     AnswerLog,
     Request,
@@ -28,7 +28,7 @@ SMALL = "verification_round/[!p]*"
 
 #: a reference adapter whose RNG is keyed by batch row (FlashInfer's bug class): every
 #: request draws under the batch's first seed plus its row, so row 0 is right and the rest wrong
-ROW_KEYED_SHIM = '''
+ROW_KEYED_SHIM = """
 import sys
 from qconform.adapters.reference import ReferenceAdapter
 from qconform.generators.families.verification_round import request_seed
@@ -52,7 +52,7 @@ def rekeyed(inp):
 
 proto_in, proto_out = claim_stdio()
 sys.exit(Host(RowKeyed()).serve(proto_in, proto_out))
-'''
+"""
 
 
 @pytest.fixture(scope="module")

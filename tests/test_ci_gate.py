@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+
 from qconform.generators.corpus import default_vectors_dir
 from qconform.generators.validation import load_index
 
@@ -37,11 +38,19 @@ def needs_gate_options():
 
 
 def gate(tmp_path: Path, **settings: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "QCONFORM_BIN": str(QCONFORM), "QCONFORM_ADAPTER": "torch",
-           "QCONFORM_CORPUS_ROOT": load_index(default_vectors_dir())["root"], "QCONFORM_REQUIRE": FAMILIES,
-           "QCONFORM_FAMILIES": FAMILIES, "QCONFORM_REPORTS": str(tmp_path / "reports"), **settings}
-    return subprocess.run(["bash", str(GATE)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
-                          check=False)
+    env = {
+        **os.environ,
+        "QCONFORM_BIN": str(QCONFORM),
+        "QCONFORM_ADAPTER": "torch",
+        "QCONFORM_CORPUS_ROOT": load_index(default_vectors_dir())["root"],
+        "QCONFORM_REQUIRE": FAMILIES,
+        "QCONFORM_FAMILIES": FAMILIES,
+        "QCONFORM_REPORTS": str(tmp_path / "reports"),
+        **settings,
+    }
+    return subprocess.run(
+        ["bash", str(GATE)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
 
 
 @pytest.mark.rules()
@@ -57,11 +66,15 @@ def test_the_gate_passes_the_torch_candidate_and_publishes_its_reports(tmp_path,
 
 
 @pytest.mark.rules()
-@pytest.mark.parametrize("settings, message", [
-    ({"QCONFORM_ADAPTER": "torch-mutant:cumulative-ge"}, "FAILED"),
-    ({"QCONFORM_CORPUS_ROOT": "0" * 64}, "root"),
-    ({"QCONFORM_REQUIRE": "rng_abi wire_frames", "QCONFORM_FAMILIES": "rng_abi wire_frames"}, "wire_frames"),
-], ids=["mutant", "corpus-root", "required-family"])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"QCONFORM_ADAPTER": "torch-mutant:cumulative-ge"}, "FAILED"),
+        ({"QCONFORM_CORPUS_ROOT": "0" * 64}, "root"),
+        ({"QCONFORM_REQUIRE": "rng_abi wire_frames", "QCONFORM_FAMILIES": "rng_abi wire_frames"}, "wire_frames"),
+    ],
+    ids=["mutant", "corpus-root", "required-family"],
+)
 def test_the_gate_fails(tmp_path, needs_gate_options, settings, message):
     pytest.importorskip("torch")
     done = gate(tmp_path, **settings)
@@ -85,7 +98,13 @@ def test_the_documented_workflow_is_the_example_file():
     doc = (REPO / "docs" / "ci.md").read_text()
     block = re.search(r"```yaml\n(.*?)```", doc, re.DOTALL)
     assert block and block.group(1) == WORKFLOW.read_text()
-    for setting in ("QCONFORM_VERSION", "QCONFORM_CORPUS_ROOT", "QCONFORM_REQUIRE", "QCONFORM_EXPECTATIONS",
-                    "QCONFORM_ADAPTER", "QCONFORM_BIN"):
+    for setting in (
+        "QCONFORM_VERSION",
+        "QCONFORM_CORPUS_ROOT",
+        "QCONFORM_REQUIRE",
+        "QCONFORM_EXPECTATIONS",
+        "QCONFORM_ADAPTER",
+        "QCONFORM_BIN",
+    ):
         assert setting in block.group(1) and setting in GATE.read_text()
     assert "examples/ci/gate.sh" in block.group(1) and "junit.xml" in block.group(1)

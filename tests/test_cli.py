@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+import vector_fakes
 from click.testing import CliRunner
 
-import vector_fakes
 from qconform.cli import cli
 from qconform.generators.corpus import serialize
 
@@ -64,6 +64,7 @@ def test_check_names_every_drifted_missing_and_orphan_case_and_file(corpus_dir):
         del rows[2]  # missing: dense_c
         rows.append(orphan)  # orphan
         obj["testGroups"][1]["tests"][0]["flags"] = ["TINY", "SKEW", "TIE"]  # keep every note used
+
     _edit(corpus_dir / "fake_alpha.json", drift_cases)
     _edit(corpus_dir / "schemas/fake_beta.schema.json", lambda s: s.update(description="edited"))
     (corpus_dir / "old_family.json").write_text("{}")
@@ -80,7 +81,9 @@ def test_check_names_every_drifted_missing_and_orphan_case_and_file(corpus_dir):
         "orphan   old_family.json",
     ]:  # a drifted case names its first differing field with both values (issue #12 §2)
         assert any(line == expected or (expected.endswith(" ") and line.startswith(expected)) for line in lines), (
-            expected, lines)
+            expected,
+            lines,
+        )
     # the index is what the generators would write, so it has not drifted
     assert len(lines) == 6, lines
     assert "6 drift(s)" in result.stderr
@@ -146,9 +149,7 @@ def test_malformed_committed_json_is_a_one_line_error(corpus_dir):
 def test_schema_violation_in_committed_file_names_the_json_path(corpus_dir):
     _edit(corpus_dir / "fake_alpha.json", lambda o: o["testGroups"][1]["tests"][0]["input"]["q"].update(extra=1))
     result = run("generate", "--out", str(corpus_dir), "--check")
-    assert_one_line_error(
-        result, 1, "fake_alpha.json: $.testGroups[1].tests[0].input.q: ", "('extra' was unexpected)"
-    )
+    assert_one_line_error(result, 1, "fake_alpha.json: $.testGroups[1].tests[0].input.q: ", "('extra' was unexpected)")
 
 
 def test_malformed_sibling_file_stops_a_partial_generation(corpus_dir):
@@ -178,17 +179,49 @@ def test_generator_bug_is_reported_without_traceback(tmp_path, monkeypatch):
 def test_sizes_command_prints_the_design_table():
     result = run("sizes")
     assert result.exit_code == 0, result.output
-    for text in ["2,585,600", "10,342,400", "640", "2,560", "1,280", "5,120", "10,240", "40,960",
-                 "1,292,800", "5,171,200", "0.517 ms", "2.068 ms", "0.259 ms", "20,684,800", "19.73 MiB",
-                 "2.586 MB", "10.342 MB", "1616/3125 ms", "6464/3125 ms", "808/3125 ms"]:
+    for text in [
+        "2,585,600",
+        "10,342,400",
+        "640",
+        "2,560",
+        "1,280",
+        "5,120",
+        "10,240",
+        "40,960",
+        "1,292,800",
+        "5,171,200",
+        "0.517 ms",
+        "2.068 ms",
+        "0.259 ms",
+        "20,684,800",
+        "19.73 MiB",
+        "2.586 MB",
+        "10.342 MB",
+        "1616/3125 ms",
+        "6464/3125 ms",
+        "808/3125 ms",
+    ]:
         assert text in result.stdout, text
     assert "R27 refuses" not in result.stdout
 
 
 @pytest.mark.rules("R26", "R27")
 def test_sizes_command_takes_overrides_and_flags_refused_shapes():
-    result = run("sizes", "--vocab", "1000", "--depth", "6", "--requests", "8", "--k", "8", "--shards", "4",
-                 "--link-gbps", "25/2")
+    result = run(
+        "sizes",
+        "--vocab",
+        "1000",
+        "--depth",
+        "6",
+        "--requests",
+        "8",
+        "--k",
+        "8",
+        "--shards",
+        "4",
+        "--link-gbps",
+        "25/2",
+    )
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "24,000" in out  # dense 4 * 1000 * 6

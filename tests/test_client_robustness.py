@@ -5,19 +5,19 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from importlib.metadata import EntryPoint
 import textwrap
 import time
+from importlib.metadata import EntryPoint
 
 import pytest
 
+from qconform.adapters import catalog as registry
+from qconform.adapters.catalog import FAULTY_MODES, UnknownAdapter, available_adapters, load_adapter
 from qconform.adapters.faulty import ECHO_FAMILY, affected
+from qconform.adapters.noop import NoopAdapter
 from qconform.generators.encoding import encode_blob
 from qconform.harness.adapter import AdapterError, Unimplemented
-from qconform.adapters.noop import NoopAdapter
-from qconform.adapters import catalog as registry
 from qconform.harness.transport.client import AdapterStartError, host_command, open_adapter
-from qconform.adapters.catalog import FAULTY_MODES, UnknownAdapter, available_adapters, load_adapter
 
 pytestmark = pytest.mark.rules()
 
@@ -35,12 +35,15 @@ def test_the_inputs_mix_affected_and_clean_cases():
     assert 2 <= sum(HIT) <= len(INPUTS) - 2
 
 
-@pytest.mark.parametrize("mode, fragment", [
-    ("raise", "adapter reported: RuntimeError: faulty adapter: deliberate failure"),
-    ("wrong_shape", "malformed output: blob at output.echo.counts holds 12 bytes; shape [4] of u32 needs 16"),
-    ("wrong_dtype", "malformed output: blob at output.echo.counts has unknown dtype 'f16'"),
-    ("nan", "adapter reported: output is not strict JSON"),
-])
+@pytest.mark.parametrize(
+    "mode, fragment",
+    [
+        ("raise", "adapter reported: RuntimeError: faulty adapter: deliberate failure"),
+        ("wrong_shape", "malformed output: blob at output.echo.counts holds 12 bytes; shape [4] of u32 needs 16"),
+        ("wrong_dtype", "malformed output: blob at output.echo.counts has unknown dtype 'f16'"),
+        ("nan", "adapter reported: output is not strict JSON"),
+    ],
+)
 def test_per_case_faults_become_errors_of_exactly_the_affected_cases(mode, fragment):
     with open_adapter(f"faulty:{mode}", timeout_s=30) as client:
         outcomes = client.run_batch(ECHO_FAMILY, INPUTS)
@@ -57,8 +60,10 @@ BATCH_FAULTS = {
     "exit": ("adapter exited with status 3 before answering", 1),
     "kill": ("adapter was killed by signal 9 (SIGKILL) before answering", 1),
     "garbage": ("protocol violation: reply is not JSON", 1),
-    "wrong_length": (f"adapter failed the whole request: run_batch returned {len(INPUTS) - 1} outcomes "
-                     f"for {len(INPUTS)} inputs", 0),
+    "wrong_length": (
+        f"adapter failed the whole request: run_batch returned {len(INPUTS) - 1} outcomes for {len(INPUTS)} inputs",
+        0,
+    ),
 }
 
 
@@ -153,7 +158,7 @@ def test_an_adapter_is_not_started_on_a_device_it_does_not_declare():
 
 # --- shims that break the protocol -----------------------------------------------------
 
-SHIM = textwrap.dedent('''
+SHIM = textwrap.dedent("""
     import json, sys
     behaviour = sys.argv[1]
     config = {"name": "bad", "protocol": 2 if behaviour == "protocol2" else 1,
@@ -189,7 +194,7 @@ SHIM = textwrap.dedent('''
             print(text, flush=True)
             continue
         print(json.dumps(reply), flush=True)
-''')
+""")
 
 
 @pytest.fixture(scope="module")
@@ -206,11 +211,14 @@ def shim(path, behaviour: str) -> str:
 THREE = [{"k": 0}, {"k": 1}, {"k": 2}]
 
 
-@pytest.mark.parametrize("behaviour, fragment, restarts", [
-    ("wrong_id", "protocol violation: reply id 102 does not match request id 2", 1),
-    ("noise", "protocol violation: reply is not JSON", 1),
-    ("count", "adapter answered 1 outputs for 3 inputs", 0),
-])
+@pytest.mark.parametrize(
+    "behaviour, fragment, restarts",
+    [
+        ("wrong_id", "protocol violation: reply id 102 does not match request id 2", 1),
+        ("noise", "protocol violation: reply is not JSON", 1),
+        ("count", "adapter answered 1 outputs for 3 inputs", 0),
+    ],
+)
 def test_replies_that_break_the_protocol_fail_the_request(shim_path, behaviour, fragment, restarts):
     with open_adapter(shim(shim_path, behaviour), timeout_s=30) as client:
         outcomes = client.run_batch("echo", THREE)
@@ -234,11 +242,14 @@ def test_a_nan_token_fails_only_its_case(shim_path):
     assert outcomes[1] == AdapterError("malformed output: output.echo.v is NaN, which JSON does not allow")
 
 
-@pytest.mark.parametrize("behaviour, fragment", [
-    ("protocol2", "config.protocol is 2; this harness speaks 1"),
-    ("config_error", "get_config answered status 'error': no GPU found"),
-    ("dies", "adapter exited with status 7 before answering request 1; stderr: shim: cannot open device"),
-])
+@pytest.mark.parametrize(
+    "behaviour, fragment",
+    [
+        ("protocol2", "config.protocol is 2; this harness speaks 1"),
+        ("config_error", "get_config answered status 'error': no GPU found"),
+        ("dies", "adapter exited with status 7 before answering request 1; stderr: shim: cannot open device"),
+    ],
+)
 def test_a_shim_that_cannot_start_raises_one_clear_error(shim_path, behaviour, fragment):
     with pytest.raises(AdapterStartError) as info:
         open_adapter(shim(shim_path, behaviour))

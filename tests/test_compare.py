@@ -17,8 +17,13 @@ from qconform.spec.allocation_fp64 import allocate_dense_fp64
 from qconform.spec.sampling import sample_sparse
 
 FAMILIES = available_families()
-PASS, FAIL, PRECISION, ERROR, UNSUPPORTED = (VerdictClass.PASS, VerdictClass.FAIL, VerdictClass.PRECISION,
-                                             VerdictClass.ERROR, VerdictClass.UNSUPPORTED)
+PASS, FAIL, PRECISION, ERROR, UNSUPPORTED = (
+    VerdictClass.PASS,
+    VerdictClass.FAIL,
+    VerdictClass.PRECISION,
+    VerdictClass.ERROR,
+    VerdictClass.UNSUPPORTED,
+)
 
 
 def first_case(family: str, result: str) -> dict:
@@ -105,8 +110,10 @@ def test_rationals_compare_as_fractions_not_text():
 def test_words_and_u64_compare_as_integers():
     assert first_difference(["0x0000000a"], ["0x0000000A"]) is None
     assert first_difference(["0x0000000a"], ["0x0000000b"]).path == "[0]"
-    assert first_difference({"seed": "18446744073709551615"}, {"seed": "18446744073709551614"}).got == \
-        "18446744073709551614"
+    assert (
+        first_difference({"seed": "18446744073709551615"}, {"seed": "18446744073709551614"}).got
+        == "18446744073709551614"
+    )
     with pytest.raises(Malformed):
         first_difference({"seed": "5"}, {"seed": 5})
 
@@ -116,8 +123,12 @@ def test_blobs_compare_decoded_values_at_the_first_index():
     want = encode_blob("u32", [1, 2, 3, 4, 5, 6], [2, 3])
     diff = first_difference({"c": want}, {"c": encode_blob("u32", [1, 2, 3, 4, 9, 6], [2, 3])})
     assert (diff.path, diff.expected, diff.got) == ("c[1,1]", "5", "9")
-    for bad in (encode_blob("i32", [1, 2, 3, 4, 5, 6], [2, 3]), encode_blob("u32", [1, 2, 3, 4, 5, 6], [6]),
-                {"dtype": "u32", "shape": [2, 3], "b64": "AAAA"}, "AQAAAA=="):
+    for bad in (
+        encode_blob("i32", [1, 2, 3, 4, 5, 6], [2, 3]),
+        encode_blob("u32", [1, 2, 3, 4, 5, 6], [6]),
+        {"dtype": "u32", "shape": [2, 3], "b64": "AAAA"},
+        "AQAAAA==",
+    ):
         with pytest.raises(Malformed):
             first_difference({"c": want}, {"c": bad})
 
@@ -153,8 +164,12 @@ def vr_case(first_decision: str, depth: int = 1) -> dict:
             continue
         request = case["expected"]["requests"][0]
         draw = request["draws"][0]
-        if (len(case["input"]["requests"][0]["draft_tokens"]) == depth and draw["decision"] == first_decision
-                and Fraction(draw["margin"]) > 0 and len(request["draws"]) == 2):
+        if (
+            len(case["input"]["requests"][0]["draft_tokens"]) == depth
+            and draw["decision"] == first_decision
+            and Fraction(draw["margin"]) > 0
+            and len(request["draws"]) == 2
+        ):
             return case
     pytest.skip(f"no depth-{depth} case starting with {first_decision}")
 
@@ -350,37 +365,50 @@ def test_an_fp64_refusal_of_an_overflowing_sum_is_precision_only_for_an_fp64_pro
 @pytest.mark.rules("R05", "R06")
 @pytest.mark.parametrize("family", [AD, AS])
 def test_an_exp_weight_one_ulp_off_is_precision_only_inside_the_exp_margin(family):
-    case = next((c for c in family_cases(family) if "logits" in c["input"]
-                 and Fraction(c["expected"]["exp_margin_ulp"]) > 0), None)
+    case = next(
+        (c for c in family_cases(family) if "logits" in c["input"] and Fraction(c["expected"]["exp_margin_ulp"]) > 0),
+        None,
+    )
     if case is None:
         pytest.skip(f"{family} has no logits case with a positive exp margin")
     margin = Fraction(case["expected"]["exp_margin_ulp"])
     weights, shape = decode_blob(case["expected"]["weights"])
     index = next(i for i, w in enumerate(weights) if w not in (0, 0x80000000))
-    one_ulp = dict(copy.deepcopy(case["expected"]),
-                   weights=encode_blob("f32", weights[:index] + [weights[index] + 1] + weights[index + 1:], shape))
+    one_ulp = dict(
+        copy.deepcopy(case["expected"]),
+        weights=encode_blob("f32", weights[:index] + [weights[index] + 1] + weights[index + 1 :], shape),
+    )
     inside = judge(case, one_ulp, adapter_config([family], exp_ulp=encode_rational(margin * 2)))
     assert inside.cls is PRECISION and inside.diff.path == f"weights[{index}]"
     assert judge(case, one_ulp, adapter_config([family], exp_ulp=encode_rational(margin))).cls is FAIL
     assert judge(case, one_ulp, adapter_config([family], fp64_allocation=True)).cls is FAIL
-    two_ulp = dict(one_ulp, weights=encode_blob("f32", weights[:index] + [weights[index] + 2] + weights[index + 1:],
-                                                shape))
+    two_ulp = dict(
+        one_ulp, weights=encode_blob("f32", weights[:index] + [weights[index] + 2] + weights[index + 1 :], shape)
+    )
     assert judge(case, two_ulp, adapter_config([family], exp_ulp=encode_rational(margin * 2))).cls is FAIL
 
 
 @needs_alloc
 @pytest.mark.rules("R07")
 def test_sparse_answers_are_compared_token_by_token():
-    case = next(c for c in family_cases(AS) if "weights" in c["input"] and len(decode_blob(c["expected"]["ids"])[0]) > 2)
+    case = next(
+        c for c in family_cases(AS) if "weights" in c["input"] and len(decode_blob(c["expected"]["ids"])[0]) > 2
+    )
     config = adapter_config([AS])
     expected = case["expected"]
     ids, counts = decode_blob(expected["ids"])[0], decode_blob(expected["counts"])[0]
-    swapped = dict(copy.deepcopy(expected), ids=encode_blob("i32", [ids[1], ids[0], *ids[2:]]),
-                   counts=encode_blob("u32", [counts[1], counts[0], *counts[2:]]))
+    swapped = dict(
+        copy.deepcopy(expected),
+        ids=encode_blob("i32", [ids[1], ids[0], *ids[2:]]),
+        counts=encode_blob("u32", [counts[1], counts[0], *counts[2:]]),
+    )
     verdict = judge(case, swapped, config)
     assert verdict.cls is FAIL and "not canonical" in verdict.message
-    with_zero = dict(copy.deepcopy(expected), ids=encode_blob("i32", [*ids, max(ids) + 1]) if max(ids) + 1 < 2**31
-                     else expected["ids"], counts=encode_blob("u32", [*counts, 0]))
+    with_zero = dict(
+        copy.deepcopy(expected),
+        ids=encode_blob("i32", [*ids, max(ids) + 1]) if max(ids) + 1 < 2**31 else expected["ids"],
+        counts=encode_blob("u32", [*counts, 0]),
+    )
     assert judge(case, with_zero, config).cls is FAIL
     lengths = dict(copy.deepcopy(expected), counts=encode_blob("u32", counts[:-1]))
     assert judge(case, lengths, config).cls is ERROR
@@ -459,7 +487,7 @@ def tie_order_reversed(case: dict, i: int) -> dict:
     vocab = decode_blob(case["input"]["base_logits"])[1][1]
     logit = {v: weights[i * vocab + v] for v in ids}
     for j, v in enumerate(ids):
-        later = [w for w in ids[j + 1:] if logit[w] == logit[v] and counts[ids.index(w)] == counts[j] - 1]
+        later = [w for w in ids[j + 1 :] if logit[w] == logit[v] and counts[ids.index(w)] == counts[j] - 1]
         if later:
             counts[j], counts[ids.index(later[-1])] = counts[j] - 1, counts[j]
             break

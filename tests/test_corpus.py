@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 import vector_fakes
+
 from qconform.generators import corpus, registry
 from qconform.generators.corpus import CorpusError, OutputError, generate, serialize
 from qconform.generators.registry import Case, Group
@@ -47,15 +47,22 @@ def test_generation_is_byte_identical_across_hash_seeds(tmp_path):
         env.pop("QCONFORM_FAKE_PRUNE", None)
         done = subprocess.run(
             [sys.executable, str(FAKES), "generate", "--out", str(out)],
-            env=env, capture_output=True, text=True, timeout=120,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert done.returncode == 0, done.stderr
         runs[seed] = _snapshot(out)
     generate(tmp_path / "inproc")
     assert runs["0"] == runs["12345"] == _snapshot(tmp_path / "inproc")
     assert set(runs["0"]) == {
-        "fake_alpha.json", "fake_beta.json", "index.json",
-        "schemas/fake_alpha.schema.json", "schemas/fake_beta.schema.json", "schemas/index.schema.json",
+        "fake_alpha.json",
+        "fake_beta.json",
+        "index.json",
+        "schemas/fake_alpha.schema.json",
+        "schemas/fake_beta.schema.json",
+        "schemas/index.schema.json",
     }
 
 
@@ -67,8 +74,11 @@ def test_file_layout_and_ids(tmp_path):
     assert obj["generator"] == "qconform.generators.families.fake_alpha"
     ids = [c["id"] for g in obj["testGroups"] for c in g["tests"]]
     assert ids == [
-        "fake_alpha/rows/dense_a", "fake_alpha/rows/dense_b", "fake_alpha/rows/dense_c",
-        "fake_alpha/mixed/sparse_k2", "fake_alpha/mixed/zero_mass",
+        "fake_alpha/rows/dense_a",
+        "fake_alpha/rows/dense_b",
+        "fake_alpha/rows/dense_c",
+        "fake_alpha/mixed/sparse_k2",
+        "fake_alpha/mixed/zero_mass",
     ]
     assert obj["numberOfTests"] == 5
     assert obj["notes"]["TIE"] == {"bugType": "EDGE_CASE", "description": "an exact tie"}
@@ -157,8 +167,17 @@ def _alpha_with(**changes):
         (_alpha_with(case={"expected": {"error": "ZERO_MASS"}}), "a valid case must not expect an error"),
         (_alpha_with(case={"result": "acceptable", "flags": ()}), "an acceptable case needs flags"),
         (_alpha_with(case={"expected": {"token": 1, "mass": "2/4"}}), "not in lowest terms (1/2)"),
-        (_alpha_with(case={"input": {"q": {"representation": "dense", "counts": {"dtype": "u32", "shape": [2], "b64": "AAAAAA=="}}, "seed": "1"}}),
-         "blob holds 4 bytes, shape [2] of u32 needs 8"),
+        (
+            _alpha_with(
+                case={
+                    "input": {
+                        "q": {"representation": "dense", "counts": {"dtype": "u32", "shape": [2], "b64": "AAAAAA=="}},
+                        "seed": "1",
+                    }
+                }
+            ),
+            "blob holds 4 bytes, shape [2] of u32 needs 8",
+        ),
         (_alpha_with(case={"input": {"q": {}, "seed": "1"}}), "$.testGroups[0].tests[0].input.q"),
         (_alpha_with(input_schema={}), "schema $.$defs.input accepts unknown properties"),
     ],
@@ -171,7 +190,9 @@ def test_generated_files_that_fail_their_checks_are_refused(tmp_path, family, me
 
 
 def test_case_ids_must_be_unique_across_families():
-    with pytest.raises(CorpusError, match="duplicate id 'fake_alpha/rows/dense_a' in fake_alpha.json and fake_alpha.json"):
+    with pytest.raises(
+        CorpusError, match="duplicate id 'fake_alpha/rows/dense_a' in fake_alpha.json and fake_alpha.json"
+    ):
         corpus.build_families([ALPHA, dataclasses.replace(ALPHA)])
 
 
@@ -239,8 +260,13 @@ def test_real_corpus_is_byte_identical_across_hash_seeds(tmp_path, request):
     for seed in ("0", "12345"):
         out = tmp_path / seed
         env = {**os.environ, "PYTHONHASHSEED": seed}
-        done = subprocess.run([sys.executable, "-m", "qconform", "generate", "--out", str(out)],
-                              env=env, capture_output=True, text=True, timeout=1800)
+        done = subprocess.run(
+            [sys.executable, "-m", "qconform", "generate", "--out", str(out)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         assert done.returncode == 0, done.stderr
         runs.append(_snapshot(out))
     assert runs[0] == runs[1]
@@ -249,6 +275,7 @@ def test_real_corpus_is_byte_identical_across_hash_seeds(tmp_path, request):
 @pytest.mark.slow
 def test_committed_corpus_has_no_drift(request):
     _opt_in_slow(request)
-    done = subprocess.run([sys.executable, "-m", "qconform", "generate", "--check"],
-                          capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(
+        [sys.executable, "-m", "qconform", "generate", "--check"], capture_output=True, text=True, timeout=1800
+    )
     assert done.returncode == 0, done.stdout + done.stderr

@@ -20,8 +20,18 @@ from qconform.generators.accumulated_engine import engine_hash
 pytestmark = pytest.mark.rules("R11")
 
 HERE = Path(__file__).parent
-ACCUMULATE = ["--adapter", "reference", "--family", "verification_round", "--count", "900", "--shard-cases", "100",
-              "--batch", "50"]
+ACCUMULATE = [
+    "--adapter",
+    "reference",
+    "--family",
+    "verification_round",
+    "--count",
+    "900",
+    "--shard-cases",
+    "100",
+    "--batch",
+    "50",
+]
 
 
 def torchrun() -> str:
@@ -41,8 +51,22 @@ def single_rank(tmp_path: Path) -> tuple[str, dict]:
     acc = runner.invoke(cli, ["accumulate", *ACCUMULATE])
     assert acc.exit_code == 0, acc.output
     report = tmp_path / "stat-1.json"
-    stat = runner.invoke(cli, ["stat", "--adapter", "torch-native-rng", "--case", "verification_round/residual/*",
-                               "--samples", "3000", "--chunk", "1000", "--json", str(report)])
+    stat = runner.invoke(
+        cli,
+        [
+            "stat",
+            "--adapter",
+            "torch-native-rng",
+            "--case",
+            "verification_round/residual/*",
+            "--samples",
+            "3000",
+            "--chunk",
+            "1000",
+            "--json",
+            str(report),
+        ],
+    )
     assert stat.exit_code == 0, stat.output
     return re.search(r"^hash\s+([0-9a-f]{64})", acc.output, re.M).group(1), verdicts(report)
 
@@ -50,8 +74,20 @@ def single_rank(tmp_path: Path) -> tuple[str, dict]:
 def multi_rank(tmp_path: Path, world: int) -> tuple[str, dict]:
     report = tmp_path / f"stat-{world}.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([torchrun(), "--standalone", f"--nproc-per-node={world}", str(HERE / "torchrun_driver.py"),
-                           *ACCUMULATE, str(report)], capture_output=True, text=True, timeout=600, env=env)
+    done = subprocess.run(
+        [
+            torchrun(),
+            "--standalone",
+            f"--nproc-per-node={world}",
+            str(HERE / "torchrun_driver.py"),
+            *ACCUMULATE,
+            str(report),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert "exit codes [0, 0]" in done.stdout, done.stdout + done.stderr
     assert f"{world} rank(s)" in done.stdout
     return re.search(r"^hash\s+([0-9a-f]{64})", done.stdout, re.M).group(1), verdicts(report)

@@ -138,10 +138,18 @@ def test_q_equal_to_dyadic_p_has_no_deviation():
 def test_law_matches_sampled_rounds_of_the_verifier():
     """Draw N rounds with the ABI (drafts from their q rows by proposal draws) and compare with the law."""
     vocab, depth = 3, 2
-    q = {(): QRow.dense([M // 2, M // 4, M // 4]), (0,): QRow.dense([0, M // 2, M // 2]),
-         (1,): QRow.dense([3 * M // 4, M // 4, 0]), (2,): QRow.dense([M // 4, M // 4, M // 2])}
-    p = {(): [Fraction(1, 3), Fraction(1, 2), Fraction(1, 6)], (0,): [Fraction(1, 5), Fraction(2, 5), Fraction(2, 5)],
-         (1,): [Fraction(1, 7), Fraction(4, 7), Fraction(2, 7)], (2,): [Fraction(0), Fraction(1, 2), Fraction(1, 2)]}
+    q = {
+        (): QRow.dense([M // 2, M // 4, M // 4]),
+        (0,): QRow.dense([0, M // 2, M // 2]),
+        (1,): QRow.dense([3 * M // 4, M // 4, 0]),
+        (2,): QRow.dense([M // 4, M // 4, M // 2]),
+    }
+    p = {
+        (): [Fraction(1, 3), Fraction(1, 2), Fraction(1, 6)],
+        (0,): [Fraction(1, 5), Fraction(2, 5), Fraction(2, 5)],
+        (1,): [Fraction(1, 7), Fraction(4, 7), Fraction(2, 7)],
+        (2,): [Fraction(0), Fraction(1, 2), Fraction(1, 2)],
+    }
     p.update({pre: [Fraction(1, 6), Fraction(1, 3), Fraction(1, 2)] for pre in product(range(vocab), repeat=2)})
     law = round_law(vocab, depth, q, p)
     n = 2000
@@ -151,8 +159,9 @@ def test_law_matches_sampled_rounds_of_the_verifier():
         drafts: list[int] = []
         for i in range(1, depth + 1):
             drafts.append(sample_qrow(q[tuple(drafts)], proposal_draw(proposal_key(ident, i))))
-        result = verify_round(RoundInput(ident, drafts, [q[()], q[tuple(drafts[:1])]],
-                                         [p[()], p[tuple(drafts[:1])], p[tuple(drafts)]]))
+        result = verify_round(
+            RoundInput(ident, drafts, [q[()], q[tuple(drafts[:1])]], [p[()], p[tuple(drafts[:1])], p[tuple(drafts)]])
+        )
         seen[tuple(result.emitted)] += 1
     assert set(seen) <= set(law)
     for seq, prob in law.items():

@@ -33,8 +33,13 @@ class Process:
     """A child process whose stderr lines are collected on a thread (so every wait can be bounded)."""
 
     def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen([QCONFORM, "endpoint", *args], stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [QCONFORM, "endpoint", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.lines: queue.Queue = queue.Queue()
         self.seen: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -106,8 +111,22 @@ def test_worker_and_verifier_drive_rounds_then_stop(processes, request):
     pytest.importorskip("torch")
     worker = processes("worker", "--port", "0", "--vocab", "32", "--max-support", "8")
     port = int(worker.wait_for(LISTENING).group(1))
-    verifier = processes("verifier", "--port", "0", "--vocab", "32", "--max-support", "8", "--worker",
-                         f"127.0.0.1:{port}", "--rounds", "2", "--support-policy", "8", "--exit-after-rounds")
+    verifier = processes(
+        "verifier",
+        "--port",
+        "0",
+        "--vocab",
+        "32",
+        "--max-support",
+        "8",
+        "--worker",
+        f"127.0.0.1:{port}",
+        "--rounds",
+        "2",
+        "--support-policy",
+        "8",
+        "--exit-after-rounds",
+    )
     verifier.wait_for(re.compile(r"round 2 committed"))
     assert verifier.proc.wait(timeout=START_S) == 0
     assert worker.stop(signal.SIGTERM) == 0
@@ -121,7 +140,8 @@ def test_the_roles_that_sample_say_they_need_torch(monkeypatch):
     result = CliRunner().invoke(endpoint_group, ["worker", "--port", "0"])
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
-        "Error: the worker samples with the torch candidate; install it: pip install -e '.[torch]'"]
+        "Error: the worker samples with the torch candidate; install it: pip install -e '.[torch]'"
+    ]
     result = CliRunner().invoke(endpoint_group, ["verifier", "--port", "0", "--worker", "127.0.0.1:1"])
     assert result.exit_code == 2 and "the driving target (--worker) samples with the torch candidate" in result.output
 

@@ -162,8 +162,18 @@ def q_rows(draw, vocab: int = 40, max_support: int = 12):
 
 
 def step_message(policy: int) -> Message:
-    fields = {"session_id": DEV.session_id, "generation": 3, "round": 9, "anchor": 4100, "support_policy": policy,
-              "context_version": 2, "temperature": 0x3F800000, "slot": 1, "depth": 5, "prefix_digest": bytes(32)}
+    fields = {
+        "session_id": DEV.session_id,
+        "generation": 3,
+        "round": 9,
+        "anchor": 4100,
+        "support_policy": policy,
+        "context_version": 2,
+        "temperature": 0x3F800000,
+        "slot": 1,
+        "depth": 5,
+        "prefix_digest": bytes(32),
+    }
     return Message(layout.STEP, fields)
 
 
@@ -220,7 +230,7 @@ def test_allocation_is_zero_for_frames_refused_on_their_bounds():
 def test_decoder_header_checks_need_no_payload():
     decoder = Decoder()
     frame = encode_frame(replace(DEV, max_support=4))
-    start, length, limits, kind = decoder.header(memoryview(frame[:layout.HEADER_SIZE]), None)
+    start, length, limits, kind = decoder.header(memoryview(frame[: layout.HEADER_SIZE]), None)
     assert (start, length, kind) == (layout.HEADER_SIZE, len(frame) - layout.HEADER_SIZE, layout.HELLO)
     assert limits == (length, length)
     with pytest.raises(Refusal, match="BAD_MAGIC"):

@@ -17,13 +17,14 @@ import socket
 from dataclasses import replace
 
 import pytest
+from test_endpoint_cli import LISTENING, processes  # noqa: F401 - ``processes`` is a fixture
+
 from qconform.adapters.endpoint import control
 from qconform.generators.families.wire_frames import PROD
 from qconform.generators.families.wire_sessions import Script
 from qconform.harness.transport.tcp_adapter import EndpointLink
 from qconform.spec.wire.codec import completion_for, encode_frame
 from qconform.spec.wire.messages import Commit, Reset
-from test_endpoint_cli import LISTENING, processes  # noqa: F401 - ``processes`` is a fixture
 
 pytestmark = pytest.mark.rules("R12", "R22", "R24", "R25", "R28")
 

@@ -27,9 +27,9 @@ from qconform.adapters.endpoint.mutants import MUTANTS, EarlyConsumingReceiver  
 from qconform.adapters.endpoint.target import Target  # noqa: E402
 from qconform.adapters.endpoint.verifier import VerifierEndpoint  # noqa: E402
 from qconform.adapters.endpoint.worker import WorkerEndpoint  # noqa: E402
+from qconform.adapters.fault_proxy import COMPLETION, Fault, FaultProxy  # noqa: E402
 from qconform.generators.corpus import default_vectors_dir  # noqa: E402
 from qconform.harness.judging.judge import judge  # noqa: E402
-from qconform.adapters.fault_proxy import COMPLETION, Fault, FaultProxy  # noqa: E402
 from qconform.harness.transport.tcp_adapter import TcpAdapter  # noqa: E402
 
 pytestmark = pytest.mark.rules("R02", "R03", "R16", "R18", "R19", "R28")
@@ -40,18 +40,28 @@ FAMILIES = ("wire_frames", "wire_sessions")
 #: mutant -> cases that must fail (docs/endpoint.md, "Mutants")
 KILLED_BY = {
     "accepts-unsorted-support": ["wire_frames/reason_classes/unsorted_support-descending-pair"],
-    "renormalizes-q": ["wire_frames/reason_classes/wrong_total_mass-short-by-one",
-                       "wire_sessions/discard/corrupt-q-mass"],
-    "ignores-stale-generation": ["wire_sessions/stale_and_duplicate/step-stale-generation",
-                                 "wire_sessions/late_replies/late-after-reset"],
+    "renormalizes-q": [
+        "wire_frames/reason_classes/wrong_total_mass-short-by-one",
+        "wire_sessions/discard/corrupt-q-mass",
+    ],
+    "ignores-stale-generation": [
+        "wire_sessions/stale_and_duplicate/step-stale-generation",
+        "wire_sessions/late_replies/late-after-reset",
+    ],
     "consumes-before-completion": ["wire_sessions/consumption/commit-before-completion"],
-    "bounds-after-copy": ["wire_frames/reason_classes/unexpected_size-reply-length-2pow32-1",
-                          "wire_frames/reason_classes/unexpected_size-reply-above-max-reply-bytes"],
-    "recreates-dropped-slots": ["wire_sessions/key_reuse/reconnect-shrink-grow-old-key",
-                                "wire_sessions/key_reuse/shrink-then-grow"],
-    "discards-consumable": ["wire_sessions/consumable/differing-reply-retry",
-                            "wire_sessions/consumable/timeout-after-completion",
-                            "wire_sessions/consumable/corrupt-frame-other-slot"],
+    "bounds-after-copy": [
+        "wire_frames/reason_classes/unexpected_size-reply-length-2pow32-1",
+        "wire_frames/reason_classes/unexpected_size-reply-above-max-reply-bytes",
+    ],
+    "recreates-dropped-slots": [
+        "wire_sessions/key_reuse/reconnect-shrink-grow-old-key",
+        "wire_sessions/key_reuse/shrink-then-grow",
+    ],
+    "discards-consumable": [
+        "wire_sessions/consumable/differing-reply-retry",
+        "wire_sessions/consumable/timeout-after-completion",
+        "wire_sessions/consumable/corrupt-frame-other-slot",
+    ],
     "shares-the-link": ["wire_sessions/connections/stranger-bad-magic", "wire_sessions/connections/two-links"],
 }
 
@@ -126,8 +136,14 @@ def test_early_consumer_commits_a_round_whose_completion_never_came():
         model = DraftModel.random(32, seed=3)
         worker = WorkerEndpoint(config, model)
         proxy = FaultProxy("127.0.0.1", await worker.start(), [Fault("drop", 2, COMPLETION)])
-        target = Target(config, TargetModel.near(model), "127.0.0.1", await proxy.start(), watchdog_s=2.0,
-                        receiver_cls=EarlyConsumingReceiver)
+        target = Target(
+            config,
+            TargetModel.near(model),
+            "127.0.0.1",
+            await proxy.start(),
+            watchdog_s=2.0,
+            receiver_cls=EarlyConsumingReceiver,
+        )
         try:
             await asyncio.wait_for(target.run(3), 30)
         finally:

@@ -32,16 +32,16 @@ import torch  # noqa: E402
 from endpoint_servers import check_committed_round  # noqa: E402
 
 from qconform.adapters.endpoint import stream  # noqa: E402
-from qconform.harness import control
 from qconform.adapters.endpoint.codec import Decoder  # noqa: E402
 from qconform.adapters.endpoint.deployment import hello_config  # noqa: E402
 from qconform.adapters.endpoint.model import DraftModel, TargetModel  # noqa: E402
 from qconform.adapters.endpoint.target import Target, TargetError  # noqa: E402
 from qconform.adapters.endpoint.verifier import VerifierEndpoint  # noqa: E402
 from qconform.adapters.endpoint.worker import WorkerEndpoint  # noqa: E402
+from qconform.adapters.fault_proxy import Fault, FaultProxy  # noqa: E402
 from qconform.adapters.torch_candidate.philox import philox4x32_10  # noqa: E402
 from qconform.cli.endpoint import endpoint_group  # noqa: E402
-from qconform.adapters.fault_proxy import Fault, FaultProxy  # noqa: E402
+from qconform.harness import control
 from qconform.spec.proposal import SupportPolicy  # noqa: E402
 from qconform.spec.rng_abi import RngIdentity, uniform32_draw  # noqa: E402
 from qconform.spec.sampling import mass_draw  # noqa: E402
@@ -102,9 +102,26 @@ def run(slots: int | None, seed: int = SEED, faults: tuple[Fault, ...] = ()) -> 
 
 def trace(records) -> list[tuple]:
     """Everything a round decided, draw for draw (but its slot)."""
-    return [(r.generation, r.round, r.anchor, r.seed, r.previous, r.draft_previous, r.outcome, r.reason, r.tokens,
-             [row.counts.tolist() for row in r.rows], [None if row.ids is None else row.ids.tolist() for row in r.rows],
-             r.accepted, r.token, r.new_committed, r.draw) for r in records]
+    return [
+        (
+            r.generation,
+            r.round,
+            r.anchor,
+            r.seed,
+            r.previous,
+            r.draft_previous,
+            r.outcome,
+            r.reason,
+            r.tokens,
+            [row.counts.tolist() for row in r.rows],
+            [None if row.ids is None else row.ids.tolist() for row in r.rows],
+            r.accepted,
+            r.token,
+            r.new_committed,
+            r.draw,
+        )
+        for r in records
+    ]
 
 
 def expected_target_only(seed: int, generation: int, round_id: int, anchor: int, weights: torch.Tensor) -> tuple:
@@ -165,16 +182,18 @@ def test_a_discarded_round_is_target_only_on_that_slot_alone():
     assert len(target_only) == 1
     faulted = target_only[0]
     assert (faulted.round, faulted.reason, faulted.tokens, faulted.accepted) == (DROP.round, "MISSING_Q", [], None)
-    u32, token = expected_target_only(faulted.seed, faulted.generation, faulted.round, faulted.anchor,
-                                      faulted_run.target_model.weights[0])
+    u32, token = expected_target_only(
+        faulted.seed, faulted.generation, faulted.round, faulted.anchor, faulted_run.target_model.weights[0]
+    )
     assert (faulted.draw.domain, faulted.draw.position, faulted.draw.draw_counter) == (0x03, faulted.anchor, 1)
     assert (faulted.draw.u32, faulted.draw.token, faulted.token) == (u32, token, token)
     assert faulted.new_committed == faulted.anchor + 1
     # the receiver discarded that one proposal, nothing of it was consumed
     discards = [(e["slot"], e["round"], e["reason"]) for e in target.receiver.journal if e["event"] == "discarded"]
     assert discards == [(faulted.slot, DROP.round, "MISSING_Q")]
-    assert (faulted.slot, DROP.round) not in [(e["slot"], e["round"]) for e in target.receiver.journal
-                                             if e["event"] == "consumed"]
+    assert (faulted.slot, DROP.round) not in [
+        (e["slot"], e["round"]) for e in target.receiver.journal if e["event"] == "consumed"
+    ]
     # the faulted slot goes on from the target-only token under a new generation, as a single slot would
     lane = target.lanes[faulted.slot]
     after = lane.records[DROP.round]
@@ -191,10 +210,24 @@ def test_a_discarded_round_is_target_only_on_that_slot_alone():
     # the rounds control answer exposes it
     answered = [r for r in faulted_run.answer["rounds"] if r["outcome"] == "target-only"]
     assert len(faulted_run.answer["rounds"]) == SLOTS * ROUNDS
-    assert answered == [{**answered[0], "slot": faulted.slot, "round": DROP.round, "token": token,
-                         "new_committed": faulted.anchor + 1, "reason": "MISSING_Q",
-                         "draw": {"domain": 0x03, "position": faulted.anchor, "draw_counter": 1, "u32": u32,
-                                  "decision": "bonus", "token": token}}]
+    assert answered == [
+        {
+            **answered[0],
+            "slot": faulted.slot,
+            "round": DROP.round,
+            "token": token,
+            "new_committed": faulted.anchor + 1,
+            "reason": "MISSING_Q",
+            "draw": {
+                "domain": 0x03,
+                "position": faulted.anchor,
+                "draw_counter": 1,
+                "u32": u32,
+                "decision": "bonus",
+                "token": token,
+            },
+        }
+    ]
 
 
 @pytest.mark.parametrize("slots", ["0", "9", "-1"])

@@ -18,12 +18,12 @@ import struct
 import pytest
 
 from qconform.adapters.endpoint import layout, stream
-from qconform.harness import control
+from qconform.adapters.endpoint.answers import fields_json
 from qconform.adapters.endpoint.codec import Decoder
 from qconform.adapters.endpoint.deployment import hello_config
 from qconform.adapters.endpoint.verifier import VerifierEndpoint
 from qconform.generators.families.wire_frames import hello_from_json
-from qconform.adapters.endpoint.answers import fields_json
+from qconform.harness import control
 from qconform.spec.constants import M
 from qconform.spec.qrow import QRow
 from qconform.spec.wire.codec import completion_for, encode_frame, reply_from_row
@@ -40,11 +40,19 @@ WAIT_S = 10.0
 def round_frames(anchor: int = 100) -> tuple[list[bytes], list[bytes], bytes, bytes]:
     """(commands before, REPLY frames, COMPLETION, COMMIT) of one sparse round on slot 0."""
     step = Step(SID, 1, 1, anchor, 4, 1, 0x3F800000, 0, 5, bytes(32))
-    replies = [encode_frame(reply_from_row(SID, 0, 1, 1, anchor + i, 3 + i,
-                                           QRow.sparse(40, (3 + i, 20), (M // 2, M // 2)), 40)) for i in range(5)]
+    replies = [
+        encode_frame(
+            reply_from_row(SID, 0, 1, 1, anchor + i, 3 + i, QRow.sparse(40, (3 + i, 20), (M // 2, M // 2)), 40)
+        )
+        for i in range(5)
+    ]
     commit = encode_frame(Commit(SID, 1, 1, anchor + 3, 7, 0, 2))
-    return ([encode_frame(HELLO), encode_frame(Reset(SID, 5, 1, anchor, 0)), encode_frame(step)], replies,
-            encode_frame(completion_for(step, replies)), commit)
+    return (
+        [encode_frame(HELLO), encode_frame(Reset(SID, 5, 1, anchor, 0)), encode_frame(step)],
+        replies,
+        encode_frame(completion_for(step, replies)),
+        commit,
+    )
 
 
 async def ask(reader, writer, kind: int, body: bytes) -> dict:
@@ -121,16 +129,28 @@ def test_raw_stream_round_is_consumed_and_journaled():
     assert state["counters"] == {"accepted": 10}
     assert state["final"]["slots"][0]["committed"] == 103
     consumed = [e for e in journal["journal"] if e["event"] == "consumed"]
-    assert consumed == [{"event": "consumed", "slot": 0, "generation": 1, "round": 1, "anchor": 100, "rows": 5,
-                         "tokens": [3, 4, 5, 6, 7], "accepted": 2, "token": 7, "new_committed": 103,
-                         "completed": True}]
+    assert consumed == [
+        {
+            "event": "consumed",
+            "slot": 0,
+            "generation": 1,
+            "round": 1,
+            "anchor": 100,
+            "rows": 5,
+            "tokens": [3, 4, 5, 6, 7],
+            "accepted": 2,
+            "token": 7,
+            "new_committed": 103,
+            "completed": True,
+        }
+    ]
 
 
 def test_oversized_header_is_refused_without_reading_the_payload():
     async def scenario(endpoint, port):
         before, replies, _, _ = round_frames()
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        huge = bytearray(replies[2][:layout.HEADER_SIZE])
+        huge = bytearray(replies[2][: layout.HEADER_SIZE])
         struct.pack_into("<I", huge, 12, 0xFFFFFFFF)
         await stream.send(writer, *before, replies[0], replies[1], bytes(huge))
         closed = await closed_by_peer(reader)
@@ -141,15 +161,24 @@ def test_oversized_header_is_refused_without_reading_the_payload():
     assert closed
     assert journal["counters"]["UNEXPECTED_SIZE"] == 1 and journal["counters"]["disconnects"] == 1
     discarded = [e for e in journal["journal"] if e["event"] == "discarded"]
-    assert discarded == [{"event": "discarded", "slot": 0, "generation": 1, "round": 1, "anchor": 100, "rows": 2,
-                          "reason": "UNEXPECTED_SIZE"}]
+    assert discarded == [
+        {
+            "event": "discarded",
+            "slot": 0,
+            "generation": 1,
+            "round": 1,
+            "anchor": 100,
+            "rows": 2,
+            "reason": "UNEXPECTED_SIZE",
+        }
+    ]
 
 
 def test_copy_first_mutant_waits_for_the_oversized_payload():
     async def scenario(endpoint, port):
         before, replies, _, _ = round_frames()
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        huge = bytearray(replies[0][:layout.HEADER_SIZE])
+        huge = bytearray(replies[0][: layout.HEADER_SIZE])
         struct.pack_into("<I", huge, 12, 0xFFFFFFFF)
         await stream.send(writer, *before, bytes(huge))
         try:
@@ -200,18 +229,25 @@ def test_disconnect_mid_round_then_status_and_resume():
 def test_control_refusals_are_answers_not_crashes():
     async def scenario(endpoint, port):
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        answers = [await ask(reader, writer, control.COMMAND, b"not json"),
-                   await command(reader, writer, op="launch"),
-                   await command(reader, writer, op="disconnect_status"),
-                   await command(reader, writer, op="configure", config={"vocab": 3}),
-                   await command(reader, writer, op="about")]
+        answers = [
+            await ask(reader, writer, control.COMMAND, b"not json"),
+            await command(reader, writer, op="launch"),
+            await command(reader, writer, op="disconnect_status"),
+            await command(reader, writer, op="configure", config={"vocab": 3}),
+            await command(reader, writer, op="about"),
+        ]
         return answers
 
     bad_json, unknown, no_disconnect, bad_config, about = with_endpoint(scenario)
     assert "not JSON" in bad_json["error"] and "unknown op" in unknown["error"]
     assert "no disconnect" in no_disconnect["error"] and "KeyError" in bad_config["error"]
-    assert about == {"role": "verifier", "families": ["wire_frames", "wire_sessions"], "precision": {},
-                     "devices": ["cpu"], "mutant": None}
+    assert about == {
+        "role": "verifier",
+        "families": ["wire_frames", "wire_sessions"],
+        "precision": {},
+        "devices": ["cpu"],
+        "mutant": None,
+    }
 
 
 def test_oversized_control_envelope_breaks_the_stream():

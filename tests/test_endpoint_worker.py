@@ -19,12 +19,12 @@ pytest.importorskip("torch")
 from endpoint_servers import check_committed_round  # noqa: E402
 
 from qconform.adapters.endpoint import layout, stream  # noqa: E402
-from qconform.harness import control
 from qconform.adapters.endpoint.codec import Decoder, encode  # noqa: E402
 from qconform.adapters.endpoint.deployment import hello_config  # noqa: E402
 from qconform.adapters.endpoint.model import DraftModel, TargetModel  # noqa: E402
 from qconform.adapters.endpoint.target import Target  # noqa: E402
 from qconform.adapters.endpoint.worker import WorkerEndpoint  # noqa: E402
+from qconform.harness import control
 from qconform.spec.proposal import SupportPolicy  # noqa: E402
 
 pytestmark = pytest.mark.rules("R01", "R08", "R11", "R15", "R16", "R22", "R24", "R25")
@@ -79,11 +79,22 @@ def test_retried_step_gets_identical_frames_and_a_bad_step_fails():
         reader, writer, session = await raw_link(worker)
         params = {**config, "session_id": session}
         common = {"session_id": session, "slot": 2}
-        step = {**common, "generation": 1, "round": 1, "anchor": 50, "support_policy": 8, "context_version": 1,
-                "temperature": 0x3F800000, "depth": 5, "prefix_digest": bytes(32)}
-        await stream.send(writer, encode(layout.RESET, {**common, "seed": 9, "generation": 1, "committed": 50,
-                                                  "token": -1}),
-                          encode(layout.STEP, step))
+        step = {
+            **common,
+            "generation": 1,
+            "round": 1,
+            "anchor": 50,
+            "support_policy": 8,
+            "context_version": 1,
+            "temperature": 0x3F800000,
+            "depth": 5,
+            "prefix_digest": bytes(32),
+        }
+        await stream.send(
+            writer,
+            encode(layout.RESET, {**common, "seed": 9, "generation": 1, "committed": 50, "token": -1}),
+            encode(layout.STEP, step),
+        )
         first = await read_frames(reader, params, 6)
         await stream.send(writer, encode(layout.STEP, step))
         again = await read_frames(reader, params, 6)
@@ -116,10 +127,14 @@ def test_worker_control_configure_model_and_trace():
             return control.json_body(item.data)
 
         model = DraftModel.random(24, seed=5)
-        answers = [await ask({"op": "about"}), await ask({"op": "configure", "model": model.to_json(),
-                                                          "hello": {"vocab": 24}}),
-                   await ask({"op": "configure", "model": model.to_json()}), await ask({"op": "model"}),
-                   await ask({"op": "trace", "slot": 3}), await ask({"op": "launch"})]
+        answers = [
+            await ask({"op": "about"}),
+            await ask({"op": "configure", "model": model.to_json(), "hello": {"vocab": 24}}),
+            await ask({"op": "configure", "model": model.to_json()}),
+            await ask({"op": "model"}),
+            await ask({"op": "trace", "slot": 3}),
+            await ask({"op": "launch"}),
+        ]
         writer.close()
         await worker.close()
         return model, answers

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from qconform.generators.corpus import default_vectors_dir
 from qconform.generators.validation import iter_cases
 from qconform.harness.run.case_runner import CaseRunner
@@ -18,10 +19,18 @@ SOURCE = Path(__file__).resolve().parents[1] / "examples" / "shim-c" / "qconform
 FAMILIES = ("rng_abi", "categorical_sampling")
 #: (what the bug is, the text replaced, its replacement, the family it must fail)
 BUGS = [
-    ("cumulative >= draw", "if (cumulative[mid] > u) hi = mid;", "if (cumulative[mid] >= u) hi = mid;",
-     "categorical_sampling"),
-    ("key words swapped", "key[0] = (uint32_t)seed;\n    key[1] = (uint32_t)(seed >> 32);",
-     "key[1] = (uint32_t)seed;\n    key[0] = (uint32_t)(seed >> 32);", "rng_abi"),
+    (
+        "cumulative >= draw",
+        "if (cumulative[mid] > u) hi = mid;",
+        "if (cumulative[mid] >= u) hi = mid;",
+        "categorical_sampling",
+    ),
+    (
+        "key words swapped",
+        "key[0] = (uint32_t)seed;\n    key[1] = (uint32_t)(seed >> 32);",
+        "key[1] = (uint32_t)seed;\n    key[0] = (uint32_t)(seed >> 32);",
+        "rng_abi",
+    ),
 ]
 
 
@@ -35,14 +44,23 @@ def compiler() -> str:
 def build(source: str, directory: Path) -> Path:
     path, binary = directory / "qconform_shim.c", directory / "qconform_shim"
     path.write_text(source)
-    subprocess.run([compiler(), "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-pedantic", "-o", str(binary),
-                    str(path)], check=True, capture_output=True, text=True)
+    subprocess.run(
+        [compiler(), "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-pedantic", "-o", str(binary), str(path)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return binary
 
 
 def run_families(binary: Path) -> dict[str, list]:
-    cases = {f: [{"id": c.id, "result": c.result, "input": c.input, "expected": c.expected, "flags": list(c.flags)}
-                 for c in iter_cases(default_vectors_dir(), [f])] for f in FAMILIES}
+    cases = {
+        f: [
+            {"id": c.id, "result": c.result, "input": c.input, "expected": c.expected, "flags": list(c.flags)}
+            for c in iter_cases(default_vectors_dir(), [f])
+        ]
+        for f in FAMILIES
+    }
     runner = CaseRunner(lambda: open_adapter(f"shim:{binary}"))
     try:
         return {f: runner.run(cases[f]) for f in FAMILIES}
@@ -57,8 +75,7 @@ def test_the_c_shim_passes_its_families(tmp_path):
     left_out = "rng_abi/unseeded_requests/"
     for verdicts in found.values():
         judged = [v for v in verdicts if not v.case_id.startswith(left_out)]
-        assert judged and {v.cls for v in judged} == {VerdictClass.PASS}, [v.line() for v in judged
-                                                                             if v.cls != "pass"]
+        assert judged and {v.cls for v in judged} == {VerdictClass.PASS}, [v.line() for v in judged if v.cls != "pass"]
     assert {v.cls for v in found["rng_abi"] if v.case_id.startswith(left_out)} == {VerdictClass.UNSUPPORTED}
 
 

@@ -38,13 +38,16 @@ def test_parse_reads_both_tables():
     assert exp.xfail_reason("allocation_dense/near_ties/fp64-flip-2") is None
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ("[disabled\n", "not valid TOML"),
-    ("[skip]\n'a' = 'b'\n", "unknown key(s) ['skip']"),
-    ("disabled = 'x'\n", "[disabled] must be a table"),
-    ("[xfail]\n'a/b/c' = ''\n", "non-empty reason"),
-    ("[xfail]\n'a/b/c' = 3\n", "non-empty reason"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("[disabled\n", "not valid TOML"),
+        ("[skip]\n'a' = 'b'\n", "unknown key(s) ['skip']"),
+        ("disabled = 'x'\n", "[disabled] must be a table"),
+        ("[xfail]\n'a/b/c' = ''\n", "non-empty reason"),
+        ("[xfail]\n'a/b/c' = 3\n", "non-empty reason"),
+    ],
+)
 def test_malformed_files_are_refused_with_the_source_named(text, fragment):
     with pytest.raises(ExpectationsError) as info:
         Expectations.parse(text, "bad.toml")
@@ -62,13 +65,16 @@ def test_load_reads_a_file(tmp_path):
     assert Expectations.load(path).source == str(path)
 
 
-@pytest.mark.parametrize("cls, result", [
-    (VerdictClass.PASS, VerdictClass.XPASS),
-    (VerdictClass.PRECISION, VerdictClass.XPASS),
-    (VerdictClass.FAIL, VerdictClass.XFAIL),
-    (VerdictClass.ERROR, VerdictClass.XFAIL),
-    (VerdictClass.UNSUPPORTED, VerdictClass.UNSUPPORTED),
-])
+@pytest.mark.parametrize(
+    "cls, result",
+    [
+        (VerdictClass.PASS, VerdictClass.XPASS),
+        (VerdictClass.PRECISION, VerdictClass.XPASS),
+        (VerdictClass.FAIL, VerdictClass.XFAIL),
+        (VerdictClass.ERROR, VerdictClass.XFAIL),
+        (VerdictClass.UNSUPPORTED, VerdictClass.UNSUPPORTED),
+    ],
+)
 def test_strict_xfail(cls, result):
     exp = Expectations.parse(EXAMPLE, "x.toml")
     diff = Diff("counts[1]", "5", "6")
@@ -95,7 +101,8 @@ def test_stale_entries_are_named():
     text = (
         '[disabled]\n"verification_round/production_vocab/*" = "slow"\n"proposal_chain/*" = "not yet"\n'
         '[xfail]\n"allocation_dense/near_ties/fp64-flip-9" = "renamed case"\n'
-        '"verification_round/production_vocab/residual-1" = "also disabled"\n')
+        '"verification_round/production_vocab/residual-1" = "also disabled"\n'
+    )
     problems = Expectations.parse(text, "t.toml").stale_entries(CORPUS)
     assert len(problems) == 3
     assert any("[disabled] entry 'proposal_chain/*'" in p and "matches no case" in p for p in problems)
@@ -114,20 +121,32 @@ def test_completeness_accounts_for_every_case():
     result = account(
         CORPUS,
         families=["allocation_dense", "verification_round"],
-        collected=["allocation_dense/near_ties/fp64-flip-1", "allocation_dense/exact_ties/uniform-v3",
-                   "verification_round/production_vocab/residual-1", "verification_round/production_vocab/residual-2"],
+        collected=[
+            "allocation_dense/near_ties/fp64-flip-1",
+            "allocation_dense/exact_ties/uniform-v3",
+            "verification_round/production_vocab/residual-1",
+            "verification_round/production_vocab/residual-2",
+        ],
         deselected=["allocation_dense/near_ties/fp64-flip-2"],
-        judged=["allocation_dense/near_ties/fp64-flip-1", "allocation_dense/exact_ties/uniform-v3",
-                "verification_round/production_vocab/residual-1", "verification_round/production_vocab/residual-2"],
+        judged=[
+            "allocation_dense/near_ties/fp64-flip-1",
+            "allocation_dense/exact_ties/uniform-v3",
+            "verification_round/production_vocab/residual-1",
+            "verification_round/production_vocab/residual-2",
+        ],
     )
     assert result.not_run == {"family filter": 1, "deselected": 1}
     assert result.problems == []
 
 
 def test_completeness_flags_uncollected_and_unjudged_cases():
-    result = account(CORPUS, families=["allocation_dense", "rng_abi"],
-                     collected=["allocation_dense/near_ties/fp64-flip-1", "allocation_dense/near_ties/fp64-flip-2"],
-                     deselected=[], judged=["allocation_dense/near_ties/fp64-flip-1"])
+    result = account(
+        CORPUS,
+        families=["allocation_dense", "rng_abi"],
+        collected=["allocation_dense/near_ties/fp64-flip-1", "allocation_dense/near_ties/fp64-flip-2"],
+        deselected=[],
+        judged=["allocation_dense/near_ties/fp64-flip-1"],
+    )
     assert result.not_run == {"family filter": 2, "not collected": 2, "interrupted": 1}
     assert len(result.problems) == 2
     assert "never collected" in result.problems[0] and "rng_abi/philox_kat/zeros" in result.problems[0]

@@ -29,9 +29,9 @@ from qconform.adapters.endpoint.target import Target  # noqa: E402
 from qconform.adapters.endpoint.worker import WorkerEndpoint  # noqa: E402
 from qconform.adapters.fault_proxy import COMPLETION, FAULT_KINDS, Fault, FaultProxy, redrawn  # noqa: E402
 from qconform.spec.proposal import SupportPolicy  # noqa: E402
+from qconform.spec.qrow import QRow  # noqa: E402
 from qconform.spec.wire.codec import decode_frame, encode_frame, reply_from_row  # noqa: E402
 from qconform.spec.wire.negotiation import example_config  # noqa: E402
-from qconform.spec.qrow import QRow  # noqa: E402
 
 pytestmark = pytest.mark.rules("R16", "R19", "R24", "R25", "R28")
 
@@ -60,8 +60,9 @@ async def play(faults: list[Fault], support_policy: int = 0, watchdog_s: float =
     target_model = TargetModel.near(model)
     worker = WorkerEndpoint(config, model)
     proxy = FaultProxy("127.0.0.1", await worker.start(), faults)
-    target = Target(config, target_model, "127.0.0.1", await proxy.start(), support_policy=support_policy,
-                    watchdog_s=watchdog_s)
+    target = Target(
+        config, target_model, "127.0.0.1", await proxy.start(), support_policy=support_policy, watchdog_s=watchdog_s
+    )
 
     async def preempt_when_held() -> None:
         await proxy.holding.wait()
@@ -133,7 +134,8 @@ def test_identical_duplicate_is_a_harmless_retry():
 
 def test_sparse_rounds_with_a_dropped_completion_time_out():
     target, proxy, model, target_model = asyncio.run(
-        play([Fault("drop", FAULTED_ROUND, COMPLETION)], support_policy=8, watchdog_s=0.5))
+        play([Fault("drop", FAULTED_ROUND, COMPLETION)], support_policy=8, watchdog_s=0.5)
+    )
     faulted = target.records[FAULTED_ROUND - 1]
     assert (faulted.outcome, faulted.reason) == ("target-only", "timeout")
     assert target.receiver.counters["timeouts"] == 1

@@ -30,10 +30,25 @@ pytestmark = pytest.mark.rules("R02", "R05")
 
 f32_words = st.integers(min_value=0, max_value=2**32 - 1)
 finite_floats = st.floats(allow_nan=False, allow_infinity=False)
-SPECIAL_WORDS = [0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 1, 0x80000001, 0x7F7FFFFF, 0xFF7FFFFF,
-                 0x00800000, 0x007FFFFF, 0x3F800000, 0xBF800000, 0x34000000]
-interesting_words = st.one_of(f32_words, st.sampled_from(SPECIAL_WORDS),
-                              st.floats(width=32, allow_nan=False).map(lambda x: pack_f32(x)))
+SPECIAL_WORDS = [
+    0,
+    0x80000000,
+    0x7F800000,
+    0xFF800000,
+    0x7FC00000,
+    1,
+    0x80000001,
+    0x7F7FFFFF,
+    0xFF7FFFFF,
+    0x00800000,
+    0x007FFFFF,
+    0x3F800000,
+    0xBF800000,
+    0x34000000,
+]
+interesting_words = st.one_of(
+    f32_words, st.sampled_from(SPECIAL_WORDS), st.floats(width=32, allow_nan=False).map(lambda x: pack_f32(x))
+)
 
 
 def pack_f32(x: float) -> int:

@@ -11,20 +11,20 @@ from unittest import mock
 
 import pytest
 from click.testing import CliRunner
+from harness_stubs import StubClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from harness_stubs import StubClient
 
 from qconform.adapters.reference import ReferenceAdapter
-from qconform.generators.families.categorical_sampling import decode_qrow
-from qconform.generators.families.verification_round import decode_request, encode_p_weights, request_json
-from qconform.generators import fuzz_inputs
-from qconform.generators.encoding import encode_blob
-from qconform.generators.registry import load_family
-from qconform.harness.fuzz import driver as fuzzing
+from qconform.cli.errors import UsageLineError
 from qconform.cli.fuzz import fuzz as fuzz_command
 from qconform.cli.fuzz import fuzz_families
-from qconform.cli.errors import UsageLineError
+from qconform.generators import fuzz_inputs
+from qconform.generators.encoding import encode_blob
+from qconform.generators.families.categorical_sampling import decode_qrow
+from qconform.generators.families.verification_round import decode_request, encode_p_weights, request_json
+from qconform.generators.registry import load_family
+from qconform.harness.fuzz import driver as fuzzing
 from qconform.spec import verification
 from qconform.spec.constants import M
 from qconform.spec.rng_abi import RngIdentity, accept_key, uniform32_draw
@@ -32,7 +32,7 @@ from qconform.spec.rng_abi import RngIdentity, accept_key, uniform32_draw
 pytestmark = pytest.mark.rules("R03", "R06", "R07", "R08", "R11", "R22")
 
 #: a reference adapter whose sampler takes the first cumulative count >= the draw (not >)
-CUMULATIVE_GE_SHIM = '''
+CUMULATIVE_GE_SHIM = """
 import sys
 from itertools import accumulate
 from qconform.adapters.reference import ReferenceAdapter
@@ -56,7 +56,7 @@ def first_at_or_above(inp):
 
 proto_in, proto_out = claim_stdio()
 sys.exit(Host(CumulativeGe()).serve(proto_in, proto_out))
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +99,11 @@ def test_boundary_requests_put_the_draft_exactly_on_the_acceptance_boundary(data
     ident, drafts, q_rows, p_bits = fuzz_inputs.draw_boundary_request(data.draw, vocab, depth, ident)
     body = request_json(verification.RoundInput(ident, drafts, q_rows, []), encode_p_weights(p_bits))
     request = decode_request(body, vocab)
-    position = next(i for i in range(1, depth + 1) if request.p_rows[i - 1] != [Fraction(c, M) for c in
-                                                                            q_rows[i - 1].dense_counts()])
+    position = next(
+        i
+        for i in range(1, depth + 1)
+        if request.p_rows[i - 1] != [Fraction(c, M) for c in q_rows[i - 1].dense_counts()]
+    )
     token = drafts[position - 1]
     u32 = uniform32_draw(accept_key(ident, position))
     # exactly on the boundary: u32 * q(x) = p(x) * 2^32, which rejects (R11); '<=' would accept
@@ -111,17 +114,23 @@ def test_boundary_requests_put_the_draft_exactly_on_the_acceptance_boundary(data
     assert (boundary.decision, boundary.margin) == ("reject", 0)
 
 
-@pytest.mark.parametrize("counts, draws, flags", [
-    ([1, M - 1], [1], ["RANDOM_ROW", "CUMULATIVE_BOUNDARY"]),  # C_0 = 1: the draw 1 picks token 1
-    ([1, M - 1], [0], ["RANDOM_ROW", "EXTREME_DRAW", "CUMULATIVE_BOUNDARY"]),  # 0 = C_0 - 1
-    ([M // 2, M // 2], [5, M // 2 + 1], ["RANDOM_ROW"]),
-    ([M // 2, M // 2], [M // 2 - 1], ["RANDOM_ROW", "CUMULATIVE_BOUNDARY"]),
-    ([M], [M - 1, 7], ["RANDOM_ROW", "EXTREME_DRAW"]),  # one token: no boundary below M
-    ([0, M], [0], ["RANDOM_ROW", "EXTREME_DRAW", "ZERO_COUNT"]),  # C_0 = 0 is no boundary
-])
+@pytest.mark.parametrize(
+    "counts, draws, flags",
+    [
+        ([1, M - 1], [1], ["RANDOM_ROW", "CUMULATIVE_BOUNDARY"]),  # C_0 = 1: the draw 1 picks token 1
+        ([1, M - 1], [0], ["RANDOM_ROW", "EXTREME_DRAW", "CUMULATIVE_BOUNDARY"]),  # 0 = C_0 - 1
+        ([M // 2, M // 2], [5, M // 2 + 1], ["RANDOM_ROW"]),
+        ([M // 2, M // 2], [M // 2 - 1], ["RANDOM_ROW", "CUMULATIVE_BOUNDARY"]),
+        ([M], [M - 1, 7], ["RANDOM_ROW", "EXTREME_DRAW"]),  # one token: no boundary below M
+        ([0, M], [0], ["RANDOM_ROW", "EXTREME_DRAW", "ZERO_COUNT"]),  # C_0 = 0 is no boundary
+    ],
+)
 def test_categorical_flags_name_the_edges_the_draws_hit(counts, draws, flags):
-    case_input = {"vocab": len(counts), "row": {"representation": "dense", "counts": encode_blob("u32", counts)},
-                  "draws": draws}
+    case_input = {
+        "vocab": len(counts),
+        "row": {"representation": "dense", "counts": encode_blob("u32", counts)},
+        "draws": draws,
+    }
     case = fuzzing.spec_case("categorical_sampling", case_input)
     assert case["flags"] == flags
     assert fuzzing.vector_problems({k: case[k] for k in fuzzing.VECTOR_KEYS}) == []
@@ -150,8 +159,11 @@ def test_a_run_is_reproducible_from_its_seed():
 def test_precision_is_not_a_finding():
     """An adapter whose every answer is judged ``precision`` survives."""
     client = reference_client()
-    with mock.patch.object(fuzzing, "judge", lambda case, outcome, config: fuzzing.Verdict(
-            fuzzing.VerdictClass.PRECISION, case["id"], "inside margins")):
+    with mock.patch.object(
+        fuzzing,
+        "judge",
+        lambda case, outcome, config: fuzzing.Verdict(fuzzing.VerdictClass.PRECISION, case["id"], "inside margins"),
+    ):
         report = fuzzing.fuzz(client, "reference", ["rng_abi"], 10, 0)
     assert report.finding is None and report.counts == {"precision": report.cases}
 
@@ -218,14 +230,24 @@ def test_le_acceptance_shrinks_to_one_depth_1_request(request):
 
 def test_the_command_finds_a_seeded_bug_and_prints_a_valid_minimal_vector(cumulative_ge, tmp_path):
     out = tmp_path / "vector.json"
-    result = invoke("--adapter", cumulative_ge, "--family", "categorical_sampling", "--examples", "60",
-                    "--seed", "0", "--vector-out", str(out))
+    result = invoke(
+        "--adapter",
+        cumulative_ge,
+        "--family",
+        "categorical_sampling",
+        "--examples",
+        "60",
+        "--seed",
+        "0",
+        "--vector-out",
+        str(out),
+    )
     assert result.exit_code == 1, result.output
     assert "FINDING fail in categorical_sampling" in result.output.splitlines()[-1]
     vector = json.loads(out.read_text())
     lines = result.output.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("minimal failing case"))
-    assert json.loads("\n".join(lines[start + 1:-1])) == vector  # printed as written
+    assert json.loads("\n".join(lines[start + 1 : -1])) == vector  # printed as written
     assert list(vector) == list(fuzzing.VECTOR_KEYS)
     assert vector["id"].startswith("categorical_sampling/fuzz/found-") and vector["result"] == "valid"
     assert fuzzing.vector_problems(vector) == []
@@ -248,10 +270,13 @@ def test_the_torch_candidate_survives_a_short_run():
         assert family in summary
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--family", "distribution"], "cannot fuzz family distribution"),
-    (["--adapter", "no-such-adapter"], "unknown adapter 'no-such-adapter'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--family", "distribution"], "cannot fuzz family distribution"),
+        (["--adapter", "no-such-adapter"], "unknown adapter 'no-such-adapter'"),
+    ],
+)
 def test_usage_errors_exit_2(args, message):
     result = invoke("--adapter", "reference", *args)
     assert result.exit_code == 2 and message in result.output

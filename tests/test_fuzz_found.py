@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from qconform.cli.fuzz import fuzz as fuzz_command
 from qconform.generators import corpus, findings, registry
 from qconform.generators.encoding import encode_blob
 from qconform.generators.families.categorical_sampling import decode_qrow
@@ -19,7 +20,6 @@ from qconform.generators.findings import FoundFileError
 from qconform.generators.registry import Group, load_family
 from qconform.generators.validation import load_vector_file
 from qconform.harness.fuzz import driver as fuzzing
-from qconform.cli.fuzz import fuzz as fuzz_command
 from qconform.spec.constants import M
 
 pytestmark = pytest.mark.rules("R03", "R04", "R07", "R08", "R22", "R23")
@@ -34,8 +34,13 @@ def dense_input(counts: list[int], draws: list[int]) -> dict:
 
 
 def entry(name: str, counts: list[int], draws: list[int], **extra) -> dict:
-    return {"id": f"{FAMILY}/fuzz/{name}", "comment": f"found {name}", "flags": ["RANDOM_ROW"],
-            **extra, "input": dense_input(counts, draws)}
+    return {
+        "id": f"{FAMILY}/fuzz/{name}",
+        "comment": f"found {name}",
+        "flags": ["RANDOM_ROW"],
+        **extra,
+        "input": dense_input(counts, draws),
+    }
 
 
 def first_above(case_input: dict) -> list[int]:
@@ -84,8 +89,12 @@ def mutated(change) -> list[dict]:
 
 MALFORMED = [
     ("unknown flag", lambda e: e[1]["flags"].append("NOPE"), "$[1].flags[1]", "'NOPE' is not one of"),
-    ("extra field", lambda e: e[0].update(expected={"tokens": [1]}), "$[0]",
-     "Additional properties are not allowed ('expected' was unexpected)"),
+    (
+        "extra field",
+        lambda e: e[0].update(expected={"tokens": [1]}),
+        "$[0]",
+        "Additional properties are not allowed ('expected' was unexpected)",
+    ),
     ("missing input", lambda e: e[1].pop("input"), "$[1]", "'input' is a required property"),
     ("other family's id", lambda e: e[0].update(id="rng_abi/fuzz/x"), "$[0].id", "does not match"),
     ("other group's id", lambda e: e[0].update(id=f"{FAMILY}/random_rows/x"), "$[0].id", "does not match"),
@@ -106,18 +115,21 @@ def test_malformed_entries_are_refused_naming_file_path_and_entry(found_dir, wha
     error = raised.value
     assert (error.path, error.json_path) == (str(path), json_path), str(error)
     assert message in error.detail
-    index = int(json_path[2:json_path.index("]")])
+    index = int(json_path[2 : json_path.index("]")])
     if isinstance(entries[index].get("id"), str) and what != "duplicate id":
         assert f"(entry {entries[index]['id']!r})" in error.detail
     assert str(error).startswith(f"{path}: {json_path}: ")
     assert "\n" not in str(error)
 
 
-@pytest.mark.parametrize("text, json_path, message", [
-    ("[{\"id\": 1}", "$", "invalid JSON at line 1 column 11"),
-    ("{}", "$", "is not of type 'array'"),
-    ("[3]", "$[0]", "is not of type 'object'"),
-])
+@pytest.mark.parametrize(
+    "text, json_path, message",
+    [
+        ('[{"id": 1}', "$", "invalid JSON at line 1 column 11"),
+        ("{}", "$", "is not of type 'array'"),
+        ("[3]", "$[0]", "is not of type 'object'"),
+    ],
+)
 def test_a_file_that_is_not_a_list_of_entries_is_refused(found_dir, text, json_path, message):
     (found_dir / f"{FAMILY}.json").write_text(text)
     with pytest.raises(FoundFileError) as raised:
@@ -136,8 +148,9 @@ def test_a_malformed_file_stops_generation_with_one_line(found_dir, tmp_path):
     from qconform.cli import cli
 
     write_found(found_dir, mutated(lambda e: e[0]["flags"].append("NOPE")))
-    result = CliRunner().invoke(cli, ["generate", "--family", "rng_abi", "--family", FAMILY,
-                                      "--out", str(tmp_path / "vectors")])
+    result = CliRunner().invoke(
+        cli, ["generate", "--family", "rng_abi", "--family", FAMILY, "--out", str(tmp_path / "vectors")]
+    )
     assert result.exit_code == 1 and result.exception is not None
     (line,) = result.output.strip().splitlines()
     assert line.startswith(f"Error: {found_dir / FAMILY}.json: $[0].flags[1]: 'NOPE' is not one of")
@@ -151,8 +164,11 @@ def small_family():
     """categorical_sampling with one small generated group (its real build is slow)."""
     family = load_family(FAMILY)
     case = findings.found_case(family, entry("seed", [M // 4, 3 * M // 4], [0]))
-    return dataclasses.replace(family, notes={"RANDOM_ROW": family.notes["RANDOM_ROW"]},
-                               build=lambda: [Group("random_rows", "one row", ("R08",), [case])])
+    return dataclasses.replace(
+        family,
+        notes={"RANDOM_ROW": family.notes["RANDOM_ROW"]},
+        build=lambda: [Group("random_rows", "one row", ("R08",), [case])],
+    )
 
 
 def test_the_fuzz_group_re_solves_expected_with_the_familys_solve(found_dir):
@@ -184,8 +200,9 @@ def test_a_refused_input_becomes_an_invalid_case(found_dir):
 
 def test_a_build_that_yields_its_own_fuzz_group_is_a_generator_bug(found_dir):
     family = small_family()
-    family = dataclasses.replace(family, build=lambda: [dataclasses.replace(g, name="fuzz") for g in
-                                                        small_family().build()])
+    family = dataclasses.replace(
+        family, build=lambda: [dataclasses.replace(g, name="fuzz") for g in small_family().build()]
+    )
     with pytest.raises(corpus.CorpusError, match="yields the group 'fuzz'"):
         corpus.build_family(family)
 
@@ -195,8 +212,15 @@ def test_a_build_that_yields_its_own_fuzz_group_is_a_generator_bug(found_dir):
 
 def vector(name: str, counts: list[int], draws: list[int]) -> dict:
     case_input = dense_input(counts, draws)
-    return {"id": f"{FAMILY}/fuzz/{name}", "comment": "found", "flags": ["RANDOM_ROW"], "rules": ["R08"],
-            "result": "valid", "input": case_input, "expected": load_family(FAMILY).solve(case_input)}
+    return {
+        "id": f"{FAMILY}/fuzz/{name}",
+        "comment": "found",
+        "flags": ["RANDOM_ROW"],
+        "rules": ["R08"],
+        "result": "valid",
+        "input": case_input,
+        "expected": load_family(FAMILY).solve(case_input),
+    }
 
 
 def test_recording_appends_once_per_id(found_dir):
@@ -232,8 +256,19 @@ def invoke_fuzz(*args: str):
 def test_the_command_records_a_real_finding_of_a_bundled_mutant(found_dir, tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "vector.json"
-    result = invoke_fuzz("--adapter", "torch-mutant:cumulative-ge", "--family", FAMILY, "--examples", "10",
-                         "--seed", "0", "--vector-out", str(out), "--record")
+    result = invoke_fuzz(
+        "--adapter",
+        "torch-mutant:cumulative-ge",
+        "--family",
+        FAMILY,
+        "--examples",
+        "10",
+        "--seed",
+        "0",
+        "--vector-out",
+        str(out),
+        "--record",
+    )
     assert result.exit_code == 1, result.output
     printed = json.loads(out.read_text())
     path = found_dir / f"{FAMILY}.json"
@@ -300,4 +335,3 @@ def test_the_committed_rng_abi_finding_catches_swapped_key_words(monkeypatch):
     seed = int(case.input["seed"])
     assert case.expected["key"] == [f"0x{seed & 0xFFFFFFFF:08x}", f"0x{seed >> 32:08x}"]
     assert case.expected["key"] != case.expected["key"][::-1]
-

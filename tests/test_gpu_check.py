@@ -42,12 +42,21 @@ def table_rows(text: str, heading: str) -> list[list[str]]:
 
 def test_smoke_rehearses_every_part_and_the_candidates_agree(tmp_path):
     out = tmp_path / "gpu.md"
-    done = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--repeat", "1", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--smoke", "--repeat", "1", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     text = out.read_text()
     runs = table_rows(text, "## Conformance")
-    assert [r[:2] for r in runs] == [["torch", "yes"], ["triton", "yes"], ["torch-tp2 on NCCL", "skipped"], ["vLLM Triton kernels", "skipped"]]
+    assert [r[:2] for r in runs] == [
+        ["torch", "yes"],
+        ["triton", "yes"],
+        ["torch-tp2 on NCCL", "skipped"],
+        ["vLLM Triton kernels", "skipped"],
+    ]
     stages = table_rows(text, "## Stages")
     assert len(stages) == 7
     for row in stages:
@@ -83,7 +92,7 @@ def test_outputs_that_differ_show_in_the_agree_column():
     assert gpu_check.rows_differ(a, b) == "1/3 rows differ"
     assert gpu_check.rows_differ(a, b[:2]).startswith("shapes")
     assert gpu_check.relative_gap(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0])) == "yes"
-    assert gpu_check.relative_gap(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0 + 2 ** -20])) == "rel. gap 4.8e-07"
+    assert gpu_check.relative_gap(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0 + 2**-20])) == "rel. gap 4.8e-07"
     timing = gpu_check.time_stage(stage("wrong", lambda: a, lambda: b), "cpu", 1)
     assert timing.agree == "1/3 rows differ"
 
@@ -116,11 +125,18 @@ def test_bad_arguments_are_usage_errors(capsys):
     assert "--repeat must be at least 1" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("stdout, returncode, verdict", [
-    ("rng_abi: 9 cases in 0.1 s (90 cases/s, 2 rank(s), 1 shard(s))\nPASS: the adapter's answers hash\n", 0, "PASS"),
-    ("x: 9 cases in 0.1 s (90 cases/s, 1 rank(s), 1 shard(s))\nFAIL: first divergent case: 3\n", 1, "FAIL"),
-    ("Error: the adapter cannot start\n", 2, "exit 2"),
-])
+@pytest.mark.parametrize(
+    "stdout, returncode, verdict",
+    [
+        (
+            "rng_abi: 9 cases in 0.1 s (90 cases/s, 2 rank(s), 1 shard(s))\nPASS: the adapter's answers hash\n",
+            0,
+            "PASS",
+        ),
+        ("x: 9 cases in 0.1 s (90 cases/s, 1 rank(s), 1 shard(s))\nFAIL: first divergent case: 3\n", 1, "FAIL"),
+        ("Error: the adapter cannot start\n", 2, "exit 2"),
+    ],
+)
 def test_accumulated_runs_are_reported_with_their_verdict(monkeypatch, tmp_path, stdout, returncode, verdict):
     """Part 4 (``--accumulated N``): each run's verdict line and rate land in the table; a run
     that does not PASS (or is not excused as PRECISION) makes the check fail."""

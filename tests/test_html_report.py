@@ -12,35 +12,73 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+
 from qconform.harness.run import html_report
 
 REPO = Path(__file__).resolve().parents[1]
 #: test artifacts (screenshots) are kept here, outside git (.gitignore: /tmp/)
 ARTIFACTS = REPO / "tmp" / "reports"
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync")
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
 MUTANT = "torch-mutant:cumulative-ge"
 
 
 def report_with_failures() -> dict:
     """A run report as json_report.build makes it, with every optional field of a failure entry."""
     return {
-        "format": "qconform-run-v1", "adapter": "shim:./my<engine>", "device": "cpu", "corpusRoot": "ab" * 32,
-        "vectors": "/corpus", "qconformVersion": "0.1.0", "expectations": "",
+        "format": "qconform-run-v1",
+        "adapter": "shim:./my<engine>",
+        "device": "cpu",
+        "corpusRoot": "ab" * 32,
+        "vectors": "/corpus",
+        "qconformVersion": "0.1.0",
+        "expectations": "",
         "adapterConfig": {"name": "my-engine", "precision": {"ratio_margin": "0/1"}},
-        "ok": False, "counts": {"pass": 3, "fail": 1, "precision": 1, "error": 1},
+        "ok": False,
+        "counts": {"pass": 3, "fail": 1, "precision": 1, "error": 1},
         "families": {"a": {"pass": 3, "fail": 1}, "b": {"precision": 1, "error": 1}},
-        "notRun": {"family filter": 7}, "problems": ["1 case(s) of the index were never collected: b/x/y"],
+        "notRun": {"family filter": 7},
+        "problems": ["1 case(s) of the index were never collected: b/x/y"],
         "cases": [
             {"id": "a/g/ok", "family": "a", "class": "pass", "message": "", "duration": 0.0, "unexpected": False},
-            {"id": "a/g/bad", "family": "a", "class": "fail", "message": "token differs", "duration": 0.0,
-             "unexpected": True, "diff": {"path": "tokens[3]", "expected": "7", "got": "<script>alert(1)</script>"},
-             "flags": ["CumulativeBoundary"], "rules": ["R08"], "comment": "draw C_v must pick the next token",
-             "reproducer": "qconform run --adapter torch-mutant:cumulative-ge -k 'a/g/bad'"},
-            {"id": "b/g/near", "family": "b", "class": "precision", "message": "inside the margin", "duration": 0.0,
-             "unexpected": False, "diff": {"path": "draws[0].decision", "expected": "accept", "got": "reject"}},
-            {"id": "b/g/crash", "family": "b", "class": "error", "message": "exited with status 3", "duration": 0.0,
-             "unexpected": True},
+            {
+                "id": "a/g/bad",
+                "family": "a",
+                "class": "fail",
+                "message": "token differs",
+                "duration": 0.0,
+                "unexpected": True,
+                "diff": {"path": "tokens[3]", "expected": "7", "got": "<script>alert(1)</script>"},
+                "flags": ["CumulativeBoundary"],
+                "rules": ["R08"],
+                "comment": "draw C_v must pick the next token",
+                "reproducer": "qconform run --adapter torch-mutant:cumulative-ge -k 'a/g/bad'",
+            },
+            {
+                "id": "b/g/near",
+                "family": "b",
+                "class": "precision",
+                "message": "inside the margin",
+                "duration": 0.0,
+                "unexpected": False,
+                "diff": {"path": "draws[0].decision", "expected": "accept", "got": "reject"},
+            },
+            {
+                "id": "b/g/crash",
+                "family": "b",
+                "class": "error",
+                "message": "exited with status 3",
+                "duration": 0.0,
+                "unexpected": True,
+            },
         ],
     }
 
@@ -61,9 +99,19 @@ def test_the_run_page_lists_failures_with_diffs_reproducers_and_config():
     for fetching in ('<img src="https://x/a.png">', "<style>b{background:url(x.png)}</style>", '<a href="x">'):
         assert external_references(fetching), fetching  # the check itself sees a fetch
     assert "FAILED: 3 pass, 1 fail, 1 precision, 1 error; 3 unexpected" in page
-    for text in ("a/g/bad", "tokens[3]", "CumulativeBoundary", "R08", "draw C_v must pick the next token",
-                 "qconform run --adapter torch-mutant:cumulative-ge -k &#x27;a/g/bad&#x27;", "b/g/crash",
-                 "never collected", "family filter", "&quot;ratio_margin&quot;", "ab" * 32):
+    for text in (
+        "a/g/bad",
+        "tokens[3]",
+        "CumulativeBoundary",
+        "R08",
+        "draw C_v must pick the next token",
+        "qconform run --adapter torch-mutant:cumulative-ge -k &#x27;a/g/bad&#x27;",
+        "b/g/crash",
+        "never collected",
+        "family filter",
+        "&quot;ratio_margin&quot;",
+        "ab" * 32,
+    ):
         assert text in page, text
     assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "shim:./my&lt;engine&gt;" in page
@@ -138,9 +186,22 @@ def test_the_stat_command_writes_its_page(tmp_path):
     from qconform.cli import cli
 
     page = tmp_path / "deep" / "stat.html"
-    result = CliRunner().invoke(cli, ["stat", "--adapter", "torch-native-mutant:correction-reuses-accept-draw",
-                                      "--case", "verification_round/residual/outside-support-only",
-                                      "--samples", "2000", "--alpha", "1e-3", "--html", str(page)])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "stat",
+            "--adapter",
+            "torch-native-mutant:correction-reuses-accept-draw",
+            "--case",
+            "verification_round/residual/outside-support-only",
+            "--samples",
+            "2000",
+            "--alpha",
+            "1e-3",
+            "--html",
+            str(page),
+        ],
+    )
     assert result.exit_code == 1, result.output
     text = page.read_text()
     assert external_references(text) == [] and "FAILED: 1 fail" in text
@@ -153,8 +214,13 @@ def chromium() -> str | None:
 
 def headless(browser: str, *args: str) -> subprocess.CompletedProcess:
     with tempfile.TemporaryDirectory(prefix="qconform-chromium-") as profile:
-        return subprocess.run([browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
-                              check=False, capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
 
 @pytest.mark.rules()
@@ -169,8 +235,22 @@ def test_a_mutant_run_page_in_headless_chromium():
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page, report = ARTIFACTS / "mutant-run.html", ARTIFACTS / "mutant-run.json"
-    result = CliRunner().invoke(cli, ["run", "--adapter", MUTANT, "--family", "categorical_sampling",
-                                      "--family", "rng_abi", "--html", str(page), "--json", str(report)])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            "--adapter",
+            MUTANT,
+            "--family",
+            "categorical_sampling",
+            "--family",
+            "rng_abi",
+            "--html",
+            str(page),
+            "--json",
+            str(report),
+        ],
+    )
     assert result.exit_code == 1, result.output
     failures = [c["id"] for c in json.loads(report.read_text())["cases"] if c["class"] == "fail"]
     assert failures

@@ -26,12 +26,12 @@ pytest.importorskip("torch")
 from click.testing import CliRunner  # noqa: E402
 
 from qconform.adapters import torch_mutants  # noqa: E402
-from qconform.adapters.torch_mutants import ADAPTERS_PACKAGE, MUTANTS, adapter_modules  # noqa: E402
-from qconform.generators.corpus import default_vectors_dir  # noqa: E402
-from qconform.cli import mutants as mutants_command  # noqa: E402
-from qconform.harness.run.case_runner import CaseRunner, open_client  # noqa: E402
-from qconform.cli.mutants import MutantJob, family_cases, run_jobs, run_mutant, select_jobs  # noqa: E402
 from qconform.adapters.catalog import BUILTIN_ADAPTERS, TORCH_MUTANTS, load_adapter  # noqa: E402
+from qconform.adapters.torch_mutants import ADAPTERS_PACKAGE, MUTANTS, adapter_modules  # noqa: E402
+from qconform.cli import mutants as mutants_command  # noqa: E402
+from qconform.cli.mutants import MutantJob, family_cases, run_jobs, run_mutant, select_jobs  # noqa: E402
+from qconform.generators.corpus import default_vectors_dir  # noqa: E402
+from qconform.harness.run.case_runner import CaseRunner, open_client  # noqa: E402
 from qconform.harness.verdicts import VerdictClass  # noqa: E402
 
 pytestmark = pytest.mark.rules("R01", "R02", "R06", "R07", "R08", "R11", "R19", "R22", "R23", "R33")
@@ -39,8 +39,7 @@ pytestmark = pytest.mark.rules("R01", "R02", "R06", "R07", "R08", "R11", "R19", 
 VECTORS = default_vectors_dir().resolve()
 
 #: mutants the committed corpus cannot kill yet, with the change that would (see the report / docs)
-KNOWN_SURVIVORS = {
-}
+KNOWN_SURVIVORS = {}
 
 #: a fast subset: mutant -> (the one family run, the case that must be its first fail)
 FAST_KILLS = {
@@ -185,12 +184,29 @@ def test_harmless_mutant_survives_and_the_command_exits_nonzero(tmp_path, monkey
     monkeypatch.setitem(MUTANTS, "harmless", harmless)
     monkeypatch.setitem(TORCH_MUTANTS, "harmless", "an identical copy of u24_of (changes nothing)")
     real = mutants_command.mutant_adapter
-    monkeypatch.setattr(mutants_command, "mutant_adapter",
-                        lambda name: f"shim:{sys.executable} {host}" if name == "harmless" else real(name))
+    monkeypatch.setattr(
+        mutants_command,
+        "mutant_adapter",
+        lambda name: f"shim:{sys.executable} {host}" if name == "harmless" else real(name),
+    )
     report = tmp_path / "kills.json"
-    result = CliRunner().invoke(mutants_command.mutants, [
-        "--mutant", "harmless", "--mutant", "u24-low-bits", "--family", "rng_abi", "-n", "2",
-        "--vectors", str(VECTORS), "--json", str(report)])
+    result = CliRunner().invoke(
+        mutants_command.mutants,
+        [
+            "--mutant",
+            "harmless",
+            "--mutant",
+            "u24-low-bits",
+            "--family",
+            "rng_abi",
+            "-n",
+            "2",
+            "--vectors",
+            str(VECTORS),
+            "--json",
+            str(report),
+        ],
+    )
     assert result.exit_code == 1, result.output
     assert "SURVIVED" in result.output and "1 of 2 mutants survived: harmless" in result.output
     data = json.loads(report.read_text())
@@ -239,11 +255,15 @@ def all_results(request):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [
-    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=KNOWN_SURVIVORS[name]))
-    if name in KNOWN_SURVIVORS else name
-    for name in sorted(MUTANTS)
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=KNOWN_SURVIVORS[name]))
+        if name in KNOWN_SURVIVORS
+        else name
+        for name in sorted(MUTANTS)
+    ],
+)
 def test_every_mutant_is_killed_by_a_wrong_answer(all_results, name):
     result = all_results[name]
     assert result.killed, f"{name} survived {result.cases} cases"

@@ -11,13 +11,12 @@ from __future__ import annotations
 import copy
 
 import pytest
+from harness_stubs import family_cases  # noqa: E402
 
 from qconform.harness.adapter import AdapterConfig, Capabilities, PrecisionProfile
 from qconform.harness.judging.judge import judge
 from qconform.harness.transport.shim_protocol import ProtocolError, parse_capabilities
 from qconform.harness.verdicts import VerdictClass
-
-from harness_stubs import family_cases  # noqa: E402
 
 pytestmark = pytest.mark.rules("R11", "R23", "R33")
 
@@ -107,23 +106,28 @@ def test_full_injection_is_unchanged_without_the_declaration():
     assert judge(case, own_answer(case), full).cls is not VerdictClass.PASS
 
 
-@pytest.mark.parametrize("declared, message", [
-    ({"rng_abi": ["ACCEPT"]}, "not one of the declared families"),
-    ({"verification_round": ["PROPOSAL"]}, "unknown domains"),
-    ({"verification_round": ["CORRECTION"]}, "ACCEPT draws must be injected"),
-    ({"verification_round": "ACCEPT"}, "list"),
-])
+@pytest.mark.parametrize(
+    "declared, message",
+    [
+        ({"rng_abi": ["ACCEPT"]}, "not one of the declared families"),
+        ({"verification_round": ["PROPOSAL"]}, "unknown domains"),
+        ({"verification_round": ["CORRECTION"]}, "ACCEPT draws must be injected"),
+        ({"verification_round": "ACCEPT"}, "list"),
+    ],
+)
 def test_bad_declarations_are_start_errors(declared, message):
     with pytest.raises(ProtocolError, match=message):
         parse_capabilities({"families": ["verification_round"], "injected_domains": declared})
 
 
 def test_declaring_every_domain_is_full_injection():
-    caps = parse_capabilities({"families": ["verification_round"],
-                               "injected_domains": {"verification_round": ["CORRECTION", "ACCEPT"]}})
+    caps = parse_capabilities(
+        {"families": ["verification_round"], "injected_domains": {"verification_round": ["CORRECTION", "ACCEPT"]}}
+    )
     assert caps.domains_of("verification_round") is None
-    caps = parse_capabilities({"families": ["verification_round"],
-                               "injected_domains": {"verification_round": ["ACCEPT"]}})
+    caps = parse_capabilities(
+        {"families": ["verification_round"], "injected_domains": {"verification_round": ["ACCEPT"]}}
+    )
     assert caps.domains_of("verification_round") == ("ACCEPT",)
     assert caps.to_json()["injected_domains"] == {"verification_round": ["ACCEPT"]}
 
@@ -136,7 +140,9 @@ def test_torch_partial_passes_and_its_mutant_is_killed():
     inputs = [c["input"] for c in cases]
     for mutant, want_fail in (("", False), ("correction-from-p", True)):
         adapter = TorchPartialAdapter(mutant=mutant)
-        verdicts = [judge(c, out, adapter.config()) for c, out in zip(cases, adapter.run_batch("verification_round", inputs))]
+        verdicts = [
+            judge(c, out, adapter.config()) for c, out in zip(cases, adapter.run_batch("verification_round", inputs))
+        ]
         failed = [v for v in verdicts if v.cls is VerdictClass.FAIL]
         assert bool(failed) is want_fail, [v.message for v in failed][:3]
         if want_fail:

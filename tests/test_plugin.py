@@ -9,8 +9,8 @@ import xml.etree.ElementTree as ET
 import pytest
 from harness_stubs import ScriptedAdapter, corpus_cases, small_corpus
 
-from qconform.harness.run import plugin
 from qconform.harness.adapter import AdapterError, Unimplemented
+from qconform.harness.run import plugin
 from qconform.harness.run.case_runner import CHUNK
 from qconform.harness.run.plugin import PLUGIN_ARGS
 
@@ -32,8 +32,13 @@ def run(pytester, monkeypatch, corpus, adapter, *args):
     monkeypatch.setattr(plugin, "open_client", adapter.open)
     out = pytester.path / "run.json"
     result = pytester.runpytest_inprocess(
-        *ARGS, "--qconform-adapter=stub", f"--qconform-vectors={corpus[0]}",
-        f"--qconform-json={out}", f"--junitxml={pytester.path / 'run.xml'}", *args)
+        *ARGS,
+        "--qconform-adapter=stub",
+        f"--qconform-vectors={corpus[0]}",
+        f"--qconform-json={out}",
+        f"--junitxml={pytester.path / 'run.xml'}",
+        *args,
+    )
     report = json.loads(out.read_text()) if out.exists() else None
     return result, report
 
@@ -70,9 +75,14 @@ def test_a_perfect_adapter_passes_every_case_in_chunked_batches(pytester, monkey
 def test_verdicts_map_onto_pytest_outcomes_and_fail_the_run(pytester, monkeypatch, corpus):
     valid = [c for c in corpus[1] if c["result"] == "valid" and c["family"] == "categorical_sampling"]
     wrong, crashed = valid[0], valid[1]
-    adapter = ScriptedAdapter(corpus[1], {wrong["id"]: {"tokens": [0] * len(wrong["expected"]["tokens"])},
-                                  crashed["id"]: AdapterError("segfault in kernel")},
-                      families=("categorical_sampling",))
+    adapter = ScriptedAdapter(
+        corpus[1],
+        {
+            wrong["id"]: {"tokens": [0] * len(wrong["expected"]["tokens"])},
+            crashed["id"]: AdapterError("segfault in kernel"),
+        },
+        families=("categorical_sampling",),
+    )
     result, report = run(pytester, monkeypatch, corpus, adapter)
     assert result.ret == 1
     classes = by_class(report)
@@ -94,8 +104,9 @@ def test_expectations_xfail_xpass_disabled_and_stale(pytester, monkeypatch, corp
     broken, fine = valid[0], valid[1]
     exp = pytester.path / "stub.toml"
     exp.write_text(
-        "[disabled]\n\"rng_abi/philox_kat/*\" = \"slow\"\n\"rng_abi/no_such_group/*\" = \"gone\"\n"
-        f"[xfail]\n\"{broken['id']}\" = \"known bug\"\n\"{fine['id']}\" = \"fixed since\"\n")
+        '[disabled]\n"rng_abi/philox_kat/*" = "slow"\n"rng_abi/no_such_group/*" = "gone"\n'
+        f'[xfail]\n"{broken["id"]}" = "known bug"\n"{fine["id"]}" = "fixed since"\n'
+    )
     adapter = ScriptedAdapter(corpus[1], {broken["id"]: {"error": "ZERO_MASS"}})
     result, report = run(pytester, monkeypatch, corpus, adapter, f"--qconform-expectations={exp}")
     assert result.ret == 1
@@ -111,7 +122,7 @@ def test_expectations_xfail_xpass_disabled_and_stale(pytester, monkeypatch, corp
 
 def test_a_stale_entry_alone_fails_an_otherwise_clean_run(pytester, monkeypatch, corpus):
     exp = pytester.path / "stub.toml"
-    exp.write_text("[xfail]\n\"rng_abi/renamed/case\" = \"old\"\n")
+    exp.write_text('[xfail]\n"rng_abi/renamed/case" = "old"\n')
     result, report = run(pytester, monkeypatch, corpus, ScriptedAdapter(corpus[1]), f"--qconform-expectations={exp}")
     assert result.ret == 1 and report["counts"]["pass"] == len(corpus[1])
     assert report["ok"] is False and "rng_abi/renamed/case" in report["problems"][0]
@@ -119,8 +130,9 @@ def test_a_stale_entry_alone_fails_an_otherwise_clean_run(pytester, monkeypatch,
 
 
 def test_family_filter_and_deselection_are_reported_as_not_run(pytester, monkeypatch, corpus):
-    result, report = run(pytester, monkeypatch, corpus, ScriptedAdapter(corpus[1]),
-                         "--qconform-family=rng_abi", "-k", "philox_kat")
+    result, report = run(
+        pytester, monkeypatch, corpus, ScriptedAdapter(corpus[1]), "--qconform-family=rng_abi", "-k", "philox_kat"
+    )
     rng = [c for c in corpus[1] if c["family"] == "rng_abi"]
     kat = [c for c in rng if "/philox_kat/" in c["id"]]
     assert result.ret == 0 and report["counts"]["pass"] == len(kat)
@@ -151,8 +163,9 @@ def test_unimplemented_is_unsupported_and_does_not_fail(pytester, monkeypatch, c
 
 
 def test_usage_errors_are_reported_by_pytest(pytester, corpus):
-    result = pytester.runpytest_inprocess(*ARGS, "--qconform-adapter=stub",
-                                          f"--qconform-vectors={corpus[0]}", "--qconform-family=nope")
+    result = pytester.runpytest_inprocess(
+        *ARGS, "--qconform-adapter=stub", f"--qconform-vectors={corpus[0]}", "--qconform-family=nope"
+    )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "unknown family nope" in result.stderr.str()
 
@@ -161,8 +174,14 @@ def test_xdist_workers_run_families_and_the_controller_reports(pytester, corpus)
     """A real subprocess run: -n 2 with the reference adapter (plain -n becomes loadgroup)."""
     out = pytester.path / "x.json"
     result = pytester.runpytest_subprocess(
-        *ARGS, "-n", "2", "--qconform-adapter=reference",
-        f"--qconform-vectors={corpus[0]}", f"--qconform-json={out}", timeout=120)
+        *ARGS,
+        "-n",
+        "2",
+        "--qconform-adapter=reference",
+        f"--qconform-vectors={corpus[0]}",
+        f"--qconform-json={out}",
+        timeout=120,
+    )
     assert result.ret == 0, result.stdout.str()
     report = json.loads(out.read_text())
     assert report["counts"]["pass"] == len(corpus[1]) and report["adapterConfig"]["name"] == "reference"

@@ -28,8 +28,9 @@ def f32(x: float) -> int:
     return struct.unpack("<I", struct.pack("<f", x))[0]
 
 
-def make_input(seed: int, vocab: int, rank: int, depth: int, scale: float, support: SupportPolicy,
-               identity: RngIdentity) -> ProposalInput:
+def make_input(
+    seed: int, vocab: int, rank: int, depth: int, scale: float, support: SupportPolicy, identity: RngIdentity
+) -> ProposalInput:
     rng = random.Random(seed)
     logits = [[f32(rng.gauss(0, 2)) for _ in range(vocab)] for _ in range(depth)]
     left = [[f32(rng.gauss(0, scale)) for _ in range(rank)] for _ in range(vocab)]
@@ -37,8 +38,13 @@ def make_input(seed: int, vocab: int, rank: int, depth: int, scale: float, suppo
     return ProposalInput(logits, left, right, rng.randrange(vocab), f32(1.0), support, identity)
 
 
-identities = st.builds(RngIdentity, st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1),
-                       st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1))
+identities = st.builds(
+    RngIdentity,
+    st.integers(0, 2**64 - 1),
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 2**32 - 1),
+)
 
 
 @given(st.integers(0, 2**32), st.integers(2, 12), st.integers(1, 3), st.integers(1, 5), identities, st.booleans())
@@ -68,7 +74,9 @@ def test_each_row_is_conditioned_on_the_previous_sampled_token(seed, vocab, iden
     result = proposal_chain(inp)
     previous = inp.last_committed_token
     for logits, row in zip(inp.base_logits, result.rows):
-        weights = weights_from_logits(logits, inp.temperature_bits, markov_bias_f32(previous, inp.markov_left, inp.markov_right))
+        weights = weights_from_logits(
+            logits, inp.temperature_bits, markov_bias_f32(previous, inp.markov_left, inp.markov_right)
+        )
         assert list(row.q.counts) == allocate_dense(weights.weights).counts
         assert row.exp_margin_ulp == weights.exp_margin_ulp
         previous = row.token
@@ -78,15 +86,26 @@ def test_a_different_first_token_changes_the_second_row():
     inp = make_input(11, 16, 2, 5, 2.0, SupportPolicy.dense(), RngIdentity(1, 2, 3, 4))
     result = proposal_chain(inp)
     others = [v for v, _ in result.rows[0].q.support() if v != result.tokens[0]]
-    alternatives = [proposal_row(inp.base_logits[1], markov_bias_f32(v, inp.markov_left, inp.markov_right),
-                                 inp.temperature_bits, inp.support)[0] for v in others]
+    alternatives = [
+        proposal_row(
+            inp.base_logits[1], markov_bias_f32(v, inp.markov_left, inp.markov_right), inp.temperature_bits, inp.support
+        )[0]
+        for v in others
+    ]
     assert any(row != result.rows[1].q for row in alternatives)
 
 
 def test_without_markov_rows_ignore_the_prefix_and_the_seed_only_moves_draws():
     base = make_input(5, 12, 1, 5, 0.0, SupportPolicy.dense(), RngIdentity(1, 0, 0, 0))
-    other = ProposalInput(base.base_logits, base.markov_left, base.markov_right, (base.last_committed_token + 1) % 12,
-                          base.temperature_bits, base.support, RngIdentity(99, 0, 0, 0))
+    other = ProposalInput(
+        base.base_logits,
+        base.markov_left,
+        base.markov_right,
+        (base.last_committed_token + 1) % 12,
+        base.temperature_bits,
+        base.support,
+        RngIdentity(99, 0, 0, 0),
+    )
     rows_a = [row.q for row in proposal_chain(base).rows]
     rows_b = [row.q for row in proposal_chain(other).rows]
     assert rows_a == rows_b
@@ -94,15 +113,23 @@ def test_without_markov_rows_ignore_the_prefix_and_the_seed_only_moves_draws():
 
 def test_refusals():
     good = make_input(3, 6, 2, 2, 1.0, SupportPolicy.dense(), RngIdentity(0, 0, 0, 0))
-    ragged = ProposalInput([good.base_logits[0], good.base_logits[1][:5]], good.markov_left, good.markov_right,
-                           good.last_committed_token, good.temperature_bits, good.support, good.identity)
+    ragged = ProposalInput(
+        [good.base_logits[0], good.base_logits[1][:5]],
+        good.markov_left,
+        good.markov_right,
+        good.last_committed_token,
+        good.temperature_bits,
+        good.support,
+        good.identity,
+    )
     with pytest.raises(SpecError) as info:
         proposal_chain(ragged)
     assert info.value.code == "BAD_SHAPE"
     with pytest.raises(SpecError):
         SupportPolicy("top_k", None)
-    outside = ProposalInput(good.base_logits, good.markov_left, good.markov_right, 6, good.temperature_bits,
-                            good.support, good.identity)
+    outside = ProposalInput(
+        good.base_logits, good.markov_left, good.markov_right, 6, good.temperature_bits, good.support, good.identity
+    )
     with pytest.raises(SpecError) as info:
         proposal_chain(outside)
     assert info.value.code == "TOKEN_OUT_OF_RANGE"
@@ -135,8 +162,11 @@ def few_valued_row(seed: int, vocab: int) -> list[int]:
 def test_each_row_records_what_the_allocation_families_record(seed, vocab, equal_logits, data):
     """fp64_may_differ of a chain row equals the allocation_dense / allocation_sparse field of
     the same FP32 weights, and where it is false the FP64 recipe agrees with the exact counts."""
-    logits = few_valued_row(seed, vocab) if equal_logits else make_input(seed, vocab, 1, 1, 0.0, SupportPolicy.dense(),
-                                                                           RngIdentity(0, 0, 0, 0)).base_logits[0]
+    logits = (
+        few_valued_row(seed, vocab)
+        if equal_logits
+        else make_input(seed, vocab, 1, 1, 0.0, SupportPolicy.dense(), RngIdentity(0, 0, 0, 0)).base_logits[0]
+    )
     k = data.draw(st.none() | st.integers(1, vocab))
     support = SupportPolicy.dense() if k is None else SupportPolicy.top_k(k)
     q, _, _, _, may_differ = proposal_row(logits, [0] * vocab, f32(1.0), support)
@@ -169,10 +199,14 @@ def fma_markov_bias(prev_token: int, left_bits, right_bits) -> list[int]:
 
 
 FMA_CAUGHT_BY = [
-    "proposal_chain/chains/dense-v32-r2", "proposal_chain/chains/dense-v256-r4-t0.6",
-    "proposal_chain/chains/topk16-v512-r4", "proposal_chain/chains/topk32-v1024-r8-t1.7",
-    "proposal_chain/chains/dense-v64-masked", "proposal_chain/rng_identity/anchor-wraps",
-    "proposal_chain/rng_identity/seed-high-word", "proposal_chain/draw_boundaries/dense-v1024-draw-below-boundary",
+    "proposal_chain/chains/dense-v32-r2",
+    "proposal_chain/chains/dense-v256-r4-t0.6",
+    "proposal_chain/chains/topk16-v512-r4",
+    "proposal_chain/chains/topk32-v1024-r8-t1.7",
+    "proposal_chain/chains/dense-v64-masked",
+    "proposal_chain/rng_identity/anchor-wraps",
+    "proposal_chain/rng_identity/seed-high-word",
+    "proposal_chain/draw_boundaries/dense-v1024-draw-below-boundary",
     "proposal_chain/draw_boundaries/dense-v1024-draw-at-boundary",
 ]
 

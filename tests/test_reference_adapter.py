@@ -46,15 +46,19 @@ def test_reference_declares_every_family_with_a_solver_exact_on_cpu(reference):
     assert config.capabilities == Capabilities(tuple(solvers()), injected_draws=True, devices=("cpu",))
     assert set(config.capabilities.families) <= set(family_names())
     exact = PrecisionProfile()
-    assert (config.precision.fp64_allocation, config.precision.exp_ulp, config.precision.ratio_margin,
-            config.precision.residual_margin) == (exact.fp64_allocation, exact.exp_ulp, exact.ratio_margin,
-                                                  exact.residual_margin)
+    assert (
+        config.precision.fp64_allocation,
+        config.precision.exp_ulp,
+        config.precision.ratio_margin,
+        config.precision.residual_margin,
+    ) == (exact.fp64_allocation, exact.exp_ulp, exact.ratio_margin, exact.residual_margin)
 
 
 @pytest.mark.parametrize("family", [family_param(name) for name in COMMITTED])
 def test_every_committed_family_has_a_solver(family):
     assert load_family(family).solve is not None, (
-        f"family {family} has vectors but no solve(input): the reference adapter cannot run it")
+        f"family {family} has vectors but no solve(input): the reference adapter cannot run it"
+    )
 
 
 @pytest.mark.parametrize("family", [family_param(name) for name in COMMITTED])
@@ -64,7 +68,7 @@ def test_reference_reproduces_every_committed_case(reference, family):
     cases = committed_cases(family)
     mismatches = []
     for start in range(0, len(cases), BATCH):
-        chunk = cases[start:start + BATCH]
+        chunk = cases[start : start + BATCH]
         outcomes = reference.run_batch(family, [case.input for case in chunk])
         mismatches += [(case.id, outcome) for case, outcome in zip(chunk, outcomes) if outcome != case.expected]
     assert not mismatches, f"{len(mismatches)} of {len(cases)} cases differ; first: {mismatches[0]}"

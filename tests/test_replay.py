@@ -8,13 +8,13 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+
+from qconform import sdk
 from qconform.generators.corpus import default_vectors_dir
 from qconform.generators.validation import iter_cases
 from qconform.harness.adapter import PrecisionProfile
 from qconform.harness.judging.judge import judge
 from qconform.harness.verdicts import VerdictClass
-
-from qconform import sdk
 from qconform.replay import (
     FloatStream,
     ReplayError,
@@ -91,15 +91,26 @@ class FloatEngine(sdk.EngineAdapter):
                     decision, token = ("accept" if k < accepted else "reject"), drafts[k]
                 else:
                     decision, token = ("bonus" if accepted == len(drafts) else "correction"), emitted[-1]
-                draws.append({"domain": d.domain, "position": d.position, "draw_counter": d.draw_counter,
-                              "u32": d.draw, "decision": decision, "token": token})
+                draws.append(
+                    {
+                        "domain": d.domain,
+                        "position": d.position,
+                        "draw_counter": d.draw_counter,
+                        "u32": d.draw,
+                        "decision": decision,
+                        "token": token,
+                    }
+                )
             answers.append({"accepted": accepted, "emitted": emitted, "draws": draws})
         return {"requests": answers}
 
 
 def valid_cases() -> list[dict]:
-    return [{"id": c.id, "result": c.result, "input": c.input, "expected": c.expected}
-            for c in iter_cases(default_vectors_dir(), ["verification_round"]) if c.result == "valid"]
+    return [
+        {"id": c.id, "result": c.result, "input": c.input, "expected": c.expected}
+        for c in iter_cases(default_vectors_dir(), ["verification_round"])
+        if c.result == "valid"
+    ]
 
 
 def verdicts(engine: FloatEngine) -> dict[str, VerdictClass]:
@@ -113,8 +124,12 @@ def test_a_float_rng_engine_passes_verification_through_the_replay():
     found = verdicts(FloatEngine())
     assert set(found.values()) <= {VerdictClass.PASS, VerdictClass.PRECISION}, found
     assert list(found.values()).count(VerdictClass.PASS) >= len(found) - 5
-    rejected = [c["id"] for c in valid_cases() for r in c["expected"]["requests"]
-                if any(d["decision"] == "correction" for d in r["draws"])]
+    rejected = [
+        c["id"]
+        for c in valid_cases()
+        for r in c["expected"]["requests"]
+        if any(d["decision"] == "correction" for d in r["draws"])
+    ]
     assert len(rejected) >= 10  # the correction-after-rejection path is exercised
 
 
@@ -176,10 +191,16 @@ def test_the_streams_follow_the_rng_abi_schedule():
     assert [d.position for d in proposal.served] == [(1 << 32) - 2, (1 << 32) - 1, 0]
     rejected_at_2 = verification_stream(ident, 3, 1)  # x_1 accepted, x_2 rejected: a_1, a_2, c_1
     values = [rejected_at_2() for _ in range(3)]
-    assert values == [as_float(int(keys["accept"][0]), 32), as_float(int(keys["accept"][1]), 32),
-                      as_float(int(keys["correction"][1]), 32)]
+    assert values == [
+        as_float(int(keys["accept"][0]), 32),
+        as_float(int(keys["accept"][1]), 32),
+        as_float(int(keys["correction"][1]), 32),
+    ]
     assert [(d.domain, d.position) for d in rejected_at_2.served] == [
-        ("ACCEPT", (1 << 32) - 2), ("ACCEPT", (1 << 32) - 1), ("CORRECTION", (1 << 32) - 1)]
+        ("ACCEPT", (1 << 32) - 2),
+        ("ACCEPT", (1 << 32) - 1),
+        ("CORRECTION", (1 << 32) - 1),
+    ]
     full = verification_stream(ident, 3, 3)
     assert [full() for _ in range(4)][-1] == as_float(int(keys["correction"][3]), 32)
 

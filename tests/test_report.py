@@ -13,8 +13,15 @@ from qconform.harness.verdicts import Diff, Verdict, VerdictClass
 
 pytestmark = pytest.mark.rules()
 
-HEADER = RunHeader(adapter="torch", device="cuda:0", corpus_root="ab" * 32, vectors="/v", qconform_version="9.9",
-                   expectations="/e/torch.toml", families=("allocation_dense", "rng_abi"))
+HEADER = RunHeader(
+    adapter="torch",
+    device="cuda:0",
+    corpus_root="ab" * 32,
+    vectors="/v",
+    qconform_version="9.9",
+    expectations="/e/torch.toml",
+    families=("allocation_dense", "rng_abi"),
+)
 
 
 def summary(*verdicts: Verdict, problems=(), not_run=None) -> RunSummary:
@@ -25,7 +32,9 @@ def summary(*verdicts: Verdict, problems=(), not_run=None) -> RunSummary:
 
 
 PASSES = [Verdict(VerdictClass.PASS, f"rng_abi/g/c{i}") for i in range(3)]
-FAILURE = Verdict(VerdictClass.FAIL, "allocation_dense/g/bad", "counts differ at counts[3]", Diff("counts[3]", "7", "8"))
+FAILURE = Verdict(
+    VerdictClass.FAIL, "allocation_dense/g/bad", "counts differ at counts[3]", Diff("counts[3]", "7", "8")
+)
 PRECISE = Verdict(VerdictClass.PRECISION, "allocation_dense/g/near", "within margins", Diff("counts[1]", "2", "3"))
 DISABLED = Verdict(VerdictClass.DISABLED, "rng_abi/slow/c", "disabled: slow")
 

@@ -34,8 +34,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "rng-abi.md"
 
 
 def test_layout_of_one_key():
-    key = DrawKey(seed=0x0123456789ABCDEF, generation=7, round=3, position=1000, domain=Domain.ACCEPT,
-                  draw_counter=5)
+    key = DrawKey(seed=0x0123456789ABCDEF, generation=7, round=3, position=1000, domain=Domain.ACCEPT, draw_counter=5)
     assert key.key_words() == (0x89ABCDEF, 0x01234567)
     assert key.counter_words() == (1000, 3, 7, 0x02000005)
     out = philox4x32((1000, 3, 7, 0x02000005), (0x89ABCDEF, 0x01234567))
@@ -82,8 +81,9 @@ def test_round_positions(seed, generation, round_id, anchor, depth):
         for key, domain in ((proposal_key(ident, i), Domain.PROPOSAL), (accept_key(ident, i), Domain.ACCEPT)):
             assert key == DrawKey(seed, generation, round_id, (anchor + i - 1) % 2**32, domain, 0)
     for j in range(depth + 1):
-        assert correction_key(ident, j) == DrawKey(seed, generation, round_id, (anchor + j) % 2**32,
-                                                   Domain.CORRECTION, 0)
+        assert correction_key(ident, j) == DrawKey(
+            seed, generation, round_id, (anchor + j) % 2**32, Domain.CORRECTION, 0
+        )
 
 
 def test_positions_wrap_modulo_2_pow_32():
@@ -94,8 +94,9 @@ def test_positions_wrap_modulo_2_pow_32():
 
 
 def test_seed_high_word_changes_the_draw():
-    assert uniform32_draw(DrawKey(1, 0, 0, 0, Domain.ACCEPT)) != uniform32_draw(DrawKey(1 | 1 << 32, 0, 0, 0,
-                                                                                         Domain.ACCEPT))
+    assert uniform32_draw(DrawKey(1, 0, 0, 0, Domain.ACCEPT)) != uniform32_draw(
+        DrawKey(1 | 1 << 32, 0, 0, 0, Domain.ACCEPT)
+    )
 
 
 @pytest.mark.parametrize(

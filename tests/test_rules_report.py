@@ -9,16 +9,16 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import vector_fakes
 from rich.console import Console
 
-import vector_fakes
 from qconform import rules_report
 from qconform.spec.rules import LISTING_RULES, RULES, SPEC_DEFINITIONS
 
 pytestmark = pytest.mark.rules()
 
 TEST_SOURCE = textwrap.dedent(
-    '''
+    """
     import pytest
     from pytest import mark
 
@@ -45,7 +45,7 @@ TEST_SOURCE = textwrap.dedent(
         pass
 
     helper = pytest.mark.rules("R20")
-    '''
+    """
 )
 
 
@@ -117,7 +117,9 @@ def test_r29_is_covered_by_its_own_spec_function():
 def test_report_joins_families_committed_cases_and_tests(tmp_path, monkeypatch):
     vector_fakes.install(monkeypatch)
     # a committed file may cite rules beyond Family.rules (e.g. regenerated later)
-    (tmp_path / "fake_beta.json").write_text(json.dumps({"testGroups": [{"rules": ["R33"], "tests": [{"rules": ["R34"]}]}]}))
+    (tmp_path / "fake_beta.json").write_text(
+        json.dumps({"testGroups": [{"rules": ["R33"], "tests": [{"rules": ["R34"]}]}]})
+    )
     tests = tmp_path / "tests"
     tests.mkdir()
     (tests / "test_y.py").write_text('import pytest\npytestmark = pytest.mark.rules("R05", "R33")\n')

@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 from harness_stubs import ScriptedAdapter, corpus_cases, small_corpus
 
-from qconform.harness.run import plugin
 from qconform.cli.arguments import checkout_expectations
 from qconform.cli.run import pytest_args, run
+from qconform.harness.run import plugin
 
 pytestmark = pytest.mark.rules()
 
@@ -26,13 +26,16 @@ def invoke(*args: str):
     return CliRunner().invoke(run, list(args))
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--family", "nope"], "unknown family nope"),
-    (["--adapter", "no-such-adapter"], "unknown adapter 'no-such-adapter'"),
-    (["--adapter", "reference", "--expectations", "/no/such.toml"], "cannot read expectations file"),
-    (["--adapter", "reference", "-n", "many"], "-n takes a number"),
-    (["--adapter", "shim:  "], "shim: needs a command line"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--family", "nope"], "unknown family nope"),
+        (["--adapter", "no-such-adapter"], "unknown adapter 'no-such-adapter'"),
+        (["--adapter", "reference", "--expectations", "/no/such.toml"], "cannot read expectations file"),
+        (["--adapter", "reference", "-n", "many"], "-n takes a number"),
+        (["--adapter", "shim:  "], "shim: needs a command line"),
+    ],
+)
 def test_bad_arguments_are_one_line_errors_with_status_2(corpus, args, message):
     result = invoke("--vectors", str(corpus[0]), *args)
     assert result.exit_code == 2
@@ -46,7 +49,8 @@ def test_a_cuda_device_torch_does_not_see_is_a_usage_error(corpus, monkeypatch):
     result = invoke("--vectors", str(corpus[0]), "--adapter", "torch", "--device", "cuda")
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
-        f"Error: --device cuda: torch {torch.__version__} sees no CUDA device on this machine"]
+        f"Error: --device cuda: torch {torch.__version__} sees no CUDA device on this machine"
+    ]
     monkeypatch.setitem(__import__("sys").modules, "torch", None)
     result = invoke("--vectors", str(corpus[0]), "--adapter", "triton", "--device", "cuda:1")
     assert result.exit_code == 2 and "torch is not installed" in result.output
@@ -65,12 +69,32 @@ def test_malformed_expectations_are_a_usage_error(corpus, tmp_path):
 
 
 def test_pytest_arguments_isolate_the_run(tmp_path):
-    args = pytest_args("torch", "cuda", tmp_path, ("rng_abi",), "kat", None, tmp_path / "r.json",
-                       tmp_path / "r.xml", "4", 30.0, tmp_path / "pytest.ini")
+    args = pytest_args(
+        "torch",
+        "cuda",
+        tmp_path,
+        ("rng_abi",),
+        "kat",
+        None,
+        tmp_path / "r.json",
+        tmp_path / "r.xml",
+        "4",
+        30.0,
+        tmp_path / "pytest.ini",
+    )
     text = " ".join(args)
-    for part in ("-p no:qconform -p qconform.harness.run.plugin", "--noconftest", "-p no:cacheprovider",
-                 f"--rootdir {tmp_path}", f"-c {tmp_path / 'pytest.ini'}", "--qconform-family rng_abi", "-k kat",
-                 "-n 4 --dist loadgroup", f"--junitxml {tmp_path / 'r.xml'}", "--qconform-timeout 30.0"):
+    for part in (
+        "-p no:qconform -p qconform.harness.run.plugin",
+        "--noconftest",
+        "-p no:cacheprovider",
+        f"--rootdir {tmp_path}",
+        f"-c {tmp_path / 'pytest.ini'}",
+        "--qconform-family rng_abi",
+        "-k kat",
+        "-n 4 --dist loadgroup",
+        f"--junitxml {tmp_path / 'r.xml'}",
+        "--qconform-timeout 30.0",
+    ):
         assert part in text
     assert "-n" not in pytest_args("torch", "cpu", tmp_path, (), None, None, None, None, "0", None, tmp_path)
 
@@ -88,8 +112,16 @@ def stub(monkeypatch, cases, overrides=None):
 
 def test_a_clean_run_exits_0_and_writes_both_reports(corpus, monkeypatch, tmp_path):
     stub(monkeypatch, corpus[1])
-    result = invoke("--vectors", str(corpus[0]), "--adapter", "reference", "--json", str(tmp_path / "r.json"),
-                    "--junit", str(tmp_path / "r.xml"))
+    result = invoke(
+        "--vectors",
+        str(corpus[0]),
+        "--adapter",
+        "reference",
+        "--json",
+        str(tmp_path / "r.json"),
+        "--junit",
+        str(tmp_path / "r.xml"),
+    )
     assert result.exit_code == 0, result.output
     assert "adapter reference on cpu" in result.output and "OK:" in result.output
     report = json.loads((tmp_path / "r.json").read_text())

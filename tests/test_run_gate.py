@@ -20,18 +20,18 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from harness_stubs import ScriptedAdapter, corpus_cases, small_corpus
+
+from qconform.cli.run import run
+from qconform.generators import atomic_file
 from qconform.generators.corpus import generate
 from qconform.generators.registry import load_family
 from qconform.harness.run import plugin
-from qconform.cli.run import run
 from qconform.harness.run.gate import RunExit
-
-from qconform.generators import atomic_file
 
 pytestmark = pytest.mark.rules()
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
-SHIM = textwrap.dedent('''\
+SHIM = textwrap.dedent("""\
     import json, os, sys, time
     FAMILIES = {families!r}
     for line in sys.stdin:
@@ -46,7 +46,7 @@ SHIM = textwrap.dedent('''\
             time.sleep(1000)
         else:
             print(json.dumps({{"id": req["id"], "status": "unimplemented"}}), flush=True)
-''')
+""")
 
 
 def shim(tmp_path: Path, families=("rng_abi",), hang=False, name="shim.py") -> tuple[str, Path]:
@@ -67,8 +67,14 @@ def invoke(*args: str):
 
 
 def qconform(*args: str, env: dict | None = None, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "qconform", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})}, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "qconform", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+        **kwargs,
+    )
 
 
 # -- capability declarations and adapters that cannot start ---------------------------
@@ -82,8 +88,13 @@ def test_an_unknown_family_in_a_capability_declaration_is_a_start_error(corpus, 
     assert "OK" not in result.output
     assert [line for line in result.output.splitlines() if "Error" in line] == [
         "Error: AdapterStartError: adapter declares unknown family 'rng-abi'; known families: "
-        + ", ".join(sorted(set(json.loads((corpus[0] / "index.json").read_text())["families"])
-                           | set(__import__("qconform.generators.registry", fromlist=["x"]).family_names())))]
+        + ", ".join(
+            sorted(
+                set(json.loads((corpus[0] / "index.json").read_text())["families"])
+                | set(__import__("qconform.generators.registry", fromlist=["x"]).family_names())
+            )
+        )
+    ]
 
 
 @pytest.mark.parametrize("kind", ["missing program", "refused port", "missing module", "garbage config"])
@@ -102,8 +113,10 @@ def test_an_adapter_that_cannot_start_is_one_line_that_stops_the_run(corpus, tmp
     assert "Traceback" not in result.output and "JSON report" not in result.output
     assert "pass" not in result.output and "unexpected" not in result.output  # no table, no per-case lines
     if kind == "missing module":
-        assert errors[0].endswith("No module named 'qconform_no_such_module' (does the shim: command name the "
-                                  "interpreter that has it? give its absolute path)")
+        assert errors[0].endswith(
+            "No module named 'qconform_no_such_module' (does the shim: command name the "
+            "interpreter that has it? give its absolute path)"
+        )
 
 
 def test_a_run_without_torch_prints_one_line_naming_the_extra(corpus, tmp_path):
@@ -194,8 +207,9 @@ def test_the_atomic_writer_makes_parents_uses_0644_and_leaves_nothing_behind(tmp
 
 
 def test_stale_temporaries_are_recognised_by_their_dead_writer(tmp_path):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True, check=True).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     stale = [tmp_path / f".rng_abi.json.{dead}.0123456789ab.tmp", tmp_path / ".rng_abi.json.k3j_x9a2.tmp"]
     live = tmp_path / f".rng_abi.json.{os.getpid()}.0123456789ab.tmp"
     other = tmp_path / ".hidden.tmp"
@@ -206,8 +220,7 @@ def test_stale_temporaries_are_recognised_by_their_dead_writer(tmp_path):
 
 
 @pytest.mark.parametrize("option", ["--json", "--junit"])
-def test_a_report_that_cannot_be_written_comes_after_the_summary_as_one_error(corpus, monkeypatch, tmp_path,
-                                                                                 option):
+def test_a_report_that_cannot_be_written_comes_after_the_summary_as_one_error(corpus, monkeypatch, tmp_path, option):
     """Was: a traceback, and the verdict table never printed."""
     monkeypatch.setattr(plugin, "open_client", ScriptedAdapter(corpus[1]).open)
     (tmp_path / "dir").mkdir()
@@ -223,8 +236,16 @@ def test_a_report_that_cannot_be_written_comes_after_the_summary_as_one_error(co
 def test_a_report_into_a_missing_directory_is_created_with_mode_0644(corpus, monkeypatch, tmp_path):
     """Was: reports 0600 (JUnit 0644)."""
     monkeypatch.setattr(plugin, "open_client", ScriptedAdapter(corpus[1]).open)
-    result = invoke("--vectors", str(corpus[0]), "--adapter", "reference",
-                    "--json", str(tmp_path / "new" / "r.json"), "--junit", str(tmp_path / "new" / "r.xml"))
+    result = invoke(
+        "--vectors",
+        str(corpus[0]),
+        "--adapter",
+        "reference",
+        "--json",
+        str(tmp_path / "new" / "r.json"),
+        "--junit",
+        str(tmp_path / "new" / "r.xml"),
+    )
     assert result.exit_code == 0, result.output
     for name in ("r.json", "r.xml"):
         assert ((tmp_path / "new" / name).stat().st_mode & 0o777) == 0o644
@@ -261,12 +282,15 @@ def _first_case(obj):
     return obj["testGroups"][0]["tests"][0]
 
 
-@pytest.mark.parametrize("tamper, names", [
-    ("root", "index.json"),
-    ("case", "rng_abi.json"),
-    ("case and file hash", "case rng_abi/"),
-    ("schema", "rng_abi.schema.json"),
-])
+@pytest.mark.parametrize(
+    "tamper, names",
+    [
+        ("root", "index.json"),
+        ("case", "rng_abi.json"),
+        ("case and file hash", "case rng_abi/"),
+        ("schema", "rng_abi.schema.json"),
+    ],
+)
 def test_run_verifies_every_hash_and_names_the_file(copy, corpus, monkeypatch, tamper, names):
     """Was: index.json's root, case hashes and schemaSha256 unchecked; a fake root printed as provenance."""
     from qconform.generators.corpus import sha256_hex
@@ -332,12 +356,15 @@ def test_exit_1_unexpected(corpus, monkeypatch):
     assert result.exit_code == RunExit.FAILED and "FAILED: " in result.output
 
 
-@pytest.mark.parametrize("args, message", [
-    (["-k", "bad ("], "-k 'bad (' is not a valid expression"),
-    (["--adapter", 'shim:"unterminated'], "cannot parse the shim: command line"),
-    (["--case", "rng_abi/no/such"], "unknown case rng_abi/no/such"),
-    (["--require", "nope"], "unknown family nope"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["-k", "bad ("], "-k 'bad (' is not a valid expression"),
+        (["--adapter", 'shim:"unterminated'], "cannot parse the shim: command line"),
+        (["--case", "rng_abi/no/such"], "unknown case rng_abi/no/such"),
+        (["--require", "nope"], "unknown family nope"),
+    ],
+)
 def test_exit_2_usage_errors(corpus, args, message):
     """Was: ``-k "bad ("`` exit 4 with an "interrupted" summary; ``shim:"unterminated`` exit 1."""
     result = invoke("--vectors", str(corpus[0]), "--adapter", "reference", *args)

@@ -92,7 +92,8 @@ def test_boundary_draw_goes_to_the_next_token():
 
 
 MASSES = st.lists(st.fractions(min_value=0, max_value=10, max_denominator=50), min_size=1, max_size=10).filter(
-    lambda m: sum(m) > 0)
+    lambda m: sum(m) > 0
+)
 
 
 @settings(max_examples=80, deadline=None)

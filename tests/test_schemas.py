@@ -7,9 +7,9 @@ import re
 from pathlib import Path
 
 import pytest
+import vector_fakes
 from jsonschema import Draft202012Validator
 
-import vector_fakes
 from qconform.generators import registry
 from qconform.generators.corpus import assemble_file, default_vectors_dir
 from qconform.generators.encoding import encode_blob
@@ -89,8 +89,14 @@ def test_an_extra_property_is_rejected_at_every_level(path):
 
 
 def test_pinned_header_fields_are_rejected_when_wrong():
-    for key, value in [("family", "other"), ("schema", "x.schema.json"), ("specVersion", "999"),
-                       ("generator", "elsewhere"), ("rules", ["R99"]), ("numberOfTests", -1)]:
+    for key, value in [
+        ("family", "other"),
+        ("schema", "x.schema.json"),
+        ("specVersion", "999"),
+        ("generator", "elsewhere"),
+        ("rules", ["R99"]),
+        ("numberOfTests", -1),
+    ]:
         doc = _alpha_file()
         doc[key] = value
         assert _errors(doc), key

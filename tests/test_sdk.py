@@ -11,15 +11,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from qconform import sdk
 from qconform.generators.corpus import default_vectors_dir
 from qconform.generators.validation import iter_cases
 from qconform.harness.adapter import AdapterError, Unimplemented
+from qconform.harness.judging.judge import judge
 from qconform.harness.run.case_runner import CaseRunner
 from qconform.harness.transport.client import open_adapter
-from qconform.harness.judging.judge import judge
 from qconform.harness.verdicts import VerdictClass
-
-from qconform import sdk
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "sdk" / "numpy_engine.py"
 
@@ -32,15 +32,19 @@ def load_example():
 
 
 def cases(family: str) -> list[dict]:
-    return [{"id": c.id, "result": c.result, "input": c.input, "expected": c.expected, "flags": list(c.flags)}
-            for c in iter_cases(default_vectors_dir(), [family])]
+    return [
+        {"id": c.id, "result": c.result, "input": c.input, "expected": c.expected, "flags": list(c.flags)}
+        for c in iter_cases(default_vectors_dir(), [family])
+    ]
 
 
 def verdicts(adapter, family: str) -> dict[str, VerdictClass]:
     config = adapter.config()
     batch = cases(family)
-    return {case["id"]: judge(case, outcome, config).cls
-            for case, outcome in zip(batch, adapter.run_batch(family, [c["input"] for c in batch]))}
+    return {
+        case["id"]: judge(case, outcome, config).cls
+        for case, outcome in zip(batch, adapter.run_batch(family, [c["input"] for c in batch]))
+    }
 
 
 @pytest.mark.rules("R08", "R22")
@@ -58,9 +62,12 @@ def test_the_example_engine_passes_its_families_through_the_shim():
     assert {v.cls for v in sampling} == {VerdictClass.PASS}, [v.line() for v in sampling if v.cls != "pass"]
     by_group = {(v.case_id.split("/")[1], v.cls) for v in rng}
     assert by_group - {("fuzz", VerdictClass.PASS)} == {
-        ("draw_keys", VerdictClass.PASS), ("invalid_fields", VerdictClass.PASS),
-        ("philox_kat", VerdictClass.UNSUPPORTED), ("round_schedule", VerdictClass.UNSUPPORTED),
-        ("unseeded_requests", VerdictClass.UNSUPPORTED)}
+        ("draw_keys", VerdictClass.PASS),
+        ("invalid_fields", VerdictClass.PASS),
+        ("philox_kat", VerdictClass.UNSUPPORTED),
+        ("round_schedule", VerdictClass.UNSUPPORTED),
+        ("unseeded_requests", VerdictClass.UNSUPPORTED),
+    }
 
 
 @pytest.mark.rules("R08")
@@ -84,9 +91,18 @@ def test_a_seeded_bug_in_the_example_fails():
 
 @pytest.mark.rules()
 def test_inputs_arrive_as_arrays():
-    raw = {"row": {"representation": "dense", "counts": {"dtype": "u32", "shape": [2, 2],
-                                                         "b64": base64.b64encode(np.arange(4, dtype="<u4").tobytes()).decode()}},
-           "seed": "12", "draws": [1, 2]}
+    raw = {
+        "row": {
+            "representation": "dense",
+            "counts": {
+                "dtype": "u32",
+                "shape": [2, 2],
+                "b64": base64.b64encode(np.arange(4, dtype="<u4").tobytes()).decode(),
+            },
+        },
+        "seed": "12",
+        "draws": [1, 2],
+    }
     decoded = sdk.decode(raw)
     counts = decoded["row"]["counts"]
     assert isinstance(counts, np.ndarray) and counts.dtype == np.uint32 and counts.shape == (2, 2)
@@ -97,8 +113,12 @@ def test_inputs_arrive_as_arrays():
 @pytest.mark.rules()
 def test_outputs_become_blobs_only_where_the_schema_has_a_blob():
     schema = sdk.expected_schema("allocation_dense")
-    answer = {"counts": np.array([3, 5], dtype=np.uint32), "remaining": np.int64(2), "tie_gap": Fraction(1, 3),
-              "fp64_may_differ": np.bool_(False)}
+    answer = {
+        "counts": np.array([3, 5], dtype=np.uint32),
+        "remaining": np.int64(2),
+        "tie_gap": Fraction(1, 3),
+        "fp64_may_differ": np.bool_(False),
+    }
     out = sdk.encode(answer, [schema], schema["$defs"])
     assert out["counts"] == {"dtype": "u32", "shape": [2], "b64": base64.b64encode(b"\3\0\0\0\5\0\0\0").decode()}
     assert out["remaining"] == 2 and type(out["remaining"]) is int and out["tie_gap"] == "1/3"
@@ -122,8 +142,9 @@ def test_torch_tensors_are_answered_like_arrays():
         def categorical_sampling(self, case):
             counts = case["row"]["counts"]
             assert isinstance(counts, torch.Tensor)
-            return {"tokens": torch.searchsorted(torch.cumsum(counts.long(), 0), torch.tensor(case["draws"]),
-                                                 right=True)}
+            return {
+                "tokens": torch.searchsorted(torch.cumsum(counts.long(), 0), torch.tensor(case["draws"]), right=True)
+            }
 
     found = verdicts(TorchEngine(), "categorical_sampling")
     assert found["categorical_sampling/boundaries/dense-v4"] is VerdictClass.PASS
@@ -148,10 +169,16 @@ def test_refusals_unsupported_mapped_and_unmapped_errors():
 
     engine = Engine()
     assert engine.capabilities().families == ("categorical_sampling",)
-    out = engine.run_batch("categorical_sampling", [{"kind": k} for k in
-                                                    ("refuse", "unsupported", "mapped", "returned", "crash")])
-    assert out == [{"error": "WRONG_TOTAL_MASS"}, Unimplemented("sparse rows"), {"error": "BAD_SHAPE"},
-                   {"error": "ZERO_MASS"}, AdapterError("RuntimeError: kernel launch failed")]
+    out = engine.run_batch(
+        "categorical_sampling", [{"kind": k} for k in ("refuse", "unsupported", "mapped", "returned", "crash")]
+    )
+    assert out == [
+        {"error": "WRONG_TOTAL_MASS"},
+        Unimplemented("sparse rows"),
+        {"error": "BAD_SHAPE"},
+        {"error": "ZERO_MASS"},
+        AdapterError("RuntimeError: kernel launch failed"),
+    ]
     assert set(sdk.refusal_codes()) >= {"WRONG_TOTAL_MASS", "BAD_SHAPE", "ZERO_MASS", "BAD_RNG_FIELD"}
 
 
@@ -161,19 +188,32 @@ def test_draw_keys_and_round_draws_match_the_rng_abi_vectors():
     for case in cases("rng_abi"):
         given = case["input"]
         if "draw_counter" in given and case["result"] == "valid":
-            key = sdk.draw_key(int(given["seed"]), given["generation"], given["round"], given["position"],
-                               given["domain"], given["draw_counter"])
+            key = sdk.draw_key(
+                int(given["seed"]),
+                given["generation"],
+                given["round"],
+                given["position"],
+                given["domain"],
+                given["draw_counter"],
+            )
             assert [f"0x{w:08x}" for w in key.counter] == case["expected"]["counter"]
             assert (key.u24, key.u32) == (case["expected"]["u24"], case["expected"]["u32"])
             checked += 1
         elif "anchor" in given:
-            draws = sdk.round_draws(int(given["seed"]), given["generation"], given["round"], given["anchor"],
-                                    given["depth"])
+            draws = sdk.round_draws(
+                int(given["seed"]), given["generation"], given["round"], given["anchor"], given["depth"]
+            )
             for name in ("proposal", "accept", "correction"):
                 assert draws[name].tolist() == [d["value"] for d in case["expected"][name]]
             checked += 1
         elif case["result"] == "invalid":
             with pytest.raises(sdk.Refusal, match="BAD_RNG_FIELD"):
-                sdk.draw_key(int(given["seed"]), given["generation"], given["round"], given["position"],
-                             given["domain"], given["draw_counter"])
+                sdk.draw_key(
+                    int(given["seed"]),
+                    given["generation"],
+                    given["round"],
+                    given["position"],
+                    given["domain"],
+                    given["draw_counter"],
+                )
     assert checked >= 10

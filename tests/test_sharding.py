@@ -15,8 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from qconform.generators.encoding import f32_bits
 from qconform.spec.allocation import allocate_dense, allocate_sparse, select_top_k
-from qconform.spec.constants import M, VOCAB
+from qconform.spec.constants import VOCAB, M
 from qconform.spec.errors import SpecError
 from qconform.spec.floats import F32_NEG_INF
 from qconform.spec.qrow import QRow
@@ -43,8 +44,6 @@ from qconform.spec.sharding import (
 from qconform.spec.verification import residual_row
 from qconform.spec.weights import weights_from_f32, weights_from_logits
 
-from qconform.generators.encoding import f32_bits
-
 pytestmark = pytest.mark.rules("R30", "R31", "R32", "R33")
 
 FEW = settings(max_examples=40, deadline=None)
@@ -56,8 +55,11 @@ def splits(draw, min_vocab: int = 1, max_vocab: int = 12, max_shards: int = 4) -
     """Random contiguous splits of a random vocabulary into 1..max_shards nonempty shards."""
     vocab = draw(st.integers(min_vocab, max_vocab))
     shards = draw(st.integers(1, min(max_shards, vocab)))
-    cuts = sorted(draw(st.lists(st.integers(1, vocab - 1), min_size=shards - 1, max_size=shards - 1, unique=True))) \
-        if shards > 1 else []
+    cuts = (
+        sorted(draw(st.lists(st.integers(1, vocab - 1), min_size=shards - 1, max_size=shards - 1, unique=True)))
+        if shards > 1
+        else []
+    )
     bounds = [0] + cuts + [vocab]
     return [ShardRange(a, b) for a, b in zip(bounds, bounds[1:])]
 
@@ -112,14 +114,17 @@ def test_even_split_covers_the_vocabulary(vocab, shards):
     assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
 
 
-@pytest.mark.parametrize("ranges", [
-    [],
-    [ShardRange(0, 3), ShardRange(4, 8)],  # gap
-    [ShardRange(0, 5), ShardRange(4, 8)],  # overlap
-    [ShardRange(0, 4), ShardRange(4, 4), ShardRange(4, 8)],  # empty shard
-    [ShardRange(0, 4), ShardRange(4, 7)],  # does not cover V = 8
-    [ShardRange(1, 8)],  # does not start at 0
-])
+@pytest.mark.parametrize(
+    "ranges",
+    [
+        [],
+        [ShardRange(0, 3), ShardRange(4, 8)],  # gap
+        [ShardRange(0, 5), ShardRange(4, 8)],  # overlap
+        [ShardRange(0, 4), ShardRange(4, 4), ShardRange(4, 8)],  # empty shard
+        [ShardRange(0, 4), ShardRange(4, 7)],  # does not cover V = 8
+        [ShardRange(1, 8)],  # does not start at 0
+    ],
+)
 def test_bad_shard_ranges_are_refused(ranges):
     with pytest.raises(SpecError) as info:
         check_shard_ranges(ranges, 8)
@@ -320,7 +325,9 @@ def test_residual_outside_the_sparse_support_on_a_non_leader_shard():
     ranges = [ShardRange(0, 4), ShardRange(4, 8)]
     q_row = QRow.sparse(8, [0, 1], [M // 2, M // 2])
     p = [Fraction(1, 2), 0, 0, 0, 0, 0, Fraction(1, 2), 0]
-    residuals = [shard_residual(ps, qs) for ps, qs in zip(split_row(p, ranges), split_row(q_row.dense_counts(), ranges))]
+    residuals = [
+        shard_residual(ps, qs) for ps, qs in zip(split_row(p, ranges), split_row(q_row.dense_counts(), ranges))
+    ]
     assert sum(residuals[0]) == 0 and sum(residuals[1]) == Fraction(1, 2)
     for u in (0, 1 << 31, U32_LIMIT - 1):
         draw = sample_sharded_mass(residuals, ranges, u)
@@ -331,7 +338,11 @@ def test_residual_outside_the_sparse_support_on_a_non_leader_shard():
 def test_kernels_are_listed_in_dependency_order_with_their_oracles():
     kernels = kernel_oracles()
     assert [name for name, _ in kernels] == [
-        "global logsumexp and counts", "global top-k merge", "integer categorical proposal",
-        "sparse q lookup by global ID", "full-target residual mass and sampling"]
+        "global logsumexp and counts",
+        "global top-k merge",
+        "integer categorical proposal",
+        "sparse q lookup by global ID",
+        "full-target residual mass and sampling",
+    ]
     for _, oracles in kernels:
         assert oracles and all(getattr(f, "__rules__", None) for f in oracles)

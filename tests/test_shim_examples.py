@@ -8,11 +8,11 @@ import re
 from pathlib import Path
 
 import pytest
+
+from qconform import shim_examples
 from qconform.generators.corpus import default_vectors_dir
 from qconform.generators.registry import load_family
 from qconform.harness.transport.shim_protocol import decode_line
-
-from qconform import shim_examples
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "formats"
 FAMILIES = shim_examples.families(default_vectors_dir())
@@ -25,15 +25,19 @@ def example_problems(text: str, family: str) -> list[str]:
     lines = re.findall(r"```json\n(.*?)\n```", block, re.DOTALL)
     if len(lines) != 1 or len(lines[0].splitlines()) != 2:
         return ["the section must hold one json block of two lines"]
-    request, reply = (decode_line(line.encode(), what) for line, what in zip(lines[0].splitlines(), ("request", "reply")))
+    request, reply = (
+        decode_line(line.encode(), what) for line, what in zip(lines[0].splitlines(), ("request", "reply"))
+    )
     if request["op"] != "run" or request["family"] != family or reply["id"] != request["id"]:
         return [f"not a run request of {family} and its reply"]
     if len(reply["outputs"]) != len(request["inputs"]):
         return ["the reply has not one output per input"]
     solve = load_family(family).solve
-    return [f"input {i}: the spec answers otherwise" for i, (given, entry) in
-            enumerate(zip(request["inputs"], reply["outputs"]))
-            if entry != {"status": "ok", "output": solve(given)}]
+    return [
+        f"input {i}: the spec answers otherwise"
+        for i, (given, entry) in enumerate(zip(request["inputs"], reply["outputs"]))
+        if entry != {"status": "ok", "output": solve(given)}
+    ]
 
 
 @pytest.mark.rules()
@@ -55,7 +59,8 @@ def test_a_tampered_example_is_caught_and_a_stale_page_named():
     text = (DOCS / "categorical_sampling.md").read_text()
     tampered = text.replace('"output":{"tokens":[', '"output":{"tokens":[7,', 1)
     assert tampered != text and example_problems(tampered, "categorical_sampling") == [
-        "input 0: the spec answers otherwise"]
+        "input 0: the spec answers otherwise"
+    ]
     assert shim_examples.updated(tampered, shim_examples.section(default_vectors_dir(), "categorical_sampling")) == text
 
 

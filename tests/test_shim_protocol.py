@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from qconform.generators import registry
 from qconform.generators.encoding import DTYPES, encode_blob
 from qconform.generators.registry import Family
-from qconform.harness.transport import shim_protocol
 from qconform.harness.adapter import (
     Adapter,
     AdapterConfig,
@@ -24,6 +23,7 @@ from qconform.harness.adapter import (
     PrecisionProfile,
     Unimplemented,
 )
+from qconform.harness.transport import shim_protocol
 from qconform.harness.transport.host import Host
 from qconform.harness.transport.shim_protocol import (
     NonFinite,
@@ -73,12 +73,15 @@ def test_non_finite_tokens_are_kept_as_markers_and_located():
     assert encoding_problem({"a": [1, {"b": "NaN"}]}) is None  # a string is not a number
 
 
-@pytest.mark.parametrize("line, fragment", [
-    (b"hello\n", "reply is not JSON"),
-    (b"[1, 2]\n", "reply is not a JSON object"),
-    (b'{"id": 1\n', "reply is not JSON"),
-    (b"\xff\xfe{}\n", "reply is not JSON"),
-])
+@pytest.mark.parametrize(
+    "line, fragment",
+    [
+        (b"hello\n", "reply is not JSON"),
+        (b"[1, 2]\n", "reply is not a JSON object"),
+        (b'{"id": 1\n', "reply is not JSON"),
+        (b"\xff\xfe{}\n", "reply is not JSON"),
+    ],
+)
 def test_decode_line_refuses_what_is_not_a_json_object(line, fragment):
     with pytest.raises(ProtocolError, match=fragment):
         decode_line(line)
@@ -124,20 +127,23 @@ def test_missing_precision_fields_are_exact():
 GOOD_CONFIG = {"name": "x", "protocol": 1, "capabilities": {"families": []}, "precision": {}}
 
 
-@pytest.mark.parametrize("change, fragment", [
-    ({"protocol": 2}, "this harness speaks 1"),
-    ({"name": None}, "config.name must be str"),
-    ({"capabilities": {"families": "rng_abi"}}, "config.capabilities.families must be list"),
-    ({"capabilities": {"families": [], "gpu": True}}, "unknown keys ['gpu']"),
-    ({"capabilities": {}}, "config.capabilities.families is missing"),
-    ({"capabilities": {"families": [], "injected_draws": "yes"}}, "injected_draws must be bool"),
-    ({"precision": {"ratio_margin": 0.5}}, "ratio_margin must be str"),
-    ({"precision": {"ratio_margin": "0.5"}}, "nonnegative rational"),
-    ({"precision": {"exp_ulp": "1/0"}}, "nonnegative rational"),
-    ({"precision": {"exp_ulp": "-1/2"}}, "nonnegative rational"),
-    ({"precision": {"tolerance": "1/2"}}, "unknown keys ['tolerance']"),
-    ({"precision": {"fp64_allocation": 1}}, "fp64_allocation must be bool"),
-])
+@pytest.mark.parametrize(
+    "change, fragment",
+    [
+        ({"protocol": 2}, "this harness speaks 1"),
+        ({"name": None}, "config.name must be str"),
+        ({"capabilities": {"families": "rng_abi"}}, "config.capabilities.families must be list"),
+        ({"capabilities": {"families": [], "gpu": True}}, "unknown keys ['gpu']"),
+        ({"capabilities": {}}, "config.capabilities.families is missing"),
+        ({"capabilities": {"families": [], "injected_draws": "yes"}}, "injected_draws must be bool"),
+        ({"precision": {"ratio_margin": 0.5}}, "ratio_margin must be str"),
+        ({"precision": {"ratio_margin": "0.5"}}, "nonnegative rational"),
+        ({"precision": {"exp_ulp": "1/0"}}, "nonnegative rational"),
+        ({"precision": {"exp_ulp": "-1/2"}}, "nonnegative rational"),
+        ({"precision": {"tolerance": "1/2"}}, "unknown keys ['tolerance']"),
+        ({"precision": {"fp64_allocation": 1}}, "fp64_allocation must be bool"),
+    ],
+)
 def test_invalid_configs_are_refused_with_the_field_named(change, fragment):
     with pytest.raises(ProtocolError) as info:
         parse_config({**GOOD_CONFIG, **change})
@@ -154,8 +160,9 @@ def no_problem(output: dict) -> None:
     return None
 
 
-@pytest.mark.parametrize("outcome", [{"tokens": [1, 2]}, {"error": "ZERO_MASS"}, Unimplemented("sparse"),
-                                     AdapterError("boom")])
+@pytest.mark.parametrize(
+    "outcome", [{"tokens": [1, 2]}, {"error": "ZERO_MASS"}, Unimplemented("sparse"), AdapterError("boom")]
+)
 def test_outcomes_round_trip_through_entries(outcome):
     entry = json.loads(json.dumps(outcome_to_entry(outcome)))
     back = entry_to_outcome(entry, no_problem)
@@ -165,14 +172,17 @@ def test_outcomes_round_trip_through_entries(outcome):
         assert back == outcome
 
 
-@pytest.mark.parametrize("entry, fragment", [
-    ([1, 2], "malformed output entry"),
-    ({"status": "fine"}, "malformed output entry"),
-    ({"output": {}}, "malformed output entry"),
-    ({"status": "ok"}, "status ok without an output"),
-    ({"status": "ok", "output": [1]}, "output must be a JSON object, got list"),
-    ({"status": "ok", "output": "tokens"}, "output must be a JSON object, got str"),
-])
+@pytest.mark.parametrize(
+    "entry, fragment",
+    [
+        ([1, 2], "malformed output entry"),
+        ({"status": "fine"}, "malformed output entry"),
+        ({"output": {}}, "malformed output entry"),
+        ({"status": "ok"}, "status ok without an output"),
+        ({"status": "ok", "output": [1]}, "output must be a JSON object, got list"),
+        ({"status": "ok", "output": "tokens"}, "output must be a JSON object, got str"),
+    ],
+)
 def test_malformed_entries_become_adapter_errors(entry, fragment):
     outcome = entry_to_outcome(entry, no_problem)
     assert isinstance(outcome, AdapterError) and fragment in outcome.message
@@ -198,13 +208,16 @@ def test_consistent_blobs_pass_and_resized_ones_are_caught(dtype, data):
     )
 
 
-@pytest.mark.parametrize("change, fragment", [
-    ({"dtype": "f16"}, "unknown dtype 'f16'"),
-    ({"shape": [-1]}, "not a list of nonnegative integers"),
-    ({"shape": 2}, "not a list of nonnegative integers"),
-    ({"b64": "AAA"}, "invalid base64"),
-    ({"extra": 1}, "must have exactly dtype, shape, b64"),
-])
+@pytest.mark.parametrize(
+    "change, fragment",
+    [
+        ({"dtype": "f16"}, "unknown dtype 'f16'"),
+        ({"shape": [-1]}, "not a list of nonnegative integers"),
+        ({"shape": 2}, "not a list of nonnegative integers"),
+        ({"b64": "AAA"}, "invalid base64"),
+        ({"extra": 1}, "must have exactly dtype, shape, b64"),
+    ],
+)
 def test_inconsistent_blobs_are_named(change, fragment):
     problem = encoding_problem({"row": {"counts": {**encode_blob("u32", [1, 2]), **change}}})
     assert problem is not None and problem.startswith("blob at output.row.counts") and fragment in problem
@@ -218,8 +231,10 @@ TOY_FAMILY = Family(
     build=lambda: iter(()),
     expected_schema={
         "type": "object",
-        "properties": {"tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}},
-                       "counts": {"$ref": "#/$defs/blob"}},
+        "properties": {
+            "tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+            "counts": {"$ref": "#/$defs/blob"},
+        },
         "required": ["tokens"],
         "additionalProperties": False,
     },
@@ -284,8 +299,10 @@ def serve(adapter: Adapter | None, *requests: dict | bytes, load_error: str = ""
 
 
 def run(x_values, answer=None) -> dict:
-    return serve(ScriptedAdapter(answer=answer), {"id": 7, "op": "run", "family": "double",
-                                                  "inputs": [{"x": x} for x in x_values]})[0]
+    return serve(
+        ScriptedAdapter(answer=answer),
+        {"id": 7, "op": "run", "family": "double", "inputs": [{"x": x} for x in x_values]},
+    )[0]
 
 
 def test_host_answers_get_config_with_the_adapters_config():
@@ -295,8 +312,11 @@ def test_host_answers_get_config_with_the_adapters_config():
 
 
 def test_host_runs_a_batch_in_order():
-    assert run([1, 2, 3]) == {"id": 7, "status": "ok", "outputs": [
-        {"status": "ok", "output": {"double": d}} for d in (2, 4, 6)]}
+    assert run([1, 2, 3]) == {
+        "id": 7,
+        "status": "ok",
+        "outputs": [{"status": "ok", "output": {"double": d}} for d in (2, 4, 6)],
+    }
 
 
 def test_host_pins_an_exception_to_the_case_that_raised():

@@ -27,7 +27,9 @@ def test_design_dense_row():
 
 
 @pytest.mark.rules("R26", "R29")
-@pytest.mark.parametrize("k, per_request, per_batch", [(16, 640, 2_560), (32, 1_280, 5_120), (64, 2_560, 10_240), (256, 10_240, 40_960)])
+@pytest.mark.parametrize(
+    "k, per_request, per_batch", [(16, 640, 2_560), (32, 1_280, 5_120), (64, 2_560, 10_240), (256, 10_240, 40_960)]
+)
 def test_design_sparse_rows(k, per_request, per_batch):
     assert sizes.sparse_request_bytes(k, K) == per_request
     assert sizes.batch_bytes(per_request, B) == per_batch
@@ -78,8 +80,16 @@ def test_default_table_reproduces_the_design():
 
 
 def test_every_public_function_cites_its_rule():
-    for name in ("dense_request_bytes", "sparse_request_bytes", "batch_bytes", "shard_tokens",
-                 "dense_shard_request_bytes", "serialization_seconds", "in_flight_bytes", "rounded_decimal"):
+    for name in (
+        "dense_request_bytes",
+        "sparse_request_bytes",
+        "batch_bytes",
+        "shard_tokens",
+        "dense_shard_request_bytes",
+        "serialization_seconds",
+        "in_flight_bytes",
+        "rounded_decimal",
+    ):
         assert f"spec.sizes.{name}" in SPEC_DEFINITIONS["R26"], name
     for name in ("check_batch_shape", "preflight_slot"):
         assert f"spec.sizes.{name}" in SPEC_DEFINITIONS["R27"], name
@@ -103,7 +113,7 @@ def test_serialization_time_times_rate_is_the_bit_count(n_bytes, rate):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.fractions(min_value=-10**6, max_value=10**6, max_denominator=10**7), st.integers(0, 6))
+@given(st.fractions(min_value=-(10**6), max_value=10**6, max_denominator=10**7), st.integers(0, 6))
 def test_rounded_decimal_matches_decimal_half_up(value, places):
     # 60 digits decide the rounding exactly: with denominators <= 10^7, a value that
     # is not on a half-way point is at least 10^-14 away from one
@@ -137,7 +147,9 @@ def test_preflight_refuses_a_reply_larger_than_its_slot():
 
 @pytest.mark.rules("R26", "R27")
 def test_overridden_table_follows_the_parameters_and_flags_refused_shapes():
-    params = sizes.SizeParams.with_defaults(vocab=1000, depth=6, requests=8, ks=(8,), shards=4, link_gbps=Fraction(25, 2))
+    params = sizes.SizeParams.with_defaults(
+        vocab=1000, depth=6, requests=8, ks=(8,), shards=4, link_gbps=Fraction(25, 2)
+    )
     table = sizes.size_table(params)
     assert [(r.request_bytes, r.batch_bytes) for r in table.rows] == [(24_000, 192_000), (384, 3_072), (6_000, 48_000)]
     assert table.rows[0].request_seconds == Fraction(24_000 * 8, 12_500_000_000)

@@ -18,8 +18,9 @@ def test_roles_follow_the_design():
 
 
 @pytest.mark.rules("R07", "R18")
-@pytest.mark.parametrize("k, max_support, vocab", [(0, 256, 1000), (257, 256, 1000), (33, 32, 1000),
-                                                   (5, 10, 8), (True, 4, 8), (-1, 4, 8)])
+@pytest.mark.parametrize(
+    "k, max_support, vocab", [(0, 256, 1000), (257, 256, 1000), (33, 32, 1000), (5, 10, 8), (True, 4, 8), (-1, 4, 8)]
+)
 def test_k_outside_the_negotiated_bound_is_refused(k, max_support, vocab):
     with pytest.raises(SpecError) as err:
         check_sparse_k(k, max_support, vocab)

@@ -9,8 +9,8 @@ import json
 import math
 import random
 from collections import Counter
-from fractions import Fraction
 from dataclasses import replace
+from fractions import Fraction
 
 import mpmath
 import pytest
@@ -18,12 +18,10 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from qconform.adapters.stat_mutant_laws import MUTANT_CORRECTIONS, tilted_masses
 from qconform.generators.corpus import default_vectors_dir
 from qconform.generators.families.verification_round import decode_request
 from qconform.harness.adapter import Adapter, AdapterError, Capabilities, PrecisionProfile, Unimplemented
-from qconform.harness.transport.host import Host
-from qconform.harness.transport.shim_protocol import check_sample_output, encode_message
-from qconform.harness.stat.runner import FAIL, PASS, InProcess, StatOptions, load_cases, run_stat
 from qconform.harness.stat.chisquare import (
     Bin,
     chi2_isf,
@@ -34,11 +32,13 @@ from qconform.harness.stat.chisquare import (
     ncx2_sf,
     power_at,
 )
-from qconform.spec.outcome_law import request_outcome_law
-from qconform.adapters.stat_mutant_laws import MUTANT_CORRECTIONS, tilted_masses
+from qconform.harness.stat.runner import FAIL, PASS, InProcess, StatOptions, load_cases, run_stat
 from qconform.harness.stat.sequential import sequential_p_value, spending_looks
+from qconform.harness.transport.host import Host
+from qconform.harness.transport.shim_protocol import check_sample_output, encode_message
 from qconform.spec.constants import M
 from qconform.spec.distribution import round_law, total_variation
+from qconform.spec.outcome_law import request_outcome_law
 from qconform.spec.qrow import QRow
 from qconform.spec.rng_abi import RngIdentity
 from qconform.spec.verification import RoundInput
@@ -128,9 +128,24 @@ def test_the_stat_command_end_to_end(tmp_path):
     from qconform.cli import cli
 
     report = tmp_path / "stat.json"
-    result = CliRunner().invoke(cli, ["stat", "--adapter", "torch-native-mutant:correction-reuses-accept-draw",
-                                      "--case", CASES[0], "--case", CASES[5], "--samples", "4000",
-                                      "--alpha", "1e-3", "--json", str(report)])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "stat",
+            "--adapter",
+            "torch-native-mutant:correction-reuses-accept-draw",
+            "--case",
+            CASES[0],
+            "--case",
+            CASES[5],
+            "--samples",
+            "4000",
+            "--alpha",
+            "1e-3",
+            "--json",
+            str(report),
+        ],
+    )
     assert result.exit_code == 1, result.output
     data = json.loads(report.read_text())
     assert data["format"] == "qconform-stat-v1" and data["ok"] is False
@@ -190,7 +205,10 @@ def test_stop_tokens_and_budget_end_the_law():
 def test_noise_reuse_confines_the_correction_to_the_top_of_the_residual():
     masses = [Fraction(1, 4), Fraction(3, 4)]
     assert MUTANT_CORRECTIONS["correction-reuses-accept-draw"](masses, Fraction(1, 2)) == [0, 1]
-    assert MUTANT_CORRECTIONS["correction-reuses-accept-draw"](masses, Fraction(1, 8)) == [Fraction(1, 7), Fraction(6, 7)]
+    assert MUTANT_CORRECTIONS["correction-reuses-accept-draw"](masses, Fraction(1, 8)) == [
+        Fraction(1, 7),
+        Fraction(6, 7),
+    ]
 
 
 @settings(max_examples=40, deadline=None)
@@ -227,10 +245,18 @@ def test_merged_bins_partition_the_law_with_expected_counts_of_five(weights, sam
 
 
 def test_merging_pools_the_rarest_outcomes_first():
-    law = {"a": Fraction(90, 100), "b": Fraction(6, 100), "c": Fraction(2, 100), "d": Fraction(1, 100),
-           "e": Fraction(1, 100)}
-    assert merge_bins(law, 200) == [Bin(("a",), Fraction(9, 10)), Bin(("b",), Fraction(6, 100)),
-                                    Bin(("d", "e", "c"), Fraction(4, 100))]
+    law = {
+        "a": Fraction(90, 100),
+        "b": Fraction(6, 100),
+        "c": Fraction(2, 100),
+        "d": Fraction(1, 100),
+        "e": Fraction(1, 100),
+    }
+    assert merge_bins(law, 200) == [
+        Bin(("a",), Fraction(9, 10)),
+        Bin(("b",), Fraction(6, 100)),
+        Bin(("d", "e", "c"), Fraction(4, 100)),
+    ]
     # too few rare outcomes to fill a pool: they join the least likely frequent one
     assert merge_bins(law, 100) == [Bin(("a",), Fraction(9, 10)), Bin(("b", "d", "e", "c"), Fraction(1, 10))]
     assert merge_bins(law, 1000) == [Bin((o,), p) for o, p in law.items()]
@@ -248,14 +274,19 @@ def test_chi_square_tail_matches_the_closed_form_at_even_df(df, x):
 def test_noncentral_tail_matches_its_poisson_series(x, df, lam):
     with mpmath.workdps(30):  # every term by its own incomplete gamma, far into the Poisson tail
         half = mpmath.mpf(lam) / 2
-        series = sum(mpmath.exp(-half) * half ** j / mpmath.factorial(j)
-                     * mpmath.gammainc(mpmath.mpf(df) / 2 + j, x / 2, mpmath.inf, regularized=True)
-                     for j in range(int(lam / 2 + 15 * math.sqrt(lam / 2) + 60)))
+        series = sum(
+            mpmath.exp(-half)
+            * half**j
+            / mpmath.factorial(j)
+            * mpmath.gammainc(mpmath.mpf(df) / 2 + j, x / 2, mpmath.inf, regularized=True)
+            for j in range(int(lam / 2 + 15 * math.sqrt(lam / 2) + 60))
+        )
     assert ncx2_sf(x, df, lam) == pytest.approx(float(series), rel=1e-9)
 
 
-def simulated_rejection_rate(expected: list[float], actual: list[float], samples: int, alpha: float, reps: int,
-                             seed: int) -> float:
+def simulated_rejection_rate(
+    expected: list[float], actual: list[float], samples: int, alpha: float, reps: int, seed: int
+) -> float:
     rng = random.Random(seed)
     critical = chi2_isf(alpha, len(expected) - 1)
     rejected = 0
@@ -284,7 +315,9 @@ def test_the_power_formula_matches_simulation_and_the_level_holds():
     assert 0.5 < power < 0.95
     rate = simulated_rejection_rate(expected, actual, 2000, 0.01, reps=400, seed=11)
     assert abs(rate - power) < 4 * math.sqrt(power * (1 - power) / 400)
-    assert simulated_rejection_rate(expected, expected, 2000, 0.01, reps=400, seed=12) <= 0.01 + 4 * math.sqrt(0.01 / 400)
+    assert simulated_rejection_rate(expected, expected, 2000, 0.01, reps=400, seed=12) <= 0.01 + 4 * math.sqrt(
+        0.01 / 400
+    )
 
 
 def test_holm_adjusts_constructed_p_values():
@@ -350,8 +383,11 @@ def test_the_host_answers_sample_requests():
         {"id": 3, "op": "sample", "family": "distribution", "inputs": [{}], "samples": 7, "seed": 5},
         {"id": 4, "op": "sample", "family": "distribution", "inputs": [{}], "samples": 3, "seed": "13"},
     )
-    assert replies[0] == {"id": 1, "status": "ok", "outputs": [
-        {"status": "ok", "output": {"outcomes": [{"emitted": [1], "count": 7}]}}] * 2}
+    assert replies[0] == {
+        "id": 1,
+        "status": "ok",
+        "outputs": [{"status": "ok", "output": {"outcomes": [{"emitted": [1], "count": 7}]}}] * 2,
+    }
     assert replies[1]["status"] == "unimplemented"
     assert replies[2]["status"] == "error" and "decimal string" in replies[2]["message"]
     assert replies[3]["outputs"][0]["status"] == "error" and "unlucky seed" in replies[3]["outputs"][0]["message"]
@@ -363,7 +399,9 @@ def test_sample_outputs_are_checked():
     assert check_sample_output("verification_round", {"error": "BAD_SHAPE"}, 4) is None
     assert "counts 4 rounds, not the 5" in check_sample_output("verification_round", good, 5)
     assert "exactly the keys" in check_sample_output("distribution", {"outcomes": [{"emitted": [3], "n": 4}]}, 4)
-    assert "nonnegative integer" in check_sample_output("distribution", {"outcomes": [{"emitted": [-1], "count": 4}]}, 4)
+    assert "nonnegative integer" in check_sample_output(
+        "distribution", {"outcomes": [{"emitted": [-1], "count": 4}]}, 4
+    )
     assert "must be positive" in check_sample_output("distribution", {"outcomes": [{"emitted": [], "count": 0}]}, 0)
 
 

@@ -40,10 +40,10 @@ def test_fixed_depth_verification_is_lossless_for_symbolic_rows(vocab, depth):
     proof = prove_fixed_depth_lossless(vocab, depth)
     assert proof.failures == []
     assert proof.holds
-    assert proof.regions_per_row == 2 ** vocab - 1
+    assert proof.regions_per_row == 2**vocab - 1
     # every sequence of K + 1 tokens, in every region of every draft row on its path
-    assert proof.identities == vocab ** (depth + 1) * proof.regions_per_row ** depth
-    draft_rows = sum(vocab ** n for n in range(depth))
+    assert proof.identities == vocab ** (depth + 1) * proof.regions_per_row**depth
+    draft_rows = sum(vocab**n for n in range(depth))
     assert proof.residual_lemmas == draft_rows * proof.regions_per_row
 
 
@@ -77,8 +77,9 @@ def test_toy_closed_form_matches_the_auditor(share):
     """The exact enumerator, for q = p = (theta, 1 - theta), agrees with 2 theta - theta^2."""
     keys = row_keys(2)
     counts = [int(share * M), M - int(share * M)]
-    scenario = markov_scenario("toy-theta", 2, 1, {k: QRow.dense(counts) for k in keys},
-                               {k: [share, 1 - share] for k in keys})
+    scenario = markov_scenario(
+        "toy-theta", 2, 1, {k: QRow.dense(counts) for k in keys}, {k: [share, 1 - share] for k in keys}
+    )
     law = audit_policy(toy_selection_policy, scenario, 1).first_token_law
     expected = toy_selection_closed_form().token0.subs(Symbol("theta"), Rational(share.numerator, share.denominator))
     assert law[0] == Fraction(int(expected.p), int(expected.q))

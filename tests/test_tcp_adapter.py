@@ -27,13 +27,13 @@ from qconform.adapters.endpoint.deployment import hello_config  # noqa: E402
 from qconform.adapters.endpoint.model import DraftModel  # noqa: E402
 from qconform.adapters.endpoint.verifier import VerifierEndpoint  # noqa: E402
 from qconform.adapters.endpoint.worker import WorkerEndpoint  # noqa: E402
-from qconform.generators.corpus import default_vectors_dir  # noqa: E402
-from qconform.harness.adapter import AdapterError  # noqa: E402
-from qconform.harness.transport.client import open_adapter  # noqa: E402
-from qconform.harness.judging.judge import judge  # noqa: E402
-from qconform.harness.transport.host import construct_adapter  # noqa: E402
 from qconform.cli.arguments import check_adapter  # noqa: E402
 from qconform.cli.errors import UsageLineError  # noqa: E402
+from qconform.generators.corpus import default_vectors_dir  # noqa: E402
+from qconform.harness.adapter import AdapterError  # noqa: E402
+from qconform.harness.judging.judge import judge  # noqa: E402
+from qconform.harness.transport.client import open_adapter  # noqa: E402
+from qconform.harness.transport.host import construct_adapter  # noqa: E402
 from qconform.harness.transport.shim_protocol import AdapterStartError  # noqa: E402
 from qconform.harness.transport.tcp_adapter import TcpAdapter, allocation_bound, parse_tcp_url  # noqa: E402
 from qconform.spec.wire.codec import encode_frame, encode_v1  # noqa: E402
@@ -147,11 +147,18 @@ def test_allocation_bound_admits_only_sound_declared_lengths():
 
 def test_qconform_run_drives_the_endpoint(verifier_url, tmp_path):
     report = tmp_path / "report.json"
-    command = [str(Path(sys.executable).with_name("qconform")), "run", "--adapter", verifier_url, "--family", "wire_sessions",
-               "--json", str(report)]
+    command = [
+        str(Path(sys.executable).with_name("qconform")),
+        "run",
+        "--adapter",
+        verifier_url,
+        "--family",
+        "wire_sessions",
+        "--json",
+        str(report),
+    ]
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    result = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env,
-                            input="", check=False)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env, input="", check=False)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     summary = json.loads(report.read_text(encoding="utf-8"))
     assert verifier_url in json.dumps(summary)

@@ -182,9 +182,16 @@ def test_philox_known_answers(device):
 
 @pytest.mark.rules("R22", "R23")
 @FEW
-@given(st.lists(st.tuples(st.lists(st.integers(0, MASK), min_size=4, max_size=4),
-                          st.lists(st.integers(0, MASK), min_size=2, max_size=2)),
-                min_size=1, max_size=16))
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.integers(0, MASK), min_size=4, max_size=4),
+            st.lists(st.integers(0, MASK), min_size=2, max_size=2),
+        ),
+        min_size=1,
+        max_size=16,
+    )
+)
 def test_philox_matches_python_on_random_words(cases):
     ctr = torch.tensor([c for c, _ in cases], dtype=torch.int64)
     key = torch.tensor([k for _, k in cases], dtype=torch.int64)
@@ -279,8 +286,11 @@ fp32_weight = st.one_of(st.just(0.0), st.floats(2.0**-100, 2.0**20, width=32), s
 
 @pytest.mark.rules("R03", "R06")
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.lists(fp32_weight, min_size=1, max_size=12), min_size=1, max_size=4).filter(
-    lambda rows: all(any(w > 0 for w in r) for r in rows)))
+@given(
+    st.lists(st.lists(fp32_weight, min_size=1, max_size=12), min_size=1, max_size=4).filter(
+        lambda rows: all(any(w > 0 for w in r) for r in rows)
+    )
+)
 def test_dense_allocation_matches_exact_largest_remainder(rows):
     for row in rows:
         got = allocate_dense(torch.tensor([row], dtype=torch.float32))[0].tolist()
@@ -317,8 +327,7 @@ def test_top_k_selects_support_first_with_lowest_id_ties():
 
 @pytest.mark.rules("R07")
 @FEW
-@given(st.lists(fp32_weight, min_size=2, max_size=12).filter(lambda r: any(w > 0 for w in r)),
-       st.integers(1, 12))
+@given(st.lists(fp32_weight, min_size=2, max_size=12).filter(lambda r: any(w > 0 for w in r)), st.integers(1, 12))
 def test_top_k_matches_exact_reference(row, k):
     k = min(k, len(row))
     support = sorted(sorted(range(len(row)), key=lambda v: (-row[v], v))[:k])
@@ -376,8 +385,7 @@ def test_verification_matches_exact_reference(device, case_seed, batch, depth, v
     budget = [rng.choice([None, 0, 1, 2, depth + 1]) for _ in range(batch)]
     result = verify_round(seeds, gens, rounds, anchors, *tensors(drafts, q, p, device), stops, budget)
     for b, outcome in enumerate(result.outcomes()):
-        want = reference_round(seeds[b], gens[b], rounds[b], anchors[b], drafts[b], q[b], p[b],
-                               stops[b], budget[b])
+        want = reference_round(seeds[b], gens[b], rounds[b], anchors[b], drafts[b], q[b], p[b], stops[b], budget[b])
         assert outcome_tuple(outcome) == want
 
 
@@ -390,8 +398,11 @@ def test_zero_target_rejects_and_residual_covers_tokens_outside_sparse_support()
     (outcome,) = result.outcomes()
     u_acc, u_cor = py_word0(9, 40, 2, 1, ACCEPT), py_word0(9, 40, 2, 1, CORRECTION)
     token = 1 if u_cor < 1 << 31 else 2
-    assert outcome_tuple(outcome) == (0, [token], [(ACCEPT, 40, u_acc, "reject", 0),
-                                                   (CORRECTION, 40, u_cor, "correction", token)])
+    assert outcome_tuple(outcome) == (
+        0,
+        [token],
+        [(ACCEPT, 40, u_acc, "reject", 0), (CORRECTION, 40, u_cor, "correction", token)],
+    )
 
 
 def identical_case():
@@ -404,9 +415,17 @@ def identical_case():
 
 
 @pytest.mark.rules("R11")
-@pytest.mark.parametrize("stops,budget,accepted,draw_count", [
-    ([], None, 5, 6), ([], 6, 5, 6), ("x2", None, 2, 2), ([], 3, 3, 3), ([], 0, 0, 0), ([], 1, 1, 1),
-])
+@pytest.mark.parametrize(
+    "stops,budget,accepted,draw_count",
+    [
+        ([], None, 5, 6),
+        ([], 6, 5, 6),
+        ("x2", None, 2, 2),
+        ([], 3, 3, 3),
+        ([], 0, 0, 0),
+        ([], 1, 1, 1),
+    ],
+)
 def test_stop_tokens_and_budget_end_emission_without_further_draws(stops, budget, accepted, draw_count):
     drafts, rows, p = identical_case()
     stops = [drafts[1]] if stops == "x2" else stops
@@ -429,16 +448,19 @@ def test_stop_tokens_and_budget_end_emission_without_further_draws(stops, budget
 def test_batch_invariance_under_permutation_and_split():
     rng = random.Random(11)
     seeds, gens, rounds, anchors, drafts, q, p = random_case(rng, 4, 5, 5)
-    whole = [outcome_tuple(o) for o in verify_round(seeds, gens, rounds, anchors,
-                                                     *tensors(drafts, q, p, "cpu")).outcomes()]
+    whole = [
+        outcome_tuple(o) for o in verify_round(seeds, gens, rounds, anchors, *tensors(drafts, q, p, "cpu")).outcomes()
+    ]
     perm = [2, 0, 3, 1]
     pick = lambda xs: [xs[i] for i in perm]  # noqa: E731
-    permuted = verify_round(pick(seeds), pick(gens), pick(rounds), pick(anchors),
-                            *tensors(pick(drafts), pick(q), pick(p), "cpu")).outcomes()
+    permuted = verify_round(
+        pick(seeds), pick(gens), pick(rounds), pick(anchors), *tensors(pick(drafts), pick(q), pick(p), "cpu")
+    ).outcomes()
     assert [outcome_tuple(o) for o in permuted] == pick(whole)
     for b in range(4):
-        alone = verify_round([seeds[b]], [gens[b]], [rounds[b]], [anchors[b]],
-                             *tensors([drafts[b]], [q[b]], [p[b]], "cpu")).outcomes()
+        alone = verify_round(
+            [seeds[b]], [gens[b]], [rounds[b]], [anchors[b]], *tensors([drafts[b]], [q[b]], [p[b]], "cpu")
+        ).outcomes()
         assert outcome_tuple(alone[0]) == whole[b]
 
 
@@ -453,8 +475,9 @@ def test_verification_refuses_malformed_q():
     zero_at_token[0, 0] = 0
     zero_at_token[0, 0, (drafts[0] + 1) % 6] = M
     cases.append((d, zero_at_token, "ZERO_Q_AT_TOKEN"))
-    cases.append((d, SparseCounts(torch.tensor([[[2, 1]] * 5]), torch.tensor([[[1, M - 1]] * 5])),
-                  "BAD_SPARSE_SUPPORT"))
+    cases.append(
+        (d, SparseCounts(torch.tensor([[[2, 1]] * 5]), torch.tensor([[[1, M - 1]] * 5])), "BAD_SPARSE_SUPPORT")
+    )
     for drafts_t, q_t, code in cases:
         with pytest.raises(CandidateError) as err:
             verify_round([3], [0], [0], [10], drafts_t, q_t, pt)
@@ -497,11 +520,13 @@ def test_proposal_chain_matches_reference(device, top_k):
     seeds, gens, rounds = [1, 2**64 - 1, 77, 5], [4, 4, 5, 6], [8, 8, 8, 9]
     anchors, lasts, temps = [0, 9, MASK, 100], [0, 3, 7, 1], [1.0, 0.5, 2.0, 0.9]
     on = lambda a: torch.from_numpy(a).to(device)  # noqa: E731
-    prop = propose(seeds, gens, rounds, anchors, lasts, on(logits), torch.tensor(temps),
-                   (on(left), on(right)), top_k=top_k)
+    prop = propose(
+        seeds, gens, rounds, anchors, lasts, on(logits), torch.tensor(temps), (on(left), on(right)), top_k=top_k
+    )
     for b in range(batch):
-        tokens, rows = reference_chain(seeds[b], gens[b], rounds[b], anchors[b], lasts[b],
-                                       logits[b], np.float32(temps[b]), left, right, top_k)
+        tokens, rows = reference_chain(
+            seeds[b], gens[b], rounds[b], anchors[b], lasts[b], logits[b], np.float32(temps[b]), left, right, top_k
+        )
         assert prop.tokens[b].tolist() == tokens
         for i, (support, counts) in enumerate(rows):
             if top_k is None:

@@ -49,8 +49,17 @@ EQUAL_TO_UNSHARDED = ("allocation_dense", "allocation_sparse", "verification_rou
 
 
 def corpus(family: str) -> list[dict]:
-    return [{"id": c.id, "family": c.family, "result": c.result, "flags": list(c.flags), "input": c.input,
-             "expected": c.expected} for c in iter_cases(VECTORS, [family])]
+    return [
+        {
+            "id": c.id,
+            "family": c.family,
+            "result": c.result,
+            "flags": list(c.flags),
+            "input": c.input,
+            "expected": c.expected,
+        }
+        for c in iter_cases(VECTORS, [family])
+    ]
 
 
 def shards_of(case: dict) -> int:

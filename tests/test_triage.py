@@ -14,16 +14,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from harness_stubs import ScriptedAdapter, corpus_cases, small_corpus
+
+from qconform.cli import cli
 from qconform.generators.corpus import default_vectors_dir
 from qconform.generators.drift import check
 from qconform.generators.registry import load_family
-from qconform.harness.run import plugin
 from qconform.harness.adapter import Adapter, Capabilities, PrecisionProfile
+from qconform.harness.run import plugin
 from qconform.harness.run.gate import RunExit
-from qconform.harness.stat.runner import FAIL, PASS, InProcess, StatOptions, load_cases, run_stat
 from qconform.harness.stat.report import case_json
-
-from qconform.cli import cli
+from qconform.harness.stat.runner import FAIL, PASS, InProcess, StatOptions, load_cases, run_stat
 
 pytestmark = pytest.mark.rules()
 VECTORS = default_vectors_dir()
@@ -61,11 +61,16 @@ def test_a_failure_carries_flags_rules_comment_and_a_reproducer_that_reruns_only
     result = invoke("run", "--vectors", str(corpus[0]), "--adapter", "shim:./my engine", "--json", str(report))
     assert result.exit_code == RunExit.FAILED
     entry = next(c for c in json.loads(report.read_text())["cases"] if c["id"] == victim["id"])
-    full = next(c for g in json.loads((corpus[0] / "rng_abi.json").read_text())["testGroups"] for c in g["tests"]
-                if c["id"] == victim["id"])
+    full = next(
+        c
+        for g in json.loads((corpus[0] / "rng_abi.json").read_text())["testGroups"]
+        for c in g["tests"]
+        if c["id"] == victim["id"]
+    )
     assert entry["flags"] == full["flags"] and entry["rules"] == full["rules"] and entry["comment"] == full["comment"]
-    assert entry["reproducer"] == shlex.join(["qconform", "run", "--adapter", "shim:./my engine", "--vectors",
-                                              str(corpus[0]), "--case", victim["id"]])
+    assert entry["reproducer"] == shlex.join(
+        ["qconform", "run", "--adapter", "shim:./my engine", "--vectors", str(corpus[0]), "--case", victim["id"]]
+    )
     lines = result.output.splitlines()
     at = next(i for i, line in enumerate(lines) if line.strip().startswith(f"FAIL {victim['id']}"))
     assert f"rules: {', '.join(full['rules'])}" in lines[at + 1] and full["comment"] in lines[at + 1]
@@ -124,8 +129,13 @@ def test_show_prints_a_case_for_people_and_for_tools():
     case_id = "rng_abi/draw_keys/domains-accept"
     result = invoke("show", case_id)
     assert result.exit_code == 0
-    for text in ("comment: Fixed seed", "rules: R22, R23", "DOMAIN_SEPARATION: [FUNCTIONALITY]", '"domain": "ACCEPT"',
-                 "expected:"):
+    for text in (
+        "comment: Fixed seed",
+        "rules: R22, R23",
+        "DOMAIN_SEPARATION: [FUNCTIONALITY]",
+        '"domain": "ACCEPT"',
+        "expected:",
+    ):
         assert text in result.output
     data = json.loads(invoke("show", "--json", case_id).output)
     assert data["id"] == case_id and data["input"]["domain"] == "ACCEPT" and "DOMAIN_SEPARATION" in data["flags"]
@@ -145,8 +155,7 @@ def test_generate_check_prints_the_first_differing_field_of_each_drifted_case(tm
     from qconform.cli.generate import case_change
 
     (drift,) = check(root, [load_family("rng_abi")], describe=case_change).drifts[:1]
-    assert str(drift) == (f"drifted  {case['id']}: expected.output[1]: committed 0x00000004, "
-                          f"regenerated {old}")
+    assert str(drift) == (f"drifted  {case['id']}: expected.output[1]: committed 0x00000004, regenerated {old}")
 
 
 def test_stat_selects_with_k_and_exclusion_not_only_a_glob():
@@ -196,6 +205,14 @@ def test_stat_shows_what_the_adapter_answered_on_an_invalid_case(tmp_path):
 
 def test_readme_lists_the_new_run_options():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    for option in ("--corpus-root", "--require", "--max-unsupported", "--case", "-x", "--lf", "--list",
-                   "qconform show"):
+    for option in (
+        "--corpus-root",
+        "--require",
+        "--max-unsupported",
+        "--case",
+        "-x",
+        "--lf",
+        "--list",
+        "qconform show",
+    ):
         assert option in readme

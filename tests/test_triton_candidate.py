@@ -31,8 +31,8 @@ from hypothesis import strategies as st  # noqa: E402
 
 from qconform.adapters import triton_candidate as xc  # noqa: E402
 from qconform.adapters.triton_candidate import errors, ptx_audit, topk  # noqa: E402
-from qconform.adapters.triton_candidate.philox import ACCEPT, CORRECTION, PROPOSAL  # noqa: E402
 from qconform.adapters.triton_candidate.launch import segments  # noqa: E402
+from qconform.adapters.triton_candidate.philox import ACCEPT, CORRECTION, PROPOSAL  # noqa: E402
 
 pytestmark = [
     pytest.mark.rules("R03", "R06", "R07", "R08", "R11", "R22", "R30", "R33", "R34"),
@@ -159,16 +159,20 @@ def test_tl_randint_is_philox_keyed_by_seed_low_then_high_word(seed):
 KAT = [  # Random123 kat_vectors, philox4x32 10: counter, key, output
     ([0] * 4, [0] * 2, [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]),
     ([WORD] * 4, [WORD] * 2, [0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD]),
-    ([0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344], [0xA4093822, 0x299F31D0],
-     [0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1]),
+    (
+        [0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344],
+        [0xA4093822, 0x299F31D0],
+        [0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1],
+    ),
 ]
 
 
 @pytest.mark.rules("R22", "R24")
 def test_philox_blocks_pass_random123_and_match_the_reference():
     rng = random.Random(5)
-    cases = KAT + [([rng.getrandbits(32) for _ in range(4)], [rng.getrandbits(32) for _ in range(2)], None)
-                   for _ in range(40)]
+    cases = KAT + [
+        ([rng.getrandbits(32) for _ in range(4)], [rng.getrandbits(32) for _ in range(2)], None) for _ in range(40)
+    ]
     counters, keys = on_device([c for c, _, _ in cases], torch.int64), on_device([k for _, k, _ in cases], torch.int64)
     out = xc.philox_blocks(counters, keys).tolist()
     for (counter, key, known), got in zip(cases, out):
@@ -179,13 +183,27 @@ def test_philox_blocks_pass_random123_and_match_the_reference():
 @pytest.mark.rules("R14", "R22", "R23", "R24")
 def test_abi_draws_build_the_counter_in_the_kernel_and_refuse_wide_fields():
     rng = random.Random(9)
-    fields = [(rng.getrandbits(64), rng.getrandbits(32), rng.getrandbits(32), rng.getrandbits(32),
-               rng.choice([PROPOSAL, ACCEPT, CORRECTION]), rng.getrandbits(24)) for _ in range(30)]
+    fields = [
+        (
+            rng.getrandbits(64),
+            rng.getrandbits(32),
+            rng.getrandbits(32),
+            rng.getrandbits(32),
+            rng.choice([PROPOSAL, ACCEPT, CORRECTION]),
+            rng.getrandbits(24),
+        )
+        for _ in range(30)
+    ]
     for (seed, pos, rnd, gen, dom, ctr), row in zip(fields, xc.abi_draws(fields, DEVICE).tolist()):
         counter = [pos, rnd, gen, dom << 24 | ctr]
         assert row == counter + philox_ref(counter, [seed & WORD, seed >> 32])
-    for bad in [(0, 1 << 32, 0, 0, ACCEPT, 0), (0, 0, 0, 0, ACCEPT, 1 << 24), (0, 0, 0, 0, 4, 0),
-                (1 << 64, 0, 0, 0, ACCEPT, 0), (0, 0, -1, 0, ACCEPT, 0)]:
+    for bad in [
+        (0, 1 << 32, 0, 0, ACCEPT, 0),
+        (0, 0, 0, 0, ACCEPT, 1 << 24),
+        (0, 0, 0, 0, 4, 0),
+        (1 << 64, 0, 0, 0, ACCEPT, 0),
+        (0, 0, -1, 0, ACCEPT, 0),
+    ]:
         assert refusal(lambda: xc.abi_draws([bad], DEVICE)) == "BAD_RNG_FIELD"
 
 
@@ -202,16 +220,25 @@ def test_radix_selection_takes_the_largest_keys_with_ties_to_the_lowest_index(ro
     starts = [sum(len(r) for r in rows[:i]) for i in range(len(rows))]
     seg_starts, lengths = segments(starts, [len(r) for r in rows], DEVICE)
     out_starts = on_device([sum(wants[:i]) for i in range(len(rows))], torch.int64)
-    _, ids = xc.select_compact(on_device(stored, torch.int64), None, seg_starts, lengths, max(len(r) for r in rows),
-                            torch.zeros_like(lengths), on_device(wants, torch.int64), out_starts, max(sum(wants), 1))
+    _, ids = xc.select_compact(
+        on_device(stored, torch.int64),
+        None,
+        seg_starts,
+        lengths,
+        max(len(r) for r in rows),
+        torch.zeros_like(lengths),
+        on_device(wants, torch.int64),
+        out_starts,
+        max(sum(wants), 1),
+    )
     got = ids.tolist()
     for row, want, at in zip(rows, wants, out_starts.tolist()):
-        assert got[at:at + want] == top_k_ref(row, want)
+        assert got[at : at + want] == top_k_ref(row, want)
 
 
 @pytest.mark.rules("R03", "R06")
 @FEW
-@given(st.lists(st.one_of(st.just(0.0), st.floats(2.0 ** -20, 2.0 ** 20, width=32)), min_size=1, max_size=48))
+@given(st.lists(st.one_of(st.just(0.0), st.floats(2.0**-20, 2.0**20, width=32)), min_size=1, max_size=48))
 def test_dense_counts_are_the_exact_largest_remainder_away_from_near_ties(weights):
     if not any(weights):
         weights[0] = 1.0
@@ -266,9 +293,12 @@ def test_weights_follow_the_fp32_order_with_the_markov_bias_accumulated_left_to_
     left = gen.standard_normal((vocab, rank)).astype(np.float32)
     right = gen.standard_normal((rank, vocab)).astype(np.float32)
     prev, temperature = [3, 17], np.float32(0.7)
-    got, flags = xc.logits_to_weights(on_device(logits, torch.float32), on_device([temperature] * 2, torch.float32),
-                                   (on_device(left, torch.float32), on_device(right, torch.float32)),
-                                   on_device(prev, torch.int64))
+    got, flags = xc.logits_to_weights(
+        on_device(logits, torch.float32),
+        on_device([temperature] * 2, torch.float32),
+        (on_device(left, torch.float32), on_device(right, torch.float32)),
+        on_device(prev, torch.int64),
+    )
     assert flags.tolist() == [0, 0]
     for row in range(2):
         want = f32_weights_ref(logits[row], temperature, left, right, prev[row])
@@ -278,30 +308,37 @@ def test_weights_follow_the_fp32_order_with_the_markov_bias_accumulated_left_to_
 
 
 @pytest.mark.rules("R05")
-@pytest.mark.parametrize("row, code", [
-    ([1.0, float("nan"), -1.0], "NAN_WEIGHT"),
-    ([-1.0, float("inf")], "POS_INF_WEIGHT"),
-    ([1.0, -1e-45], "NEGATIVE_WEIGHT"),
-    ([float("-inf"), 1.0], "NEGATIVE_WEIGHT"),
-    ([0.0, -0.0], "ZERO_MASS"),
-])
+@pytest.mark.parametrize(
+    "row, code",
+    [
+        ([1.0, float("nan"), -1.0], "NAN_WEIGHT"),
+        ([-1.0, float("inf")], "POS_INF_WEIGHT"),
+        ([1.0, -1e-45], "NEGATIVE_WEIGHT"),
+        ([float("-inf"), 1.0], "NEGATIVE_WEIGHT"),
+        ([0.0, -0.0], "ZERO_MASS"),
+    ],
+)
 def test_weight_rows_are_refused_by_class(row, code):
     assert refusal(lambda: xc.raise_flags(xc.weight_scan(on_device([row], torch.float32))[0], "w")) == code
 
 
 @pytest.mark.rules("R05")
-@pytest.mark.parametrize("row, temperature, code", [
-    ([float("inf"), float("nan")], 1.0, "NAN_LOGIT"),
-    ([1.0, float("inf")], 1.0, "POS_INF_LOGIT"),
-    ([3e38, 1.0], 0.5, "POS_INF_LOGIT"),
-    ([float("-inf")] * 3, 1.0, "ALL_MASKED"),
-    ([1.0], 0.0, "BAD_TEMPERATURE"),
-    ([1.0], float("nan"), "BAD_TEMPERATURE"),
-])
+@pytest.mark.parametrize(
+    "row, temperature, code",
+    [
+        ([float("inf"), float("nan")], 1.0, "NAN_LOGIT"),
+        ([1.0, float("inf")], 1.0, "POS_INF_LOGIT"),
+        ([3e38, 1.0], 0.5, "POS_INF_LOGIT"),
+        ([float("-inf")] * 3, 1.0, "ALL_MASKED"),
+        ([1.0], 0.0, "BAD_TEMPERATURE"),
+        ([1.0], float("nan"), "BAD_TEMPERATURE"),
+    ],
+)
 def test_logit_rows_are_refused_by_class(row, temperature, code):
     def run():
         w, flags = xc.logits_to_weights(on_device([row], torch.float32), on_device([temperature], torch.float32))
         xc.raise_flags(flags, "logits")
+
     assert refusal(run) == code
 
 
@@ -313,11 +350,13 @@ def test_logit_rows_are_refused_by_class(row, temperature, code):
 def test_each_draw_picks_the_first_cumulative_count_above_it(sparse):
     counts = [0, 5, 0, 1, M - 7, 0, 1, 0]
     ids = [2, 9, 11, 40, 41, 57, 60, 63]
-    cumulative = [sum(counts[:v + 1]) for v in range(len(counts))]
+    cumulative = [sum(counts[: v + 1]) for v in range(len(counts))]
     draws = sorted({0, M - 1} | {c - 1 for c in cumulative if c} | {c for c in cumulative if c < M})
     live = [v for v, c in enumerate(counts) if c or not sparse]  # a sparse row holds positive counts only
-    row = (on_device([ids[v] for v in live], torch.int64) if sparse else None,
-           on_device([counts[v] for v in live], torch.int64))
+    row = (
+        on_device([ids[v] for v in live], torch.int64) if sparse else None,
+        on_device([counts[v] for v in live], torch.int64),
+    )
     q = xc.QRows.build(64 if sparse else len(counts), [row], DEVICE)
     got = xc.sample(q, on_device([draws], torch.int64))[0].tolist()
     want = [bisect.bisect_right(cumulative, u) for u in draws]
@@ -325,16 +364,19 @@ def test_each_draw_picks_the_first_cumulative_count_above_it(sparse):
 
 
 @pytest.mark.rules("R03", "R19")
-@pytest.mark.parametrize("ids, counts, code", [
-    ([3, 1], [M - 1, 1], "BAD_SPARSE_SUPPORT"),
-    ([1, 1], [M - 1, 1], "BAD_SPARSE_SUPPORT"),
-    ([1, 2], [M, 0], "BAD_SPARSE_SUPPORT"),
-    ([1, 8], [M - 1, 1], "TOKEN_OUT_OF_RANGE"),
-    ([-1, 3], [M - 1, 1], "TOKEN_OUT_OF_RANGE"),
-    ([9, 2], [M - 1, 1], "TOKEN_OUT_OF_RANGE"),  # the first problem in ID order decides
-    ([1, 2], [M - 1, 2], "WRONG_TOTAL_MASS"),
-    (None, [M - 1, 0, 0, 0, 0, 0, 0, 0], "WRONG_TOTAL_MASS"),
-])
+@pytest.mark.parametrize(
+    "ids, counts, code",
+    [
+        ([3, 1], [M - 1, 1], "BAD_SPARSE_SUPPORT"),
+        ([1, 1], [M - 1, 1], "BAD_SPARSE_SUPPORT"),
+        ([1, 2], [M, 0], "BAD_SPARSE_SUPPORT"),
+        ([1, 8], [M - 1, 1], "TOKEN_OUT_OF_RANGE"),
+        ([-1, 3], [M - 1, 1], "TOKEN_OUT_OF_RANGE"),
+        ([9, 2], [M - 1, 1], "TOKEN_OUT_OF_RANGE"),  # the first problem in ID order decides
+        ([1, 2], [M - 1, 2], "WRONG_TOTAL_MASS"),
+        (None, [M - 1, 0, 0, 0, 0, 0, 0, 0], "WRONG_TOTAL_MASS"),
+    ],
+)
 def test_illegal_q_rows_are_refused(ids, counts, code):
     row = (None if ids is None else on_device(ids, torch.int64), on_device(counts, torch.int64))
     assert refusal(xc.QRows.build(8, [row], DEVICE).check) == code
@@ -349,11 +391,16 @@ def test_sparse_lookup_by_global_id_answers_every_token():
         ids = sorted(rng.sample(range(vocab), size))
         rows.append((ids, [rng.randrange(1, 100) for _ in ids]))
     dense = [rng.randrange(0, 9) for _ in range(vocab)]
-    q = xc.QRows.build(vocab, [(on_device(i, torch.int64), on_device(c, torch.int64)) for i, c in rows]
-                    + [(None, on_device(dense, torch.int64))], DEVICE)
+    q = xc.QRows.build(
+        vocab,
+        [(on_device(i, torch.int64), on_device(c, torch.int64)) for i, c in rows]
+        + [(None, on_device(dense, torch.int64))],
+        DEVICE,
+    )
     queries = [(r, v) for r in range(len(rows) + 1) for v in [-1, *range(vocab), vocab]]
-    counts, flags = xc.lookup_counts(q, on_device([r for r, _ in queries], torch.int64),
-                                  on_device([v for _, v in queries], torch.int64))
+    counts, flags = xc.lookup_counts(
+        q, on_device([r for r, _ in queries], torch.int64), on_device([v for _, v in queries], torch.int64)
+    )
     tables = [dict(zip(i, c)) for i, c in rows] + [dict(enumerate(dense))]
     assert counts.tolist() == [tables[r].get(v, 0) for r, v in queries]
     assert [f != 0 for f in flags.tolist()] == [not 0 <= v < vocab for _, v in queries]
@@ -374,10 +421,16 @@ def random_round(rng: random.Random, depth: int, vocab: int):
         q_dense.append(counts)
         drafts.append(rng.choice(live))
         sparse = rng.random() < 0.5
-        q_rows.append((on_device(live, torch.int64) if sparse else None,
-                       on_device([counts[v] for v in live] if sparse else counts, torch.int64)))
-    p = [[float(np.float32(rng.random() ** 2)) if rng.random() < 0.8 else 0.0 for _ in range(vocab)]
-         for _ in range(depth + 1)]
+        q_rows.append(
+            (
+                on_device(live, torch.int64) if sparse else None,
+                on_device([counts[v] for v in live] if sparse else counts, torch.int64),
+            )
+        )
+    p = [
+        [float(np.float32(rng.random() ** 2)) if rng.random() < 0.8 else 0.0 for _ in range(vocab)]
+        for _ in range(depth + 1)
+    ]
     for row in p:
         row[rng.randrange(vocab)] = 0.25
     return ident, drafts, q_rows, q_dense, p
@@ -416,14 +469,20 @@ def test_a_request_verifies_the_same_alone_and_at_any_batch_position():
 
 
 @pytest.mark.rules("R11")
-@pytest.mark.parametrize("stops, budget, emitted_drafts, bonus", [
-    ([], None, 4, True), ([1], None, 2, False), ([], 3, 3, False), ([], 4, 4, False), ([], 5, 4, True),
-])
+@pytest.mark.parametrize(
+    "stops, budget, emitted_drafts, bonus",
+    [
+        ([], None, 4, True),
+        ([1], None, 2, False),
+        ([], 3, 3, False),
+        ([], 4, 4, False),
+        ([], 5, 4, True),
+    ],
+)
 def test_stop_tokens_and_budget_end_emission_without_another_draw(stops, budget, emitted_drafts, bonus):
     vocab, drafts = 4, [0, 1, 2, 3]
     counts = [M // 4] * 4  # q = p: every draft is accepted
-    request = (xc.Identity(7, 1, 2, 3), drafts, [(None, on_device(counts, torch.int64))] * 4, None,
-               [[1.0] * vocab] * 5)
+    request = (xc.Identity(7, 1, 2, 3), drafts, [(None, on_device(counts, torch.int64))] * 4, None, [[1.0] * vocab] * 5)
     got = run_batch([request], vocab, [stops], [budget])[0]
     assert got.accepted == emitted_drafts and got.emitted[:emitted_drafts] == drafts[:emitted_drafts]
     assert len(got.draws) == emitted_drafts + bonus and len(got.emitted) == emitted_drafts + bonus
@@ -454,8 +513,17 @@ def test_proposal_chain_conditions_each_row_on_the_sampled_token(top_k):
     left = (gen.standard_normal((vocab, rank)) * 2).astype(np.float32)
     right = (gen.standard_normal((rank, vocab)) * 2).astype(np.float32)
     seeds, gens, rounds, anchors, lasts = [3, (1 << 40) + 9], [1, WORD], [4, 5], [WORD - 1, 100], [0, 23]
-    result = xc.propose(seeds, gens, rounds, anchors, lasts, on_device(logits, torch.float32), 0.75,
-                     (on_device(left, torch.float32), on_device(right, torch.float32)), top_k)
+    result = xc.propose(
+        seeds,
+        gens,
+        rounds,
+        anchors,
+        lasts,
+        on_device(logits, torch.float32),
+        0.75,
+        (on_device(left, torch.float32), on_device(right, torch.float32)),
+        top_k,
+    )
     for b in range(batch):
         prev = lasts[b]
         for i in range(depth):
@@ -481,15 +549,21 @@ def test_every_kernel_compiles_for_sm90_with_correctly_rounded_fp32():
     """No GPU needed: Triton's bundled ptxas compiles each kernel; the PTX audit finds no
     approximate division or exp, no contracted FP32 multiply-add, no flushed subnormals."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-m", "qconform.adapters.triton_candidate.ptx_audit", "90"],
-                          capture_output=True, text=True, env=env, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "qconform.adapters.triton_candidate.ptx_audit", "90"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count(": ok") == len(done.stdout.strip().splitlines()) == len(ptx_audit.KERNELS)
 
 
 def test_flag_constants_follow_the_priority_order():
-    assert [getattr(errors, code).value for code in errors.FLAG_ORDER] == [1 << i for i in
-                                                                           range(len(errors.FLAG_ORDER))]
+    assert [getattr(errors, code).value for code in errors.FLAG_ORDER] == [
+        1 << i for i in range(len(errors.FLAG_ORDER))
+    ]
     assert errors.first_flag([0, 1 << 3 | 1 << 0]) == (1, "NAN_WEIGHT")
 
 
@@ -499,11 +573,11 @@ def test_the_adapter_passes_the_corpus_through_the_harness():
     the real path (host child process, shim protocol, judge) with the checkout's
     expectations. The CI conformance run covers every case, V = 129280 included
     (docs/triton.md); this keeps the unit test short."""
+    from qconform.cli.arguments import checkout_expectations
     from qconform.generators.corpus import default_vectors_dir
     from qconform.generators.validation import iter_cases
-    from qconform.harness.run.case_runner import CaseRunner, open_client
     from qconform.harness.expectations import Expectations
-    from qconform.cli.arguments import checkout_expectations
+    from qconform.harness.run.case_runner import CaseRunner, open_client
 
     path = checkout_expectations("triton")
     runner = CaseRunner(lambda: open_client("triton", DEVICE, 300.0), Expectations.load(path) if path else None)
@@ -515,8 +589,16 @@ def test_the_adapter_passes_the_corpus_through_the_harness():
             for c in iter_cases(default_vectors_dir(), [family]):
                 seen[c.family, c.group] += 1
                 if c.group != "production_vocab" and seen[c.family, c.group] <= 3:
-                    cases.append({"id": c.id, "family": c.family, "result": c.result, "flags": list(c.flags),
-                                  "input": c.input, "expected": c.expected})
+                    cases.append(
+                        {
+                            "id": c.id,
+                            "family": c.family,
+                            "result": c.result,
+                            "flags": list(c.flags),
+                            "input": c.input,
+                            "expected": c.expected,
+                        }
+                    )
             verdicts += runner.run(cases)
     finally:
         runner.close()

@@ -15,7 +15,15 @@ pytestmark = pytest.mark.rules()
 
 def test_the_brief_classes_and_the_expectation_classes_exist():
     assert [c.value for c in VerdictClass] == [
-        "pass", "fail", "precision", "unsupported", "error", "xfail", "xpass", "disabled"]
+        "pass",
+        "fail",
+        "precision",
+        "unsupported",
+        "error",
+        "xfail",
+        "xpass",
+        "disabled",
+    ]
 
 
 @pytest.mark.parametrize("cls", list(VerdictClass))
@@ -42,15 +50,23 @@ def test_with_class_keeps_diff_and_duration():
     verdict = Verdict(VerdictClass.FAIL, "a/b/c", "m", Diff("x", "1", "2"), 0.5)
     changed = verdict.with_class(VerdictClass.XFAIL, "expected")
     assert (changed.cls, changed.message, changed.diff, changed.duration) == (
-        VerdictClass.XFAIL, "expected", verdict.diff, 0.5)
+        VerdictClass.XFAIL,
+        "expected",
+        verdict.diff,
+        0.5,
+    )
 
 
 texts = st.text(min_size=0, max_size=20)
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.sampled_from(list(VerdictClass)), texts, st.one_of(st.none(), st.tuples(texts, texts, texts)),
-       st.floats(min_value=0, max_value=100, allow_nan=False))
+@given(
+    st.sampled_from(list(VerdictClass)),
+    texts,
+    st.one_of(st.none(), st.tuples(texts, texts, texts)),
+    st.floats(min_value=0, max_value=100, allow_nan=False),
+)
 def test_json_round_trip(cls, message, diff, duration):
     verdict = Verdict(cls, "fam/g/c", message, None if diff is None else Diff(*diff), round(duration, 6))
     obj = json.loads(json.dumps(verdict.to_json()))

@@ -40,8 +40,11 @@ V = 6
 
 
 @settings(max_examples=100, deadline=None)
-@given(u32=st.integers(1, U32 - 2), count=st.integers(1, M), step=st.sampled_from(
-    [Fraction(-1), Fraction(-1, 2), Fraction(0), Fraction(1, 2), Fraction(1)]))
+@given(
+    u32=st.integers(1, U32 - 2),
+    count=st.integers(1, M),
+    step=st.sampled_from([Fraction(-1), Fraction(-1, 2), Fraction(0), Fraction(1, 2), Fraction(1)]),
+)
 def test_acceptance_boundary(u32, count, step):
     # p chosen so that 2^32 p / q = u32 + step: accept iff the draw is strictly below.
     q = Fraction(count, M)
@@ -91,8 +94,10 @@ def test_residual_covers_the_full_vocabulary():
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.integers(0, 9), min_size=V, max_size=V).filter(any),
-       st.sets(st.integers(0, V - 1), min_size=1, max_size=V))
+@given(
+    st.lists(st.integers(0, 9), min_size=V, max_size=V).filter(any),
+    st.sets(st.integers(0, V - 1), min_size=1, max_size=V),
+)
 def test_residual_is_max_p_minus_q_everywhere(weights, support):
     ids = sorted(support)
     counts = [M // len(ids)] * len(ids)
@@ -161,8 +166,10 @@ def requests(draw, depth: int | None = None):
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.integers(1, 5).flatmap(lambda depth: st.lists(requests(depth), min_size=1, max_size=4)),
-       st.randoms(use_true_random=False))
+@given(
+    st.integers(1, 5).flatmap(lambda depth: st.lists(requests(depth), min_size=1, max_size=4)),
+    st.randoms(use_true_random=False),
+)
 def test_batch_invariance(batch, rnd):
     alone = [verify_round(r) for r in batch]
     order = list(range(len(batch)))
@@ -172,8 +179,15 @@ def test_batch_invariance(batch, rnd):
 
 
 def test_a_batch_of_mixed_depths_is_refused():
-    one, two = (RoundInput(RngIdentity(9, 0, 0, 7), [0] * k, [half_q()] * k,
-                           [[Fraction(c, M) for c in half_q().dense_counts()]] * (k + 1)) for k in (1, 2))
+    one, two = (
+        RoundInput(
+            RngIdentity(9, 0, 0, 7),
+            [0] * k,
+            [half_q()] * k,
+            [[Fraction(c, M) for c in half_q().dense_counts()]] * (k + 1),
+        )
+        for k in (1, 2)
+    )
     with pytest.raises(SpecError) as info:
         verify_batch([one, two])
     assert info.value.code == "BAD_SHAPE"
@@ -185,14 +199,14 @@ def test_round_shape(inp):
     result = verify_round(inp)
     depth = len(inp.draft_tokens)
     assert 0 <= result.accepted <= depth
-    assert result.emitted[:result.accepted] == inp.draft_tokens[:result.accepted]
+    assert result.emitted[: result.accepted] == inp.draft_tokens[: result.accepted]
     assert len(result.emitted) == result.accepted + 1 <= depth + 1
     rejected = result.draws[-1].decision == "correction"
     assert rejected == (result.accepted < depth)
     assert len(result.draws) == len(result.emitted) + rejected
     for draw in result.draws:
         assert draw.margin >= 0
-    for i, draw in enumerate(result.draws[:result.accepted], start=1):
+    for i, draw in enumerate(result.draws[: result.accepted], start=1):
         assert draw.decision == "accept" and draw.position == (inp.ident.anchor + i - 1) % U32
         # p(x) = 0 is never accepted
         assert inp.p_rows[i - 1][inp.draft_tokens[i - 1]] > 0
@@ -231,8 +245,7 @@ def test_batch_bound():
 
 def test_target_rows_from_f32_normalize_exactly():
     bits = [[f32_bits(1.0), f32_bits(2.0), 0, f32_bits(0.5)], [f32_bits(3.0), 0, 0, 0]]
-    assert target_rows_from_f32(bits) == [
-        [Fraction(2, 7), Fraction(4, 7), 0, Fraction(1, 7)], [Fraction(1), 0, 0, 0]]
+    assert target_rows_from_f32(bits) == [[Fraction(2, 7), Fraction(4, 7), 0, Fraction(1, 7)], [Fraction(1), 0, 0, 0]]
     with pytest.raises(SpecError) as err:
         target_rows_from_f32([[0, 0]])
     assert err.value.code == "ZERO_MASS"
@@ -392,11 +405,16 @@ def test_accepted_counts_emitted_drafts_only(vector_cases):
     """``accepted`` is the number of drafts *emitted* (docs/formats/verification_round.md): these
     cases trim at a stop token or the budget before a draft that would also pass its test, so an
     engine that tests all K drafts and reports the untrimmed count fails exactly them."""
-    trimmed = sorted(name for name, requests, want in vector_cases
-                     if batch_outcome(requests, "accepted_counts_trimmed_tests") != want)
+    trimmed = sorted(
+        name
+        for name, requests, want in vector_cases
+        if batch_outcome(requests, "accepted_counts_trimmed_tests") != want
+    )
     assert trimmed == [
-        "stop_and_budget/budget-1-of-depth-5", "stop_and_budget/budget-3-of-depth-5",
-        "stop_and_budget/per-request-parameters", "stop_and_budget/per-request-parameters-reversed",
+        "stop_and_budget/budget-1-of-depth-5",
+        "stop_and_budget/budget-3-of-depth-5",
+        "stop_and_budget/per-request-parameters",
+        "stop_and_budget/per-request-parameters-reversed",
         "stop_and_budget/stop-at-accepted-draft",
     ], trimmed
     for name, requests, want in vector_cases:
@@ -420,8 +438,11 @@ def test_acceptance_margins_follow_the_documented_formula():
                 for draw in got["draws"]:
                     if draw["domain"] != "ACCEPT":
                         continue
-                    i = draw["position"] - inp.ident.anchor + 1 if draw["position"] >= inp.ident.anchor else \
-                        draw["position"] + U32 - inp.ident.anchor + 1
+                    i = (
+                        draw["position"] - inp.ident.anchor + 1
+                        if draw["position"] >= inp.ident.anchor
+                        else draw["position"] + U32 - inp.ident.anchor + 1
+                    )
                     x = inp.draft_tokens[i - 1]
                     p, q = inp.p_rows[i - 1][x], inp.q_rows[i - 1].q(x)
                     want = Fraction(1) if p == 0 else abs(Fraction(draw["u32"], U32) - p / q)
@@ -438,8 +459,9 @@ def test_unseeded_requests_are_keyed_by_their_ids_and_explicit_seeds_as_given(ve
     cases = {case.name: case for group in vector_groups if group.name == "request_seeds" for case in group.tests}
     pair = cases["unseeded-pair"]
     first, second = pair.input["requests"]
-    assert {k: v for k, v in first.items() if k != "request_id"} == {k: v for k, v in second.items()
-                                                                      if k != "request_id"}
+    assert {k: v for k, v in first.items() if k != "request_id"} == {
+        k: v for k, v in second.items() if k != "request_id"
+    }
     assert "seed" not in first and first["request_id"] != second["request_id"]
     want = [(r["accepted"], r["emitted"]) for r in pair.expected["requests"]]
     assert want[0] != want[1]

@@ -29,8 +29,9 @@ def test_the_shim_imports_nothing_from_qconform():
     assert imported and not [name for name in imported if name.startswith("qconform")]
 
 
-@pytest.mark.parametrize("seed, generation, round_id, anchor, i", [
-    (0, 0, 0, 0, 1), (2**64 - 1, 7, 3, 2**32 - 1, 2), (0x5E51, 1, 9, 100, 5)])
+@pytest.mark.parametrize(
+    "seed, generation, round_id, anchor, i", [(0, 0, 0, 0, 1), (2**64 - 1, 7, 3, 2**32 - 1, 2), (0x5E51, 1, 9, 100, 5)]
+)
 def test_acceptance_draws_are_the_rng_abi_ones(seed, generation, round_id, anchor, i):
     ident = RngIdentity(seed, generation, round_id, anchor)
     assert shim.accept_u32(seed, generation, round_id, anchor + i - 1) == uniform32_draw(accept_key(ident, i))
@@ -39,12 +40,15 @@ def test_acceptance_draws_are_the_rng_abi_ones(seed, generation, round_id, ancho
 REQUEST = {"draft_tokens": [4, 5, 6], "anchor": 2**32 - 2, "stop_tokens": [5]}
 
 
-@pytest.mark.parametrize("tokens, budget, accepted, emitted, decisions", [
-    ([4, 9], None, 1, [4, 9], ["accept", "reject"]),          # rejected at 2: correction 9
-    ([4, 5, 6, 7], None, 2, [4, 5], ["accept", "accept"]),  # stop token 5 kept, the rest dropped
-    ([4, 5, 6, 7], 1, 1, [4], ["accept"]),                  # budget 1
-    ([1], None, 0, [1], ["reject"]),                        # rejected at 1
-])
+@pytest.mark.parametrize(
+    "tokens, budget, accepted, emitted, decisions",
+    [
+        ([4, 9], None, 1, [4, 9], ["accept", "reject"]),  # rejected at 2: correction 9
+        ([4, 5, 6, 7], None, 2, [4, 5], ["accept", "accept"]),  # stop token 5 kept, the rest dropped
+        ([4, 5, 6, 7], 1, 1, [4], ["accept"]),  # budget 1
+        ([1], None, 0, [1], ["reject"]),  # rejected at 1
+    ],
+)
 def test_vllm_output_read_as_the_scheduler_reads_it(tokens, budget, accepted, emitted, decisions):
     request = {**REQUEST, **({"budget": budget} if budget else {})}
     answer = shim.request_answer(request, tokens, [11, 22, 33])
@@ -75,7 +79,13 @@ def test_adapter_names_and_a_missing_environment(monkeypatch, tmp_path):
         vllm.shim_command("vllm")
     (tmp_path / "python").touch()
     assert vllm.shim_command("vllm:triton,patch-expand", "cuda")[2:] == [
-        "--kernels", "triton", "--patch", "expand", "--device", "cuda"]
+        "--kernels",
+        "triton",
+        "--patch",
+        "expand",
+        "--device",
+        "cuda",
+    ]
     with pytest.raises(vllm.VllmSetupError, match="unknown vllm option bogus"):
         vllm.shim_command("vllm:bogus")
     assert vllm.is_vllm("vllm") and vllm.is_vllm("vllm:triton") and not vllm.is_vllm("vllmx")
@@ -83,8 +93,13 @@ def test_adapter_names_and_a_missing_environment(monkeypatch, tmp_path):
 
 def test_run_without_the_environment_is_one_line_and_exit_2(tmp_path):
     env = {"QCONFORM_VLLM_PYTHON": str(tmp_path / "missing"), "PATH": "/usr/bin:/bin"}
-    result = subprocess.run([sys.executable, "-m", "qconform", "run", "--adapter", "vllm",
-                             "--family", "verification_round"], capture_output=True, text=True, env=env, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "qconform", "run", "--adapter", "vllm", "--family", "verification_round"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "no vLLM environment" in lines[0] and "Traceback" not in result.stderr

@@ -71,8 +71,22 @@ def test_f64_refusals():
 
 
 #: FP32 patterns of every class: finite positives of all binades, zeros, subnormals, specials, negatives.
-SPECIAL_F32 = [0, 0x80000000, 1, 0x007FFFFF, 0x00800000, 0x3F800000, 0x7F7FFFFF, F32_POS_INF, F32_NEG_INF,
-               F32_QUIET_NAN, 0x7F800001, 0xFFC00000, 0xBF800000, 0x80000001]
+SPECIAL_F32 = [
+    0,
+    0x80000000,
+    1,
+    0x007FFFFF,
+    0x00800000,
+    0x3F800000,
+    0x7F7FFFFF,
+    F32_POS_INF,
+    F32_NEG_INF,
+    F32_QUIET_NAN,
+    0x7F800001,
+    0xFFC00000,
+    0xBF800000,
+    0x80000001,
+]
 any_f32 = st.one_of(st.integers(0, 2**32 - 1), st.sampled_from(SPECIAL_F32))
 nonnegative_f32 = st.one_of(st.integers(0, 0x7F7FFFFF), st.sampled_from([0, 0x80000000, 1, 0x3F800000, 0x7F7FFFFF]))
 
@@ -82,8 +96,11 @@ def float_verdict(bits: list[int]) -> str | None:
     values = [as_float(b) for b in bits]
     if not values:
         return "EMPTY_ROW"
-    for code, bad in (("NAN_WEIGHT", math.isnan), ("POS_INF_WEIGHT", lambda x: x == math.inf),
-                      ("NEGATIVE_WEIGHT", lambda x: x < 0)):
+    for code, bad in (
+        ("NAN_WEIGHT", math.isnan),
+        ("POS_INF_WEIGHT", lambda x: x == math.inf),
+        ("NEGATIVE_WEIGHT", lambda x: x < 0),
+    ):
         if any(bad(x) for x in values):
             return code
     return None if any(x > 0 for x in values) else "ZERO_MASS"
@@ -138,8 +155,9 @@ def float_reference(logits: list[int], temperature: int, bias: list[int] | None)
 logit_values = st.one_of(st.floats(min_value=-30, max_value=30, width=32), st.just(-math.inf))
 
 
-@given(st.lists(logit_values, min_size=1, max_size=12), st.floats(min_value=0.0625, max_value=4.0, width=32),
-       st.booleans())
+@given(
+    st.lists(logit_values, min_size=1, max_size=12), st.floats(min_value=0.0625, max_value=4.0, width=32), st.booleans()
+)
 @settings(max_examples=40, deadline=None)
 def test_weights_from_logits_match_float_reference_when_margin_is_large(logits, temperature, with_bias):
     if all(x == -math.inf for x in logits):

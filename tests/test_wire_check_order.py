@@ -21,6 +21,7 @@ from pathlib import Path
 
 import google_crc32c
 import pytest
+
 from qconform.generators.corpus import default_vectors_dir
 from qconform.generators.wire_frame_faults import EXCLUSIVE
 from qconform.spec.wire import checks
@@ -38,7 +39,7 @@ def table_after(heading: str) -> list[list[str]]:
     """The body rows of the first table after ``heading`` (cells stripped)."""
     lines = TEXT.splitlines()
     rows: list[list[str]] = []
-    for line in lines[lines.index(heading) + 1:]:
+    for line in lines[lines.index(heading) + 1 :]:
         if line.startswith("|"):
             rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
         elif rows:
@@ -86,8 +87,16 @@ def test_document_hello_order_is_negotiation_order():
 
 # ---------------------------------------------------------------- a decoder from the document alone
 
-FORMATS = {"u16": "<H", "u32": "<I", "u64": "<Q", "i32": "<i", "f32": "<I", "u8[4]": "<4s", "char[32]": "<32s",
-           "u8[32]": "<32s"}
+FORMATS = {
+    "u16": "<H",
+    "u32": "<I",
+    "u64": "<Q",
+    "i32": "<i",
+    "f32": "<I",
+    "u8[4]": "<4s",
+    "char[32]": "<32s",
+    "u8[32]": "<32s",
+}
 
 
 def layout(heading: str) -> list[tuple[str, int, str]]:
@@ -103,8 +112,9 @@ def type_codes() -> dict[int, str]:
 
 
 TYPES = type_codes()
-LAYOUTS = {name: layout(next(h for h in TEXT.splitlines() if h.startswith(f"### {name} (type "))) for name in
-           TYPES.values()}
+LAYOUTS = {
+    name: layout(next(h for h in TEXT.splitlines() if h.startswith(f"### {name} (type "))) for name in TYPES.values()
+}
 HEADER = layout("### Header")
 V1_HEADER = layout("### v1 greedy header")
 ROW_STAGES = ("fixed", "content")
@@ -158,8 +168,10 @@ class Frame:
         body = self.payload[36:]
         if self.fields.get("representation") == 2:
             n = len(body) // 8
-            self.tail = {"ids": list(struct.unpack_from(f"<{n}i", body)),
-                         "values": list(struct.unpack_from(f"<{n}I", body, 4 * n))}
+            self.tail = {
+                "ids": list(struct.unpack_from(f"<{n}i", body)),
+                "values": list(struct.unpack_from(f"<{n}I", body, 4 * n)),
+            }
         elif self.fields.get("representation") == 1:
             self.tail = {"ids": None, "values": list(struct.unpack_from(f"<{len(body) // 4}I", body))}
 
@@ -199,33 +211,46 @@ CONDITIONS: dict[str, Callable[[Frame], bool]] = {
     # STEP
     "`depth` is not the negotiated depth": lambda f: f.fields["depth"] != f.params["depth"],
     "`support_policy` > `max_support`": lambda f: f.fields["support_policy"] > f.params["max_support"],
-    "the reply `support_policy` asks for is larger than `max_reply_bytes`":
-        lambda f: 36 + (4 * f.params["dense_stride"] if f.fields["support_policy"] == 0
-                        else 8 * f.fields["support_policy"]) > f.params["max_reply_bytes"],
+    "the reply `support_policy` asks for is larger than `max_reply_bytes`": lambda f: (
+        36 + (4 * f.params["dense_stride"] if f.fields["support_policy"] == 0 else 8 * f.fields["support_policy"])
+        > f.params["max_reply_bytes"]
+    ),
     "`temperature` is NaN or infinite": lambda f: not finite(f.fields["temperature"]),
-    "`temperature` is not positive (-0.0 included)":
-        lambda f: finite(f.fields["temperature"]) and not f32(f.fields["temperature"]) > 0,
+    "`temperature` is not positive (-0.0 included)": lambda f: (
+        finite(f.fields["temperature"]) and not f32(f.fields["temperature"]) > 0
+    ),
     # REPLY, fixed fields
-    "`representation` is 0 or `entry_count` is 0": lambda f: f.fields["representation"] == 0 or f.fields["entry_count"] == 0,
-    "dense: `entry_count` is not `dense_stride`": lambda f: f.dense and f.fields["entry_count"] != f.params["dense_stride"],
+    "`representation` is 0 or `entry_count` is 0": lambda f: (
+        f.fields["representation"] == 0 or f.fields["entry_count"] == 0
+    ),
+    "dense: `entry_count` is not `dense_stride`": lambda f: (
+        f.dense and f.fields["entry_count"] != f.params["dense_stride"]
+    ),
     "sparse: `entry_count` > `max_support`": lambda f: f.sparse and f.fields["entry_count"] > f.params["max_support"],
     "`representation` is above 2": lambda f: f.fields["representation"] > 2,
-    "the payload length is not 36 + `entry_count` entries (4 bytes dense, 8 sparse)":
-        lambda f: len(f.payload) != 36 + (4 if f.dense else 8) * f.fields["entry_count"],
+    "the payload length is not 36 + `entry_count` entries (4 bytes dense, 8 sparse)": lambda f: (
+        len(f.payload) != 36 + (4 if f.dense else 8) * f.fields["entry_count"]
+    ),
     # REPLY, q row
-    "`q_checksum` is not the CRC-32C of the tail bytes":
-        lambda f: google_crc32c.value(f.payload[36:]) != f.fields["q_checksum"],
+    "`q_checksum` is not the CRC-32C of the tail bytes": lambda f: (
+        google_crc32c.value(f.payload[36:]) != f.fields["q_checksum"]
+    ),
     "`token` is outside [0, `vocab`)": lambda f: not 0 <= f.fields["token"] < f.params["vocab"],
-    "sparse: an ID is outside [0, `vocab`)": lambda f: f.sparse and any(not 0 <= i < f.params["vocab"] for i in f.tail["ids"]),
+    "sparse: an ID is outside [0, `vocab`)": lambda f: (
+        f.sparse and any(not 0 <= i < f.params["vocab"] for i in f.tail["ids"])
+    ),
     "sparse: an ID is listed twice": lambda f: f.sparse and len(set(f.tail["ids"])) < len(f.tail["ids"]),
-    "sparse: an ID is below the one before it":
-        lambda f: f.sparse and any(b < a for a, b in zip(f.tail["ids"], f.tail["ids"][1:])),
-    "dense: an entry at index >= `vocab` is not all-zero bytes":
-        lambda f: f.dense and any(v != 0 for v in f.tail["values"][f.params["vocab"]:]),
+    "sparse: an ID is below the one before it": lambda f: (
+        f.sparse and any(b < a for a, b in zip(f.tail["ids"], f.tail["ids"][1:]))
+    ),
+    "dense: an entry at index >= `vocab` is not all-zero bytes": lambda f: (
+        f.dense and any(v != 0 for v in f.tail["values"][f.params["vocab"] :])
+    ),
     "a q value is NaN or infinite": lambda f: not all(finite(b) for b in f.row_values()),
     "a q value has its sign bit set (-0.0 included)": lambda f: any(finite(b) and b >> 31 for b in f.row_values()),
-    "a q value times 2^24 is not an integer":
-        lambda f: any(finite(b) and (Fraction(f32(b)) * M).denominator != 1 for b in f.row_values()),
+    "a q value times 2^24 is not an integer": lambda f: any(
+        finite(b) and (Fraction(f32(b)) * M).denominator != 1 for b in f.row_values()
+    ),
     "sparse: a q value is +0.0": lambda f: f.sparse and 0 in f.tail["values"],
     "the counts q times 2^24 do not sum to 2^24": lambda f: sum(f.counts()) != M,
     "`token` has count 0": lambda f: f.q_count(f.fields["token"]) == 0,
@@ -234,8 +259,9 @@ CONDITIONS: dict[str, Callable[[Frame], bool]] = {
     "`status` is above 1 (FAILED)": lambda f: f.fields["status"] > 1,
     "`accepted` > the negotiated depth": lambda f: f.fields["accepted"] > f.params["depth"],
     # COMMIT, RESET: -1 is "no token" (an early end, an empty prefix)
-    "`token` is neither -1 nor in [0, `vocab`)":
-        lambda f: not (f.fields["token"] == -1 or 0 <= f.fields["token"] < f.params["vocab"]),
+    "`token` is neither -1 nor in [0, `vocab`)": lambda f: (
+        not (f.fields["token"] == -1 or 0 <= f.fields["token"] < f.params["vocab"])
+    ),
     # HELLO_ANSWER
     "`status` is above 1 (REFUSED)": lambda f: f.fields["status"] > 1,
     # HELLO
@@ -342,8 +368,12 @@ def failing_rows(name: str, data: bytes, hello: dict, negotiated: bool) -> tuple
 
 def vectors(group: str | None = None) -> list[dict]:
     document = json.loads((default_vectors_dir() / "wire_frames.json").read_text(encoding="utf-8"))
-    return [case for g in document["testGroups"] for case in g["tests"]
-            if group is None or case["id"].split("/")[1] == group]
+    return [
+        case
+        for g in document["testGroups"]
+        for case in g["tests"]
+        if group is None or case["id"].split("/")[1] == group
+    ]
 
 
 def frame_of(case: dict) -> bytes:
@@ -365,14 +395,23 @@ def test_every_row_has_its_words_understood():
 
 def test_document_decoder_agrees_with_every_wire_frames_vector():
     cases = [c for c in vectors() if not c["id"].endswith("reply_dense_full_vocab")]
-    disagree = [c["id"] for c in cases
-                if decode(frame_of(c), c["input"]["hello"], c["input"]["negotiated"]) != expected_code(c)]
+    disagree = [
+        c["id"] for c in cases if decode(frame_of(c), c["input"]["hello"], c["input"]["negotiated"]) != expected_code(c)
+    ]
     assert len(cases) > 900 and not disagree
 
 
 PAIR = re.compile(r"-r(\d\d)-[a-z0-9_]+-r(\d\d)-[a-z0-9_]+$")
-TABLE_OF = {"hello": "HELLO", "step": "STEP", "reply": "REPLY", "completion": "COMPLETION", "commit": "COMMIT",
-            "reset": "RESET", "cancel": "CANCEL", "v1": "v1 greedy frame"}
+TABLE_OF = {
+    "hello": "HELLO",
+    "step": "STEP",
+    "reply": "REPLY",
+    "completion": "COMPLETION",
+    "commit": "COMMIT",
+    "reset": "RESET",
+    "cancel": "CANCEL",
+    "v1": "v1 greedy frame",
+}
 
 
 def test_pair_vectors_break_both_rows_and_answer_the_earlier():
@@ -400,11 +439,15 @@ def swapped(name: str, index: int) -> dict[str, list[Row]]:
 
 
 SPEC_NAMES = {"v1 greedy frame": "V1_GREEDY_TOKENS"}
-ADJACENT = [(name, i) for name in TABLE_NAMES for i in range(len(TABLES[name]) - 1)
-            if TABLES[name][i].code != TABLES[name][i + 1].code
-            and frozenset((i + 1, i + 2)) not in EXCLUSIVE.get(SPEC_NAMES.get(name, name), (frozenset(),))[0]
-            and TABLES[name][i].stage == TABLES[name][i + 1].stage
-            and {TABLES[name][i].when.split(":")[0], TABLES[name][i + 1].when.split(":")[0]} != {"dense", "sparse"}]
+ADJACENT = [
+    (name, i)
+    for name in TABLE_NAMES
+    for i in range(len(TABLES[name]) - 1)
+    if TABLES[name][i].code != TABLES[name][i + 1].code
+    and frozenset((i + 1, i + 2)) not in EXCLUSIVE.get(SPEC_NAMES.get(name, name), (frozenset(),))[0]
+    and TABLES[name][i].stage == TABLES[name][i + 1].stage
+    and {TABLES[name][i].when.split(":")[0], TABLES[name][i + 1].when.split(":")[0]} != {"dense", "sparse"}
+]
 
 
 @pytest.mark.parametrize(("name", "index"), ADJACENT)

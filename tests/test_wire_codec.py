@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from qconform.spec.constants import M
 from qconform.spec.qrow import QRow
 from qconform.spec.wire import layout
+from qconform.spec.wire.checks import q_value_class
 from qconform.spec.wire.checksum import crc32c
 from qconform.spec.wire.codec import completion_for, decode_frame, encode_frame, encode_v1, reply_from_row
 from qconform.spec.wire.header import seal
@@ -21,7 +22,6 @@ from qconform.spec.wire.messages import MESSAGE_CLASSES, Hello, Reply, Step, V1G
 from qconform.spec.wire.negotiation import check_hello, example_config
 from qconform.spec.wire.reasons import REASONS, WireReject
 from qconform.spec.wire.receiver import check_frame
-from qconform.spec.wire.checks import q_value_class
 from qconform.spec.wire.validation import validate_message, validate_reply
 
 pytestmark = pytest.mark.rules("R03", "R12", "R13", "R14", "R15", "R16", "R17", "R18", "R19", "R20")
@@ -96,7 +96,7 @@ def test_reply_round_trip_recovers_exact_counts(data):
     # independent: each FP32 value read by the struct module is exactly count / M
     floats = struct.unpack_from(f"<{len(reply.values)}f", frame, 20 + 36 + 4 * len(reply.ids))
     assert [Fraction(x) * M for x in floats[: len(row.counts)]] == list(row.counts)
-    assert all(x == 0 and math.copysign(1, x) > 0 for x in floats[len(row.counts):])  # padding: +0.0 bytes
+    assert all(x == 0 and math.copysign(1, x) > 0 for x in floats[len(row.counts) :])  # padding: +0.0 bytes
     assert validate_reply(decoded, config) == row
 
 
@@ -126,8 +126,11 @@ def test_payload_length_is_bounded_before_the_payload_is_read():
     assert rejected(reply[:12] + struct.pack("<I", 35) + reply[16:], PROD) == "UNEXPECTED_SIZE"
 
 
-@given(st.sampled_from(sorted(set(MESSAGE_CLASSES) - {layout.HELLO.code})), st.integers(0, (1 << 32) - 1),
-       st.binary(max_size=64))
+@given(
+    st.sampled_from(sorted(set(MESSAGE_CLASSES) - {layout.HELLO.code})),
+    st.integers(0, (1 << 32) - 1),
+    st.binary(max_size=64),
+)
 @settings(max_examples=100, deadline=None)
 def test_v2_before_hello_precedes_every_payload_check(code, declared, rest):
     header = struct.pack("<4sHHIII", b"QSMP", 2, code, 20, declared, 0)
@@ -146,17 +149,27 @@ def test_hello_negotiation_checks_each_identity_and_bound():
     lowered = dataclasses.replace(PROD, max_support=32, max_slots=1, max_requests=1, max_reply_bytes=292)
     assert check_hello(lowered, PROD) == lowered
     expectations = {
-        "semantic_id": "SEMANTIC_ID_MISMATCH", "verifier_id": "VERIFIER_MISMATCH", "rng_abi_id": "RNG_ABI_MISMATCH",
-        "id_map_hash": "ID_MAP_MISMATCH", "draft_identity": "IDENTITY_MISMATCH", "target_identity": "IDENTITY_MISMATCH",
+        "semantic_id": "SEMANTIC_ID_MISMATCH",
+        "verifier_id": "VERIFIER_MISMATCH",
+        "rng_abi_id": "RNG_ABI_MISMATCH",
+        "id_map_hash": "ID_MAP_MISMATCH",
+        "draft_identity": "IDENTITY_MISMATCH",
+        "target_identity": "IDENTITY_MISMATCH",
     }
     for name, code in expectations.items():
         with pytest.raises(WireReject) as info:
             check_hello(dataclasses.replace(PROD, **{name: bytes(32)}), PROD)
         assert info.value.code == code
-    for name, value, code in (("vocab", 129281, "VOCAB_MISMATCH"), ("depth", 4, "DEPTH_MISMATCH"),
-                              ("max_requests", 5, "TOO_MANY_REQUESTS"), ("max_slots", 0, "TOO_MANY_SLOTS"),
-                              ("precision", 2, "PRECISION_MISMATCH"), ("draft_adapted", 1, "IDENTITY_MISMATCH"),
-                              ("max_support", 257, "SUPPORT_ABOVE_MAX"), ("wire_version", 1, "UNKNOWN_VERSION")):
+    for name, value, code in (
+        ("vocab", 129281, "VOCAB_MISMATCH"),
+        ("depth", 4, "DEPTH_MISMATCH"),
+        ("max_requests", 5, "TOO_MANY_REQUESTS"),
+        ("max_slots", 0, "TOO_MANY_SLOTS"),
+        ("precision", 2, "PRECISION_MISMATCH"),
+        ("draft_adapted", 1, "IDENTITY_MISMATCH"),
+        ("max_support", 257, "SUPPORT_ABOVE_MAX"),
+        ("wire_version", 1, "UNKNOWN_VERSION"),
+    ):
         with pytest.raises(WireReject) as info:
             check_hello(dataclasses.replace(PROD, **{name: value}), PROD)
         assert info.value.code == code, name
@@ -193,7 +206,9 @@ def test_sparse_support_precedence():
     assert reason(sparse_frame([5, 6, 7], [HALF, QUARTER, 0x3E7FFFFC])) == "WRONG_TOTAL_MASS"
     assert reason(sparse_frame([5, 6, 7], [HALF, QUARTER, QUARTER], token=8)) == "ZERO_Q_AT_TOKEN"
     good = sparse_frame([5, 6, 7], [HALF, QUARTER, QUARTER])
-    assert validate_message(decode_frame(good, PROD), PROD) == QRow.sparse(PROD.vocab, [5, 6, 7], [M // 2, M // 4, M // 4])
+    assert validate_message(decode_frame(good, PROD), PROD) == QRow.sparse(
+        PROD.vocab, [5, 6, 7], [M // 2, M // 4, M // 4]
+    )
     corrupt = bytearray(good)
     corrupt[-1] ^= 1
     assert reason(seal(bytes(corrupt))) == "Q_CHECKSUM_MISMATCH"
@@ -203,7 +218,7 @@ def test_sparse_support_precedence():
 def test_dense_padding_is_all_zero_bytes():
     row = QRow.dense([M] + [0] * (DEV.vocab - 1))
     reply = reply_from_row(DEV.session_id, 0, 1, 1, 0, 0, row, DEV.dense_stride)
-    assert reply.values[DEV.vocab:] == (0,) * (DEV.dense_stride - DEV.vocab)
+    assert reply.values[DEV.vocab :] == (0,) * (DEV.dense_stride - DEV.vocab)
     for bits in (0x80000000, 1, NAN):
         values = list(reply.values)
         values[-1] = bits
@@ -214,8 +229,10 @@ def test_dense_padding_is_all_zero_bytes():
 
 def test_completion_for_covers_the_reply_frames():
     step = Step(PROD.session_id, 1, 2, 10, 4, 3, 0x3F800000, 0, 5, bytes(range(32)))
-    frames = [encode_frame(reply_from_row(PROD.session_id, 0, 1, 2, 10 + i, 5, QRow.sparse(PROD.vocab, [5], [M]), 0))
-              for i in range(5)]
+    frames = [
+        encode_frame(reply_from_row(PROD.session_id, 0, 1, 2, 10 + i, 5, QRow.sparse(PROD.vocab, [5], [M]), 0))
+        for i in range(5)
+    ]
     completion = completion_for(step, frames)
     assert completion.reply_bytes == sum(map(len, frames)) and completion.reply_checksum == crc32c(b"".join(frames))
     assert (completion.row_count, completion.anchor, completion.prefix_digest) == (5, 10, bytes(range(32)))

@@ -13,9 +13,18 @@ pytestmark = pytest.mark.rules("R12", "R16", "R18", "R19", "R20", "R24", "R25", 
 
 #: Reasons only a sequence of events can reach (they need session state).
 STATEFUL = {
-    "STALE_GENERATION", "DUPLICATE_GENERATION", "STALE_ROUND", "DUPLICATE_ROUND", "LATE_REPLY", "RETRY_MISMATCH",
-    "CONSUMED_BEFORE_COMPLETION", "CONTEXT_MISMATCH", "REPLY_SIZE_MISMATCH", "COMPLETION_CHECKSUM_MISMATCH",
-    "REPRESENTATION_MISMATCH", "SLOT_EXHAUSTED",
+    "STALE_GENERATION",
+    "DUPLICATE_GENERATION",
+    "STALE_ROUND",
+    "DUPLICATE_ROUND",
+    "LATE_REPLY",
+    "RETRY_MISMATCH",
+    "CONSUMED_BEFORE_COMPLETION",
+    "CONTEXT_MISMATCH",
+    "REPLY_SIZE_MISMATCH",
+    "COMPLETION_CHECKSUM_MISMATCH",
+    "REPRESENTATION_MISMATCH",
+    "SLOT_EXHAUSTED",
 }
 
 
@@ -38,8 +47,9 @@ def test_sessions_pin_every_stateful_reason():
 
 
 def test_frames_hold_valid_frames_of_every_message_type():
-    accepted = {case["expected"]["message"]["type"] for case in cases("wire_frames")
-                if case["expected"]["verdict"] == "accept"}
+    accepted = {
+        case["expected"]["message"]["type"] for case in cases("wire_frames") if case["expected"]["verdict"] == "accept"
+    }
     assert accepted == {"HELLO", "STEP", "REPLY", "COMPLETION", "COMMIT", "RESET", "CANCEL", "V1_GREEDY_TOKENS"}
 
 

@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from qconform.generators import wire_fuzz
-from qconform.generators.families.wire_frames import DEV, PROD, base_frames, resealed_reply, reply
+from qconform.generators.families.wire_frames import DEV, PROD, base_frames, reply, resealed_reply
 from qconform.spec.wire.codec import encode_frame, encode_v1
 from qconform.spec.wire.header import seal
 from qconform.spec.wire.reasons import REASONS, WireReject
-from qconform.spec.wire.receiver import FrameIn, Timeout, Disconnect, check_frame, initial_state, step
+from qconform.spec.wire.receiver import Disconnect, FrameIn, Timeout, check_frame, initial_state, step
 
 pytestmark = pytest.mark.rules("R18", "R19", "R21")
 
@@ -54,7 +54,7 @@ def mutated_frames(draw):
         elif kind == "insert":
             out[at:at] = draw(st.binary(min_size=1, max_size=8))
         elif kind == "u32" and len(out) >= at + 4:
-            out[at:at + 4] = draw(st.sampled_from([0, 1, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF])).to_bytes(4, "little")
+            out[at : at + 4] = draw(st.sampled_from([0, 1, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF])).to_bytes(4, "little")
     data = bytes(out)
     if draw(st.booleans()) and len(data) >= 20:
         data = seal(data)
@@ -85,17 +85,33 @@ def test_structurally_random_replies_are_classified(data):
     config = data.draw(st.sampled_from([PROD, DEV]))
     n = data.draw(st.integers(0, 40))
     ids = tuple(data.draw(st.lists(st.one_of(st.integers(-2, config.vocab + 2), I32), min_size=n, max_size=n)))
-    values = tuple(data.draw(st.lists(st.one_of(st.sampled_from([0, 0x3F800000, 0x3F000000, 0x80000000, 0x7FC00000]), U32),
-                                      min_size=n, max_size=n)))
+    values = tuple(
+        data.draw(
+            st.lists(
+                st.one_of(st.sampled_from([0, 0x3F800000, 0x3F000000, 0x80000000, 0x7FC00000]), U32),
+                min_size=n,
+                max_size=n,
+            )
+        )
+    )
     representation = data.draw(st.integers(0, 3))
     base = reply(config=config, token=data.draw(st.integers(-1, config.vocab)))
-    candidate = resealed_reply(base, representation=representation, ids=ids if representation != 1 else (),
-                               values=values, entry_count=data.draw(st.sampled_from([n, n + 1, max(n - 1, 0), 64])))
+    candidate = resealed_reply(
+        base,
+        representation=representation,
+        ids=ids if representation != 1 else (),
+        values=values,
+        entry_count=data.draw(st.sampled_from([n, n + 1, max(n - 1, 0), 64])),
+    )
     classify(encode_frame(candidate), config, config)
 
 
-@given(st.lists(st.one_of(mutated_frames().map(lambda f: FrameIn(f[1])), st.integers(0, 5).map(Timeout),
-                          st.just(Disconnect())), max_size=25))
+@given(
+    st.lists(
+        st.one_of(mutated_frames().map(lambda f: FrameIn(f[1])), st.integers(0, 5).map(Timeout), st.just(Disconnect())),
+        max_size=25,
+    )
+)
 @FUZZ
 def test_receiver_never_crashes(events):
     state = initial_state(PROD)
@@ -109,8 +125,16 @@ def test_receiver_never_crashes(events):
 
 # -- the structure-aware fuzzer (qconform.generators.wire_fuzz; the 10^6 run is bench/fuzz_wire_decoder.py) --
 
-Q_CODES = {"WRONG_TOTAL_MASS", "NON_DYADIC_VALUE", "NON_FINITE_VALUE", "DUPLICATE_SPARSE_ID", "UNSORTED_SUPPORT",
-           "NONCANONICAL_SUPPORT", "NONZERO_DENSE_PADDING", "SPARSE_ID_OUT_OF_RANGE"}
+Q_CODES = {
+    "WRONG_TOTAL_MASS",
+    "NON_DYADIC_VALUE",
+    "NON_FINITE_VALUE",
+    "DUPLICATE_SPARSE_ID",
+    "UNSORTED_SUPPORT",
+    "NONCANONICAL_SUPPORT",
+    "NONZERO_DENSE_PADDING",
+    "SPARSE_ID_OUT_OF_RANGE",
+}
 
 
 def test_structure_aware_fuzzer_reaches_every_single_frame_code():

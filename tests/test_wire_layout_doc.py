@@ -34,7 +34,7 @@ def table_after(text: str, heading: str) -> list[list[str]]:
     lines = text.splitlines()
     start = lines.index(heading)
     rows: list[list[str]] = []
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if line.startswith("|"):
             rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
         elif rows:
@@ -89,7 +89,14 @@ def test_fields_are_contiguous_and_pack(fields):
 def test_header_and_fixed_sizes():
     assert layout.HEADER_SIZE == 20 and layout.CHECKSUM_OFFSET == layout.HEADER[-1].offset
     assert {m.name: m.size for m in layout.MESSAGES.values()} == {
-        "HELLO": 232, "STEP": 68, "REPLY": 36, "COMPLETION": 70, "COMMIT": 28, "RESET": 30, "CANCEL": 14, "HELLO_ANSWER": 42,
+        "HELLO": 232,
+        "STEP": 68,
+        "REPLY": 36,
+        "COMPLETION": 70,
+        "COMMIT": 28,
+        "RESET": 30,
+        "CANCEL": 14,
+        "HELLO_ANSWER": 42,
     }
 
 

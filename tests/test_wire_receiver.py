@@ -19,9 +19,9 @@ from qconform.spec.wire.reasons import REASONS
 from qconform.spec.wire.receiver import (
     EVENT_COUNTERS,
     REJECT,
-    ReceiverState,
-    FrameIn,
     Disposition,
+    FrameIn,
+    ReceiverState,
     commit_for_round,
     consumable_rows,
     counter,
@@ -179,9 +179,13 @@ def run_json(case_input: dict):
 def verification_endings() -> set[tuple[int, tuple[int, ...]]]:
     """Every (accepted, emitted) outcome of the verification_round vectors within the wire's depth."""
     document = json.loads((default_vectors_dir() / "verification_round.json").read_text(encoding="utf-8"))
-    return {(request["accepted"], tuple(request["emitted"]))
-            for group in document["testGroups"] for case in group["tests"]
-            for request in case["expected"].get("requests", ()) if request["accepted"] <= 5}
+    return {
+        (request["accepted"], tuple(request["emitted"]))
+        for group in document["testGroups"]
+        for case in group["tests"]
+        for request in case["expected"].get("requests", ())
+        if request["accepted"] <= 5
+    }
 
 
 def test_every_verification_ending_has_exactly_one_legal_commit():
@@ -195,9 +199,12 @@ def test_every_verification_ending_has_exactly_one_legal_commit():
     for accepted, emitted in endings:
         legal = commit_for_round(100, accepted, emitted)
         # the COMMIT names the ending (its accepted count and token, -1 for none); one position is legal
-        taken = [position for position in (100 + accepted, 100 + accepted + 1)
-                 if step(before, FrameIn(encode_frame(Commit(s.session_id, 1, 1, position, legal[1], 0, accepted)))
-                         )[1].kind == "accept"]
+        taken = [
+            position
+            for position in (100 + accepted, 100 + accepted + 1)
+            if step(before, FrameIn(encode_frame(Commit(s.session_id, 1, 1, position, legal[1], 0, accepted))))[1].kind
+            == "accept"
+        ]
         assert taken == [legal[2]], (accepted, emitted, taken)
         assert legal[2] == 100 + len(emitted)
 

@@ -159,7 +159,9 @@ class ReceiverMachine(RuleBasedStateMachine):
         index = data.draw(st.sampled_from(self.open_slots()))
         current = self.slots[index].open
         completion = completion_for(current.step, current.rows)
-        frame = encode_frame(completion if honest else replace(completion, reply_checksum=completion.reply_checksum ^ 1))
+        frame = encode_frame(
+            completion if honest else replace(completion, reply_checksum=completion.reply_checksum ^ 1)
+        )
         if current.done is not None:
             if frame == current.done:
                 return self.send(frame, "duplicate")
@@ -235,7 +237,11 @@ class ReceiverMachine(RuleBasedStateMachine):
         assert len(self.state.slots) == len(self.slots)
         for mine, theirs in zip(self.slots, self.state.slots):
             assert (theirs.generation, theirs.live, theirs.committed, theirs.last_round) == (
-                mine.generation, mine.live, mine.committed, mine.last_round)
+                mine.generation,
+                mine.live,
+                mine.committed,
+                mine.last_round,
+            )
             if mine.open is None:
                 assert theirs.open is None
             else:

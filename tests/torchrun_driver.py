@@ -18,7 +18,22 @@ def run(args: list[str]) -> int:
 
 if __name__ == "__main__":
     accumulate_args, stat_json = sys.argv[1:-1], sys.argv[-1]
-    codes = [run(["accumulate", *accumulate_args]),
-             run(["stat", "--adapter", "torch-native-rng", "--case", "verification_round/residual/*",
-                  "--samples", "3000", "--chunk", "1000", "--json", stat_json])]
+    codes = [
+        run(["accumulate", *accumulate_args]),
+        run(
+            [
+                "stat",
+                "--adapter",
+                "torch-native-rng",
+                "--case",
+                "verification_round/residual/*",
+                "--samples",
+                "3000",
+                "--chunk",
+                "1000",
+                "--json",
+                stat_json,
+            ]
+        ),
+    ]
     print(f"exit codes {codes}", flush=True)

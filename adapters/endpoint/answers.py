@@ -11,7 +11,7 @@ from __future__ import annotations
 from . import layout
 from .blobs import blob
 from .codec import Message
-from .receiver import Receiver, Disposition
+from .receiver import Disposition, Receiver
 from .validation import QRow
 
 
@@ -81,17 +81,30 @@ def state_json(receiver: Receiver, connection: int = 0) -> dict:
     slots = []
     for index, slot in enumerate(receiver.slots):
         current = slot.open
-        slots.append({
-            "slot": index, "generation": slot.generation, "live": slot.live, "committed": slot.committed,
-            "last_round": slot.last_round, "seed": str(slot.seed),
-            "open": None if current is None else {
-                "round": current.step["round"], "anchor": current.step["anchor"],
-                "rows": len(current.replies), "consumable": receiver.is_consumable(current)},
-        })
+        slots.append(
+            {
+                "slot": index,
+                "generation": slot.generation,
+                "live": slot.live,
+                "committed": slot.committed,
+                "last_round": slot.last_round,
+                "seed": str(slot.seed),
+                "open": None
+                if current is None
+                else {
+                    "round": current.step["round"],
+                    "anchor": current.step["anchor"],
+                    "rows": len(current.replies),
+                    "consumable": receiver.is_consumable(current),
+                },
+            }
+        )
     negotiated = receiver.link(connection)
-    return {"negotiated": negotiated is not None,
-            "session_id": None if negotiated is None else str(negotiated["session_id"]),
-            "slots": slots}
+    return {
+        "negotiated": negotiated is not None,
+        "session_id": None if negotiated is None else str(negotiated["session_id"]),
+        "slots": slots,
+    }
 
 
 def counters_json(receiver: Receiver) -> dict:

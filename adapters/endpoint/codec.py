@@ -135,7 +135,7 @@ class Decoder:
         """The payload, once its declared length passed the bounds and the bytes present were counted."""
         self.check_bounds(length, limits)
         self.check_extent(view, start + length)
-        return self.take(view[start:start + length])
+        return self.take(view[start : start + length])
 
     def header(self, view: memoryview, params: dict | None) -> tuple[int, int, tuple[int, int], int]:
         """Checks of the header alone: (header size, declared payload length, admitted payload
@@ -184,11 +184,11 @@ class Decoder:
         split = layout.REPLY_FIXED if message_type == layout.REPLY else length
         tail_raw = raw(payload[split:])
         payload_raw = extend(raw(payload[:split]), length - split, tail_raw)
-        if finish(extend(crc32c_update(INIT, view[:layout.CHECKSUM_OFFSET]), length, payload_raw)) != checksum:
+        if finish(extend(crc32c_update(INIT, view[: layout.CHECKSUM_OFFSET]), length, payload_raw)) != checksum:
             raise Refusal("CHECKSUM_MISMATCH", f"checksum field {checksum:#010x}")
         spec = layout.FIELDS[message_type]
         message = Message(message_type, dict(zip(spec.names, spec.codec.unpack_from(payload))))
-        message.frame_raw = extend(raw(view[:layout.HEADER_SIZE]), length, payload_raw)
+        message.frame_raw = extend(raw(view[: layout.HEADER_SIZE]), length, payload_raw)
         if message_type == layout.REPLY:
             message.tail = self.reply_tail(message, payload, params)
             message.tail_raw = tail_raw
@@ -212,7 +212,7 @@ class Decoder:
             raise Refusal("UNKNOWN_REPRESENTATION", f"representation {representation}", route)
         if len(payload) != layout.REPLY_FIXED + entry * count:
             raise Refusal("LENGTH_MISMATCH", f"{count} entries in {len(payload)} payload bytes", route)
-        return payload[layout.REPLY_FIXED:]
+        return payload[layout.REPLY_FIXED :]
 
     @staticmethod
     def v1_message(payload: bytes, length: int) -> Message:

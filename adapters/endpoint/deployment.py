@@ -27,17 +27,33 @@ def digest(text: str) -> bytes:
     return hashlib.sha256(text.encode("ascii")).digest()
 
 
-def hello_config(vocab: int = VOCAB, dense_stride: int | None = None, max_support: int = MAX_SUPPORT,
-                 max_slots: int = MAX_REQUESTS, max_requests: int = MAX_REQUESTS,
-                 session_id: int = SESSION_ID) -> dict:
+def hello_config(
+    vocab: int = VOCAB,
+    dense_stride: int | None = None,
+    max_support: int = MAX_SUPPORT,
+    max_slots: int = MAX_REQUESTS,
+    max_requests: int = MAX_REQUESTS,
+    session_id: int = SESSION_ID,
+) -> dict:
     """The HELLO fields of the deployment; ``max_reply_bytes`` fits a dense row and a full sparse support."""
     stride = vocab if dense_stride is None else dense_stride
     params = {
-        "session_id": session_id, "vocab": vocab, "max_support": min(max_support, vocab), "dense_stride": stride,
-        "wire_version": layout.WIRE_VERSION, "precision": layout.PRECISION_FP32, "id_bytes": layout.ID_BYTES,
-        "q_bytes": layout.Q_BYTES, "max_slots": max_slots, "max_requests": max_requests, "depth": DEPTH,
-        "draft_adapted": 0, "semantic_id": SEMANTIC_ID.ljust(32, b"\0"), "verifier_id": VERIFIER_ID.ljust(32, b"\0"),
-        "rng_abi_id": RNG_ABI_ID.ljust(32, b"\0"), "id_map_hash": digest("qconform example global ID map"),
+        "session_id": session_id,
+        "vocab": vocab,
+        "max_support": min(max_support, vocab),
+        "dense_stride": stride,
+        "wire_version": layout.WIRE_VERSION,
+        "precision": layout.PRECISION_FP32,
+        "id_bytes": layout.ID_BYTES,
+        "q_bytes": layout.Q_BYTES,
+        "max_slots": max_slots,
+        "max_requests": max_requests,
+        "depth": DEPTH,
+        "draft_adapted": 0,
+        "semantic_id": SEMANTIC_ID.ljust(32, b"\0"),
+        "verifier_id": VERIFIER_ID.ljust(32, b"\0"),
+        "rng_abi_id": RNG_ABI_ID.ljust(32, b"\0"),
+        "id_map_hash": digest("qconform example global ID map"),
         "draft_identity": digest("qconform example draft checkpoint"),
         "target_identity": digest("qconform example target model and processors"),
     }

@@ -25,8 +25,16 @@ V1_HEADER = struct.Struct("<4sHHI")  # magic, version, type, payload length
 V1_HEADER_SIZE = V1_HEADER.size  # 12
 
 HELLO, STEP, REPLY, COMPLETION, COMMIT, RESET, CANCEL, HELLO_ANSWER = 1, 2, 3, 4, 5, 6, 7, 8
-TYPE_NAMES = {HELLO: "HELLO", STEP: "STEP", REPLY: "REPLY", COMPLETION: "COMPLETION", COMMIT: "COMMIT",
-              RESET: "RESET", CANCEL: "CANCEL", HELLO_ANSWER: "HELLO_ANSWER"}
+TYPE_NAMES = {
+    HELLO: "HELLO",
+    STEP: "STEP",
+    REPLY: "REPLY",
+    COMPLETION: "COMPLETION",
+    COMMIT: "COMMIT",
+    RESET: "RESET",
+    CANCEL: "CANCEL",
+    HELLO_ANSWER: "HELLO_ANSWER",
+}
 V1_NAME = "V1_GREEDY_TOKENS"
 
 REPR_NONE, REPR_DENSE, REPR_SPARSE = 0, 1, 2
@@ -62,19 +70,66 @@ def fixed(*pairs: str) -> Fixed:
 
 
 FIELDS: dict[int, Fixed] = {
-    HELLO: fixed("session_id:u64", "vocab:u32", "max_support:u32", "dense_stride:u32", "max_reply_bytes:u32",
-                 "wire_version:u16", "precision:u16", "id_bytes:u16", "q_bytes:u16", "max_slots:u16",
-                 "max_requests:u16", "depth:u16", "draft_adapted:u16", "semantic_id:text", "verifier_id:text",
-                 "rng_abi_id:text", "id_map_hash:digest", "draft_identity:digest", "target_identity:digest"),
-    STEP: fixed("session_id:u64", "generation:u32", "round:u32", "anchor:u32", "support_policy:u32",
-                "context_version:u32", "temperature:f32", "slot:u16", "depth:u16", "prefix_digest:digest"),
-    REPLY: fixed("session_id:u64", "generation:u32", "round:u32", "position:u32", "token:i32", "entry_count:u32",
-                 "q_checksum:u32", "slot:u16", "representation:u16"),
-    COMPLETION: fixed("session_id:u64", "generation:u32", "round:u32", "anchor:u32", "context_version:u32",
-                      "reply_bytes:u32", "reply_checksum:u32", "slot:u16", "row_count:u16", "status:u16",
-                      "prefix_digest:digest"),
-    COMMIT: fixed("session_id:u64", "generation:u32", "round:u32", "new_committed:u32", "token:i32", "slot:u16",
-                  "accepted:u16"),
+    HELLO: fixed(
+        "session_id:u64",
+        "vocab:u32",
+        "max_support:u32",
+        "dense_stride:u32",
+        "max_reply_bytes:u32",
+        "wire_version:u16",
+        "precision:u16",
+        "id_bytes:u16",
+        "q_bytes:u16",
+        "max_slots:u16",
+        "max_requests:u16",
+        "depth:u16",
+        "draft_adapted:u16",
+        "semantic_id:text",
+        "verifier_id:text",
+        "rng_abi_id:text",
+        "id_map_hash:digest",
+        "draft_identity:digest",
+        "target_identity:digest",
+    ),
+    STEP: fixed(
+        "session_id:u64",
+        "generation:u32",
+        "round:u32",
+        "anchor:u32",
+        "support_policy:u32",
+        "context_version:u32",
+        "temperature:f32",
+        "slot:u16",
+        "depth:u16",
+        "prefix_digest:digest",
+    ),
+    REPLY: fixed(
+        "session_id:u64",
+        "generation:u32",
+        "round:u32",
+        "position:u32",
+        "token:i32",
+        "entry_count:u32",
+        "q_checksum:u32",
+        "slot:u16",
+        "representation:u16",
+    ),
+    COMPLETION: fixed(
+        "session_id:u64",
+        "generation:u32",
+        "round:u32",
+        "anchor:u32",
+        "context_version:u32",
+        "reply_bytes:u32",
+        "reply_checksum:u32",
+        "slot:u16",
+        "row_count:u16",
+        "status:u16",
+        "prefix_digest:digest",
+    ),
+    COMMIT: fixed(
+        "session_id:u64", "generation:u32", "round:u32", "new_committed:u32", "token:i32", "slot:u16", "accepted:u16"
+    ),
     RESET: fixed("session_id:u64", "seed:u64", "generation:u32", "committed:u32", "slot:u16", "token:i32"),
     CANCEL: fixed("session_id:u64", "generation:u32", "slot:u16"),
     HELLO_ANSWER: fixed("session_id:u64", "status:u16", "reason:text"),
@@ -84,17 +139,27 @@ REPLY_FIXED = SIZES[REPLY]  # 36
 
 #: HELLO fields that must equal the receiver's, in checking order, with their reason codes
 IDENTITIES: tuple[tuple[str, str], ...] = (
-    ("wire_version", "UNKNOWN_VERSION"), ("semantic_id", "SEMANTIC_ID_MISMATCH"),
-    ("verifier_id", "VERIFIER_MISMATCH"), ("rng_abi_id", "RNG_ABI_MISMATCH"), ("vocab", "VOCAB_MISMATCH"),
-    ("id_map_hash", "ID_MAP_MISMATCH"), ("draft_identity", "IDENTITY_MISMATCH"),
-    ("draft_adapted", "IDENTITY_MISMATCH"), ("target_identity", "IDENTITY_MISMATCH"),
-    ("precision", "PRECISION_MISMATCH"), ("id_bytes", "UNEXPECTED_SIZE"), ("q_bytes", "UNEXPECTED_SIZE"),
-    ("dense_stride", "UNEXPECTED_SIZE"), ("depth", "DEPTH_MISMATCH"),
+    ("wire_version", "UNKNOWN_VERSION"),
+    ("semantic_id", "SEMANTIC_ID_MISMATCH"),
+    ("verifier_id", "VERIFIER_MISMATCH"),
+    ("rng_abi_id", "RNG_ABI_MISMATCH"),
+    ("vocab", "VOCAB_MISMATCH"),
+    ("id_map_hash", "ID_MAP_MISMATCH"),
+    ("draft_identity", "IDENTITY_MISMATCH"),
+    ("draft_adapted", "IDENTITY_MISMATCH"),
+    ("target_identity", "IDENTITY_MISMATCH"),
+    ("precision", "PRECISION_MISMATCH"),
+    ("id_bytes", "UNEXPECTED_SIZE"),
+    ("q_bytes", "UNEXPECTED_SIZE"),
+    ("dense_stride", "UNEXPECTED_SIZE"),
+    ("depth", "DEPTH_MISMATCH"),
 )
 #: HELLO bounds the offer may lower (each at least 1), with their reason codes
 BOUNDS: tuple[tuple[str, str], ...] = (
-    ("max_support", "SUPPORT_ABOVE_MAX"), ("max_reply_bytes", "UNEXPECTED_SIZE"),
-    ("max_slots", "TOO_MANY_SLOTS"), ("max_requests", "TOO_MANY_REQUESTS"),
+    ("max_support", "SUPPORT_ABOVE_MAX"),
+    ("max_reply_bytes", "UNEXPECTED_SIZE"),
+    ("max_slots", "TOO_MANY_SLOTS"),
+    ("max_requests", "TOO_MANY_REQUESTS"),
 )
 
 

@@ -54,9 +54,11 @@ class DraftModel:
         return cls(logits, left, right, 0)
 
     def to_json(self) -> dict:
-        return {"base_logits": f32_blob(self.base_logits),
-                "markov": {"left": f32_blob(self.left), "right": f32_blob(self.right)},
-                "last_committed_token": self.last_token}
+        return {
+            "base_logits": f32_blob(self.base_logits),
+            "markov": {"left": f32_blob(self.left), "right": f32_blob(self.right)},
+            "last_committed_token": self.last_token,
+        }
 
     @classmethod
     def from_json(cls, obj: dict) -> "DraftModel":

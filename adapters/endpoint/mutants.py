@@ -26,7 +26,7 @@ import numpy as np
 
 from . import layout
 from .codec import Decoder, Refusal
-from .receiver import ACCEPT, OpenRound, Receiver, Slot, Disposition
+from .receiver import ACCEPT, Disposition, OpenRound, Receiver, Slot
 from .validation import Validator, scaled
 
 
@@ -51,7 +51,7 @@ class CopyFirstDecoder(Decoder):
     bounds_before_read = False
 
     def read_payload(self, view: memoryview, start: int, length: int, limits: tuple[int, int]) -> bytes:
-        payload = self.take(view[start:start + length])
+        payload = self.take(view[start : start + length])
         self.check_extent(view, start + length)
         self.check_bounds(length, limits)
         return payload
@@ -87,7 +87,7 @@ class SlotDroppingReceiver(Receiver):
     def on_hello(self, message, row, data: bytes) -> Disposition:
         verdict = super().on_hello(message, row, data)
         if verdict.kind == ACCEPT:
-            del self.slots[message["max_slots"]:]
+            del self.slots[message["max_slots"] :]
         return verdict
 
 
@@ -126,7 +126,10 @@ MUTANTS: dict[str, tuple[type[Receiver], str]] = {
     "consumes-before-completion": (EarlyConsumingReceiver, "rows are consumable once all K arrived, before COMPLETION"),
     "bounds-after-copy": (CopyFirstReceiver, "the payload is copied before its length is checked against the bounds"),
     "recreates-dropped-slots": (SlotDroppingReceiver, "a HELLO with fewer slots drops the others; old keys come back"),
-    "discards-consumable": (ConsumableDiscardingReceiver, "a worker-side fault discards a round whose COMPLETION validated"),
+    "discards-consumable": (
+        ConsumableDiscardingReceiver,
+        "a worker-side fault discards a round whose COMPLETION validated",
+    ),
     "shares-the-link": (SharedLinkReceiver, "every connection is one link: a stranger disturbs the live one"),
 }
 

@@ -180,17 +180,25 @@ class Receiver:
             status, reason = layout.HELLO_ACCEPTED, b""
         else:
             status, reason = layout.HELLO_REFUSED, (verdict.reason or "").encode("ascii")
-        return encode(layout.HELLO_ANSWER, {"session_id": hello["session_id"], "status": status,
-                                            "reason": reason.ljust(32, b"\0")})
+        return encode(
+            layout.HELLO_ANSWER,
+            {"session_id": hello["session_id"], "status": status, "reason": reason.ljust(32, b"\0")},
+        )
 
     def route(self, message: Message, row: QRow | None, data: bytes) -> Disposition:
         if message.type == 0:
             self.counters["v1_greedy_frames"] += 1
             return Disposition(GREEDY_V1)
-        handlers = {layout.HELLO: self.on_hello, layout.STEP: self.on_step, layout.REPLY: self.on_reply,
-                    layout.COMPLETION: self.on_completion, layout.COMMIT: self.on_commit,
-                    layout.RESET: self.on_reset, layout.CANCEL: self.on_cancel,
-                    layout.HELLO_ANSWER: self.on_hello_answer}
+        handlers = {
+            layout.HELLO: self.on_hello,
+            layout.STEP: self.on_step,
+            layout.REPLY: self.on_reply,
+            layout.COMPLETION: self.on_completion,
+            layout.COMMIT: self.on_commit,
+            layout.RESET: self.on_reset,
+            layout.CANCEL: self.on_cancel,
+            layout.HELLO_ANSWER: self.on_hello_answer,
+        }
         return handlers[message.type](message, row, data)
 
     def timeout(self, index: int) -> Disposition:
@@ -230,9 +238,17 @@ class Receiver:
             if slot.open is None or (slot.open.completion is not None and not force):
                 continue
             step = slot.open.step
-            self.journal.append({"event": "discarded", "slot": index, "generation": slot.generation,
-                                 "round": step["round"], "anchor": step["anchor"], "rows": len(slot.open.replies),
-                                 "reason": reason})
+            self.journal.append(
+                {
+                    "event": "discarded",
+                    "slot": index,
+                    "generation": slot.generation,
+                    "round": step["round"],
+                    "anchor": step["anchor"],
+                    "rows": len(slot.open.replies),
+                    "reason": reason,
+                }
+            )
             slot.open, slot.live = None, False
             self.counters["discarded_proposals"] += 1
             done.append(index)
@@ -254,8 +270,12 @@ class Receiver:
         if route.slot >= len(self.slots):
             return False
         slot = self.slots[route.slot]
-        return (self.live_on(slot) and slot.open is not None and route.generation == slot.generation
-                and route.round == slot.open.step["round"])
+        return (
+            self.live_on(slot)
+            and slot.open is not None
+            and route.generation == slot.generation
+            and route.round == slot.open.step["round"]
+        )
 
     def refuse_frame(self, refusal: Refusal) -> Disposition:
         """A frame refused statelessly: discard what it can be attributed to (a v1 frame: nothing)."""
@@ -397,11 +417,21 @@ class Receiver:
         emitted = message["accepted"] + (0 if message["token"] == layout.NO_TOKEN else 1)
         if emitted == 0 or message["new_committed"] != (current.step["anchor"] + emitted) % layout.POSITIONS:
             return self.refuse("POSITION_MISMATCH")
-        self.journal.append({"event": "consumed", "slot": index, "generation": slot.generation,
-                             "round": message["round"], "anchor": current.step["anchor"],
-                             "rows": len(current.rows), "tokens": list(current.tokens),
-                             "accepted": message["accepted"], "token": message["token"],
-                             "new_committed": message["new_committed"], "completed": current.completion is not None})
+        self.journal.append(
+            {
+                "event": "consumed",
+                "slot": index,
+                "generation": slot.generation,
+                "round": message["round"],
+                "anchor": current.step["anchor"],
+                "rows": len(current.rows),
+                "tokens": list(current.tokens),
+                "accepted": message["accepted"],
+                "token": message["token"],
+                "new_committed": message["new_committed"],
+                "completed": current.completion is not None,
+            }
+        )
         slot.committed, slot.open = message["new_committed"], None
         return self.accept()
 
@@ -415,8 +445,9 @@ class Receiver:
         if message["generation"] == slot.generation:
             return self.refuse("DUPLICATE_GENERATION")
         discarded = self.discard((index,), "reset", force=True)
-        self.slots[index] = Slot(message["generation"], True, message["committed"], None, message["seed"],
-                                 owner=self.connection)
+        self.slots[index] = Slot(
+            message["generation"], True, message["committed"], None, message["seed"], owner=self.connection
+        )
         return self.accept(discarded)
 
     def on_cancel(self, message: Message, row, data: bytes) -> Disposition:

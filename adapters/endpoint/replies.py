@@ -40,20 +40,42 @@ def sparse_tail(ids: np.ndarray, counts: np.ndarray) -> tuple[bytes, int]:
 def reply_frame(step: Message, index: int, token: int, tail: bytes, entries: int, representation: int) -> Sealed:
     """The REPLY of draft ``index`` (0-based) of ``step``'s round; the tail's bytes are checksummed once."""
     tail_raw = raw(tail)
-    return seal(layout.REPLY, pack_fields(layout.REPLY, {
-        "session_id": step["session_id"], "generation": step["generation"], "round": step["round"],
-        "position": (step["anchor"] + index) % layout.POSITIONS, "token": token, "entry_count": entries,
-        "q_checksum": finish(extend(INIT, len(tail), tail_raw)), "slot": step["slot"],
-        "representation": representation,
-    }), tail, tail_raw)
+    return seal(
+        layout.REPLY,
+        pack_fields(
+            layout.REPLY,
+            {
+                "session_id": step["session_id"],
+                "generation": step["generation"],
+                "round": step["round"],
+                "position": (step["anchor"] + index) % layout.POSITIONS,
+                "token": token,
+                "entry_count": entries,
+                "q_checksum": finish(extend(INIT, len(tail), tail_raw)),
+                "slot": step["slot"],
+                "representation": representation,
+            },
+        ),
+        tail,
+        tail_raw,
+    )
 
 
 def completion_frame(step: Message, replies: list[Sealed], status: int = layout.STATUS_OK) -> bytes:
     """The COMPLETION of ``step``'s round over its REPLY frames (FAILED: the worker gives the round up)."""
-    return encode(layout.COMPLETION, {
-        "session_id": step["session_id"], "generation": step["generation"], "round": step["round"],
-        "anchor": step["anchor"], "context_version": step["context_version"],
-        "reply_bytes": sum(len(r.data) for r in replies),
-        "reply_checksum": crc32c_of_blocks([(len(r.data), r.raw) for r in replies]), "slot": step["slot"],
-        "row_count": step["depth"], "status": status, "prefix_digest": step["prefix_digest"],
-    })
+    return encode(
+        layout.COMPLETION,
+        {
+            "session_id": step["session_id"],
+            "generation": step["generation"],
+            "round": step["round"],
+            "anchor": step["anchor"],
+            "context_version": step["context_version"],
+            "reply_bytes": sum(len(r.data) for r in replies),
+            "reply_checksum": crc32c_of_blocks([(len(r.data), r.raw) for r in replies]),
+            "slot": step["slot"],
+            "row_count": step["depth"],
+            "status": status,
+            "prefix_digest": step["prefix_digest"],
+        },
+    )

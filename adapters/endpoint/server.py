@@ -12,6 +12,7 @@ import contextlib
 import logging
 
 from qconform.harness import control
+
 from .stream import Item
 
 log = logging.getLogger("qconform.endpoint")

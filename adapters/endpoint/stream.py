@@ -39,8 +39,9 @@ async def read_exactly(reader: asyncio.StreamReader, count: int, have: bytes) ->
         raise asyncio.IncompleteReadError(have + exc.partial, None) from None
 
 
-async def read_item(reader: asyncio.StreamReader, decoder: Decoder, params: dict | None,
-                    control_allowed: bool = True) -> Item | None:
+async def read_item(
+    reader: asyncio.StreamReader, decoder: Decoder, params: dict | None, control_allowed: bool = True
+) -> Item | None:
     """The next item, or None at a clean end of stream (a partial item at EOF is ``broken``)."""
     try:
         magic = await read_exactly(reader, 4, b"")

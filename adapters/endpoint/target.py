@@ -63,7 +63,7 @@ from . import layout, stream
 from .answers import row_json
 from .codec import encode
 from .model import TargetModel
-from .receiver import ACCEPT, Receiver, Disposition
+from .receiver import ACCEPT, Disposition, Receiver
 from .validation import QRow
 
 log = logging.getLogger("qconform.endpoint.target")
@@ -110,10 +110,29 @@ class RoundRecord:
     draw: Draw | None = None
 
     def to_json(self) -> dict:
-        out = {k: getattr(self, k) for k in ("slot", "generation", "round", "anchor", "previous", "draft_previous",
-                                              "outcome", "reason", "tokens", "accepted", "token", "new_committed")}
-        return {**out, "seed": str(self.seed), "rows": [row_json(row) for row in self.rows],
-                "draw": None if self.draw is None else asdict(self.draw)}
+        out = {
+            k: getattr(self, k)
+            for k in (
+                "slot",
+                "generation",
+                "round",
+                "anchor",
+                "previous",
+                "draft_previous",
+                "outcome",
+                "reason",
+                "tokens",
+                "accepted",
+                "token",
+                "new_committed",
+            )
+        }
+        return {
+            **out,
+            "seed": str(self.seed),
+            "rows": [row_json(row) for row in self.rows],
+            "draw": None if self.draw is None else asdict(self.draw),
+        }
 
 
 @dataclass
@@ -174,8 +193,14 @@ def target_only_draw(seed: int, generation: int, round_id: int, anchor: int, p_r
     drafts, which this round may already have drawn), sampled from the FP32
     target weights ``p_row`` as FP64 mass, as the torch candidate samples a bonus (R11).
     """
-    _, word0 = draw_word0(seed_keys([seed]), torch.tensor([anchor]), torch.tensor([round_id]),
-                          torch.tensor([generation]), CORRECTION, FALLBACK_COUNTER)
+    _, word0 = draw_word0(
+        seed_keys([seed]),
+        torch.tensor([anchor]),
+        torch.tensor([round_id]),
+        torch.tensor([generation]),
+        CORRECTION,
+        FALLBACK_COUNTER,
+    )
     u32 = u32_of(word0)
     token = sample_mass(p_row.to(torch.float64)[None], u32)
     return Draw(CORRECTION, anchor, FALLBACK_COUNTER, int(u32[0]), BONUS, int(token[0]))
@@ -184,10 +209,21 @@ def target_only_draw(seed: int, generation: int, round_id: int, anchor: int, p_r
 class Target:
     """Drives rounds on ``slots`` slots against a worker (see the module docstring)."""
 
-    def __init__(self, config: dict, target: TargetModel, host: str, port: int, *, seed: int = 0x5EED,
-                 support_policy: int = 0, temperature_bits: int = ONE_F32, watchdog_s: float = 1.0,
-                 slots: int | None = 1, receiver_cls: type[Receiver] = Receiver,
-                 connect_timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        config: dict,
+        target: TargetModel,
+        host: str,
+        port: int,
+        *,
+        seed: int = 0x5EED,
+        support_policy: int = 0,
+        temperature_bits: int = ONE_F32,
+        watchdog_s: float = 1.0,
+        slots: int | None = 1,
+        receiver_cls: type[Receiver] = Receiver,
+        connect_timeout_s: float = 5.0,
+    ) -> None:
         self.receiver = receiver_cls(config)
         self.target = target
         self.host, self.port = host, port
@@ -221,9 +257,10 @@ class Target:
                 await asyncio.sleep(0.02)
         self.link += 1
         try:
-            item = await asyncio.wait_for(stream.read_item(self.reader, self.receiver.decoder,
-                                                           self.receiver.negotiated, control_allowed=False),
-                                          self.connect_timeout_s)
+            item = await asyncio.wait_for(
+                stream.read_item(self.reader, self.receiver.decoder, self.receiver.negotiated, control_allowed=False),
+                self.connect_timeout_s,
+            )
         except (asyncio.TimeoutError, ConnectionError, OSError):
             item = None
         verdict = self.receiver.feed(item.data) if isinstance(item, stream.Item) else None
@@ -235,8 +272,13 @@ class Target:
             raise TargetError(f"the worker's HELLO was not accepted: {verdict}")
         self.open_lanes(self.receiver.negotiated)
         self.reading = asyncio.ensure_future(self.read_frames(self.link))
-        log.info("connected to %s:%d, negotiated session %#x, driving %d slots", self.host, self.port,
-                 self.receiver.negotiated["session_id"], len(self.lanes))
+        log.info(
+            "connected to %s:%d, negotiated session %#x, driving %d slots",
+            self.host,
+            self.port,
+            self.receiver.negotiated["session_id"],
+            len(self.lanes),
+        )
 
     def open_lanes(self, hello: dict) -> None:
         """The driven slots, once: ``slots`` of them (None: every slot of the HELLO), slot s with seed + s."""
@@ -251,8 +293,9 @@ class Target:
         """The reader task of one connection: every frame through the receiver, dispatched by its slot."""
         while True:
             try:
-                item = await stream.read_item(self.reader, self.receiver.decoder, self.receiver.negotiated,
-                                              control_allowed=False)
+                item = await stream.read_item(
+                    self.reader, self.receiver.decoder, self.receiver.negotiated, control_allowed=False
+                )
             except (ConnectionError, OSError):
                 item = None
             if item is None:
@@ -337,8 +380,11 @@ class Target:
         """A new generation of the lane's slot at its committed position."""
         generation = self.receiver.slots[lane.slot].generation + 1
         told = layout.NO_TOKEN if lane.last_token is None else lane.last_token
-        discarded = await self.send_own(lane.slot, layout.RESET, {"seed": lane.seed, "generation": generation,
-                                                                  "committed": lane.committed, "token": told})
+        discarded = await self.send_own(
+            lane.slot,
+            layout.RESET,
+            {"seed": lane.seed, "generation": generation, "committed": lane.committed, "token": told},
+        )
         lane.told_token = lane.last_token  # the RESET told the worker the committed token (R01, R22)
         log.info("slot %d RESET generation=%d committed=%d", lane.slot, generation, lane.committed)
         return discarded
@@ -378,16 +424,33 @@ class Target:
                 await self.ensure_ready(lane)
                 slot = self.receiver.slots[lane.slot]
                 lane.round_id += 1
-                record = RoundRecord(lane.slot, slot.generation, lane.round_id, lane.committed, lane.seed,
-                                     lane.last_token, lane.told_token)
+                record = RoundRecord(
+                    lane.slot,
+                    slot.generation,
+                    lane.round_id,
+                    lane.committed,
+                    lane.seed,
+                    lane.last_token,
+                    lane.told_token,
+                )
                 lane.records.append(record)
                 self.records.append(record)
                 lane.outcome, lane.in_flight = None, True
                 lane.woken.clear()
-                await self.send_own(lane.slot, layout.STEP, {
-                    "generation": slot.generation, "round": lane.round_id, "anchor": lane.committed,
-                    "support_policy": self.support_policy, "context_version": 1, "temperature": self.temperature_bits,
-                    "depth": self.receiver.negotiated["depth"], "prefix_digest": bytes(32)})
+                await self.send_own(
+                    lane.slot,
+                    layout.STEP,
+                    {
+                        "generation": slot.generation,
+                        "round": lane.round_id,
+                        "anchor": lane.committed,
+                        "support_policy": self.support_policy,
+                        "context_version": 1,
+                        "temperature": self.temperature_bits,
+                        "depth": self.receiver.negotiated["depth"],
+                        "prefix_digest": bytes(32),
+                    },
+                )
                 await self.resolve(lane, record)
             except (ConnectionError, OSError) as exc:  # the link was lost as it was written to
                 log.warning("slot %d: link lost (%s)", lane.slot, exc)
@@ -424,27 +487,58 @@ class Target:
         record.outcome, record.reason, record.draw, record.token = TARGET_ONLY, reason, draw, draw.token
         record.new_committed = (record.anchor + 1) % layout.POSITIONS
         lane.committed, lane.last_token, lane.told_token = record.new_committed, draw.token, None
-        log.warning("slot %d round %d (generation %d) discarded: %s; target-only token %d (u32 %#010x) at position "
-                    "%d, committed position %d", record.slot, record.round, record.generation, reason, draw.token,
-                    draw.u32, record.anchor, record.new_committed)
+        log.warning(
+            "slot %d round %d (generation %d) discarded: %s; target-only token %d (u32 %#010x) at position "
+            "%d, committed position %d",
+            record.slot,
+            record.round,
+            record.generation,
+            reason,
+            draw.token,
+            draw.u32,
+            record.anchor,
+            record.new_committed,
+        )
 
     async def commit(self, lane: Lane, record: RoundRecord, tokens: list[int], rows: list[QRow]) -> None:
         """Verify the consumed rows against p and commit the outcome (R11, R17)."""
         q = torch.from_numpy(np.stack([row.dense() for row in rows]))[None]
-        result = verify_round([lane.seed], record.generation, record.round, record.anchor,
-                              torch.tensor([tokens]), q, self.target.weights[None])
+        result = verify_round(
+            [lane.seed],
+            record.generation,
+            record.round,
+            record.anchor,
+            torch.tensor([tokens]),
+            q,
+            self.target.weights[None],
+        )
         accepted, token = int(result.accepted[0]), int(result.final_token[0])
         new_committed = (record.anchor + accepted + 1) % layout.POSITIONS
-        data, _ = self.own(lane.slot, layout.COMMIT, {"generation": record.generation, "round": record.round,
-                                                      "new_committed": new_committed, "token": token,
-                                                      "accepted": accepted})
+        data, _ = self.own(
+            lane.slot,
+            layout.COMMIT,
+            {
+                "generation": record.generation,
+                "round": record.round,
+                "new_committed": new_committed,
+                "token": token,
+                "accepted": accepted,
+            },
+        )
         record.outcome, record.tokens, record.rows = COMMITTED, tokens, rows
         record.accepted, record.token, record.new_committed = accepted, token, new_committed
         lane.committed, lane.last_token, lane.told_token = new_committed, token, None
         await self.transmit(data)  # consumed once fed; the worker is told the token once it went out
         lane.told_token = token
-        log.info("slot %d round %d committed: drafts %s, accepted %d, token %d, committed position %d",
-                 lane.slot, record.round, tokens, accepted, token, new_committed)
+        log.info(
+            "slot %d round %d committed: drafts %s, accepted %d, token %d, committed position %d",
+            lane.slot,
+            record.round,
+            tokens,
+            accepted,
+            token,
+            new_committed,
+        )
 
     async def close(self) -> None:
         await self.drop_link()

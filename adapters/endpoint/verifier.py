@@ -34,7 +34,7 @@ from . import layout, stream
 from .answers import counters_json, hello_fields, message_json, state_json, verdict_json
 from .codec import Refusal
 from .mutants import receiver_class
-from .receiver import Receiver, Disposition
+from .receiver import Disposition, Receiver
 from .server import Endpoint
 
 log = logging.getLogger("qconform.endpoint.verifier")
@@ -100,8 +100,13 @@ class VerifierEndpoint(Endpoint):
         return {**out, "allocated": receiver.decoder.allocated}
 
     def about(self) -> dict:
-        return {"role": self.role, "families": ["wire_frames", "wire_sessions"], "precision": {},
-                "devices": ["cpu"], "mutant": self.mutant}
+        return {
+            "role": self.role,
+            "families": ["wire_frames", "wire_sessions"],
+            "precision": {},
+            "devices": ["cpu"],
+            "mutant": self.mutant,
+        }
 
     async def command(self, request: dict, number: int) -> dict:
         op = request.get("op")

@@ -27,7 +27,6 @@ import numpy as np
 
 from qconform.adapters.torch_candidate.errors import CandidateError
 from qconform.adapters.torch_candidate.proposal import Proposal, propose
-
 from qconform.harness import control
 
 from . import layout, stream
@@ -41,8 +40,11 @@ from .validation import Validator
 log = logging.getLogger("qconform.endpoint.worker")
 
 #: the torch candidate's declared numerics (its precision profile)
-PRECISION = {"fp64_allocation": True, "exp_ulp": "1/1048576",
-             "notes": "torch candidate: FP64 allocation, FP64 exp rounded once to FP32"}
+PRECISION = {
+    "fp64_allocation": True,
+    "exp_ulp": "1/1048576",
+    "notes": "torch candidate: FP64 allocation, FP64 exp rounded once to FP32",
+}
 
 
 @dataclass
@@ -67,7 +69,9 @@ def f32_value(bits: int) -> float:
 
 def draws_json(result: Proposal) -> list[dict]:
     counters, u24 = result.counters[0].tolist(), result.u24[0].tolist()
-    return [{"position": c[0], "counter": [f"0x{w & 0xFFFFFFFF:08x}" for w in c], "u24": u} for c, u in zip(counters, u24)]
+    return [
+        {"position": c[0], "counter": [f"0x{w & 0xFFFFFFFF:08x}" for w in c], "u24": u} for c, u in zip(counters, u24)
+    ]
 
 
 class WorkerEndpoint(Endpoint):
@@ -87,8 +91,14 @@ class WorkerEndpoint(Endpoint):
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, number: int) -> None:
         params = {**self.hello, "session_id": (self.hello["session_id"] + number - 1) % (1 << 64)}
         await stream.send(writer, encode(layout.HELLO, params))
-        log.info("conn %d: sent HELLO session=%#x vocab=%d stride=%d max_support=%d", number, params["session_id"],
-                 params["vocab"], params["dense_stride"], params["max_support"])
+        log.info(
+            "conn %d: sent HELLO session=%#x vocab=%d stride=%d max_support=%d",
+            number,
+            params["session_id"],
+            params["vocab"],
+            params["dense_stride"],
+            params["max_support"],
+        )
         decoder, validator = Decoder(), Validator()
         while True:
             item = await stream.read_item(reader, decoder, params, self.control_allowed)
@@ -105,8 +115,11 @@ class WorkerEndpoint(Endpoint):
                 if message.type == layout.HELLO_ANSWER:
                     validator.validate(message, params)
                     if message["status"] == layout.HELLO_REFUSED:
-                        log.warning("conn %d: HELLO refused: %s; closing", number,
-                                    message["reason"].rstrip(b"\0").decode("ascii", "replace"))
+                        log.warning(
+                            "conn %d: HELLO refused: %s; closing",
+                            number,
+                            message["reason"].rstrip(b"\0").decode("ascii", "replace"),
+                        )
                         return
                     log.info("conn %d: HELLO accepted", number)
                     continue
@@ -132,18 +145,34 @@ class WorkerEndpoint(Endpoint):
             if keep == layout.NO_TOKEN:  # an empty prefix: the model's initial token
                 keep = slot.last_token if message["committed"] == slot.committed else self.model.last_token
             self.slots[index] = WorkerSlot(message["generation"], True, message["seed"], message["committed"], keep)
-            log.info("conn %d: slot %d RESET generation=%d committed=%d", number, index, message["generation"],
-                     message["committed"])
+            log.info(
+                "conn %d: slot %d RESET generation=%d committed=%d",
+                number,
+                index,
+                message["generation"],
+                message["committed"],
+            )
         elif message.type == layout.CANCEL and message["generation"] == slot.generation:
             slot.live = False
             log.info("conn %d: slot %d CANCEL generation=%d", number, index, slot.generation)
         elif message.type == layout.COMMIT and slot.live and message["generation"] == slot.generation:
             token = message["token"]
             if token == layout.NO_TOKEN:  # an early end: the last accepted draft is the last committed token
-                token = slot.tokens[message["accepted"] - 1] if 0 < message["accepted"] <= len(slot.tokens) else slot.last_token
+                token = (
+                    slot.tokens[message["accepted"] - 1]
+                    if 0 < message["accepted"] <= len(slot.tokens)
+                    else slot.last_token
+                )
             slot.committed, slot.last_token = message["new_committed"], token
-            log.info("conn %d: slot %d COMMIT round=%d accepted=%d token=%d committed=%d", number, index,
-                     message["round"], message["accepted"], message["token"], slot.committed)
+            log.info(
+                "conn %d: slot %d COMMIT round=%d accepted=%d token=%d committed=%d",
+                number,
+                index,
+                message["round"],
+                message["accepted"],
+                message["token"],
+                slot.committed,
+            )
         elif message.type == layout.STEP:
             return await self.on_step(message, slot, number)
         return []
@@ -163,10 +192,17 @@ class WorkerEndpoint(Endpoint):
             log.warning("conn %d: slot %d STEP round=%d failed: %s", number, index, step["round"], problem)
             return [completion_frame(step, [], layout.STATUS_FAILED)]
         slot.last_round, slot.cache = step["round"], (step.fields, frames)
-        log.info("conn %d: slot %d STEP generation=%d round=%d anchor=%d %s: sent %d REPLY + COMPLETION (%d bytes)",
-                 number, index, step["generation"], step["round"], step["anchor"],
-                 f"top-{step['support_policy']}" if step["support_policy"] else "dense", len(frames) - 1,
-                 sum(len(f) for f in frames))
+        log.info(
+            "conn %d: slot %d STEP generation=%d round=%d anchor=%d %s: sent %d REPLY + COMPLETION (%d bytes)",
+            number,
+            index,
+            step["generation"],
+            step["round"],
+            step["anchor"],
+            f"top-{step['support_policy']}" if step["support_policy"] else "dense",
+            len(frames) - 1,
+            sum(len(f) for f in frames),
+        )
         return frames
 
     def step_problem(self, step: Message, slot: WorkerSlot) -> str | None:
@@ -183,9 +219,17 @@ class WorkerEndpoint(Endpoint):
     def sample(self, step: Message, slot: WorkerSlot) -> tuple[list[bytes], list[dict]]:
         """The round's frames, sampled with the torch candidate, and its proposal draws."""
         model, policy = self.model, step["support_policy"]
-        result = propose([slot.seed], step["generation"], step["round"], step["anchor"], slot.last_token,
-                         model.base_logits[None].to(self.device), f32_value(step["temperature"]),
-                         (model.left, model.right), policy or None)
+        result = propose(
+            [slot.seed],
+            step["generation"],
+            step["round"],
+            step["anchor"],
+            slot.last_token,
+            model.base_logits[None].to(self.device),
+            f32_value(step["temperature"]),
+            (model.left, model.right),
+            policy or None,
+        )
         frames = []
         slot.tokens = result.tokens[0].tolist()
         for i, token in enumerate(slot.tokens):
@@ -193,15 +237,22 @@ class WorkerEndpoint(Endpoint):
                 tail = dense_tail(result.counts[0, i].cpu().numpy(), self.hello["dense_stride"])
                 frames.append(reply_frame(step, i, token, tail, self.hello["dense_stride"], layout.REPR_DENSE))
             else:
-                tail, entries = sparse_tail(result.sparse.ids[0, i].cpu().numpy(), result.sparse.counts[0, i].cpu().numpy())
+                tail, entries = sparse_tail(
+                    result.sparse.ids[0, i].cpu().numpy(), result.sparse.counts[0, i].cpu().numpy()
+                )
                 frames.append(reply_frame(step, i, token, tail, entries, layout.REPR_SPARSE))
         return [f.data for f in frames] + [completion_frame(step, frames)], draws_json(result)
 
     # -- test control ------------------------------------------------------------------------
 
     def about(self) -> dict:
-        return {"role": self.role, "families": ["proposal_chain"], "precision": PRECISION, "devices": [self.device],
-                "mutant": None}
+        return {
+            "role": self.role,
+            "families": ["proposal_chain"],
+            "precision": PRECISION,
+            "devices": [self.device],
+            "mutant": None,
+        }
 
     async def command(self, request: dict, number: int) -> dict:
         op = request.get("op")

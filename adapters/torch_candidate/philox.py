@@ -112,9 +112,7 @@ def counter_words(
         position.to(torch.int64), round_id.to(torch.int64), generation.to(torch.int64), draw_counter
     )
     word3 = (domain << 24) | draw_counter
-    return torch.stack(
-        (position & MASK32, round_id & MASK32, generation & MASK32, word3), dim=-1
-    )
+    return torch.stack((position & MASK32, round_id & MASK32, generation & MASK32, word3), dim=-1)
 
 
 def draw_word0(

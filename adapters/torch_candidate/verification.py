@@ -93,15 +93,22 @@ class VerifiedRound:
         fields = [
             t.tolist()
             for t in (
-                self.anchor, self.draft_tokens, self.accepted, self.accept_u32, self.accept_ok,
-                self.accept_draws, self.final_kind, self.final_position, self.final_u32,
-                self.final_token, self.emitted, self.emitted_count,
+                self.anchor,
+                self.draft_tokens,
+                self.accepted,
+                self.accept_u32,
+                self.accept_ok,
+                self.accept_draws,
+                self.final_kind,
+                self.final_position,
+                self.final_u32,
+                self.final_token,
+                self.emitted,
+                self.emitted_count,
             )
         ]
         result = []
-        for anchor, drafts, accepted, u32s, oks, n_acc, kind, pos, u32, tok, emitted, n_emit in zip(
-            *fields
-        ):
+        for anchor, drafts, accepted, u32s, oks, n_acc, kind, pos, u32, tok, emitted, n_emit in zip(*fields):
             draws = [
                 Draw(ACCEPT, (anchor + i) & 0xFFFFFFFF, 0, u32s[i], ACCEPTED if oks[i] else REJECTED, drafts[i])
                 for i in range(n_acc)
@@ -283,7 +290,16 @@ def verify_round(
     emitted[rows, accepted] = torch.where(has_final, final_token, emitted[rows, accepted])
     emitted_count = accepted + has_final.to(torch.int64)
     return VerifiedRound(
-        anchor, drafts, accepted, accept_u32, accept_ok, accept_draws, final_kind,
-        torch.where(has_final, final_position, -1), torch.where(has_final, final_u32, -1),
-        final_token, emitted, emitted_count,
+        anchor,
+        drafts,
+        accepted,
+        accept_u32,
+        accept_ok,
+        accept_draws,
+        final_kind,
+        torch.where(has_final, final_position, -1),
+        torch.where(has_final, final_u32, -1),
+        final_token,
+        emitted,
+        emitted_count,
     )

@@ -149,8 +149,11 @@ def proposal_case(rank: Rank, inp: dict) -> dict | None:
     report = shard_report(rank, row, result)
     if not rank.is_leader:
         return None
-    return {"shards": shard_partials(report, result), "merged": merged_result(report, row, result),
-            "draws": [draw_json(d, "u24", u) for d, u in zip(draws, inp["proposal_draws"])]}
+    return {
+        "shards": shard_partials(report, result),
+        "merged": merged_result(report, row, result),
+        "draws": [draw_json(d, "u24", u) for d, u in zip(draws, inp["proposal_draws"])],
+    }
 
 
 def shard_report(rank: Rank, row: kernels.LocalRow, result: RowCounts) -> dict:
@@ -160,8 +163,9 @@ def shard_report(rank: Rank, row: kernels.LocalRow, result: RowCounts) -> dict:
     return {
         "shifted": rank.gather_exact_sums(row.weights),
         "domain_sums": rank.gather_exact_sums(row.weights[result.owned]),
-        "parts": rank.all_gather(rank.ints([allocation.floor_sum, allocation.tickets,
-                                            int(result.counts.sum())])).tolist(),
+        "parts": rank.all_gather(
+            rank.ints([allocation.floor_sum, allocation.tickets, int(result.counts.sum())])
+        ).tolist(),
         "maxes": None if row.local_max is None else rank.all_gather(row.local_max.reshape(1)),
         "candidates": None if result.top is None else rank.all_gather_ragged(result.top.candidates, -1),
         "counts": gathered(rank, result.counts),
@@ -173,8 +177,13 @@ def shard_partials(report: dict, result: RowCounts) -> list[dict]:
     shards = []
     for s, (floor_sum, tickets, mass) in enumerate(report["parts"]):
         remainder_sum = M * report["domain_sums"][s] / result.allocation.total - floor_sum
-        shard = {"shifted_sum": rational(report["shifted"][s]), "floor_sum": floor_sum, "tickets": tickets,
-                 "count_mass": mass, "remainder_sum": rational(remainder_sum)}
+        shard = {
+            "shifted_sum": rational(report["shifted"][s]),
+            "floor_sum": floor_sum,
+            "tickets": tickets,
+            "count_mass": mass,
+            "remainder_sum": rational(remainder_sum),
+        }
         if report["maxes"] is not None:
             shard["max"] = f32_json(report["maxes"][s])
         if report["candidates"] is not None:
@@ -193,8 +202,11 @@ def merged_result(report: dict, row: kernels.LocalRow, result: RowCounts) -> dic
         merged["row"] = q_row_json(report["counts"], None)
     else:
         support = result.top.support
-        merged.update(support=encode_ints("i32", support), support_sum=rational(result.allocation.total),
-                      row=q_row_json(report["counts"][support], support))
+        merged.update(
+            support=encode_ints("i32", support),
+            support_sum=rational(result.allocation.total),
+            row=q_row_json(report["counts"][support], support),
+        )
     return merged
 
 
@@ -204,8 +216,9 @@ def draw_json(draw: kernels.Drawn, key: str, value: int) -> dict:
 
 def residual_mass(rank: Rank, target: torch.Tensor, q_counts: torch.Tensor, total: float) -> torch.Tensor:
     """FP64 ``max(w_v * M - c_v * W, 0)`` for EVERY owned token: the residual up to the factor ``1 / (M W)`` (R33)."""
-    mass = residual_rows(target[None].to(torch.float64), q_counts[None],
-                         torch.tensor([total], dtype=torch.float64, device=rank.device))[0]
+    mass = residual_rows(
+        target[None].to(torch.float64), q_counts[None], torch.tensor([total], dtype=torch.float64, device=rank.device)
+    )[0]
     if rank.mutant == "residual-support-only" and not rank.is_leader:
         mass = torch.where(q_counts > 0, mass, 0.0)
     return mass
@@ -216,7 +229,7 @@ def residual_case(rank: Rank, inp: dict) -> dict | None:
     vocab = inp["p_weights"]["shape"][0]
     spans = checked_spans(inp["shard_ranges"], vocab, rank.world)
     span = spans[rank.rank]
-    q_counts = q_row_counts(inp["q_row"], vocab, rank.device)[span.start:span.end]
+    q_counts = q_row_counts(inp["q_row"], vocab, rank.device)[span.start : span.end]
     target = kernels.load_row(rank, {"weights": inp["p_weights"]}, span).weights
     total = rank.exact_sum(target)[0]
     if total <= 0:
@@ -227,22 +240,28 @@ def residual_case(rank: Rank, inp: dict) -> dict | None:
     positive = rank.all_gather(rank.ints([int((mass > 0).sum())])).reshape(-1).tolist()
     if not rank.is_leader:
         return None
-    return {"shards": [{"target_sum": rational(t), "residual_tokens": n} for t, n in zip(target_sums, positive)],
-            "merged": {"target_sum": rational(total)},
-            "draws": [draw_json(d, "u32", u) for d, u in zip(draws, inp["residual_draws"])]}
+    return {
+        "shards": [{"target_sum": rational(t), "residual_tokens": n} for t, n in zip(target_sums, positive)],
+        "merged": {"target_sum": rational(total)},
+        "draws": [draw_json(d, "u32", u) for d, u in zip(draws, inp["residual_draws"])],
+    }
 
 
 # --- verification_round --------------------------------------------------------------------------
 
 
-def leader_words(rank: Rank, key: torch.Tensor, position: torch.Tensor, round_id: torch.Tensor,
-                 generation: torch.Tensor, domain: int) -> torch.Tensor:
+def leader_words(
+    rank: Rank, key: torch.Tensor, position: torch.Tensor, round_id: torch.Tensor, generation: torch.Tensor, domain: int
+) -> torch.Tensor:
     """32-bit draws computed by the leader alone (the target-side RNG owner, R23) and broadcast."""
     if rank.is_leader:
         words = u32_of(draw_word0(key, position, round_id, generation, domain)[1])
     else:
-        words = torch.zeros(torch.broadcast_shapes(position.shape, round_id.shape, generation.shape),
-                            dtype=torch.int64, device=rank.device)
+        words = torch.zeros(
+            torch.broadcast_shapes(position.shape, round_id.shape, generation.shape),
+            dtype=torch.int64,
+            device=rank.device,
+        )
     return rank.broadcast(words, src=0)
 
 
@@ -251,8 +270,11 @@ def draft_probabilities(rank: Rank, p_local: torch.Tensor, drafts: torch.Tensor,
     depth = drafts.shape[1]
     mine = (drafts >= span.start) & (drafts < span.end)
     local = torch.where(mine, drafts - span.start, 0)
-    values = p_local[:, :depth].gather(2, local[:, :, None]).squeeze(2) if span.size else torch.zeros_like(
-        drafts, dtype=torch.float64)
+    values = (
+        p_local[:, :depth].gather(2, local[:, :, None]).squeeze(2)
+        if span.size
+        else torch.zeros_like(drafts, dtype=torch.float64)
+    )
     return rank.all_reduce(torch.where(mine, values, 0.0))
 
 
@@ -262,8 +284,16 @@ def request_round(rank: Rank, request: dict, b: int, verdicts: dict) -> dict:
     anchor, stops, budget = request["anchor"], set(request.get("stop_tokens", ())), request.get("budget")
     emitted, draws, final = [], [], None
     for i, token in enumerate(drafts):
-        draws.append({"domain": DOMAIN_NAMES[ACCEPT], "position": (anchor + i) & MASK32, "draw_counter": 0, "u32": u_accept[i],
-                      "decision": "accept" if ok[i] else "reject", "token": token})
+        draws.append(
+            {
+                "domain": DOMAIN_NAMES[ACCEPT],
+                "position": (anchor + i) & MASK32,
+                "draw_counter": 0,
+                "u32": u_accept[i],
+                "decision": "accept" if ok[i] else "reject",
+                "token": token,
+            }
+        )
         if not ok[i]:
             final = "correction"
             break
@@ -275,17 +305,31 @@ def request_round(rank: Rank, request: dict, b: int, verdicts: dict) -> dict:
     accepted = len(emitted)
     if final is not None:
         token, u32 = final_draw(rank, verdicts, b, accepted, final == "correction")
-        draws.append({"domain": DOMAIN_NAMES[CORRECTION], "position": (anchor + accepted) & MASK32,
-                      "draw_counter": 0, "u32": u32, "decision": final, "token": token})
+        draws.append(
+            {
+                "domain": DOMAIN_NAMES[CORRECTION],
+                "position": (anchor + accepted) & MASK32,
+                "draw_counter": 0,
+                "u32": u32,
+                "decision": final,
+                "token": token,
+            }
+        )
         emitted.append(token)
     return {"accepted": accepted, "emitted": emitted, "draws": draws}
 
 
 def final_draw(rank: Rank, verdicts: dict, b: int, j: int, correction: bool) -> tuple[int, int]:
     """(token, u32) of the correction after ``j`` accepted drafts, or of the bonus, drawn sharded (R33)."""
-    position = (verdicts["anchor"][b:b + 1] + j) & MASK32
-    word = leader_words(rank, verdicts["key"][b:b + 1], position, verdicts["round"][b:b + 1],
-                        verdicts["generation"][b:b + 1], CORRECTION)
+    position = (verdicts["anchor"][b : b + 1] + j) & MASK32
+    word = leader_words(
+        rank,
+        verdicts["key"][b : b + 1],
+        position,
+        verdicts["round"][b : b + 1],
+        verdicts["generation"][b : b + 1],
+        CORRECTION,
+    )
     u32 = int(word[0])
     target = verdicts["p_local"][b, j]
     if correction:
@@ -311,9 +355,10 @@ def verification_round(rank: Rank, inp: dict) -> dict | None:
     check_shapes(drafts, q, p)
     spans = even_spans(vocab, rank.world)
     span = spans[rank.rank]
-    p_local = p[:, :, span.start:span.end]
-    rank.agree("BAD_TARGET_ROW" if bool((~torch.isfinite(p_local) | (p_local < 0)).any()) else None,
-               ("BAD_TARGET_ROW",))
+    p_local = p[:, :, span.start : span.end]
+    rank.agree(
+        "BAD_TARGET_ROW" if bool((~torch.isfinite(p_local) | (p_local < 0)).any()) else None, ("BAD_TARGET_ROW",)
+    )
     totals = rank.exact_sum(p_local)
     if any(t <= 0 for t in totals):
         raise CandidateError("BAD_TARGET_ROW", "a target row has no mass")
@@ -323,18 +368,35 @@ def verification_round(rank: Rank, inp: dict) -> dict | None:
     if bool((c_x == 0).any()):
         raise CandidateError("ZERO_Q_AT_TOKEN", "draft token")
     key = seed_keys([request_seed(r) for r in requests], device)
-    fields = {name: torch.tensor([r[name] for r in requests], dtype=torch.int64, device=device)
-              for name in ("anchor", "round", "generation")}
-    total = torch.tensor([fp64(t, "BAD_TARGET_ROW") for t in totals], dtype=torch.float64,
-                         device=device).reshape(p.shape[:2])
+    fields = {
+        name: torch.tensor([r[name] for r in requests], dtype=torch.int64, device=device)
+        for name in ("anchor", "round", "generation")
+    }
+    total = torch.tensor([fp64(t, "BAD_TARGET_ROW") for t in totals], dtype=torch.float64, device=device).reshape(
+        p.shape[:2]
+    )
     depth = drafts.shape[1]
     steps = torch.arange(depth, device=device)
-    u_accept = leader_words(rank, key, (fields["anchor"][:, None] + steps) & MASK32, fields["round"][:, None],
-                            fields["generation"][:, None], ACCEPT)
+    u_accept = leader_words(
+        rank,
+        key,
+        (fields["anchor"][:, None] + steps) & MASK32,
+        fields["round"][:, None],
+        fields["generation"][:, None],
+        ACCEPT,
+    )
     ok = accepts(u_accept, c_x, draft_probabilities(rank, p_local, drafts, span), total[:, :depth])
-    verdicts = {"drafts": drafts.tolist(), "ok": ok.tolist(), "u_accept": u_accept.tolist(), "key": key,
-                "p_local": p_local, "q_local": q[:, :, span.start:span.end], "total": total, "spans": spans,
-                **fields}
+    verdicts = {
+        "drafts": drafts.tolist(),
+        "ok": ok.tolist(),
+        "u_accept": u_accept.tolist(),
+        "key": key,
+        "p_local": p_local,
+        "q_local": q[:, :, span.start : span.end],
+        "total": total,
+        "spans": spans,
+        **fields,
+    }
     results = [request_round(rank, r, b, verdicts) for b, r in enumerate(requests)]
     return {"requests": results} if rank.is_leader else None
 

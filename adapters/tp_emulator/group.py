@@ -62,8 +62,10 @@ def rank_device(device: str, rank: int, world: int) -> torch.device:
         return torch.device("cpu")
     count = torch.cuda.device_count()
     if count < world:
-        raise RuntimeError(f"device cuda with {world} ranks needs {world} GPUs (NCCL takes one GPU per rank), "
-                           f"but {count} {'is' if count == 1 else 'are'} visible")
+        raise RuntimeError(
+            f"device cuda with {world} ranks needs {world} GPUs (NCCL takes one GPU per rank), "
+            f"but {count} {'is' if count == 1 else 'are'} visible"
+        )
     return torch.device("cuda", rank)
 
 
@@ -124,13 +126,33 @@ class RankGroup:
 
     def start(self) -> None:
         rank_device(self.device, 0, self.world)  # refuse a CUDA group wider than the GPUs before spawning
-        store = dist.TCPStore(LOCALHOST, 0, self.world, is_master=True, wait_for_workers=False,
-                              timeout=timedelta(seconds=STARTUP_TIMEOUT_S))
-        command = [sys.executable, "-m", "qconform.adapters.tp_emulator.worker", "--world", str(self.world),
-                   "--port", str(store.port), "--device", self.device, "--timeout", str(self.work_timeout_s),
-                   "--parent", str(os.getpid())]
-        self.workers = [subprocess.Popen(command + ["--rank", str(r)], stdin=subprocess.DEVNULL, stdout=2)
-                        for r in range(1, self.world)]
+        store = dist.TCPStore(
+            LOCALHOST,
+            0,
+            self.world,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=timedelta(seconds=STARTUP_TIMEOUT_S),
+        )
+        command = [
+            sys.executable,
+            "-m",
+            "qconform.adapters.tp_emulator.worker",
+            "--world",
+            str(self.world),
+            "--port",
+            str(store.port),
+            "--device",
+            self.device,
+            "--timeout",
+            str(self.work_timeout_s),
+            "--parent",
+            str(os.getpid()),
+        ]
+        self.workers = [
+            subprocess.Popen(command + ["--rank", str(r)], stdin=subprocess.DEVNULL, stdout=2)
+            for r in range(1, self.world)
+        ]
         try:
             self.wait_ready(store)
             self.rank = join(store, 0, self.world, self.device, self.work_timeout_s)
@@ -171,7 +193,8 @@ class RankGroup:
                 self.close(healthy=False)
                 if fresh:
                     return outcomes + [AdapterError(f"rank group unavailable: {type(exc).__name__}: {exc}")] * len(
-                        pending)
+                        pending
+                    )
                 continue
             self.rank.mutant = mutant
             done = self.run_pending(family, pending, outcomes)

@@ -61,17 +61,26 @@ def load_row(rank: Rank, inp: dict, span: Span) -> LocalRow:
     """The owned weights of a case row (``weights``, or ``logits`` and ``temperature``), refused as
     the unsharded row is (R05), globally normalized (R31)."""
     if "weights" in inp:
-        local = blob_tensor(inp["weights"], rank.device)[span.start:span.end]
-        rank.agree(first_problem([("NAN_WEIGHT", torch.isnan(local)), ("POS_INF_WEIGHT", local == float("inf")),
-                                  ("NEGATIVE_WEIGHT", local < 0)]), WEIGHT_CODES)
+        local = blob_tensor(inp["weights"], rank.device)[span.start : span.end]
+        rank.agree(
+            first_problem(
+                [
+                    ("NAN_WEIGHT", torch.isnan(local)),
+                    ("POS_INF_WEIGHT", local == float("inf")),
+                    ("NEGATIVE_WEIGHT", local < 0),
+                ]
+            ),
+            WEIGHT_CODES,
+        )
         weights = local.to(torch.float64)
         if rank.mutant == "local-normalization":
             weights = weights / weights.sum().clamp(min=float(2.0**-1074))
         return LocalRow(weights)
     temperature = fp32_temperatures(f32_scalar(inp["temperature"]), 1, rank.device)
-    scaled = blob_tensor(inp["logits"], rank.device)[span.start:span.end] / temperature
-    rank.agree(first_problem([("NAN_LOGIT", torch.isnan(scaled)), ("POS_INF_LOGIT", scaled == float("inf"))]),
-               LOGIT_CODES)
+    scaled = blob_tensor(inp["logits"], rank.device)[span.start : span.end] / temperature
+    rank.agree(
+        first_problem([("NAN_LOGIT", torch.isnan(scaled)), ("POS_INF_LOGIT", scaled == float("inf"))]), LOGIT_CODES
+    )
     local_max = scaled.max() if scaled.numel() else torch.tensor(float("-inf"), device=rank.device)
     global_max = rank.all_reduce(local_max.reshape(1), dist.ReduceOp.MAX)[0]
     if global_max == float("-inf"):

@@ -38,8 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--parent", type=int, required=True, help="the leader's process id")
     args = parser.parse_args(argv)
     threading.Thread(target=watch_parent, args=(args.parent,), daemon=True).start()
-    store = dist.TCPStore(LOCALHOST, args.port, args.world, is_master=False,
-                          timeout=timedelta(seconds=STARTUP_TIMEOUT_S))
+    store = dist.TCPStore(
+        LOCALHOST, args.port, args.world, is_master=False, timeout=timedelta(seconds=STARTUP_TIMEOUT_S)
+    )
     store.set(f"ready/{args.rank}", "1")
     serve(join(store, args.rank, args.world, args.device, args.timeout))
     dist.destroy_process_group()

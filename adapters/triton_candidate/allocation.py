@@ -27,8 +27,8 @@ import triton.language as tl
 
 from .errors import INCONSISTENT_ALLOCATION
 from .launch import LAUNCH, block_for
-from .select import radix_select, selection, take_block
 from .reductions import ADD
+from .select import radix_select, selection, take_block
 
 #: total dyadic mass
 M: int = 1 << 24
@@ -37,8 +37,7 @@ M_INT = tl.constexpr(1 << 24)
 
 
 @triton.jit
-def quota_kernel(w_ptr, starts_ptr, lengths_ptr, floors_ptr, keys_ptr, remaining_ptr, flags_ptr,
-                 BLOCK: tl.constexpr):
+def quota_kernel(w_ptr, starts_ptr, lengths_ptr, floors_ptr, keys_ptr, remaining_ptr, flags_ptr, BLOCK: tl.constexpr):
     """Per row: FP64 floors and remainder keys of the quotas, the tickets left, the flags."""
     row = tl.program_id(0)
     start = tl.load(starts_ptr + row)
@@ -69,8 +68,9 @@ def quota_kernel(w_ptr, starts_ptr, lengths_ptr, floors_ptr, keys_ptr, remaining
 
 
 @triton.jit
-def ticket_kernel(floors_ptr, keys_ptr, starts_ptr, lengths_ptr, thresh_ptr, need_ptr, counts_ptr, flags_ptr,
-                  BLOCK: tl.constexpr):
+def ticket_kernel(
+    floors_ptr, keys_ptr, starts_ptr, lengths_ptr, thresh_ptr, need_ptr, counts_ptr, flags_ptr, BLOCK: tl.constexpr
+):
     """Per row: counts = floors + one ticket for each selected remainder; the sum must be M."""
     row = tl.program_id(0)
     start, n, thresh, need = selection(row, starts_ptr, lengths_ptr, thresh_ptr, need_ptr)
@@ -86,8 +86,9 @@ def ticket_kernel(floors_ptr, keys_ptr, starts_ptr, lengths_ptr, thresh_ptr, nee
     tl.store(flags_ptr + row, tl.load(flags_ptr + row) | tl.where(total == M_INT, 0, INCONSISTENT_ALLOCATION))
 
 
-def allocate(weights: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor, max_length: int,
-             flags: torch.Tensor) -> torch.Tensor:
+def allocate(
+    weights: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor, max_length: int, flags: torch.Tensor
+) -> torch.Tensor:
     """int64 dyadic24 counts (the layout of ``weights``) of each row segment of validated
     FP32 or FP64 weights; INCONSISTENT_ALLOCATION is ORed into ``flags`` (int32, one per row)."""
     rows = starts.numel()

@@ -18,17 +18,39 @@ import triton.language as tl
 
 #: the codes a kernel flags, in priority order within a row; flag bit i is code i
 FLAG_ORDER: tuple[str, ...] = (
-    "NAN_WEIGHT", "POS_INF_WEIGHT", "NEGATIVE_WEIGHT", "ZERO_MASS", "NAN_LOGIT", "POS_INF_LOGIT", "ALL_MASKED",
-    "INCONSISTENT_ALLOCATION", "TOKEN_OUT_OF_RANGE", "BAD_SPARSE_SUPPORT", "WRONG_TOTAL_MASS", "BAD_TARGET_ROW",
+    "NAN_WEIGHT",
+    "POS_INF_WEIGHT",
+    "NEGATIVE_WEIGHT",
+    "ZERO_MASS",
+    "NAN_LOGIT",
+    "POS_INF_LOGIT",
+    "ALL_MASKED",
+    "INCONSISTENT_ALLOCATION",
+    "TOKEN_OUT_OF_RANGE",
+    "BAD_SPARSE_SUPPORT",
+    "WRONG_TOTAL_MASS",
+    "BAD_TARGET_ROW",
     "ZERO_RESIDUAL_MASS",
 )
 #: flag bit -> refusal code, in priority order
 FLAG_CODES: tuple[tuple[int, str], ...] = tuple((1 << i, code) for i, code in enumerate(FLAG_ORDER))
 
 # The flag bits as constants the kernels read, in the order of FLAG_ORDER.
-(NAN_WEIGHT, POS_INF_WEIGHT, NEGATIVE_WEIGHT, ZERO_MASS, NAN_LOGIT, POS_INF_LOGIT, ALL_MASKED, INCONSISTENT_ALLOCATION,
- TOKEN_OUT_OF_RANGE, BAD_SPARSE_SUPPORT, WRONG_TOTAL_MASS, BAD_TARGET_ROW, ZERO_RESIDUAL_MASS) = (
-    tl.constexpr(bit) for bit, _ in FLAG_CODES)
+(
+    NAN_WEIGHT,
+    POS_INF_WEIGHT,
+    NEGATIVE_WEIGHT,
+    ZERO_MASS,
+    NAN_LOGIT,
+    POS_INF_LOGIT,
+    ALL_MASKED,
+    INCONSISTENT_ALLOCATION,
+    TOKEN_OUT_OF_RANGE,
+    BAD_SPARSE_SUPPORT,
+    WRONG_TOTAL_MASS,
+    BAD_TARGET_ROW,
+    ZERO_RESIDUAL_MASS,
+) = (tl.constexpr(bit) for bit, _ in FLAG_CODES)
 
 #: every code the candidate raises
 CODES: frozenset[str] = frozenset(

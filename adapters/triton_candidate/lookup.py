@@ -50,8 +50,21 @@ def q_count(counts_ptr, ids_ptr, start, length, sparse, query, STEPS: tl.constex
 
 
 @triton.jit(do_not_specialize=["vocab", "n"])
-def q_lookup_kernel(counts_ptr, ids_ptr, starts_ptr, lengths_ptr, sparse_ptr, rows_ptr, tokens_ptr, vocab,
-                    out_ptr, flags_ptr, n, STEPS: tl.constexpr, BLOCK: tl.constexpr):
+def q_lookup_kernel(
+    counts_ptr,
+    ids_ptr,
+    starts_ptr,
+    lengths_ptr,
+    sparse_ptr,
+    rows_ptr,
+    tokens_ptr,
+    vocab,
+    out_ptr,
+    flags_ptr,
+    n,
+    STEPS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     """Query ``i``: ``out[i]`` = count of token ``tokens[i]`` in q row ``rows[i]``."""
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     live = i < n
@@ -72,6 +85,19 @@ def lookup_counts(q: QRows, rows: torch.Tensor, tokens: torch.Tensor) -> tuple[t
     flags = torch.zeros(n, dtype=torch.int32, device=tokens.device)
     if n:
         q_lookup_kernel[(triton.cdiv(n, QUERY_BLOCK),)](
-            q.counts, q.ids, q.starts, q.lengths, q.sparse, rows.contiguous(), tokens.contiguous(), q.vocab, out,
-            flags, n, STEPS=q.lookup_steps(), BLOCK=QUERY_BLOCK, **LAUNCH)
+            q.counts,
+            q.ids,
+            q.starts,
+            q.lengths,
+            q.sparse,
+            rows.contiguous(),
+            tokens.contiguous(),
+            q.vocab,
+            out,
+            flags,
+            n,
+            STEPS=q.lookup_steps(),
+            BLOCK=QUERY_BLOCK,
+            **LAUNCH,
+        )
     return out, flags

@@ -31,6 +31,8 @@ def request_seed(request: dict) -> int:
         return int(request["seed"])
     digest = hashlib.sha256(UNSEEDED_TAG + request["request_id"].encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "little")
+
+
 #: RNG domains (docs/rng-abi.md)
 PROPOSAL = 0x01
 ACCEPT = 0x02
@@ -112,7 +114,8 @@ def philox_blocks(counter: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
     out = torch.empty((n, 4), dtype=torch.int64, device=counter.device)
     if n:
         philox_kernel[(triton.cdiv(n, DRAW_BLOCK),)](
-            counter.contiguous(), key.contiguous(), out, n, BLOCK=DRAW_BLOCK, **LAUNCH)
+            counter.contiguous(), key.contiguous(), out, n, BLOCK=DRAW_BLOCK, **LAUNCH
+        )
     return out
 
 

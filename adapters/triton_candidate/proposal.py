@@ -43,18 +43,35 @@ class Proposal:
     u24: torch.Tensor
 
 
-def proposal_draws(seeds: Sequence[int], generations: Sequence[int], rounds: Sequence[int], anchors: Sequence[int],
-                   depth: int, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+def proposal_draws(
+    seeds: Sequence[int],
+    generations: Sequence[int],
+    rounds: Sequence[int],
+    anchors: Sequence[int],
+    depth: int,
+    device: torch.device | str,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(counter words ``[B, K, 4]``, ``u24 [B, K]``) of every proposal draw of the batch."""
-    fields = [(seeds[b], (anchors[b] + i) & MASK32, rounds[b], generations[b], PROPOSAL, 0)
-              for b in range(len(seeds)) for i in range(depth)]
+    fields = [
+        (seeds[b], (anchors[b] + i) & MASK32, rounds[b], generations[b], PROPOSAL, 0)
+        for b in range(len(seeds))
+        for i in range(depth)
+    ]
     words = abi_draws(fields, device).reshape(len(seeds), depth, 8)
     return words[..., :4], words[..., 4] >> 8
 
 
-def propose(seeds: Sequence[int], generations: Sequence[int], rounds: Sequence[int], anchors: Sequence[int],
-            last_tokens: Sequence[int], base_logits: torch.Tensor, temperature: float,
-            markov: tuple[torch.Tensor, torch.Tensor] | None, top_k: int | None) -> Proposal:
+def propose(
+    seeds: Sequence[int],
+    generations: Sequence[int],
+    rounds: Sequence[int],
+    anchors: Sequence[int],
+    last_tokens: Sequence[int],
+    base_logits: torch.Tensor,
+    temperature: float,
+    markov: tuple[torch.Tensor, torch.Tensor] | None,
+    top_k: int | None,
+) -> Proposal:
     """Sample B proposal chains (see the module docstring).
 
     ``base_logits``: FP32 ``[B, K, V]``; ``temperature``: the FP32 draft temperature, or one

@@ -29,8 +29,11 @@ P64, P32, F32, F64, I32 = "*i64", "*i32", "*fp32", "*fp64", "i32"
 KERNELS = (
     (philox.philox_kernel, (P64, P64, P64, I32), {"BLOCK": 128}),
     (philox.abi_draw_kernel, (P64, P64, I32), {"BLOCK": 128}),
-    (weights.logits_weights_kernel, (F32, I32, F32, F32, I32, P64, F32, F32, P32, I32),
-     {"HAS_BIAS": True, "BLOCK": 1024}),
+    (
+        weights.logits_weights_kernel,
+        (F32, I32, F32, F32, I32, P64, F32, F32, P32, I32),
+        {"HAS_BIAS": True, "BLOCK": 1024},
+    ),
     (weights.weight_scan_kernel, (F64, I32, P32, F64), {"BLOCK": 1024}),
     (allocation.quota_kernel, (F32, P64, P64, P64, P64, P64, P32), {"BLOCK": 1024}),
     (select.radix_select_kernel, (P64,) * 6, {"KEY_BITS": 64, "BLOCK": 1024}),
@@ -42,8 +45,7 @@ KERNELS = (
     (sampling.categorical_kernel, (P64,) * 6 + (I32, P64), {"BLOCK": 1024, "DRAWS": 16}),
     (lookup.q_lookup_kernel, (P64,) * 7 + (I32, P64, P32, I32), {"STEPS": 7, "BLOCK": 128}),
     (verification.acceptance_kernel, (P64, P64, F64, F64, P64, P64, I32, I32, P64, P32, P64), {"KP": 8}),
-    (verification.residual_kernel, (F64, F64) + (P64,) * 8 + (I32, I32, P64, P64, P32),
-     {"STEPS": 7, "BLOCK": 1024}),
+    (verification.residual_kernel, (F64, F64) + (P64,) * 8 + (I32, I32, P64, P64, P32), {"STEPS": 7, "BLOCK": 1024}),
 )
 
 #: PTX that breaks the design's arithmetic anywhere it appears

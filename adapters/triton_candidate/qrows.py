@@ -23,8 +23,7 @@ from .reductions import ADD, MIN
 
 
 @triton.jit(do_not_specialize=["vocab"])
-def qrow_check_kernel(counts_ptr, ids_ptr, starts_ptr, lengths_ptr, sparse_ptr, vocab, flags_ptr,
-                      BLOCK: tl.constexpr):
+def qrow_check_kernel(counts_ptr, ids_ptr, starts_ptr, lengths_ptr, sparse_ptr, vocab, flags_ptr, BLOCK: tl.constexpr):
     """Row ``r``: the refusal flag of the first problem of the row (see the module docstring)."""
     row = tl.program_id(0)
     start = tl.load(starts_ptr + row)
@@ -46,8 +45,11 @@ def qrow_check_kernel(counts_ptr, ids_ptr, starts_ptr, lengths_ptr, sparse_ptr, 
         unordered = tl.minimum(unordered, tl.where(bad, i, n))
     first_range = tl.reduce(out_of_range, 0, MIN)
     first_order = tl.reduce(unordered, 0, MIN)
-    flags = tl.where(first_range < n, tl.where(first_range <= first_order, TOKEN_OUT_OF_RANGE, BAD_SPARSE_SUPPORT),
-                     tl.where(first_order < n, BAD_SPARSE_SUPPORT, 0))
+    flags = tl.where(
+        first_range < n,
+        tl.where(first_range <= first_order, TOKEN_OUT_OF_RANGE, BAD_SPARSE_SUPPORT),
+        tl.where(first_order < n, BAD_SPARSE_SUPPORT, 0),
+    )
     flags = tl.where(flags == 0, tl.where(total == M_INT, 0, WRONG_TOTAL_MASS), flags)
     tl.store(flags_ptr + row, flags)
 
@@ -88,26 +90,48 @@ class QRows:
             at += counts.numel()
         as_tensor = lambda values: torch.tensor(values, dtype=torch.int64, device=device)  # noqa: E731
         empty = torch.zeros(1, dtype=torch.int64)
-        return QRows(vocab, torch.cat(flat_counts + [empty]).to(device), torch.cat(flat_ids + [empty]).to(device),
-                     as_tensor(starts), as_tensor(lengths), as_tensor(sparse), max(lengths + [1]),
-                     max([n for n, s in zip(lengths, sparse) if s] + [0]))
+        return QRows(
+            vocab,
+            torch.cat(flat_counts + [empty]).to(device),
+            torch.cat(flat_ids + [empty]).to(device),
+            as_tensor(starts),
+            as_tensor(lengths),
+            as_tensor(sparse),
+            max(lengths + [1]),
+            max([n for n, s in zip(lengths, sparse) if s] + [0]),
+        )
 
     @staticmethod
     def of_segments(vocab: int, counts: torch.Tensor, ids: torch.Tensor | None, rows: int, length: int) -> "QRows":
         """``rows`` contiguous rows of ``length`` entries: dense (``ids`` None) or sparse."""
         device = counts.device
         starts = torch.arange(rows, dtype=torch.int64, device=device) * length
-        return QRows(vocab, counts.reshape(-1), counts.reshape(-1) if ids is None else ids.reshape(-1), starts,
-                     torch.full((rows,), length, dtype=torch.int64, device=device),
-                     torch.full((rows,), 0 if ids is None else 1, dtype=torch.int64, device=device), length,
-                     0 if ids is None else length)
+        return QRows(
+            vocab,
+            counts.reshape(-1),
+            counts.reshape(-1) if ids is None else ids.reshape(-1),
+            starts,
+            torch.full((rows,), length, dtype=torch.int64, device=device),
+            torch.full((rows,), 0 if ids is None else 1, dtype=torch.int64, device=device),
+            length,
+            0 if ids is None else length,
+        )
 
     def flags(self) -> torch.Tensor:
         """int32 refusal flags ``[rows]`` (R03, R07, R19)."""
         flags = torch.zeros(self.rows, dtype=torch.int32, device=self.counts.device)
         if self.rows:
-            qrow_check_kernel[(self.rows,)](self.counts, self.ids, self.starts, self.lengths, self.sparse, self.vocab,
-                                            flags, BLOCK=block_for(self.max_length), **LAUNCH)
+            qrow_check_kernel[(self.rows,)](
+                self.counts,
+                self.ids,
+                self.starts,
+                self.lengths,
+                self.sparse,
+                self.vocab,
+                flags,
+                BLOCK=block_for(self.max_length),
+                **LAUNCH,
+            )
         return flags
 
     def check(self) -> None:

@@ -25,8 +25,18 @@ MAX_TILE = 1 << 20 if interpreting() else 1 << 14
 
 
 @triton.jit(do_not_specialize=["n_draws"])
-def categorical_kernel(counts_ptr, ids_ptr, starts_ptr, lengths_ptr, sparse_ptr, draws_ptr, n_draws, tokens_ptr,
-                       BLOCK: tl.constexpr, DRAWS: tl.constexpr):
+def categorical_kernel(
+    counts_ptr,
+    ids_ptr,
+    starts_ptr,
+    lengths_ptr,
+    sparse_ptr,
+    draws_ptr,
+    n_draws,
+    tokens_ptr,
+    BLOCK: tl.constexpr,
+    DRAWS: tl.constexpr,
+):
     """Row ``r``, draws ``draws[r, :]``: tokens ``[r, :]`` (global IDs, or -1 beyond the total)."""
     row = tl.program_id(0)
     d = tl.program_id(1) * DRAWS + tl.arange(0, DRAWS)
@@ -64,8 +74,18 @@ def sample_rows(q: QRows, draws: torch.Tensor) -> torch.Tensor:
     per = draws_per_program(n_draws)
     block = min(block_for(q.max_length), MAX_TILE // per)
     categorical_kernel[(rows, triton.cdiv(n_draws, per))](
-        q.counts, q.ids, q.starts, q.lengths, q.sparse, draws.contiguous(), n_draws, tokens,
-        BLOCK=block, DRAWS=per, **LAUNCH)
+        q.counts,
+        q.ids,
+        q.starts,
+        q.lengths,
+        q.sparse,
+        draws.contiguous(),
+        n_draws,
+        tokens,
+        BLOCK=block,
+        DRAWS=per,
+        **LAUNCH,
+    )
     return tokens
 
 

@@ -32,8 +32,9 @@ KEY_BITS = 64
 
 
 @triton.jit
-def radix_select_kernel(keys_ptr, starts_ptr, lengths_ptr, want_ptr, thresh_ptr, need_ptr,
-                        KEY_BITS: tl.constexpr, BLOCK: tl.constexpr):
+def radix_select_kernel(
+    keys_ptr, starts_ptr, lengths_ptr, want_ptr, thresh_ptr, need_ptr, KEY_BITS: tl.constexpr, BLOCK: tl.constexpr
+):
     """Per segment: threshold key and tie count of its ``want`` largest keys (int64 storage)."""
     seg = tl.program_id(0)
     start = tl.load(starts_ptr + seg)
@@ -84,8 +85,21 @@ def take_block(keys_ptr, at, live, thresh, need, ties_before):
 
 
 @triton.jit
-def compact_kernel(keys_ptr, ids_ptr, starts_ptr, lengths_ptr, id_base_ptr, thresh_ptr, need_ptr, want_ptr,
-                   out_starts_ptr, out_keys_ptr, out_ids_ptr, HAS_IDS: tl.constexpr, BLOCK: tl.constexpr):
+def compact_kernel(
+    keys_ptr,
+    ids_ptr,
+    starts_ptr,
+    lengths_ptr,
+    id_base_ptr,
+    thresh_ptr,
+    need_ptr,
+    want_ptr,
+    out_starts_ptr,
+    out_keys_ptr,
+    out_ids_ptr,
+    HAS_IDS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     """Write the selected entries of each segment (key, global ID), in index order; never
     more than the segment's ``want`` slots, whatever the selection says."""
     seg = tl.program_id(0)
@@ -111,8 +125,9 @@ def compact_kernel(keys_ptr, ids_ptr, starts_ptr, lengths_ptr, id_base_ptr, thre
         written += tl.reduce(step, 0, ADD)
 
 
-def radix_select(keys: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor, want: torch.Tensor,
-                 max_length: int) -> tuple[torch.Tensor, torch.Tensor]:
+def radix_select(
+    keys: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor, want: torch.Tensor, max_length: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(threshold keys, tie counts) of the ``want`` largest keys of each segment of ``keys``
     (int64 storage of uint64 keys); ``0 <= want <= length <= max_length`` is the caller's
     invariant."""
@@ -124,9 +139,17 @@ def radix_select(keys: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor
     return thresh, need
 
 
-def select_compact(keys: torch.Tensor, ids: torch.Tensor | None, starts: torch.Tensor, lengths: torch.Tensor,
-                   max_length: int, id_base: torch.Tensor, want: torch.Tensor, out_starts: torch.Tensor,
-                   out_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def select_compact(
+    keys: torch.Tensor,
+    ids: torch.Tensor | None,
+    starts: torch.Tensor,
+    lengths: torch.Tensor,
+    max_length: int,
+    id_base: torch.Tensor,
+    want: torch.Tensor,
+    out_starts: torch.Tensor,
+    out_size: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``want`` largest keys of each segment and their global IDs (``ids``, or
     ``id_base + index`` when None), compacted in index order at ``out_starts``."""
     thresh, need = radix_select(keys, starts, lengths, want, max_length)
@@ -134,6 +157,19 @@ def select_compact(keys: torch.Tensor, ids: torch.Tensor | None, starts: torch.T
     out_ids = torch.zeros(out_size, dtype=torch.int64, device=keys.device)
     block = block_for(max_length)
     compact_kernel[(starts.numel(),)](
-        keys, keys if ids is None else ids, starts, lengths, id_base, thresh, need, want, out_starts, out_keys, out_ids,
-        HAS_IDS=ids is not None, BLOCK=block, **LAUNCH)
+        keys,
+        keys if ids is None else ids,
+        starts,
+        lengths,
+        id_base,
+        thresh,
+        need,
+        want,
+        out_starts,
+        out_keys,
+        out_ids,
+        HAS_IDS=ids is not None,
+        BLOCK=block,
+        **LAUNCH,
+    )
     return out_keys, out_ids

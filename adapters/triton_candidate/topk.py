@@ -68,28 +68,36 @@ def shard_top_k(keys: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor,
     lengths = [min(width, vocab - s * width) for s in range(shards)]
     wants = [min(k, n) for n in lengths]
     per_row = sum(wants)
-    starts, lengths_t = segments([r * vocab + s * width for r in range(rows) for s in range(shards)],
-                                 lengths * rows, keys.device)
-    id_base = torch.tensor([s * width for _ in range(rows) for s in range(shards)], dtype=torch.int64,
-                           device=keys.device)
+    starts, lengths_t = segments(
+        [r * vocab + s * width for r in range(rows) for s in range(shards)], lengths * rows, keys.device
+    )
+    id_base = torch.tensor(
+        [s * width for _ in range(rows) for s in range(shards)], dtype=torch.int64, device=keys.device
+    )
     want = torch.tensor(wants * rows, dtype=torch.int64, device=keys.device)
-    out_starts = torch.tensor([r * per_row + sum(wants[:s]) for r in range(rows) for s in range(shards)],
-                              dtype=torch.int64, device=keys.device)
-    cand_keys, cand_ids = select_compact(keys, None, starts, lengths_t, width, id_base, want, out_starts,
-                                         rows * per_row)
+    out_starts = torch.tensor(
+        [r * per_row + sum(wants[:s]) for r in range(rows) for s in range(shards)],
+        dtype=torch.int64,
+        device=keys.device,
+    )
+    cand_keys, cand_ids = select_compact(
+        keys, None, starts, lengths_t, width, id_base, want, out_starts, rows * per_row
+    )
     return cand_keys, cand_ids, per_row
 
 
-def merge_top_k(cand_keys: torch.Tensor, cand_ids: torch.Tensor, per_row: int, rows: int,
-                k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def merge_top_k(
+    cand_keys: torch.Tensor, cand_ids: torch.Tensor, per_row: int, rows: int, k: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The global top-k merge (R30): (keys, IDs) ``[R, k]`` in ascending ID order from the
     shard candidates (``per_row`` per row, ascending global IDs)."""
     device = cand_keys.device
     starts, lengths = segments([r * per_row for r in range(rows)], [per_row] * rows, device)
     want = torch.full((rows,), k, dtype=torch.int64, device=device)
     out_starts = torch.arange(rows, dtype=torch.int64, device=device) * k
-    keys, ids = select_compact(cand_keys, cand_ids, starts, lengths, per_row, torch.zeros_like(want), want,
-                               out_starts, rows * k)
+    keys, ids = select_compact(
+        cand_keys, cand_ids, starts, lengths, per_row, torch.zeros_like(want), want, out_starts, rows * k
+    )
     return keys.reshape(rows, k), ids.reshape(rows, k)
 
 

@@ -57,8 +57,9 @@ ACCEPTED, REJECTED, CORRECTED, BONUS = "accept", "reject", "correction", "bonus"
 
 
 @triton.jit(do_not_specialize=["V", "K"])
-def acceptance_kernel(counts_x_ptr, drafts_ptr, p_ptr, mass_ptr, keys_ptr, ident_ptr, V, K, u_ptr, ok_ptr,
-                      accepted_ptr, KP: tl.constexpr):
+def acceptance_kernel(
+    counts_x_ptr, drafts_ptr, p_ptr, mass_ptr, keys_ptr, ident_ptr, V, K, u_ptr, ok_ptr, accepted_ptr, KP: tl.constexpr
+):
     """Request ``b``: the K acceptance draws and tests, and the count of leading acceptances."""
     b = tl.program_id(0)
     i = tl.arange(0, KP)
@@ -82,8 +83,9 @@ def acceptance_kernel(counts_x_ptr, drafts_ptr, p_ptr, mass_ptr, keys_ptr, ident
 
 
 @triton.jit
-def residual_mass(p_ptr, p_row, v, live, V, correction, mass, counts_ptr, ids_ptr, start, length, sparse,
-                  STEPS: tl.constexpr):
+def residual_mass(
+    p_ptr, p_row, v, live, V, correction, mass, counts_ptr, ids_ptr, start, length, sparse, STEPS: tl.constexpr
+):
     """FP64 masses of tokens ``v``: ``max(w * M - c * W, 0)`` for a correction, else ``w``."""
     w = tl.load(p_ptr + p_row * V + v, mask=live, other=0.0)
     c = q_count(counts_ptr, ids_ptr, start, length, sparse, v, STEPS)
@@ -92,16 +94,28 @@ def residual_mass(p_ptr, p_row, v, live, V, correction, mass, counts_ptr, ids_pt
 
 
 @triton.jit
-def residual_scan(p_ptr, p_row, V, correction, mass, counts_ptr, ids_ptr, start, length, sparse, target,
-                  STEPS: tl.constexpr, BLOCK: tl.constexpr):
+def residual_scan(
+    p_ptr,
+    p_row,
+    V,
+    correction,
+    mass,
+    counts_ptr,
+    ids_ptr,
+    start,
+    length,
+    sparse,
+    target,
+    STEPS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     """(last FP64 prefix sum ``C_{V-1}``, count of ``v`` with ``C_v * 2^32 <= target``) of the row."""
     carry = tl.full((), 0, tl.float64)
     index = tl.full((), 0, tl.int64)
     for off in range(0, V, BLOCK):
         v = off + tl.arange(0, BLOCK)
         live = v < V
-        r = residual_mass(p_ptr, p_row, v, live, V, correction, mass, counts_ptr, ids_ptr, start, length, sparse,
-                          STEPS)
+        r = residual_mass(p_ptr, p_row, v, live, V, correction, mass, counts_ptr, ids_ptr, start, length, sparse, STEPS)
         cumulative = carry + tl.associative_scan(r, 0, ADD)
         index += tl.reduce((live & (cumulative * TWO32 <= target)).to(tl.int64), 0, ADD)
         carry = tl.reduce(cumulative, 0, MAX)
@@ -109,8 +123,25 @@ def residual_scan(p_ptr, p_row, V, correction, mass, counts_ptr, ids_ptr, start,
 
 
 @triton.jit(do_not_specialize=["V", "K"])
-def residual_kernel(p_ptr, mass_ptr, counts_ptr, ids_ptr, starts_ptr, lengths_ptr, sparse_ptr, keys_ptr, ident_ptr,
-                    accepted_ptr, V, K, token_ptr, u_ptr, flags_ptr, STEPS: tl.constexpr, BLOCK: tl.constexpr):
+def residual_kernel(
+    p_ptr,
+    mass_ptr,
+    counts_ptr,
+    ids_ptr,
+    starts_ptr,
+    lengths_ptr,
+    sparse_ptr,
+    keys_ptr,
+    ident_ptr,
+    accepted_ptr,
+    V,
+    K,
+    token_ptr,
+    u_ptr,
+    flags_ptr,
+    STEPS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     """Request ``b``: the correction (after ``j < K`` acceptances) or bonus draw and its token.
 
     Two scans of the same prefix sums: the first finds the total ``R`` (the target -1
@@ -124,12 +155,32 @@ def residual_kernel(p_ptr, mass_ptr, counts_ptr, ids_ptr, starts_ptr, lengths_pt
     start = tl.load(starts_ptr + q_row)
     length = tl.load(lengths_ptr + q_row)
     sparse = tl.load(sparse_ptr + q_row)
-    u = abi_word0(tl.load(keys_ptr + b * 2), tl.load(keys_ptr + b * 2 + 1), tl.load(ident_ptr + b * 3) + j,
-                  tl.load(ident_ptr + b * 3 + 1), tl.load(ident_ptr + b * 3 + 2), CORRECTION_DOMAIN)
-    total, _ = residual_scan(p_ptr, p_row, V, correction, mass, counts_ptr, ids_ptr, start, length, sparse, -1.0,
-                             STEPS, BLOCK)
-    _, index = residual_scan(p_ptr, p_row, V, correction, mass, counts_ptr, ids_ptr, start, length, sparse,
-                             u.to(tl.float64) * total, STEPS, BLOCK)
+    u = abi_word0(
+        tl.load(keys_ptr + b * 2),
+        tl.load(keys_ptr + b * 2 + 1),
+        tl.load(ident_ptr + b * 3) + j,
+        tl.load(ident_ptr + b * 3 + 1),
+        tl.load(ident_ptr + b * 3 + 2),
+        CORRECTION_DOMAIN,
+    )
+    total, _ = residual_scan(
+        p_ptr, p_row, V, correction, mass, counts_ptr, ids_ptr, start, length, sparse, -1.0, STEPS, BLOCK
+    )
+    _, index = residual_scan(
+        p_ptr,
+        p_row,
+        V,
+        correction,
+        mass,
+        counts_ptr,
+        ids_ptr,
+        start,
+        length,
+        sparse,
+        u.to(tl.float64) * total,
+        STEPS,
+        BLOCK,
+    )
     ok = (total > 0) & (total < float("inf")) & (index < V)
     tl.store(token_ptr + b, tl.where(ok, index, -1))
     tl.store(u_ptr + b, u)
@@ -169,8 +220,9 @@ def check_identity(ident: Identity) -> None:
             raise TritonCandidateError("BAD_RNG_FIELD", f"{name} {value} is not a 32-bit word")
 
 
-def check_inputs(q: QRows, p: torch.Tensor, drafts: torch.Tensor, stops: Sequence[Sequence[int]],
-                 budgets: Sequence[int | None]) -> tuple[torch.Tensor, torch.Tensor]:
+def check_inputs(
+    q: QRows, p: torch.Tensor, drafts: torch.Tensor, stops: Sequence[Sequence[int]], budgets: Sequence[int | None]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Refuse what R11/R19/R27 refuse before any draw; return (FP64 masses, draft counts ``c_x``)."""
     batch, depth = drafts.shape
     if not 1 <= batch <= MAX_REQUESTS:
@@ -196,8 +248,17 @@ def check_inputs(q: QRows, p: torch.Tensor, drafts: torch.Tensor, stops: Sequenc
     return mass, counts_x
 
 
-def emission(depth: int, anchor: int, drafts: list[int], u: list[int], ok: list[int], final_u: int,
-             final_token: int, stops: Sequence[int], budget: int | None) -> RoundOutcome:
+def emission(
+    depth: int,
+    anchor: int,
+    drafts: list[int],
+    u: list[int],
+    ok: list[int],
+    final_u: int,
+    final_token: int,
+    stops: Sequence[int],
+    budget: int | None,
+) -> RoundOutcome:
     """Walk one request's kernel results in draw order: what was consumed and emitted."""
     draws, emitted = [], []
     for i in range(depth):
@@ -213,8 +274,14 @@ def emission(depth: int, anchor: int, drafts: list[int], u: list[int], ok: list[
     return RoundOutcome(depth, emitted + [final_token], draws)
 
 
-def verify_batch(idents: Sequence[Identity], drafts: torch.Tensor, q: QRows, p: torch.Tensor,
-                 stops: Sequence[Sequence[int]], budgets: Sequence[int | None]) -> list[RoundOutcome]:
+def verify_batch(
+    idents: Sequence[Identity],
+    drafts: torch.Tensor,
+    q: QRows,
+    p: torch.Tensor,
+    stops: Sequence[Sequence[int]],
+    budgets: Sequence[int | None],
+) -> list[RoundOutcome]:
     """Verify one round of B requests (see the module docstring).
 
     ``drafts``: int64 ``[B, K]``; ``q``: B*K rows (request-major); ``p``: FP64 ``[B, K + 1, V]``;
@@ -227,19 +294,50 @@ def verify_batch(idents: Sequence[Identity], drafts: torch.Tensor, q: QRows, p: 
     device = p.device
     p = p.contiguous()
     keys = key_table([ident.seed for ident in idents], device)
-    table = torch.tensor([[ident.anchor, ident.round_id, ident.generation] for ident in idents], dtype=torch.int64,
-                         device=device)
+    table = torch.tensor(
+        [[ident.anchor, ident.round_id, ident.generation] for ident in idents], dtype=torch.int64, device=device
+    )
     u = torch.empty((batch, depth), dtype=torch.int64, device=device)
     ok = torch.empty((batch, depth), dtype=torch.int32, device=device)
     accepted = torch.empty(batch, dtype=torch.int64, device=device)
-    acceptance_kernel[(batch,)](counts_x, drafts.contiguous(), p, mass, keys, table, q.vocab, depth, u, ok, accepted,
-                                KP=max(2, triton.next_power_of_2(depth)), **LAUNCH)
+    acceptance_kernel[(batch,)](
+        counts_x,
+        drafts.contiguous(),
+        p,
+        mass,
+        keys,
+        table,
+        q.vocab,
+        depth,
+        u,
+        ok,
+        accepted,
+        KP=max(2, triton.next_power_of_2(depth)),
+        **LAUNCH,
+    )
     token = torch.empty(batch, dtype=torch.int64, device=device)
     final_u = torch.empty(batch, dtype=torch.int64, device=device)
     flags = torch.zeros(batch, dtype=torch.int32, device=device)
-    residual_kernel[(batch,)](p, mass, q.counts, q.ids, q.starts, q.lengths, q.sparse, keys, table, accepted, q.vocab,
-                              depth, token, final_u, flags, STEPS=q.lookup_steps(), BLOCK=block_for(q.vocab),
-                              **LAUNCH)
+    residual_kernel[(batch,)](
+        p,
+        mass,
+        q.counts,
+        q.ids,
+        q.starts,
+        q.lengths,
+        q.sparse,
+        keys,
+        table,
+        accepted,
+        q.vocab,
+        depth,
+        token,
+        final_u,
+        flags,
+        STEPS=q.lookup_steps(),
+        BLOCK=block_for(q.vocab),
+        **LAUNCH,
+    )
     rows = zip(drafts.tolist(), u.tolist(), ok.tolist(), final_u.tolist(), token.tolist(), flags.tolist())
     outcomes = []
     for b, (x, u_b, ok_b, fu, tok, flag) in enumerate(rows):

@@ -53,8 +53,20 @@ def markov_bias(left_ptr, right_ptr, rank, prev, v, live, V, BLOCK: tl.constexpr
 
 
 @triton.jit(do_not_specialize=["logit_stride", "rank", "V"])
-def logits_weights_kernel(logits_ptr, logit_stride, left_ptr, right_ptr, rank, prev_ptr, temp_ptr, w_ptr, flags_ptr,
-                          V, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
+def logits_weights_kernel(
+    logits_ptr,
+    logit_stride,
+    left_ptr,
+    right_ptr,
+    rank,
+    prev_ptr,
+    temp_ptr,
+    w_ptr,
+    flags_ptr,
+    V,
+    HAS_BIAS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     """Row ``r``: FP32 weights ``w[r, :V]`` of ``logits[r]`` (see the module docstring)."""
     row = tl.program_id(0)
     t = tl.load(temp_ptr + row)
@@ -122,9 +134,12 @@ def check_temperatures(temperature: torch.Tensor) -> None:
         raise TritonCandidateError("BAD_TEMPERATURE", f"temperature {temperature.tolist()}")
 
 
-def logits_to_weights(logits: torch.Tensor, temperature: torch.Tensor,
-                      markov: tuple[torch.Tensor, torch.Tensor] | None = None,
-                      prev: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def logits_to_weights(
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    markov: tuple[torch.Tensor, torch.Tensor] | None = None,
+    prev: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(FP32 weights ``[R, V]``, int32 flags ``[R]``) of FP32 logit rows ``[R, V]``.
 
     ``temperature``: FP32 ``[R]`` (checked here: BAD_TEMPERATURE); ``markov``: FP32
@@ -141,8 +156,20 @@ def logits_to_weights(logits: torch.Tensor, temperature: torch.Tensor,
     left, right = markov if markov is not None else (logits, logits)
     rank = left.shape[1] if markov is not None else 0
     logits_weights_kernel[(rows,)](
-        logits, logits.stride(0), left, right, rank, logits if prev is None else prev, temperature, weights, flags,
-        vocab, HAS_BIAS=markov is not None, BLOCK=block_for(vocab), **LAUNCH)
+        logits,
+        logits.stride(0),
+        left,
+        right,
+        rank,
+        logits if prev is None else prev,
+        temperature,
+        weights,
+        flags,
+        vocab,
+        HAS_BIAS=markov is not None,
+        BLOCK=block_for(vocab),
+        **LAUNCH,
+    )
     return weights, flags
 
 

@@ -44,13 +44,14 @@ def environment_python() -> Path:
     if not python.exists():
         raise VllmSetupError(
             f"no vLLM environment at {python}: create it with `bash adapters/vllm/install.sh` "
-            "or point QCONFORM_VLLM_PYTHON at its python (docs/engines/vllm.md)")
+            "or point QCONFORM_VLLM_PYTHON at its python (docs/engines/vllm.md)"
+        )
     return python
 
 
 def shim_command(spec: str, device: str = "cpu") -> list[str]:
     """The shim command line of the adapter name ``spec`` (``vllm[:option,...]``) on ``device``."""
-    options = [o for o in spec[len(NAME) + 1:].split(",") if o] if ":" in spec else []
+    options = [o for o in spec[len(NAME) + 1 :].split(",") if o] if ":" in spec else []
     unknown = [o for o in options if o not in OPTIONS]
     if unknown:
         raise VllmSetupError(f"unknown vllm option {', '.join(unknown)}; options: {', '.join(OPTIONS)}")

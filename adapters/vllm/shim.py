@@ -130,13 +130,15 @@ def q_dense(row: dict, vocab: int) -> list[float]:
 def p_rows(obj: dict) -> list[list[float]]:
     """Target rows as probabilities (float64 of the exact rationals, or normalized weights)."""
     if "probabilities" in obj:
-        return [[float(Fraction(*map(int, value.split("/")))) if "/" in value else float(value) for value in row]
-                for row in obj["probabilities"]]
+        return [
+            [float(Fraction(*map(int, value.split("/")))) if "/" in value else float(value) for value in row]
+            for row in obj["probabilities"]
+        ]
     flat = unpack(obj["weights"], "f32")
     rows, vocab = obj["weights"]["shape"]
     out = []
     for r in range(rows):
-        row = flat[r * vocab:(r + 1) * vocab]
+        row = flat[r * vocab : (r + 1) * vocab]
         total = math.fsum(row)
         out.append([w / total for w in row])
     return out
@@ -158,12 +160,11 @@ class VllmSampler:
         if kernels == "triton" and device == "cpu":
             stand_in_cpu_backend()
         import vllm.v1.sample.rejection_sampler as rs
+        from vllm.triton_utils import HAS_TRITON
         from vllm.v1.sample.logits_processor import LogitsProcessors
         from vllm.v1.sample.metadata import SamplingMetadata
         from vllm.v1.sample.sampler import Sampler
         from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
-
-        from vllm.triton_utils import HAS_TRITON
 
         if kernels == "triton" and not HAS_TRITON:
             raise SystemExit("vllm shim: --kernels triton, but vLLM found no usable Triton")
@@ -187,8 +188,13 @@ class VllmSampler:
         assert len(self.injected) == num_tokens
         return self.torch.tensor(self.injected, dtype=self.torch.float64, device=device)
 
-    def forward(self, drafts: list[list[int]], q: list[list[list[float]]], p: list[list[list[float]]],
-                generators: dict[int, object]) -> list[list[int]]:
+    def forward(
+        self,
+        drafts: list[list[int]],
+        q: list[list[list[float]]],
+        p: list[list[list[float]]],
+        generators: dict[int, object],
+    ) -> list[list[int]]:
         """vLLM's output tokens per request (accepted drafts, then the recovered or bonus token)."""
         torch = self.torch
         batch, vocab = len(drafts), len(p[0][0])
@@ -204,9 +210,10 @@ class VllmSampler:
             probs = torch.tensor(rows, dtype=torch.float64)
             logits = torch.where(probs > 0, probs.log(), torch.tensor(-math.inf, dtype=torch.float64))
             logits = logits.to(torch.float32).to(self.device)
-            draft_probs = torch.tensor([row for request in q for row in request], dtype=torch.float32,
-                                       device=self.device)
-            cu = torch.tensor([sum(depths[:r + 1]) for r in range(batch)], dtype=torch.int32, device=self.device)
+            draft_probs = torch.tensor(
+                [row for request in q for row in request], dtype=torch.float32, device=self.device
+            )
+            cu = torch.tensor([sum(depths[: r + 1]) for r in range(batch)], dtype=torch.int32, device=self.device)
             metadata = self.SpecDecodeMetadata(
                 draft_token_ids=torch.tensor([t for d in drafts for t in d], dtype=torch.int32, device=self.device),
                 num_draft_tokens=depths,
@@ -218,13 +225,22 @@ class VllmSampler:
             )
             sampling = self.SamplingMetadata(
                 temperature=torch.ones(batch, dtype=torch.float32, device=self.device),
-                all_greedy=False, all_random=True, top_p=None, top_k=None, generators=generators,
-                max_num_logprobs=None, no_penalties=True, prompt_token_ids=None,
+                all_greedy=False,
+                all_random=True,
+                top_p=None,
+                top_k=None,
+                generators=generators,
+                max_num_logprobs=None,
+                no_penalties=True,
+                prompt_token_ids=None,
                 frequency_penalties=torch.zeros(batch, device=self.device),
                 presence_penalties=torch.zeros(batch, device=self.device),
                 repetition_penalties=torch.ones(batch, device=self.device),
-                output_token_ids=[[] for _ in range(batch)], allowed_token_ids_mask=None,
-                bad_words_token_ids={}, logitsprocs=self.LogitsProcessors(), spec_token_ids=drafts,
+                output_token_ids=[[] for _ in range(batch)],
+                allowed_token_ids_mask=None,
+                bad_words_token_ids={},
+                logitsprocs=self.LogitsProcessors(),
+                spec_token_ids=drafts,
             )
             out = self.sampler(metadata, draft_probs, logits, sampling).sampled_token_ids
         _ = vocab
@@ -264,7 +280,9 @@ def check_batch(inp: dict) -> None:
     if not 1 <= len(requests) <= MAX_REQUESTS or len({len(r["draft_tokens"]) for r in requests}) != 1:
         raise Refusal("BAD_SHAPE")
     for r in requests:  # vLLM's metadata needs K q rows and K + 1 target rows
-        rows = len(r["p_rows"]["probabilities"]) if "probabilities" in r["p_rows"] else r["p_rows"]["weights"]["shape"][0]
+        rows = (
+            len(r["p_rows"]["probabilities"]) if "probabilities" in r["p_rows"] else r["p_rows"]["weights"]["shape"][0]
+        )
         if len(r["q_rows"]) != len(r["draft_tokens"]) or rows != len(r["draft_tokens"]) + 1:
             raise Refusal("BAD_SHAPE")
 
@@ -291,8 +309,17 @@ def request_answer(request: dict, tokens: list[int], u32s: list[int]) -> dict:
     accepted = len(emitted) if truncated else accepted_run
     tests = accepted if truncated else min(accepted_run + 1, len(drafts))
     anchor = request["anchor"]
-    draws = [{"domain": "ACCEPT", "position": (anchor + i) & MASK32, "draw_counter": 0, "u32": u32s[i],
-              "decision": "accept" if i < accepted_run else "reject", "token": drafts[i]} for i in range(tests)]
+    draws = [
+        {
+            "domain": "ACCEPT",
+            "position": (anchor + i) & MASK32,
+            "draw_counter": 0,
+            "u32": u32s[i],
+            "decision": "accept" if i < accepted_run else "reject",
+            "token": drafts[i],
+        }
+        for i in range(tests)
+    ]
     return {"accepted": accepted, "emitted": emitted, "draws": draws}
 
 
@@ -306,8 +333,13 @@ def run_verification_round(vllm: VllmSampler, inp: dict) -> dict:
     drafts = [r["draft_tokens"] for r in requests]
     q = [[q_dense(row, vocab) for row in r["q_rows"]] for r in requests]
     p = [p_rows(r["p_rows"]) for r in requests]
-    u32s = [[accept_u32(request_seed(r), r["generation"], r["round"], r["anchor"] + i)
-             for i in range(len(r["draft_tokens"]))] for r in requests]
+    u32s = [
+        [
+            accept_u32(request_seed(r), r["generation"], r["round"], r["anchor"] + i)
+            for i in range(len(r["draft_tokens"]))
+        ]
+        for r in requests
+    ]
     vllm.injected = [u / 2**32 for request in u32s for u in request]
     torch = vllm.torch
     generators = {i: torch.Generator(device=vllm.device).manual_seed(generator_seed(r)) for i, r in enumerate(requests)}
@@ -337,8 +369,9 @@ def sample_verification_round(vllm: VllmSampler, inp: dict, samples: int, seed: 
                 key = (accepted, tuple(emitted))
                 histogram[key] = histogram.get(key, 0) + 1
             done += chunk
-        out.append({"outcomes": [{"accepted": a, "emitted": list(e), "count": c}
-                                 for (a, e), c in sorted(histogram.items())]})
+        out.append(
+            {"outcomes": [{"accepted": a, "emitted": list(e), "count": c} for (a, e), c in sorted(histogram.items())]}
+        )
     return {"requests": out}
 
 
@@ -350,14 +383,25 @@ def config(args: argparse.Namespace, vllm_sampler: VllmSampler) -> dict:
     import vllm
 
     return {
-        "name": name, "protocol": 1, "device": args.device, "vllm": vllm.__version__,
-        "kernels": vllm_sampler.kernels, "patch": args.patch or "none",
-        "capabilities": {"families": list(FAMILIES), "injected_draws": True, "devices": [args.device],
-                         "sampling": list(FAMILIES), "injected_domains": {"verification_round": ["ACCEPT"]}},
-        "precision": {"ratio_margin": RATIO_MARGIN,
-                      "notes": "float32 target softmax of log p; acceptance p/q >= u with u rounded to float32 "
-                               "(CPU kernel) or p/q in float32 (Triton); correction and bonus drawn by vLLM "
-                               "(exponential race, torch.Generator): partial injection"},
+        "name": name,
+        "protocol": 1,
+        "device": args.device,
+        "vllm": vllm.__version__,
+        "kernels": vllm_sampler.kernels,
+        "patch": args.patch or "none",
+        "capabilities": {
+            "families": list(FAMILIES),
+            "injected_draws": True,
+            "devices": [args.device],
+            "sampling": list(FAMILIES),
+            "injected_domains": {"verification_round": ["ACCEPT"]},
+        },
+        "precision": {
+            "ratio_margin": RATIO_MARGIN,
+            "notes": "float32 target softmax of log p; acceptance p/q >= u with u rounded to float32 "
+            "(CPU kernel) or p/q in float32 (Triton); correction and bonus drawn by vLLM "
+            "(exponential race, torch.Generator): partial injection",
+        },
     }
 
 
@@ -378,13 +422,21 @@ def answer(request: dict, args: argparse.Namespace, vllm: VllmSampler) -> dict:
     if op in ("run", "sample") and family not in FAMILIES:
         return {**reply, "status": "unimplemented", "reason": f"vLLM's rejection sampler does not do {family}"}
     if op == "run":
-        return {**reply, "status": "ok",
-                "outputs": [answer_case(run_verification_round, vllm, inp) for inp in request["inputs"]]}
+        return {
+            **reply,
+            "status": "ok",
+            "outputs": [answer_case(run_verification_round, vllm, inp) for inp in request["inputs"]],
+        }
     if op == "sample":
         samples, seed = request["samples"], int(request["seed"])
-        return {**reply, "status": "ok", "outputs": [
-            answer_case(sample_verification_round, vllm, inp, samples, seed + index)
-            for index, inp in enumerate(request["inputs"])]}
+        return {
+            **reply,
+            "status": "ok",
+            "outputs": [
+                answer_case(sample_verification_round, vllm, inp, samples, seed + index)
+                for index, inp in enumerate(request["inputs"])
+            ],
+        }
     if op == "shutdown":
         return {**reply, "status": "ok"}
     return {**reply, "status": "error", "message": f"unknown op {op!r}"}

@@ -35,10 +35,16 @@ class NumpyEngine(EngineAdapter):
     def rng_abi(self, case: dict) -> dict:
         if "position" not in case:
             raise Unsupported("only single draws (group draw_keys)")
-        key = draw_key(u64(case["seed"]), case["generation"], case["round"], case["position"],
-                       case["domain"], case["draw_counter"])
-        return {"key": [f"0x{w:08x}" for w in key.key], "counter": [f"0x{w:08x}" for w in key.counter],
-                "output": [f"0x{w:08x}" for w in key.output], "u24": key.u24, "u32": key.u32}
+        key = draw_key(
+            u64(case["seed"]), case["generation"], case["round"], case["position"], case["domain"], case["draw_counter"]
+        )
+        return {
+            "key": [f"0x{w:08x}" for w in key.key],
+            "counter": [f"0x{w:08x}" for w in key.counter],
+            "output": [f"0x{w:08x}" for w in key.output],
+            "u24": key.u24,
+            "u32": key.u32,
+        }
 
 
 if __name__ == "__main__":

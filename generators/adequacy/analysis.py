@@ -28,8 +28,22 @@ from qconform.generators.adequacy.oracle import (
 
 #: the modules whose kill rate is the goal of issue #11 (spec/<name>.py)
 CORE_MODULES: tuple[str, ...] = (
-    "sampling", "verification", "allocation", "dyadic24", "rng_abi", "philox", "weights", "proposal", "markov",
-    "qrow", "distribution", "sharding", "wire/validation", "wire/receiver", "wire/codec", "admission/audit",
+    "sampling",
+    "verification",
+    "allocation",
+    "dyadic24",
+    "rng_abi",
+    "philox",
+    "weights",
+    "proposal",
+    "markov",
+    "qrow",
+    "distribution",
+    "sharding",
+    "wire/validation",
+    "wire/receiver",
+    "wire/codec",
+    "admission/audit",
 )
 FORMAT = "qconform-adequacy-v1"
 KILLED = ("killed-drift", "killed-crash", "killed-timeout")
@@ -47,9 +61,11 @@ def resolve_module(text: str) -> str:
     """``spec/wire/codec.py``, ``wire/codec.py`` or ``wire/codec`` -> ``"wire/codec"``; AdequacyError if unknown."""
     name = text.strip().removeprefix("./").removeprefix("spec/").removesuffix(".py")
     if module_name(name) not in imports.module_files() or name.endswith("__init__") or not name:
-        known = sorted(m.removeprefix("qconform.spec.").replace(".", "/")
-                       for m, p in imports.module_files().items()
-                       if m.startswith("qconform.spec.") and p.name != "__init__.py")
+        known = sorted(
+            m.removeprefix("qconform.spec.").replace(".", "/")
+            for m, p in imports.module_files().items()
+            if m.startswith("qconform.spec.") and p.name != "__init__.py"
+        )
         raise AdequacyError(f"unknown spec module {text!r}; spec modules: {', '.join(known)}")
     return name
 
@@ -84,8 +100,15 @@ class MutantReport:
     reached: bool = True  # False: no committed case calls its function (so it was not run)
 
     def to_json(self) -> dict:
-        return {**self.site.to_json(), "families": list(self.families), "status": self.status, "case": self.case,
-                "detail": self.detail, "seconds": round(self.seconds, 2), "reached": self.reached}
+        return {
+            **self.site.to_json(),
+            "families": list(self.families),
+            "status": self.status,
+            "case": self.case,
+            "detail": self.detail,
+            "seconds": round(self.seconds, 2),
+            "reached": self.reached,
+        }
 
 
 @dataclass
@@ -105,8 +128,13 @@ class Tally:
 
     def to_json(self) -> dict:
         rate = self.rate
-        return {"mutants": self.mutants, "killed": self.killed, "equivalent": self.equivalent,
-                "survived": self.survived, "killRate": None if rate is None else round(float(rate), 4)}
+        return {
+            "mutants": self.mutants,
+            "killed": self.killed,
+            "equivalent": self.equivalent,
+            "survived": self.survived,
+            "killRate": None if rate is None else round(float(rate), 4),
+        }
 
 
 @dataclass
@@ -151,8 +179,10 @@ def committed_cases(vectors: Path, families: Sequence[str]) -> dict[str, list[Co
 
     out: dict[str, list[CommittedCase]] = {}
     for family in families:
-        cases = [(len(canonical_json(c.input)), c.id, CommittedCase(c.id, c.input, c.expected))
-                 for c in iter_cases(vectors, [family])]
+        cases = [
+            (len(canonical_json(c.input)), c.id, CommittedCase(c.id, c.input, c.expected))
+            for c in iter_cases(vectors, [family])
+        ]
         out[family] = [case for _size, _id, case in sorted(cases, key=lambda t: t[:2])]
     return out
 
@@ -176,9 +206,17 @@ def stale_entries(listed: dict[str, Equivalent], mutants: Sequence[MutantReport]
     return stale
 
 
-def analyse(modules: Sequence[str], sites_run: Sequence[Site], vectors: Path, equivalents_path: Path,
-            workers: int, timeout_s: float | None, sample: int | None = None, seed: int = 0,
-            progress: Callable[[str, int], None] | None = None) -> Report:
+def analyse(
+    modules: Sequence[str],
+    sites_run: Sequence[Site],
+    vectors: Path,
+    equivalents_path: Path,
+    workers: int,
+    timeout_s: float | None,
+    sample: int | None = None,
+    seed: int = 0,
+    progress: Callable[[str, int], None] | None = None,
+) -> Report:
     """Run ``sites_run`` (mutants of ``modules``) against the corpus under ``vectors``.
 
     ``progress(what, total)`` is called once with the total (what = "") and then after
@@ -198,17 +236,29 @@ def analyse(modules: Sequence[str], sites_run: Sequence[Site], vectors: Path, eq
         reached |= {(Path(file).resolve(), name) for file, name in result.outcome.reached}
         family = result.job.families[0]
         if result.outcome.kind != SURVIVED:
-            raise AdequacyError(f"the unmutated spec does not reproduce {family} ({result.outcome.kind} at "
-                                f"{result.outcome.case}: {result.outcome.detail}); run `qconform generate --check`")
+            raise AdequacyError(
+                f"the unmutated spec does not reproduce {family} ({result.outcome.kind} at "
+                f"{result.outcome.case}: {result.outcome.detail}); run `qconform generate --check`"
+            )
         cost[family] = result.seconds
 
     jobs, unreached = [], []
     for site in sites_run:
         families = families_of[site.module]  # corpus order: the first drifted case is deterministic
-        if site.in_function and (imports.module_files()[module_name(site.module)].resolve(), site.qualname) \
-                not in reached:
-            unreached.append(MutantReport(site, families, "survived", None,
-                                          f"unreached: no committed case calls {site.qualname}", reached=False))
+        if (
+            site.in_function
+            and (imports.module_files()[module_name(site.module)].resolve(), site.qualname) not in reached
+        ):
+            unreached.append(
+                MutantReport(
+                    site,
+                    families,
+                    "survived",
+                    None,
+                    f"unreached: no committed case calls {site.qualname}",
+                    reached=False,
+                )
+            )
             continue
         limit = timeout_s or TIMEOUT_FACTOR * sum(cost[f] for f in families) + TIMEOUT_SLACK_S
         jobs.append(runner.Job(site, families, limit))

@@ -92,8 +92,13 @@ class Site:
         return f"{self.module}:{self.qualname}:{self.operator}:{self.anchor}{tail}"
 
     def to_json(self) -> dict:
-        return {"id": self.id, "module": self.module, "function": self.qualname, "operator": self.operator,
-                "line": self.line}
+        return {
+            "id": self.id,
+            "module": self.module,
+            "function": self.qualname,
+            "operator": self.operator,
+            "line": self.line,
+        }
 
 
 def _anchor(node: ast.AST) -> str:
@@ -158,7 +163,7 @@ def _walk(tree: ast.Module) -> Iterator[tuple[int, ast.AST, ast.AST | None, str,
 def _default_of(node: ast.expr, arguments: ast.arguments) -> ast.AST:
     """``name=default`` (without annotations) for a parameter's default value."""
     positional = arguments.posonlyargs + arguments.args
-    pairs = list(zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults))
+    pairs = list(zip(positional[len(positional) - len(arguments.defaults) :], arguments.defaults))
     pairs += [(a, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None]
     name = next(a.arg for a, d in pairs if d is node)
     return ast.keyword(arg=name, value=node)
@@ -199,8 +204,19 @@ def sites(module: str, path: Path) -> list[Site]:
             key = (qualname, operator, anchor)
             occurrence = seen.get(key, 0)
             seen[key] = occurrence + 1
-            out.append(Site(module, qualname, operator, anchor, occurrence, getattr(node, "lineno", 0), serial,
-                            detail, in_function))
+            out.append(
+                Site(
+                    module,
+                    qualname,
+                    operator,
+                    anchor,
+                    occurrence,
+                    getattr(node, "lineno", 0),
+                    serial,
+                    detail,
+                    in_function,
+                )
+            )
     return out
 
 

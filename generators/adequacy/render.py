@@ -5,10 +5,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
-from qconform.generators.adequacy.analysis import Report
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+from qconform.generators.adequacy.analysis import Report
 
 
 @contextlib.contextmanager
@@ -20,8 +21,7 @@ def progress_bar() -> Iterator[Callable[[str, int], None]]:
     from rich.progress import Progress
 
     console = Console(stderr=True)
-    with Progress(console=console, transient=True, auto_refresh=False,
-                  disable=not console.is_terminal) as progress:
+    with Progress(console=console, transient=True, auto_refresh=False, disable=not console.is_terminal) as progress:
         task = progress.add_task("mutants", total=None)
 
         def advance(what: str, total: int) -> None:
@@ -50,8 +50,9 @@ def render(report: Report, console: Console | None = None) -> None:
         t = report.tally(module)
         table.add_row(module, str(t.mutants), str(t.killed), str(t.equivalent), str(t.survived), _rate(t.rate))
     t = report.tally()
-    table.add_row("[bold]total[/]", str(t.mutants), str(t.killed), str(t.equivalent), str(t.survived),
-                  f"[bold]{_rate(t.rate)}[/]")
+    table.add_row(
+        "[bold]total[/]", str(t.mutants), str(t.killed), str(t.equivalent), str(t.survived), f"[bold]{_rate(t.rate)}[/]"
+    )
     console.print(table)
     if report.survivors:
         survivors = Table(title="Survivors: behaviours no committed vector pins")

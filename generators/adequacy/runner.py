@@ -64,8 +64,12 @@ def _child(job: Job, conn: Connection) -> None:
         os._exit(0)
 
 
-def run(jobs: Sequence[Job], cases: Mapping[str, Sequence[CommittedCase]], workers: int,
-        done: Callable[[Finished], None] | None = None) -> list[Finished]:
+def run(
+    jobs: Sequence[Job],
+    cases: Mapping[str, Sequence[CommittedCase]],
+    workers: int,
+    done: Callable[[Finished], None] | None = None,
+) -> list[Finished]:
     """The outcome of every job, in the order given; at most ``workers`` children at a time."""
     global _CASES
     _CASES = cases

@@ -53,39 +53,66 @@ from qconform.spec.errors import SpecError
 RULES = ("R35", "R36", "R37", "R38")
 
 NOTES = {
-    "FIXED_DEPTH": Note("BASIC", "The depth is fixed before sampling (R35): the law is exactly the target law.",
-                        "Baseline: a verifier or scheduler that moves any mass here is wrong."),
+    "FIXED_DEPTH": Note(
+        "BASIC",
+        "The depth is fixed before sampling (R35): the law is exactly the target law.",
+        "Baseline: a verifier or scheduler that moves any mass here is wrong.",
+    ),
     "TARGET_ONLY": Note("EDGE_CASE", "Depth 0: every round emits one token from p.", "The degenerate fixed depth."),
     "MEASURABLE_ADAPTIVE": Note(
-        "FUNCTIONALITY", "An adaptive policy that admits position i using only x_1..x_(i-1) and the confidences "
-        "that encode them (R36): lossless.", "Shows that adaptivity itself is allowed."),
+        "FUNCTIONALITY",
+        "An adaptive policy that admits position i using only x_1..x_(i-1) and the confidences "
+        "that encode them (R36): lossless.",
+        "Shows that adaptivity itself is allowed.",
+    ),
     "PREMATURE_READ": Note(
-        "FUNCTIONALITY", "The policy reads x_i, or a value that encodes x_i, before deciding whether position i is "
-        "verified (R36).", "Flagged with the round, the step and the value read, whatever the law."),
+        "FUNCTIONALITY",
+        "The policy reads x_i, or a value that encodes x_i, before deciding whether position i is verified (R36).",
+        "Flagged with the round, the step and the value read, whatever the law.",
+    ),
     "LAW_PRESERVED_BY_CHANCE": Note(
-        "EDGE_CASE", "A premature read that happens not to move mass in this scenario.",
-        "Measurability is judged on reads, not on one scenario's law."),
+        "EDGE_CASE",
+        "A premature read that happens not to move mass in this scenario.",
+        "Measurability is judged on reads, not on one scenario's law.",
+    ),
     "SELECTION_BIAS": Note(
-        "FUNCTIONALITY", "Admission depends on the draft it admits: the emitted law moves away from p, and exact "
-        "verification cannot undo it.", "The law differs from the target law."),
-    "TOY_REGRESSION": Note("BASIC", "The design's toy regression (R38): token 0 gets 3/4 instead of 1/2.",
-                           "Pins the numbers the design states."),
+        "FUNCTIONALITY",
+        "Admission depends on the draft it admits: the emitted law moves away from p, and exact "
+        "verification cannot undo it.",
+        "The law differs from the target law.",
+    ),
+    "TOY_REGRESSION": Note(
+        "BASIC",
+        "The design's toy regression (R38): token 0 gets 3/4 instead of 1/2.",
+        "Pins the numbers the design states.",
+    ),
     "PUBLISHED_COUNTEREXAMPLE": Note(
-        "FUNCTIONALITY", "DSpark v1 appendix A (R37), with p and q reconstructed so that the confidences 0.8, 0.9 "
-        "and 0 are the exact acceptance rates (docs/admission.md).", "Pins the published scores' consequence."),
+        "FUNCTIONALITY",
+        "DSpark v1 appendix A (R37), with p and q reconstructed so that the confidences 0.8, 0.9 "
+        "and 0 are the exact acceptance rates (docs/admission.md).",
+        "Pins the published scores' consequence.",
+    ),
     "EARLY_STOP_SCAN": Note(
-        "FUNCTIONALITY", "The prefix scan that breaks when the score stops improving: a sequential stopping rule.",
-        "Passes with position confidences, fails with the sampled tokens' own confidences."),
-    "MALFORMED_POLICY": Note("EDGE_CASE", "The decision table is malformed or has no decision for a reached state.",
-                             "Refused with BAD_POLICY."),
+        "FUNCTIONALITY",
+        "The prefix scan that breaks when the score stops improving: a sequential stopping rule.",
+        "Passes with position confidences, fails with the sampled tokens' own confidences.",
+    ),
+    "MALFORMED_POLICY": Note(
+        "EDGE_CASE",
+        "The decision table is malformed or has no decision for a reached state.",
+        "Refused with BAD_POLICY.",
+    ),
 }
 
 
 def encode_table(table: PolicyTable) -> dict:
     return {
         "steps": [
-            {"step": entry.step, "reads": list(entry.reads),
-             "decisions": {ctx: dict(by_prefix) for ctx, by_prefix in entry.decisions.items()}}
+            {
+                "step": entry.step,
+                "reads": list(entry.reads),
+                "decisions": {ctx: dict(by_prefix) for ctx, by_prefix in entry.decisions.items()},
+            }
             for entry in table.steps
         ]
     }
@@ -119,7 +146,12 @@ def encode_audit(audit: Audit) -> dict:
         "first_token_target": rationals(list(audit.first_token_target)),
         "first_token_tv": encode_rational(audit.first_token_tv),
         "peeks": [
-            {"round": peek.round, "step": peek.step, "read": peek.name, "probability": encode_rational(peek.probability)}
+            {
+                "round": peek.round,
+                "step": peek.step,
+                "read": peek.name,
+                "probability": encode_rational(peek.probability),
+            }
             for peek in audit.peeks
         ],
         "lossless": audit.lossless,
@@ -151,8 +183,15 @@ def scenario_input(scenario: Scenario, horizon: int, table: PolicyTable) -> dict
     }
 
 
-def policy_case(name: str, comment: str, flags: tuple[str, ...], rules: tuple[str, ...],
-                scenario: Scenario, horizon: int, policy: Policy) -> Case:
+def policy_case(
+    name: str,
+    comment: str,
+    flags: tuple[str, ...],
+    rules: tuple[str, ...],
+    scenario: Scenario,
+    horizon: int,
+    policy: Policy,
+) -> Case:
     """A case whose table is tabulated from ``policy``; its audit must agree with the Python policy's."""
     case_input = scenario_input(scenario, horizon, tabulate_policy(policy, scenario))
     expected = solve(case_input)
@@ -167,18 +206,54 @@ def battery(vocab: int, depth: int, name: str) -> Scenario:
 def fixed_depth_cases() -> Iterator[Case]:
     rules = ("R35",)
     flags = ("FIXED_DEPTH",)
-    yield policy_case("target-only-markov-v2", "Depth 0 over three tokens of the stream.", flags + ("TARGET_ONLY",),
-                      rules, battery(2, 2, "markov"), 3, fixed_depth(0))
-    yield policy_case("depth1-markov-v2", "Depth 1, non-dyadic p, q depending on the last token.", flags, rules,
-                      battery(2, 1, "markov"), 2, fixed_depth(1))
-    yield policy_case("depth2-markov-v2", "Depth 2 over three tokens.", flags, rules,
-                      battery(2, 2, "markov"), 3, fixed_depth(2))
-    yield policy_case("depth2-partial-support-v3", "Depth 2; q on two tokens, p zero on q's likeliest.", flags,
-                      rules, battery(3, 2, "partial-support"), 3, fixed_depth(2))
-    yield policy_case("depth2-dspark-rows", "Depth 2 on the reconstructed DSpark rows: no selection, no bias.",
-                      flags, rules, dspark_appendix_a_scenario(), 3, fixed_depth(2))
-    yield policy_case("depth2-dspark-mirrored-rows", "Depth 2 on the mirrored DSpark rows: no selection, no bias.",
-                      flags, rules, dspark_appendix_a_mirrored_scenario(), 3, fixed_depth(2))
+    yield policy_case(
+        "target-only-markov-v2",
+        "Depth 0 over three tokens of the stream.",
+        flags + ("TARGET_ONLY",),
+        rules,
+        battery(2, 2, "markov"),
+        3,
+        fixed_depth(0),
+    )
+    yield policy_case(
+        "depth1-markov-v2",
+        "Depth 1, non-dyadic p, q depending on the last token.",
+        flags,
+        rules,
+        battery(2, 1, "markov"),
+        2,
+        fixed_depth(1),
+    )
+    yield policy_case(
+        "depth2-markov-v2", "Depth 2 over three tokens.", flags, rules, battery(2, 2, "markov"), 3, fixed_depth(2)
+    )
+    yield policy_case(
+        "depth2-partial-support-v3",
+        "Depth 2; q on two tokens, p zero on q's likeliest.",
+        flags,
+        rules,
+        battery(3, 2, "partial-support"),
+        3,
+        fixed_depth(2),
+    )
+    yield policy_case(
+        "depth2-dspark-rows",
+        "Depth 2 on the reconstructed DSpark rows: no selection, no bias.",
+        flags,
+        rules,
+        dspark_appendix_a_scenario(),
+        3,
+        fixed_depth(2),
+    )
+    yield policy_case(
+        "depth2-dspark-mirrored-rows",
+        "Depth 2 on the mirrored DSpark rows: no selection, no bias.",
+        flags,
+        rules,
+        dspark_appendix_a_mirrored_scenario(),
+        3,
+        fixed_depth(2),
+    )
 
 
 def admit_second_after_zero(view: AdmissionView) -> str:
@@ -199,77 +274,184 @@ def peek_and_admit(view: AdmissionView) -> str:
 
 def sequential_cases() -> Iterator[Case]:
     rules = ("R36",)
-    yield policy_case("second-after-zero-markov-v2", "Admit x_2 only after x_1 = 0: decided on x_1 before x_2.",
-                      ("MEASURABLE_ADAPTIVE",), rules, battery(2, 2, "markov"), 3, admit_second_after_zero)
-    yield policy_case("second-after-zero-markov-v3", "The same over three tokens.", ("MEASURABLE_ADAPTIVE",), rules,
-                      battery(3, 2, "markov"), 3, admit_second_after_zero)
-    yield policy_case("second-if-one-markov-v2", "Admit x_2 only when x_2 = 1: reads x_2 before admitting it.",
-                      ("PREMATURE_READ", "SELECTION_BIAS"), rules, battery(2, 2, "markov"), 3, admit_second_if_one)
-    yield policy_case("peek-and-admit-v2", "Reads x_1 before admitting it, admits anyway: flagged, law unmoved.",
-                      ("PREMATURE_READ", "LAW_PRESERVED_BY_CHANCE"), rules, battery(2, 1, "markov"), 2, peek_and_admit)
+    yield policy_case(
+        "second-after-zero-markov-v2",
+        "Admit x_2 only after x_1 = 0: decided on x_1 before x_2.",
+        ("MEASURABLE_ADAPTIVE",),
+        rules,
+        battery(2, 2, "markov"),
+        3,
+        admit_second_after_zero,
+    )
+    yield policy_case(
+        "second-after-zero-markov-v3",
+        "The same over three tokens.",
+        ("MEASURABLE_ADAPTIVE",),
+        rules,
+        battery(3, 2, "markov"),
+        3,
+        admit_second_after_zero,
+    )
+    yield policy_case(
+        "second-if-one-markov-v2",
+        "Admit x_2 only when x_2 = 1: reads x_2 before admitting it.",
+        ("PREMATURE_READ", "SELECTION_BIAS"),
+        rules,
+        battery(2, 2, "markov"),
+        3,
+        admit_second_if_one,
+    )
+    yield policy_case(
+        "peek-and-admit-v2",
+        "Reads x_1 before admitting it, admits anyway: flagged, law unmoved.",
+        ("PREMATURE_READ", "LAW_PRESERVED_BY_CHANCE"),
+        rules,
+        battery(2, 1, "markov"),
+        2,
+        peek_and_admit,
+    )
 
 
 def toy_cases() -> Iterator[Case]:
     rules = ("R36", "R38")
     flags = ("TOY_REGRESSION", "PREMATURE_READ", "SELECTION_BIAS")
-    yield policy_case("toy-first-token", "q = p uniform; x_1 admitted only when it is 0: token 0 has 3/4.", flags,
-                      rules, toy_selection_scenario(), 1, toy_selection_policy)
-    yield policy_case("toy-two-tokens", "The toy policy over two tokens of the stream.", flags, rules,
-                      toy_selection_scenario(), 2, toy_selection_policy)
+    yield policy_case(
+        "toy-first-token",
+        "q = p uniform; x_1 admitted only when it is 0: token 0 has 3/4.",
+        flags,
+        rules,
+        toy_selection_scenario(),
+        1,
+        toy_selection_policy,
+    )
+    yield policy_case(
+        "toy-two-tokens",
+        "The toy policy over two tokens of the stream.",
+        flags,
+        rules,
+        toy_selection_scenario(),
+        2,
+        toy_selection_policy,
+    )
 
 
 def dspark_cases() -> Iterator[Case]:
     rules = ("R36", "R37")
     published = ("PUBLISHED_COUNTEREXAMPLE",)
-    yield policy_case("appendix-a-first-token", "Global selection: depth 2 after x_1 = 0 (S = 1.134), target-only "
-                      "after x_1 = 1 (S(0) = 1 beats 0.9 and 0.81): token 0 gets 9/20 instead of 3/10.",
-                      published + ("PREMATURE_READ", "SELECTION_BIAS"), rules, dspark_appendix_a_scenario(), 1,
-                      dspark_appendix_a_scheduler())
-    yield policy_case("appendix-a-two-tokens", "The appendix-A selection over two tokens of the stream.",
-                      published + ("PREMATURE_READ", "SELECTION_BIAS"), rules, dspark_appendix_a_scenario(), 2,
-                      dspark_appendix_a_scheduler())
-    yield policy_case("appendix-a-mirrored-first-token", "The mirrored reading: the admitted x_1 = 0 has p = 7/10 > "
-                      "q = 1/2, so it is always accepted: token 0 gets 17/20 instead of 7/10.",
-                      published + ("PREMATURE_READ", "SELECTION_BIAS"), rules, dspark_appendix_a_mirrored_scenario(), 1,
-                      dspark_appendix_a_scheduler())
-    yield policy_case("appendix-a-mirrored-two-tokens", "The mirrored appendix-A selection over two tokens.",
-                      published + ("PREMATURE_READ", "SELECTION_BIAS"), rules, dspark_appendix_a_mirrored_scenario(), 2,
-                      dspark_appendix_a_scheduler())
-    yield policy_case("prefix-scan-appendix-a", "The prefix scan on the same numbers breaks at depth 1 "
-                      "(0.9 < 1): target-only every round.", published + ("EARLY_STOP_SCAN",), rules,
-                      dspark_appendix_a_scenario(), 2, prefix_scheduler(DSPARK_SPS))
-    yield policy_case("prefix-scan-light-load", "The prefix scan with position confidences under a lighter load "
-                      "admits two drafts; it reads c_1..c_i only.", ("EARLY_STOP_SCAN", "MEASURABLE_ADAPTIVE"),
-                      rules, sampled_confidence_scenario(), 3, prefix_scheduler(LIGHT_LOAD_SPS))
-    yield policy_case("prefix-scan-sampled-confidence", "The prefix scan scored by the sampled tokens' q(x_i): "
-                      "reads t_i before admitting i; token 0 gets 5/8 instead of 1/2.",
-                      ("EARLY_STOP_SCAN", "PREMATURE_READ", "SELECTION_BIAS"), rules, sampled_confidence_scenario(), 3,
-                      prefix_scheduler(LIGHT_LOAD_SPS, sampled_token_confidence=True))
+    yield policy_case(
+        "appendix-a-first-token",
+        "Global selection: depth 2 after x_1 = 0 (S = 1.134), target-only "
+        "after x_1 = 1 (S(0) = 1 beats 0.9 and 0.81): token 0 gets 9/20 instead of 3/10.",
+        published + ("PREMATURE_READ", "SELECTION_BIAS"),
+        rules,
+        dspark_appendix_a_scenario(),
+        1,
+        dspark_appendix_a_scheduler(),
+    )
+    yield policy_case(
+        "appendix-a-two-tokens",
+        "The appendix-A selection over two tokens of the stream.",
+        published + ("PREMATURE_READ", "SELECTION_BIAS"),
+        rules,
+        dspark_appendix_a_scenario(),
+        2,
+        dspark_appendix_a_scheduler(),
+    )
+    yield policy_case(
+        "appendix-a-mirrored-first-token",
+        "The mirrored reading: the admitted x_1 = 0 has p = 7/10 > "
+        "q = 1/2, so it is always accepted: token 0 gets 17/20 instead of 7/10.",
+        published + ("PREMATURE_READ", "SELECTION_BIAS"),
+        rules,
+        dspark_appendix_a_mirrored_scenario(),
+        1,
+        dspark_appendix_a_scheduler(),
+    )
+    yield policy_case(
+        "appendix-a-mirrored-two-tokens",
+        "The mirrored appendix-A selection over two tokens.",
+        published + ("PREMATURE_READ", "SELECTION_BIAS"),
+        rules,
+        dspark_appendix_a_mirrored_scenario(),
+        2,
+        dspark_appendix_a_scheduler(),
+    )
+    yield policy_case(
+        "prefix-scan-appendix-a",
+        "The prefix scan on the same numbers breaks at depth 1 (0.9 < 1): target-only every round.",
+        published + ("EARLY_STOP_SCAN",),
+        rules,
+        dspark_appendix_a_scenario(),
+        2,
+        prefix_scheduler(DSPARK_SPS),
+    )
+    yield policy_case(
+        "prefix-scan-light-load",
+        "The prefix scan with position confidences under a lighter load admits two drafts; it reads c_1..c_i only.",
+        ("EARLY_STOP_SCAN", "MEASURABLE_ADAPTIVE"),
+        rules,
+        sampled_confidence_scenario(),
+        3,
+        prefix_scheduler(LIGHT_LOAD_SPS),
+    )
+    yield policy_case(
+        "prefix-scan-sampled-confidence",
+        "The prefix scan scored by the sampled tokens' q(x_i): "
+        "reads t_i before admitting i; token 0 gets 5/8 instead of 1/2.",
+        ("EARLY_STOP_SCAN", "PREMATURE_READ", "SELECTION_BIAS"),
+        rules,
+        sampled_confidence_scenario(),
+        3,
+        prefix_scheduler(LIGHT_LOAD_SPS, sampled_token_confidence=True),
+    )
 
 
 def invalid_case(name: str, comment: str, table: PolicyTable) -> Case:
     case_input = scenario_input(toy_selection_scenario(), 1, table)
     expected = solve(case_input)
     assert expected == {"error": "BAD_POLICY"}, f"invalid case {name} was accepted by the spec"
-    return Case(name=name, comment=comment, rules=("R36",), flags=("MALFORMED_POLICY",), result="invalid",
-                input=case_input, expected=expected)
+    return Case(
+        name=name,
+        comment=comment,
+        rules=("R36",),
+        flags=("MALFORMED_POLICY",),
+        result="invalid",
+        input=case_input,
+        expected=expected,
+    )
 
 
 def invalid_cases() -> Iterator[Case]:
     every_context = row_keys(2)
-    yield invalid_case("missing-decision", "Step 1 reads x1 but decides only for x_1 = 0; x_1 = 1 is reached.",
-                       PolicyTable((TableStep(1, ("x1",), {k: {"0": ADMIT} for k in every_context}),)))
-    yield invalid_case("step-misnumbered", "The only entry is numbered step 2.",
-                       PolicyTable((TableStep(2, (), {k: {"": ADMIT} for k in every_context}),)))
-    yield invalid_case("prefix-key-too-long", "Step 1 reads nothing but keys its decision by a token.",
-                       PolicyTable((TableStep(1, (), {k: {"0": ADMIT, "1": STOP} for k in every_context}),)))
-    yield invalid_case("past-maximum-depth", "Two entries where a round holds one draft.",
-                       PolicyTable(tuple(TableStep(i, (), {k: {"": ADMIT} for k in every_context}) for i in (1, 2))))
+    yield invalid_case(
+        "missing-decision",
+        "Step 1 reads x1 but decides only for x_1 = 0; x_1 = 1 is reached.",
+        PolicyTable((TableStep(1, ("x1",), {k: {"0": ADMIT} for k in every_context}),)),
+    )
+    yield invalid_case(
+        "step-misnumbered",
+        "The only entry is numbered step 2.",
+        PolicyTable((TableStep(2, (), {k: {"": ADMIT} for k in every_context}),)),
+    )
+    yield invalid_case(
+        "prefix-key-too-long",
+        "Step 1 reads nothing but keys its decision by a token.",
+        PolicyTable((TableStep(1, (), {k: {"0": ADMIT, "1": STOP} for k in every_context}),)),
+    )
+    yield invalid_case(
+        "past-maximum-depth",
+        "Two entries where a round holds one draft.",
+        PolicyTable(tuple(TableStep(i, (), {k: {"": ADMIT} for k in every_context}) for i in (1, 2))),
+    )
 
 
 def build() -> Iterator[Group]:
-    yield Group("fixed_depth", "Depths fixed before sampling (R35): the target law exactly.", ("R35",),
-                list(fixed_depth_cases()))
+    yield Group(
+        "fixed_depth",
+        "Depths fixed before sampling (R35): the target law exactly.",
+        ("R35",),
+        list(fixed_depth_cases()),
+    )
     yield Group("sequential", "Adaptive policies, measurable or not (R36).", ("R36",), list(sequential_cases()))
     yield Group("toy_selection", "The toy selection-bias regression (R38).", ("R36", "R38"), list(toy_cases()))
     yield Group("dspark", "DSpark v1 appendix A and the prefix scan (R37).", ("R36", "R37"), list(dspark_cases()))
@@ -279,24 +461,26 @@ def build() -> Iterator[Group]:
 KEYS = {"pattern": r"^(?:[0-9]+)?$"}
 TOKENS = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}
 LAW = {"type": "array", "items": closed({"tokens": TOKENS, "probability": {"$ref": "#/$defs/rational"}})}
-STEP = closed({
-    "step": {"type": "integer", "minimum": 1},
-    "reads": {"type": "array", "items": {"type": "string", "pattern": r"^[xct][1-9][0-9]*$"}, "uniqueItems": True},
-    "decisions": {
-        "type": "object",
-        "propertyNames": KEYS,
-        "additionalProperties": {
+STEP = closed(
+    {
+        "step": {"type": "integer", "minimum": 1},
+        "reads": {"type": "array", "items": {"type": "string", "pattern": r"^[xct][1-9][0-9]*$"}, "uniqueItems": True},
+        "decisions": {
             "type": "object",
-            "propertyNames": {"pattern": r"^(?:[0-9]+(?:,[0-9]+)*)?$"},
-            "additionalProperties": {"enum": [ADMIT, STOP]},
+            "propertyNames": KEYS,
+            "additionalProperties": {
+                "type": "object",
+                "propertyNames": {"pattern": r"^(?:[0-9]+(?:,[0-9]+)*)?$"},
+                "additionalProperties": {"enum": [ADMIT, STOP]},
+            },
         },
-    },
-})
+    }
+)
 
 FAMILY = Family(
     name="admission",
     description="Depth-admission policies as decision tables, audited exactly: the emitted law beside the target "
-                "law, and every read that encodes a draft before its admission.",
+    "law, and every read that encodes a draft before its admission.",
     rules=RULES,
     notes=NOTES,
     build=build,
@@ -318,18 +502,30 @@ FAMILY = Family(
                     "law": LAW,
                     "target": LAW,
                     "tv": {"$ref": "#/$defs/rational"},
-                    "moved": {"type": "array", "items": closed({
-                        "tokens": TOKENS, "law": {"$ref": "#/$defs/rational"}, "target": {"$ref": "#/$defs/rational"},
-                    })},
+                    "moved": {
+                        "type": "array",
+                        "items": closed(
+                            {
+                                "tokens": TOKENS,
+                                "law": {"$ref": "#/$defs/rational"},
+                                "target": {"$ref": "#/$defs/rational"},
+                            }
+                        ),
+                    },
                     "first_token_law": RATIONALS,
                     "first_token_target": RATIONALS,
                     "first_token_tv": {"$ref": "#/$defs/rational"},
-                    "peeks": {"type": "array", "items": closed({
-                        "round": {"type": "integer", "minimum": 1},
-                        "step": {"type": "integer", "minimum": 1},
-                        "read": {"type": "string", "pattern": r"^[xct][1-9][0-9]*$"},
-                        "probability": {"$ref": "#/$defs/rational"},
-                    })},
+                    "peeks": {
+                        "type": "array",
+                        "items": closed(
+                            {
+                                "round": {"type": "integer", "minimum": 1},
+                                "step": {"type": "integer", "minimum": 1},
+                                "read": {"type": "string", "pattern": r"^[xct][1-9][0-9]*$"},
+                                "probability": {"$ref": "#/$defs/rational"},
+                            }
+                        ),
+                    },
                     "lossless": {"type": "boolean"},
                     "measurable": {"type": "boolean"},
                 }

@@ -31,11 +31,11 @@ from qconform.generators.encoding import (
     f64_bits,
 )
 from qconform.generators.registry import Case, Family, FuzzHooks, Group, Labels, Note
-from qconform.generators.schemas import closed_object as closed
 from qconform.generators.schemas import blob_schema
+from qconform.generators.schemas import closed_object as closed
 from qconform.spec.allocation import allocate_dense
 from qconform.spec.allocation_fp64 import allocate_dense_fp64, fp64_row_error_bound, fp64_row_may_differ
-from qconform.spec.constants import M, VOCAB
+from qconform.spec.constants import VOCAB, M
 from qconform.spec.errors import SpecError, refuse
 from qconform.spec.floats import F32_MAX, F32_NEG_INF, round_to_f32
 from qconform.spec.weights import weights_from_f32, weights_from_f64, weights_from_logits
@@ -229,8 +229,9 @@ def fp64_fields(weight_bits: list[int], dtype: str, weights: Sequence[Fraction],
     }
 
 
-def numeric_flags(flags: tuple[str, ...], expected: dict, fp64_counts: list[int] | None,
-                  exact_counts: list[int]) -> tuple[str, ...]:
+def numeric_flags(
+    flags: tuple[str, ...], expected: dict, fp64_counts: list[int] | None, exact_counts: list[int]
+) -> tuple[str, ...]:
     """``flags`` plus EXACT_TIE, FP64_DIFFERS or FP64_NEAR_TIE, from the answer's tie gap
     and ``fp64_may_differ`` and from running the FP64 recipe; a divergence outside the
     theorem's bound is a generator error."""
@@ -348,94 +349,186 @@ def uniform_logits(rng: random.Random, size: int, bound: int) -> list[float]:
 
 def basic_cases() -> Iterator[Case]:
     rng = random.Random(0xA11D)
-    yield dense_case("uniform-v3", "Three equal weights: M/3 each, the single ticket goes to token 0.",
-                     ("UNIFORM",), RowSource.f32([1.0] * 3))
-    yield dense_case("uniform-v6", "Six equal weights: four tickets go to tokens 0-3.",
-                     ("UNIFORM",), RowSource.f32([0.5] * 6))
+    yield dense_case(
+        "uniform-v3",
+        "Three equal weights: M/3 each, the single ticket goes to token 0.",
+        ("UNIFORM",),
+        RowSource.f32([1.0] * 3),
+    )
+    yield dense_case(
+        "uniform-v6", "Six equal weights: four tickets go to tokens 0-3.", ("UNIFORM",), RowSource.f32([0.5] * 6)
+    )
     yield dense_case("uniform-v1000", "1000 equal weights.", ("UNIFORM",), RowSource.f32([3.0] * 1000))
-    yield dense_case("dominant-v16", "One token has weight 1, fifteen have 2^-30.", ("DOMINANT_TOKEN", "FLOOR_TO_ZERO"),
-                     RowSource.f32([2.0**-30] * 7 + [1.0] + [2.0**-30] * 8))
+    yield dense_case(
+        "dominant-v16",
+        "One token has weight 1, fifteen have 2^-30.",
+        ("DOMINANT_TOKEN", "FLOOR_TO_ZERO"),
+        RowSource.f32([2.0**-30] * 7 + [1.0] + [2.0**-30] * 8),
+    )
     yield dense_case("random-v64", "Random positive weights.", ("RANDOM_ROW",), RowSource.f32(log_uniform(rng, 64, 12)))
-    yield dense_case("random-v257-zeros", "Random weights, a third of them zero.", ("RANDOM_ROW",),
-                     RowSource.f32([0.0 if rng.random() < 1 / 3 else rng.uniform(0, 4) for _ in range(257)]))
-    yield dense_case("negative-zero", "-0.0 weights are zero: count 0.", ("NEGATIVE_ZERO",),
-                     RowSource.f32([-0.0, 1.0, -0.0, 3.0]))
+    yield dense_case(
+        "random-v257-zeros",
+        "Random weights, a third of them zero.",
+        ("RANDOM_ROW",),
+        RowSource.f32([0.0 if rng.random() < 1 / 3 else rng.uniform(0, 4) for _ in range(257)]),
+    )
+    yield dense_case(
+        "negative-zero", "-0.0 weights are zero: count 0.", ("NEGATIVE_ZERO",), RowSource.f32([-0.0, 1.0, -0.0, 3.0])
+    )
 
 
 def tie_cases() -> Iterator[Case]:
-    yield dense_case("pair-tie", "Weights 1, 1, 1, 2, 2: the fractional parts of the equal pairs tie.",
-                     (), RowSource.f32([1.0, 1.0, 1.0, 2.0, 2.0]))
-    yield dense_case("tie-high-ids", "Equal weights at the highest IDs compete with a lower-ID tie partner.",
-                     (), RowSource.f32([7.0, 5.0, 5.0, 1.0, 5.0, 5.0]))
+    yield dense_case(
+        "pair-tie",
+        "Weights 1, 1, 1, 2, 2: the fractional parts of the equal pairs tie.",
+        (),
+        RowSource.f32([1.0, 1.0, 1.0, 2.0, 2.0]),
+    )
+    yield dense_case(
+        "tie-high-ids",
+        "Equal weights at the highest IDs compete with a lower-ID tie partner.",
+        (),
+        RowSource.f32([7.0, 5.0, 5.0, 1.0, 5.0, 5.0]),
+    )
     rng = random.Random(0x71E)
     row = log_uniform(rng, 40, 9)
     row[31] = row[3]
     row[17] = row[9]
-    yield dense_case("random-with-duplicates", "Random weights with two duplicated values.", ("RANDOM_ROW",),
-                     RowSource.f32(row))
+    yield dense_case(
+        "random-with-duplicates", "Random weights with two duplicated values.", ("RANDOM_ROW",), RowSource.f32(row)
+    )
 
 
 def fp64_cases() -> Iterator[Case]:
     for index, bits in enumerate(fp64_flip_rows(0xF64F11, 3, larger_first=True)):
-        yield dense_case(f"fp64-flip-{index}",
-                         "Near-tie below FP64 resolution: FP64 sees an exact tie and picks the lower ID; "
-                         "exactly, the higher-ID token has the larger fractional part.", (), RowSource("f32", bits))
+        yield dense_case(
+            f"fp64-flip-{index}",
+            "Near-tie below FP64 resolution: FP64 sees an exact tie and picks the lower ID; "
+            "exactly, the higher-ID token has the larger fractional part.",
+            (),
+            RowSource("f32", bits),
+        )
     for index, bits in enumerate(fp64_flip_rows(0xF64A6E, 2, larger_first=False)):
-        yield dense_case(f"fp64-near-tie-agrees-{index}",
-                         "The same near-tie construction, ordered so that FP64's ID tie break agrees.", (),
-                         RowSource("f32", bits))
+        yield dense_case(
+            f"fp64-near-tie-agrees-{index}",
+            "The same near-tie construction, ordered so that FP64's ID tie break agrees.",
+            (),
+            RowSource("f32", bits),
+        )
 
 
 def edge_cases() -> Iterator[Case]:
     yield dense_case("support-1-v1", "A one-token row.", ("SINGLE_SUPPORT",), RowSource.f32([0.25]))
-    yield dense_case("support-1-v9", "One positive weight among zeros.", ("SINGLE_SUPPORT",),
-                     RowSource.f32([0.0] * 5 + [2.0**-100] + [0.0] * 3))
-    yield dense_case("floor-to-zero", "Tiny weights beside large ones: quotas below 1, most get count 0.",
-                     ("FLOOR_TO_ZERO",), RowSource.f32([1.0, 2.0**-25, 3 * 2.0**-26, 2.0**-40, 0.5, 2.0**-24, 2.0**-23]))
-    yield dense_case("subnormal-only", "Only subnormal weights (exact values, no flush to zero).",
-                     ("SUBNORMAL_WEIGHTS",), RowSource("f32", [0x00000001, 0x00000002, 0x00000003, 0x007FFFFF, 0x00400000]))
-    yield dense_case("subnormal-beside-normal", "Subnormal weights beside normal ones floor to zero.",
-                     ("SUBNORMAL_WEIGHTS", "FLOOR_TO_ZERO"), RowSource("f32", [0x00000001, 0x3F800000, 0x007FFFFF, 0x00800000]))
-    yield dense_case("fp32-max-uniform", "Four weights at the FP32 maximum: an FP32 sum overflows.",
-                     ("FP32_MAX_WEIGHTS", "UNIFORM"), RowSource("f32", [F32_MAX] * 4))
-    yield dense_case("fp32-max-mixed", "Weights near the FP32 maximum with a small one.",
-                     ("FP32_MAX_WEIGHTS", "FLOOR_TO_ZERO"), RowSource.f32([3.0e38, 1.0, 2.5e38, 1.5e38]))
+    yield dense_case(
+        "support-1-v9",
+        "One positive weight among zeros.",
+        ("SINGLE_SUPPORT",),
+        RowSource.f32([0.0] * 5 + [2.0**-100] + [0.0] * 3),
+    )
+    yield dense_case(
+        "floor-to-zero",
+        "Tiny weights beside large ones: quotas below 1, most get count 0.",
+        ("FLOOR_TO_ZERO",),
+        RowSource.f32([1.0, 2.0**-25, 3 * 2.0**-26, 2.0**-40, 0.5, 2.0**-24, 2.0**-23]),
+    )
+    yield dense_case(
+        "subnormal-only",
+        "Only subnormal weights (exact values, no flush to zero).",
+        ("SUBNORMAL_WEIGHTS",),
+        RowSource("f32", [0x00000001, 0x00000002, 0x00000003, 0x007FFFFF, 0x00400000]),
+    )
+    yield dense_case(
+        "subnormal-beside-normal",
+        "Subnormal weights beside normal ones floor to zero.",
+        ("SUBNORMAL_WEIGHTS", "FLOOR_TO_ZERO"),
+        RowSource("f32", [0x00000001, 0x3F800000, 0x007FFFFF, 0x00800000]),
+    )
+    yield dense_case(
+        "fp32-max-uniform",
+        "Four weights at the FP32 maximum: an FP32 sum overflows.",
+        ("FP32_MAX_WEIGHTS", "UNIFORM"),
+        RowSource("f32", [F32_MAX] * 4),
+    )
+    yield dense_case(
+        "fp32-max-mixed",
+        "Weights near the FP32 maximum with a small one.",
+        ("FP32_MAX_WEIGHTS", "FLOOR_TO_ZERO"),
+        RowSource.f32([3.0e38, 1.0, 2.5e38, 1.5e38]),
+    )
 
 
 def fp64_weight_cases() -> Iterator[Case]:
     rng = random.Random(0xF640)
-    yield dense_case("f64-random-v32", "Random FP64 weights with full 53-bit significands.", ("FP64_WEIGHTS", "RANDOM_ROW"),
-                     RowSource.f64([rng.uniform(0.0, 1.0) for _ in range(32)]))
-    yield dense_case("f64-not-f32", "FP64 weights that differ from their FP32 roundings: 1 + 2^-40 vs 1.",
-                     ("FP64_WEIGHTS",), RowSource.f64([1.0 + 2.0**-40, 1.0, 1.0]))
-    yield dense_case("f64-subnormal", "FP64 subnormal weights beside 2^-1000.", ("FP64_WEIGHTS", "SUBNORMAL_WEIGHTS"),
-                     RowSource.f64([5e-324, 2.0**-1000, 1e-310, 2.0**-1000]))
-    yield dense_case("f64-sum-overflow", "FP64 weights near the FP64 maximum: the FP64 sum overflows.",
-                     ("FP64_WEIGHTS", "FP64_SUM_OVERFLOW"), RowSource.f64([1.5e308, 1.0e308, 1.0, 0.5e308]))
+    yield dense_case(
+        "f64-random-v32",
+        "Random FP64 weights with full 53-bit significands.",
+        ("FP64_WEIGHTS", "RANDOM_ROW"),
+        RowSource.f64([rng.uniform(0.0, 1.0) for _ in range(32)]),
+    )
+    yield dense_case(
+        "f64-not-f32",
+        "FP64 weights that differ from their FP32 roundings: 1 + 2^-40 vs 1.",
+        ("FP64_WEIGHTS",),
+        RowSource.f64([1.0 + 2.0**-40, 1.0, 1.0]),
+    )
+    yield dense_case(
+        "f64-subnormal",
+        "FP64 subnormal weights beside 2^-1000.",
+        ("FP64_WEIGHTS", "SUBNORMAL_WEIGHTS"),
+        RowSource.f64([5e-324, 2.0**-1000, 1e-310, 2.0**-1000]),
+    )
+    yield dense_case(
+        "f64-sum-overflow",
+        "FP64 weights near the FP64 maximum: the FP64 sum overflows.",
+        ("FP64_WEIGHTS", "FP64_SUM_OVERFLOW"),
+        RowSource.f64([1.5e308, 1.0e308, 1.0, 0.5e308]),
+    )
 
 
 def logit_cases() -> Iterator[Case]:
     rng = random.Random(0x1061)
-    yield dense_case("logits-v8-t1", "Random logits at T = 1.", ("LOGIT_PIPELINE",),
-                     RowSource.logits(uniform_logits(rng, 8, 4), 1.0))
-    yield dense_case("logits-ties-t0.7", "Equal logits give equal weights: an exact tie at T = 0.7.",
-                     ("LOGIT_PIPELINE",), RowSource.logits([1.5, 0.25, 1.5, 1.5, -3.0], 0.7))
+    yield dense_case(
+        "logits-v8-t1", "Random logits at T = 1.", ("LOGIT_PIPELINE",), RowSource.logits(uniform_logits(rng, 8, 4), 1.0)
+    )
+    yield dense_case(
+        "logits-ties-t0.7",
+        "Equal logits give equal weights: an exact tie at T = 0.7.",
+        ("LOGIT_PIPELINE",),
+        RowSource.logits([1.5, 0.25, 1.5, 1.5, -3.0], 0.7),
+    )
     logits = uniform_logits(rng, 32, 6)
     for v in (0, 5, 6, 31):
         logits[v] = -math.inf
-    yield dense_case("logits-masked", "Four -inf masks, including the first and last IDs.",
-                     ("LOGIT_PIPELINE", "MASKED_LOGITS"), RowSource.logits(logits, 1.3))
-    yield dense_case("logits-one-unmasked", "Every logit but one is -inf: that token gets M.",
-                     ("LOGIT_PIPELINE", "MASKED_LOGITS", "SINGLE_SUPPORT"),
-                     RowSource("logits", [F32_NEG_INF] * 6 + [f32_bits(-7.5)] + [F32_NEG_INF], f32_bits(1.0)))
-    yield dense_case("logits-overflow-to-mask", "T = 2^-140: every negative logit / T overflows to -inf.",
-                     ("LOGIT_PIPELINE", "OVERFLOW_TO_MASK", "SINGLE_SUPPORT"),
-                     RowSource.logits([-1.0, 0.0, -0.5, -2.0], 2.0**-140))
-    yield dense_case("logits-underflow", "Logits spread over 200 at T = 1: many weights round to 0 or subnormals.",
-                     ("LOGIT_PIPELINE", "FLOOR_TO_ZERO", "SUBNORMAL_WEIGHTS"),
-                     RowSource.logits([-float(i) * 1.7 for i in range(64)], 1.0))
-    yield dense_case("logits-v4096", "4096 random logits at T = 0.9.", ("LOGIT_PIPELINE", "RANDOM_ROW"),
-                     RowSource.logits(uniform_logits(rng, 4096, 5), 0.9))
+    yield dense_case(
+        "logits-masked",
+        "Four -inf masks, including the first and last IDs.",
+        ("LOGIT_PIPELINE", "MASKED_LOGITS"),
+        RowSource.logits(logits, 1.3),
+    )
+    yield dense_case(
+        "logits-one-unmasked",
+        "Every logit but one is -inf: that token gets M.",
+        ("LOGIT_PIPELINE", "MASKED_LOGITS", "SINGLE_SUPPORT"),
+        RowSource("logits", [F32_NEG_INF] * 6 + [f32_bits(-7.5)] + [F32_NEG_INF], f32_bits(1.0)),
+    )
+    yield dense_case(
+        "logits-overflow-to-mask",
+        "T = 2^-140: every negative logit / T overflows to -inf.",
+        ("LOGIT_PIPELINE", "OVERFLOW_TO_MASK", "SINGLE_SUPPORT"),
+        RowSource.logits([-1.0, 0.0, -0.5, -2.0], 2.0**-140),
+    )
+    yield dense_case(
+        "logits-underflow",
+        "Logits spread over 200 at T = 1: many weights round to 0 or subnormals.",
+        ("LOGIT_PIPELINE", "FLOOR_TO_ZERO", "SUBNORMAL_WEIGHTS"),
+        RowSource.logits([-float(i) * 1.7 for i in range(64)], 1.0),
+    )
+    yield dense_case(
+        "logits-v4096",
+        "4096 random logits at T = 0.9.",
+        ("LOGIT_PIPELINE", "RANDOM_ROW"),
+        RowSource.logits(uniform_logits(rng, 4096, 5), 0.9),
+    )
 
 
 def production_row(seed: int) -> list[int]:
@@ -447,20 +540,36 @@ PRODUCTION_SEED = 0x129280
 
 
 def production_cases() -> Iterator[Case]:
-    yield dense_case("v129280-softmax", "Softmax-like weights over the production vocabulary.",
-                     ("PRODUCTION_VOCAB", "RANDOM_ROW"), RowSource("f32", production_row(PRODUCTION_SEED)))
-    yield dense_case("v129280-uniform", "Uniform weights over V = 129280: M mod V = 100096 tickets go to IDs 0..100095.",
-                     ("PRODUCTION_VOCAB", "UNIFORM"), RowSource.f32([1.0] * VOCAB))
+    yield dense_case(
+        "v129280-softmax",
+        "Softmax-like weights over the production vocabulary.",
+        ("PRODUCTION_VOCAB", "RANDOM_ROW"),
+        RowSource("f32", production_row(PRODUCTION_SEED)),
+    )
+    yield dense_case(
+        "v129280-uniform",
+        "Uniform weights over V = 129280: M mod V = 100096 tickets go to IDs 0..100095.",
+        ("PRODUCTION_VOCAB", "UNIFORM"),
+        RowSource.f32([1.0] * VOCAB),
+    )
 
 
 def build() -> Iterator[Group]:
     yield Group("basic", "Uniform, dominant and random rows.", RULES, list(basic_cases()))
     yield Group("exact_ties", "Fractional parts that tie exactly, decided by the lowest ID.", RULES, list(tie_cases()))
-    yield Group("fp64_near_ties", "Near-ties below FP64 resolution, found by a deterministic search; exact is normative.",
-                RULES, list(fp64_cases()))
-    yield Group("edges", "Single support, floors to zero, subnormal and FP32-maximum weights.", RULES, list(edge_cases()))
+    yield Group(
+        "fp64_near_ties",
+        "Near-ties below FP64 resolution, found by a deterministic search; exact is normative.",
+        RULES,
+        list(fp64_cases()),
+    )
+    yield Group(
+        "edges", "Single support, floors to zero, subnormal and FP32-maximum weights.", RULES, list(edge_cases())
+    )
     yield Group("fp64_weights", "FP64 input weights.", RULES, list(fp64_weight_cases()))
-    yield Group("logits", "Weights from logits and a draft temperature (R05), masks included.", RULES, list(logit_cases()))
+    yield Group(
+        "logits", "Weights from logits and a draft temperature (R05), masks included.", RULES, list(logit_cases())
+    )
     yield Group("production_vocab", "Rows over V = 129280.", RULES, list(production_cases()))
 
 

@@ -88,50 +88,104 @@ def invalid_case(name: str, comment: str, flags: tuple[str, ...], source: RowSou
     case_input = source.input_json() if k is None else {**source.input_json(), "k": k}
     expected = solve(case_input)
     assert set(expected) == {"error"}, f"invalid case {name} was accepted by the spec"
-    return Case(name=name, comment=comment, rules=(ERROR_CODES[expected["error"]][0],), flags=flags,
-                input=case_input, expected=expected, result="invalid")
+    return Case(
+        name=name,
+        comment=comment,
+        rules=(ERROR_CODES[expected["error"]][0],),
+        flags=flags,
+        input=case_input,
+        expected=expected,
+        result="invalid",
+    )
 
 
 def weight_cases() -> Iterator[Case]:
-    yield invalid_case("nan-weight-f32", "A NaN among FP32 weights.", ("NON_FINITE_WEIGHT",),
-                       RowSource.f32([1.0, NAN, 2.0]))
-    yield invalid_case("nan-weight-f64", "A NaN among FP64 weights.", ("NON_FINITE_WEIGHT",),
-                       RowSource("f64", [0x3FF0000000000000, F64_NAN]))
+    yield invalid_case(
+        "nan-weight-f32", "A NaN among FP32 weights.", ("NON_FINITE_WEIGHT",), RowSource.f32([1.0, NAN, 2.0])
+    )
+    yield invalid_case(
+        "nan-weight-f64",
+        "A NaN among FP64 weights.",
+        ("NON_FINITE_WEIGHT",),
+        RowSource("f64", [0x3FF0000000000000, F64_NAN]),
+    )
     yield invalid_case("pos-inf-weight", "A +inf weight.", ("NON_FINITE_WEIGHT",), RowSource.f32([1.0, 2.0, INF]))
     yield invalid_case("negative-weight", "A weight of -1.", ("NEGATIVE_WEIGHT",), RowSource.f32([1.0, -1.0, 2.0]))
-    yield invalid_case("negative-subnormal-weight", "The negative subnormal -2^-149.", ("NEGATIVE_WEIGHT",),
-                       RowSource("f32", [0x3F800000, F32_SIGN | 1]))
-    yield invalid_case("neg-inf-weight-f32", "-inf given as a weight (masks are logits only).", ("NEGATIVE_WEIGHT",),
-                       RowSource("f32", [0x3F800000, F32_NEG_INF]))
-    yield invalid_case("neg-inf-weight-f64", "-inf given as an FP64 weight.", ("NEGATIVE_WEIGHT",),
-                       RowSource("f64", [F64_NEG_INF, 0x3FF0000000000000]))
+    yield invalid_case(
+        "negative-subnormal-weight",
+        "The negative subnormal -2^-149.",
+        ("NEGATIVE_WEIGHT",),
+        RowSource("f32", [0x3F800000, F32_SIGN | 1]),
+    )
+    yield invalid_case(
+        "neg-inf-weight-f32",
+        "-inf given as a weight (masks are logits only).",
+        ("NEGATIVE_WEIGHT",),
+        RowSource("f32", [0x3F800000, F32_NEG_INF]),
+    )
+    yield invalid_case(
+        "neg-inf-weight-f64",
+        "-inf given as an FP64 weight.",
+        ("NEGATIVE_WEIGHT",),
+        RowSource("f64", [F64_NEG_INF, 0x3FF0000000000000]),
+    )
     yield invalid_case("zero-mass", "All weights +0.0.", ("ZERO_MASS",), RowSource.f32([0.0] * 5))
-    yield invalid_case("zero-mass-negative-zeros", "All weights -0.0.", ("ZERO_MASS",), RowSource("f32", [F32_SIGN] * 3))
+    yield invalid_case(
+        "zero-mass-negative-zeros", "All weights -0.0.", ("ZERO_MASS",), RowSource("f32", [F32_SIGN] * 3)
+    )
     yield invalid_case("empty-row", "No weights at all.", ("EMPTY_ROW",), RowSource("f32", []))
-    yield invalid_case("priority-negative-before-nan", "A negative weight at ID 0 and a NaN at ID 2: NAN_WEIGHT.",
-                       ("REFUSAL_PRIORITY", "NON_FINITE_WEIGHT", "NEGATIVE_WEIGHT"), RowSource.f32([-1.0, 1.0, NAN]))
-    yield invalid_case("priority-negative-before-inf", "A negative weight at ID 0 and +inf at ID 1: POS_INF_WEIGHT.",
-                       ("REFUSAL_PRIORITY", "NON_FINITE_WEIGHT", "NEGATIVE_WEIGHT"), RowSource.f32([-2.0, INF]))
+    yield invalid_case(
+        "priority-negative-before-nan",
+        "A negative weight at ID 0 and a NaN at ID 2: NAN_WEIGHT.",
+        ("REFUSAL_PRIORITY", "NON_FINITE_WEIGHT", "NEGATIVE_WEIGHT"),
+        RowSource.f32([-1.0, 1.0, NAN]),
+    )
+    yield invalid_case(
+        "priority-negative-before-inf",
+        "A negative weight at ID 0 and +inf at ID 1: POS_INF_WEIGHT.",
+        ("REFUSAL_PRIORITY", "NON_FINITE_WEIGHT", "NEGATIVE_WEIGHT"),
+        RowSource.f32([-2.0, INF]),
+    )
 
 
 def logit_cases() -> Iterator[Case]:
     yield invalid_case("nan-logit", "A NaN logit.", ("BAD_LOGIT",), RowSource.logits([0.0, NAN, 1.0], 1.0))
     yield invalid_case("pos-inf-logit", "A +inf logit.", ("BAD_LOGIT",), RowSource.logits([0.0, INF, 1.0], 1.0))
-    yield invalid_case("logit-overflow-pos-inf", "3e38 / 0.5 overflows FP32 to +inf.", ("BAD_LOGIT",),
-                       RowSource.logits([3.0e38, 1.0], 0.5))
-    yield invalid_case("all-masked", "Every logit is -inf.", ("ALL_MASKED",), RowSource("logits", [F32_NEG_INF] * 4, f32_bits(1.0)))
-    yield invalid_case("all-overflow-to-neg-inf", "-3e38 / 0.5 overflows FP32 to -inf for both tokens: ALL_MASKED in "
-                       "the stated FP32 order, though the exact softmax is uniform.", ("ALL_MASKED",),
-                       RowSource.logits([-3.0e38, -3.0e38], 0.5))
+    yield invalid_case(
+        "logit-overflow-pos-inf",
+        "3e38 / 0.5 overflows FP32 to +inf.",
+        ("BAD_LOGIT",),
+        RowSource.logits([3.0e38, 1.0], 0.5),
+    )
+    yield invalid_case(
+        "all-masked", "Every logit is -inf.", ("ALL_MASKED",), RowSource("logits", [F32_NEG_INF] * 4, f32_bits(1.0))
+    )
+    yield invalid_case(
+        "all-overflow-to-neg-inf",
+        "-3e38 / 0.5 overflows FP32 to -inf for both tokens: ALL_MASKED in "
+        "the stated FP32 order, though the exact softmax is uniform.",
+        ("ALL_MASKED",),
+        RowSource.logits([-3.0e38, -3.0e38], 0.5),
+    )
     yield invalid_case("empty-logits", "No logits at all.", ("EMPTY_ROW",), RowSource("logits", [], f32_bits(1.0)))
-    yield invalid_case("priority-nan-before-inf", "+inf logit at ID 0, NaN at ID 1: NAN_LOGIT.",
-                       ("REFUSAL_PRIORITY", "BAD_LOGIT"), RowSource("logits", [F32_POS_INF, F32_QUIET_NAN], f32_bits(1.0)))
+    yield invalid_case(
+        "priority-nan-before-inf",
+        "+inf logit at ID 0, NaN at ID 1: NAN_LOGIT.",
+        ("REFUSAL_PRIORITY", "BAD_LOGIT"),
+        RowSource("logits", [F32_POS_INF, F32_QUIET_NAN], f32_bits(1.0)),
+    )
 
 
 def temperature_cases() -> Iterator[Case]:
     logits = [0.5, -1.0, 2.0]
-    for name, bits in (("zero", f32_bits(0.0)), ("negative-zero", F32_SIGN), ("negative", f32_bits(-0.7)),
-                       ("nan", F32_QUIET_NAN), ("pos-inf", F32_POS_INF), ("neg-inf", F32_NEG_INF)):
+    for name, bits in (
+        ("zero", f32_bits(0.0)),
+        ("negative-zero", F32_SIGN),
+        ("negative", f32_bits(-0.7)),
+        ("nan", F32_QUIET_NAN),
+        ("pos-inf", F32_POS_INF),
+        ("neg-inf", F32_NEG_INF),
+    ):
         source = RowSource("logits", [f32_bits(x) for x in logits], bits)
         yield invalid_case(f"temperature-{name}", f"Draft temperature {name}.", ("BAD_TEMPERATURE",), source)
 
@@ -151,8 +205,20 @@ def build() -> Iterator[Group]:
     yield Group("support_size", "Top-k sizes outside 1..V.", ("R07",), list(support_size_cases()))
 
 
-CODES = sorted({"NAN_WEIGHT", "POS_INF_WEIGHT", "NEGATIVE_WEIGHT", "ZERO_MASS", "EMPTY_ROW", "NAN_LOGIT",
-                "POS_INF_LOGIT", "ALL_MASKED", "BAD_TEMPERATURE", "BAD_SUPPORT_SIZE"})
+CODES = sorted(
+    {
+        "NAN_WEIGHT",
+        "POS_INF_WEIGHT",
+        "NEGATIVE_WEIGHT",
+        "ZERO_MASS",
+        "EMPTY_ROW",
+        "NAN_LOGIT",
+        "POS_INF_LOGIT",
+        "ALL_MASKED",
+        "BAD_TEMPERATURE",
+        "BAD_SUPPORT_SIZE",
+    }
+)
 K = {"type": "integer"}
 
 FAMILY = Family(

@@ -19,7 +19,6 @@ from qconform.generators.families.allocation_dense import (
     COUNT,
     FP64_FIELDS,
     LOGIT_FIELDS,
-    NOTES as DENSE_NOTES,
     PRODUCTION_SEED,
     ROW_INPUTS,
     RowSource,
@@ -35,9 +34,12 @@ from qconform.generators.families.allocation_dense import (
     run_fp64,
     uniform_logits,
 )
+from qconform.generators.families.allocation_dense import (
+    NOTES as DENSE_NOTES,
+)
 from qconform.generators.registry import Case, Family, FuzzHooks, Group, Labels, Note
-from qconform.generators.schemas import closed_object as closed
 from qconform.generators.schemas import blob_schema
+from qconform.generators.schemas import closed_object as closed
 from qconform.spec.allocation import allocate_sparse
 from qconform.spec.allocation_fp64 import allocate_dense_fp64, fp64_row_error_bound, fp64_sparse_may_differ
 from qconform.spec.errors import SpecError
@@ -49,8 +51,7 @@ if TYPE_CHECKING:
 
 RULES = ("R04", "R05", "R06", "R07")
 
-SHARED_NOTES = ("EXACT_TIE", "FP64_DIFFERS", "MASKED_LOGITS", "LOGIT_PIPELINE", "PRODUCTION_VOCAB",
-                "RANDOM_ROW")
+SHARED_NOTES = ("EXACT_TIE", "FP64_DIFFERS", "MASKED_LOGITS", "LOGIT_PIPELINE", "PRODUCTION_VOCAB", "RANDOM_ROW")
 
 NOTES = {
     **{name: DENSE_NOTES[name] for name in SHARED_NOTES},
@@ -142,26 +143,57 @@ def size_cases() -> Iterator[Case]:
     row = RowSource.f32(log_uniform(rng, 16, 9))
     yield sparse_case("k1-v16", "k = 1 over 16 random weights.", ("K_ONE", "RANDOM_ROW"), row, 1)
     yield sparse_case("k16-v16", "k = V = 16.", ("K_EQUALS_V", "RANDOM_ROW"), row, 16)
-    yield sparse_case("k8-v64", "k = 8 over 64 random weights.", ("RANDOM_ROW", "SUPPORT_NORMALIZATION"),
-                      RowSource.f32(log_uniform(rng, 64, 3)), 8)
-    yield sparse_case("k40-v300", "k = 40 over 300 random weights.", ("RANDOM_ROW",),
-                      RowSource.f32(log_uniform(rng, 300, 14)), 40)
+    yield sparse_case(
+        "k8-v64",
+        "k = 8 over 64 random weights.",
+        ("RANDOM_ROW", "SUPPORT_NORMALIZATION"),
+        RowSource.f32(log_uniform(rng, 64, 3)),
+        8,
+    )
+    yield sparse_case(
+        "k40-v300", "k = 40 over 300 random weights.", ("RANDOM_ROW",), RowSource.f32(log_uniform(rng, 300, 14)), 40
+    )
 
 
 def tie_cases() -> Iterator[Case]:
-    yield sparse_case("selection-tie", "Weights 5, 3, 3, 3, 1, 3 with k = 2: of the four 3s, ID 1 is selected.", (),
-                      RowSource.f32([5.0, 3.0, 3.0, 3.0, 1.0, 3.0]), 2)
-    yield sparse_case("selection-tie-high-first", "Ties at the k-th place where the tied IDs straddle a heavier token.",
-                      (), RowSource.f32([0.5, 2.0, 0.5, 4.0, 0.5, 0.5]), 3)
-    yield sparse_case("allocation-tie-in-support", "Three equal weights in a k = 3 support: the ticket goes to the lowest ID.",
-                      (), RowSource.f32([0.1, 2.0, 0.2, 2.0, 2.0, 0.3]), 3)
+    yield sparse_case(
+        "selection-tie",
+        "Weights 5, 3, 3, 3, 1, 3 with k = 2: of the four 3s, ID 1 is selected.",
+        (),
+        RowSource.f32([5.0, 3.0, 3.0, 3.0, 1.0, 3.0]),
+        2,
+    )
+    yield sparse_case(
+        "selection-tie-high-first",
+        "Ties at the k-th place where the tied IDs straddle a heavier token.",
+        (),
+        RowSource.f32([0.5, 2.0, 0.5, 4.0, 0.5, 0.5]),
+        3,
+    )
+    yield sparse_case(
+        "allocation-tie-in-support",
+        "Three equal weights in a k = 3 support: the ticket goes to the lowest ID.",
+        (),
+        RowSource.f32([0.1, 2.0, 0.2, 2.0, 2.0, 0.3]),
+        3,
+    )
 
 
 def drop_cases() -> Iterator[Case]:
-    yield sparse_case("support-floors-to-zero", "A support member of weight 2^-40 beside weight 1 gets count 0.",
-                      ("SUPPORT_FLOORS_TO_ZERO",), RowSource.f32([2.0**-40, 1.0, 2.0**-45, 0.5, 2.0**-41]), 3)
-    yield sparse_case("zero-weights-selected", "Two positive weights, k = 4: zero-weight IDs 0 and 2 fill the support.",
-                      ("ZERO_WEIGHT_SELECTED",), RowSource.f32([0.0, 2.0, 0.0, 1.0, 0.0]), 4)
+    yield sparse_case(
+        "support-floors-to-zero",
+        "A support member of weight 2^-40 beside weight 1 gets count 0.",
+        ("SUPPORT_FLOORS_TO_ZERO",),
+        RowSource.f32([2.0**-40, 1.0, 2.0**-45, 0.5, 2.0**-41]),
+        3,
+    )
+    yield sparse_case(
+        "zero-weights-selected",
+        "Two positive weights, k = 4: zero-weight IDs 0 and 2 fill the support.",
+        ("ZERO_WEIGHT_SELECTED",),
+        RowSource.f32([0.0, 2.0, 0.0, 1.0, 0.0]),
+        4,
+    )
 
 
 def logit_cases() -> Iterator[Case]:
@@ -169,28 +201,55 @@ def logit_cases() -> Iterator[Case]:
     logits = uniform_logits(rng, 64, 4)
     for v in (1, 2, 40, 63):
         logits[v] = float("-inf")
-    yield sparse_case("logits-masked-k8", "k = 8 from 64 logits with four masks at T = 0.8.",
-                      ("LOGIT_PIPELINE", "MASKED_LOGITS"), RowSource.logits(logits, 0.8), 8)
-    yield sparse_case("logits-k-above-unmasked", "k = 5 but only 3 logits are unmasked: masked IDs fill the support.",
-                      ("LOGIT_PIPELINE", "MASKED_LOGITS", "ZERO_WEIGHT_SELECTED"),
-                      RowSource("logits", [F32_NEG_INF, f32_bits(1.0), F32_NEG_INF, f32_bits(2.0), f32_bits(1.0)]
-                                + [F32_NEG_INF] * 3, f32_bits(1.0)), 5)
-    yield sparse_case("logits-equal-at-k", "Equal logits at the k-th place.", ("LOGIT_PIPELINE",),
-                      RowSource.logits([0.5, 3.0, 0.5, 0.5, 2.0, 0.5], 1.0), 3)
+    yield sparse_case(
+        "logits-masked-k8",
+        "k = 8 from 64 logits with four masks at T = 0.8.",
+        ("LOGIT_PIPELINE", "MASKED_LOGITS"),
+        RowSource.logits(logits, 0.8),
+        8,
+    )
+    yield sparse_case(
+        "logits-k-above-unmasked",
+        "k = 5 but only 3 logits are unmasked: masked IDs fill the support.",
+        ("LOGIT_PIPELINE", "MASKED_LOGITS", "ZERO_WEIGHT_SELECTED"),
+        RowSource(
+            "logits",
+            [F32_NEG_INF, f32_bits(1.0), F32_NEG_INF, f32_bits(2.0), f32_bits(1.0)] + [F32_NEG_INF] * 3,
+            f32_bits(1.0),
+        ),
+        5,
+    )
+    yield sparse_case(
+        "logits-equal-at-k",
+        "Equal logits at the k-th place.",
+        ("LOGIT_PIPELINE",),
+        RowSource.logits([0.5, 3.0, 0.5, 0.5, 2.0, 0.5], 1.0),
+        3,
+    )
 
 
 def fp64_cases() -> Iterator[Case]:
     bits = fp64_flip_rows(0x5F64, 1, larger_first=True)[0]
     extra = [exact_f32(Fraction(1, 1 << 100))] * 3
-    yield sparse_case("fp64-flip-in-support", "An FP64 near-tie row as the support, three tiny weights excluded.", (),
-                      RowSource("f32", extra[:1] + bits + extra[1:]), len(bits))
+    yield sparse_case(
+        "fp64-flip-in-support",
+        "An FP64 near-tie row as the support, three tiny weights excluded.",
+        (),
+        RowSource("f32", extra[:1] + bits + extra[1:]),
+        len(bits),
+    )
 
 
 def production_cases() -> Iterator[Case]:
     source = RowSource("f32", production_row(PRODUCTION_SEED))
     for k in sorted((CANDIDATE_K, *SCREEN_KS)):
-        yield sparse_case(f"v129280-k{k}", f"Top-{k} of a softmax-like row over V = 129280.",
-                          ("PRODUCTION_VOCAB", "R29_SUPPORT"), source, k)
+        yield sparse_case(
+            f"v129280-k{k}",
+            f"Top-{k} of a softmax-like row over V = 129280.",
+            ("PRODUCTION_VOCAB", "R29_SUPPORT"),
+            source,
+            k,
+        )
 
 
 def build() -> Iterator[Group]:

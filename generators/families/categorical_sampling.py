@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Iterator
 from qconform.generators.encoding import EncodingError, decode_blob, encode_blob
 from qconform.generators.registry import Case, Family, FuzzHooks, Group, Labels, Note
 from qconform.generators.schemas import closed_object as closed
-from qconform.spec.constants import M, VOCAB
+from qconform.spec.constants import VOCAB, M
 from qconform.spec.errors import SpecError, refuse
 from qconform.spec.qrow import QRow
 from qconform.spec.sampling import sample_qrow
@@ -140,29 +140,56 @@ def boundary_cases() -> Iterator[Case]:
 
 def sparse_cases() -> Iterator[Case]:
     row = QRow.sparse(16, [2, 7, 15], [M // 8, M // 2, 3 * M // 8])
-    yield sampling_case("sparse-v16-k3", "Sparse support {2, 7, 15} over V = 16.",
-                        ("SPARSE_GLOBAL_ID", "CUMULATIVE_BOUNDARY", "EXTREME_DRAW"), row,
-                        boundary_draws(list(row.counts)))
+    yield sampling_case(
+        "sparse-v16-k3",
+        "Sparse support {2, 7, 15} over V = 16.",
+        ("SPARSE_GLOBAL_ID", "CUMULATIVE_BOUNDARY", "EXTREME_DRAW"),
+        row,
+        boundary_draws(list(row.counts)),
+    )
     row = QRow.sparse(VOCAB, [0, 64639, 64640, VOCAB - 1], [5, M // 2, M // 2 - 10, 5])
-    yield sampling_case("sparse-v129280-edges", "Sparse support at the first, last and TP2 shard-edge IDs.",
-                        ("SPARSE_GLOBAL_ID", "PRODUCTION_VOCAB", "CUMULATIVE_BOUNDARY", "EXTREME_DRAW"),
-                        row, boundary_draws(list(row.counts)))
+    yield sampling_case(
+        "sparse-v129280-edges",
+        "Sparse support at the first, last and TP2 shard-edge IDs.",
+        ("SPARSE_GLOBAL_ID", "PRODUCTION_VOCAB", "CUMULATIVE_BOUNDARY", "EXTREME_DRAW"),
+        row,
+        boundary_draws(list(row.counts)),
+    )
     rng = random.Random(0x5A3B1E)
     ids = sorted(rng.sample(range(VOCAB), 32))
     row = QRow.sparse(VOCAB, ids, random_counts(rng, 32, 0))
-    yield sampling_case("sparse-v129280-k32", "Sparse k = 32 (the initial candidate, R29) over V = 129280.",
-                        ("SPARSE_GLOBAL_ID", "PRODUCTION_VOCAB", "CUMULATIVE_BOUNDARY", "EXTREME_DRAW"),
-                        row, boundary_draws(list(row.counts)))
+    yield sampling_case(
+        "sparse-v129280-k32",
+        "Sparse k = 32 (the initial candidate, R29) over V = 129280.",
+        ("SPARSE_GLOBAL_ID", "PRODUCTION_VOCAB", "CUMULATIVE_BOUNDARY", "EXTREME_DRAW"),
+        row,
+        boundary_draws(list(row.counts)),
+    )
 
 
 def single_support_cases() -> Iterator[Case]:
     draws = [0, 1, M // 2, M - 1]
-    yield sampling_case("sparse-support-1", "Sparse row with the single ID 9 of V = 10.",
-                        ("SINGLE_SUPPORT", "SPARSE_GLOBAL_ID", "EXTREME_DRAW"), QRow.sparse(10, [9], [M]), draws)
-    yield sampling_case("dense-support-1-last", "Dense V = 6 with all mass on the last token.",
-                        ("SINGLE_SUPPORT", "ZERO_COUNT", "EXTREME_DRAW"), QRow.dense([0] * 5 + [M]), draws)
-    yield sampling_case("dense-support-1-first", "Dense V = 6 with all mass on token 0.",
-                        ("SINGLE_SUPPORT", "ZERO_COUNT", "EXTREME_DRAW"), QRow.dense([M] + [0] * 5), draws)
+    yield sampling_case(
+        "sparse-support-1",
+        "Sparse row with the single ID 9 of V = 10.",
+        ("SINGLE_SUPPORT", "SPARSE_GLOBAL_ID", "EXTREME_DRAW"),
+        QRow.sparse(10, [9], [M]),
+        draws,
+    )
+    yield sampling_case(
+        "dense-support-1-last",
+        "Dense V = 6 with all mass on the last token.",
+        ("SINGLE_SUPPORT", "ZERO_COUNT", "EXTREME_DRAW"),
+        QRow.dense([0] * 5 + [M]),
+        draws,
+    )
+    yield sampling_case(
+        "dense-support-1-first",
+        "Dense V = 6 with all mass on token 0.",
+        ("SINGLE_SUPPORT", "ZERO_COUNT", "EXTREME_DRAW"),
+        QRow.dense([M] + [0] * 5),
+        draws,
+    )
 
 
 def production_dense_case() -> Case:
@@ -175,8 +202,13 @@ def production_dense_case() -> Case:
     row = QRow.dense(counts)
     boundaries = boundary_draws(counts)
     draws = sorted(set(boundaries[:40] + boundaries[-40:] + [rng.randrange(M) for _ in range(40)]))
-    return sampling_case("dense-v129280", "Dense V = 129280 row, zero counts on token 0 and most tokens.",
-                         ("PRODUCTION_VOCAB", "ZERO_COUNT", "CUMULATIVE_BOUNDARY", "EXTREME_DRAW"), row, draws)
+    return sampling_case(
+        "dense-v129280",
+        "Dense V = 129280 row, zero counts on token 0 and most tokens.",
+        ("PRODUCTION_VOCAB", "ZERO_COUNT", "CUMULATIVE_BOUNDARY", "EXTREME_DRAW"),
+        row,
+        draws,
+    )
 
 
 def random_cases() -> Iterator[Case]:
@@ -185,16 +217,24 @@ def random_cases() -> Iterator[Case]:
         row = QRow.dense(random_counts(rng, size, zeros))
         draws = sorted(rng.randrange(M) for _ in range(16))
         flags = ("RANDOM_ROW",) + (("ZERO_COUNT",) if zeros else ())
-        yield sampling_case(f"random-v{size}-{index}", f"Random dense row, V = {size}, {zeros} zero counts.",
-                            flags, row, draws)
+        yield sampling_case(
+            f"random-v{size}-{index}", f"Random dense row, V = {size}, {zeros} zero counts.", flags, row, draws
+        )
 
 
 def invalid_case(name: str, comment: str, vocab: int, row: dict) -> Case:
     case_input = {"vocab": vocab, "row": row, "draws": [0]}
     expected = solve(case_input)
     assert "error" in expected, f"invalid case {name} was accepted by the spec"
-    return Case(name=name, comment=comment, rules=("R03", "R07", "R19"), flags=("INVALID_ROW",), result="invalid",
-                input=case_input, expected=expected)
+    return Case(
+        name=name,
+        comment=comment,
+        rules=("R03", "R07", "R19"),
+        flags=("INVALID_ROW",),
+        result="invalid",
+        input=case_input,
+        expected=expected,
+    )
 
 
 def invalid_cases() -> Iterator[Case]:
@@ -208,12 +248,15 @@ def invalid_cases() -> Iterator[Case]:
     yield invalid_case("dense-sum-m-plus-1", "Counts sum to M + 1.", 3, dense([M // 2, M // 2, 1]))
     yield invalid_case("sparse-unsorted", "Sparse IDs not ascending.", 8, sparse([5, 2], [M // 2, M // 2]))
     yield invalid_case("sparse-duplicate-id", "A duplicated sparse ID.", 8, sparse([2, 2], [M // 2, M // 2]))
-    yield invalid_case("sparse-duplicate-zero", "A duplicated sparse ID whose second count is zero.", 8,
-                       sparse([2, 2], [M, 0]))
-    yield invalid_case("sparse-zero-count", "A sparse entry with count zero (noncanonical support).", 8,
-                       sparse([1, 2], [M, 0]))
-    yield invalid_case("sparse-id-out-of-range", "A sparse ID equal to the vocabulary size.", 8,
-                       sparse([3, 8], [M // 2, M // 2]))
+    yield invalid_case(
+        "sparse-duplicate-zero", "A duplicated sparse ID whose second count is zero.", 8, sparse([2, 2], [M, 0])
+    )
+    yield invalid_case(
+        "sparse-zero-count", "A sparse entry with count zero (noncanonical support).", 8, sparse([1, 2], [M, 0])
+    )
+    yield invalid_case(
+        "sparse-id-out-of-range", "A sparse ID equal to the vocabulary size.", 8, sparse([3, 8], [M // 2, M // 2])
+    )
     yield invalid_case("sparse-negative-id", "A negative sparse ID.", 8, sparse([-1, 3], [M // 2, M // 2]))
 
 
@@ -223,8 +266,7 @@ def build() -> Iterator[Group]:
     yield Group("single_support", "Rows whose whole mass is on one token.", RULES, list(single_support_cases()))
     yield Group("production_vocab", "A dense row over V = 129280.", RULES, [production_dense_case()])
     yield Group("random_rows", "Random rows and draws.", RULES, list(random_cases()))
-    yield Group("invalid_rows", "Illegal rows, refused before any draw.", ("R03", "R07", "R19"),
-                list(invalid_cases()))
+    yield Group("invalid_rows", "Illegal rows, refused before any draw.", ("R03", "R07", "R19"), list(invalid_cases()))
 
 
 ROW_ERRORS = ["WRONG_TOTAL_MASS", "BAD_SPARSE_SUPPORT", "TOKEN_OUT_OF_RANGE", "BAD_SHAPE", "NOT_DYADIC24"]

@@ -61,23 +61,35 @@ def decode_law_input(obj: dict) -> tuple[int, int, dict[Prefix, QRow], dict[Pref
 
 
 NOTES = {
-    "Q_EQUALS_P": Note("BASIC", "q = p: every draft is accepted, the round emits K drafts and a bonus.",
-                       "Baseline: the law is the product of the rows."),
-    "POOR_Q": Note("FUNCTIONALITY", "q far from p; the first token is still distributed as p (R09).",
-                   "Catches a verifier whose output law depends on q."),
+    "Q_EQUALS_P": Note(
+        "BASIC",
+        "q = p: every draft is accepted, the round emits K drafts and a bonus.",
+        "Baseline: the law is the product of the rows.",
+    ),
+    "POOR_Q": Note(
+        "FUNCTIONALITY",
+        "q far from p; the first token is still distributed as p (R09).",
+        "Catches a verifier whose output law depends on q.",
+    ),
     "Q_ZERO_WHERE_P_POSITIVE": Note(
-        "EDGE_CASE", "q has zero counts where p > 0: those tokens come only from the residual (R04).",
-        "Catches a residual that misses tokens q never proposes."),
+        "EDGE_CASE",
+        "q has zero counts where p > 0: those tokens come only from the residual (R04).",
+        "Catches a residual that misses tokens q never proposes.",
+    ),
     "P_ZERO_WHERE_Q_POSITIVE": Note(
-        "EDGE_CASE", "p = 0 where q > 0: such drafts are always rejected.",
-        "Catches acceptance of zero-target drafts."),
+        "EDGE_CASE", "p = 0 where q > 0: such drafts are always rejected.", "Catches acceptance of zero-target drafts."
+    ),
     "NON_DYADIC_TARGET": Note(
-        "EDGE_CASE", "p is not dyadic (thirds, fifths): 32-bit draws cannot represent it exactly, so the "
+        "EDGE_CASE",
+        "p is not dyadic (thirds, fifths): 32-bit draws cannot represent it exactly, so the "
         "first-token law deviates from p by a nonzero amount below the stated bound.",
-        "Documents the quantization deviation instead of pretending it is zero."),
+        "Documents the quantization deviation instead of pretending it is zero.",
+    ),
     "PREFIX_DEPENDENT": Note(
-        "FUNCTIONALITY", "Depth 2 with q and p rows that depend on the accepted prefix (Markov-conditioned, R01).",
-        "Catches verifying a later position against the wrong row."),
+        "FUNCTIONALITY",
+        "Depth 2 with q and p rows that depend on the accepted prefix (Markov-conditioned, R01).",
+        "Catches verifying a later position against the wrong row.",
+    ),
     "RANDOM_ROWS": Note("BASIC", "Random rows from a fixed generator seed.", "General agreement."),
 }
 
@@ -115,8 +127,15 @@ def solve(case_input: dict) -> dict:
     }
 
 
-def law_case(name: str, comment: str, flags: tuple[str, ...], vocab: int, depth: int,
-             q: Callable[[Prefix], QRow], p: Callable[[Prefix], list[Fraction]]) -> Case:
+def law_case(
+    name: str,
+    comment: str,
+    flags: tuple[str, ...],
+    vocab: int,
+    depth: int,
+    q: Callable[[Prefix], QRow],
+    p: Callable[[Prefix], list[Fraction]],
+) -> Case:
     """A case whose q and p are tabulated over every prefix the round can reach."""
     case_input = {
         "vocab": vocab,
@@ -131,28 +150,73 @@ def depth1_cases() -> Iterator[Case]:
     half = M // 2
     quarter = M // 4
     uniform4 = fractions("1/4", "1/4", "1/4", "1/4")
-    yield law_case("q-equals-p-v2", "q = p = (1/2, 1/2).", ("Q_EQUALS_P",), 2, 1,
-                   lambda _: dyadic_q([half, half]), lambda _: fractions("1/2", "1/2"))
-    yield law_case("poor-q-v4", "q puts 7/8 on token 3, p puts 1/10 there.", ("POOR_Q",), 4, 1,
-                   lambda _: dyadic_q([M // 16, M // 16, 0, 7 * M // 8]),
-                   lambda pre: fractions("3/10", "3/10", "3/10", "1/10") if pre == () else uniform4)
-    yield law_case("q-zero-where-p-positive-v4", "q on {0, 1} only, p on all four tokens.",
-                   ("Q_ZERO_WHERE_P_POSITIVE",), 4, 1, lambda _: dyadic_q([half, half, 0, 0]),
-                   lambda pre: fractions("1/8", "1/8", "3/8", "3/8") if pre == () else uniform4)
-    yield law_case("p-zero-where-q-positive-v3", "q uniform-ish, p(2) = 0.", ("P_ZERO_WHERE_Q_POSITIVE",), 3, 1,
-                   lambda _: dyadic_q([quarter, quarter, half]),
-                   lambda pre: fractions("1/3", "2/3", 0) if pre == () else fractions("1/3", "1/3", "1/3"))
-    yield law_case("non-dyadic-thirds-v3", "p = (1/3, 1/3, 1/3), q = (1/2, 1/4, 1/4).", ("NON_DYADIC_TARGET",), 3, 1,
-                   lambda _: dyadic_q([half, quarter, quarter]), lambda _: fractions("1/3", "1/3", "1/3"))
-    yield law_case("point-mass-q-v5", "q all on token 4, p(4) = 1/5 and fifths elsewhere.",
-                   ("POOR_Q", "Q_ZERO_WHERE_P_POSITIVE", "NON_DYADIC_TARGET"), 5, 1,
-                   lambda _: dyadic_q([0, 0, 0, 0, M]), lambda _: fractions(*["1/5"] * 5))
+    yield law_case(
+        "q-equals-p-v2",
+        "q = p = (1/2, 1/2).",
+        ("Q_EQUALS_P",),
+        2,
+        1,
+        lambda _: dyadic_q([half, half]),
+        lambda _: fractions("1/2", "1/2"),
+    )
+    yield law_case(
+        "poor-q-v4",
+        "q puts 7/8 on token 3, p puts 1/10 there.",
+        ("POOR_Q",),
+        4,
+        1,
+        lambda _: dyadic_q([M // 16, M // 16, 0, 7 * M // 8]),
+        lambda pre: fractions("3/10", "3/10", "3/10", "1/10") if pre == () else uniform4,
+    )
+    yield law_case(
+        "q-zero-where-p-positive-v4",
+        "q on {0, 1} only, p on all four tokens.",
+        ("Q_ZERO_WHERE_P_POSITIVE",),
+        4,
+        1,
+        lambda _: dyadic_q([half, half, 0, 0]),
+        lambda pre: fractions("1/8", "1/8", "3/8", "3/8") if pre == () else uniform4,
+    )
+    yield law_case(
+        "p-zero-where-q-positive-v3",
+        "q uniform-ish, p(2) = 0.",
+        ("P_ZERO_WHERE_Q_POSITIVE",),
+        3,
+        1,
+        lambda _: dyadic_q([quarter, quarter, half]),
+        lambda pre: fractions("1/3", "2/3", 0) if pre == () else fractions("1/3", "1/3", "1/3"),
+    )
+    yield law_case(
+        "non-dyadic-thirds-v3",
+        "p = (1/3, 1/3, 1/3), q = (1/2, 1/4, 1/4).",
+        ("NON_DYADIC_TARGET",),
+        3,
+        1,
+        lambda _: dyadic_q([half, quarter, quarter]),
+        lambda _: fractions("1/3", "1/3", "1/3"),
+    )
+    yield law_case(
+        "point-mass-q-v5",
+        "q all on token 4, p(4) = 1/5 and fifths elsewhere.",
+        ("POOR_Q", "Q_ZERO_WHERE_P_POSITIVE", "NON_DYADIC_TARGET"),
+        5,
+        1,
+        lambda _: dyadic_q([0, 0, 0, 0, M]),
+        lambda _: fractions(*["1/5"] * 5),
+    )
 
 
 def depth2_cases() -> Iterator[Case]:
     half, quarter = M // 2, M // 4
-    yield law_case("q-equals-p-v2-d2", "q = p = (1/2, 1/2) at every prefix.", ("Q_EQUALS_P",), 2, 2,
-                   lambda _: dyadic_q([half, half]), lambda _: fractions("1/2", "1/2"))
+    yield law_case(
+        "q-equals-p-v2-d2",
+        "q = p = (1/2, 1/2) at every prefix.",
+        ("Q_EQUALS_P",),
+        2,
+        2,
+        lambda _: dyadic_q([half, half]),
+        lambda _: fractions("1/2", "1/2"),
+    )
 
     def markov_q(prefix: Prefix) -> QRow:
         if not prefix:
@@ -168,13 +232,24 @@ def depth2_cases() -> Iterator[Case]:
             2: fractions(0, "1/2", "1/2"),
         }[last]
 
-    yield law_case("markov-v3-d2", "q and p conditioned on the last accepted token; non-dyadic p.",
-                   ("PREFIX_DEPENDENT", "NON_DYADIC_TARGET", "Q_ZERO_WHERE_P_POSITIVE", "P_ZERO_WHERE_Q_POSITIVE"),
-                   3, 2, markov_q, markov_p)
-    yield law_case("poor-q-v4-d2", "q concentrated on the token p likes least at both positions.",
-                   ("POOR_Q", "PREFIX_DEPENDENT"), 4, 2,
-                   lambda pre: dyadic_q([0, 0, M // 8, 7 * M // 8]) if not pre else dyadic_q([M, 0, 0, 0]),
-                   lambda pre: fractions("2/5", "3/10", "1/5", "1/10") if len(pre) < 2 else fractions(*["1/4"] * 4))
+    yield law_case(
+        "markov-v3-d2",
+        "q and p conditioned on the last accepted token; non-dyadic p.",
+        ("PREFIX_DEPENDENT", "NON_DYADIC_TARGET", "Q_ZERO_WHERE_P_POSITIVE", "P_ZERO_WHERE_Q_POSITIVE"),
+        3,
+        2,
+        markov_q,
+        markov_p,
+    )
+    yield law_case(
+        "poor-q-v4-d2",
+        "q concentrated on the token p likes least at both positions.",
+        ("POOR_Q", "PREFIX_DEPENDENT"),
+        4,
+        2,
+        lambda pre: dyadic_q([0, 0, M // 8, 7 * M // 8]) if not pre else dyadic_q([M, 0, 0, 0]),
+        lambda pre: fractions("2/5", "3/10", "1/5", "1/10") if len(pre) < 2 else fractions(*["1/4"] * 4),
+    )
 
 
 def random_cases() -> Iterator[Case]:
@@ -192,8 +267,15 @@ def random_cases() -> Iterator[Case]:
     for vocab, depth in ((8, 1), (6, 1), (4, 2)):
         q_table = {prefix: random_q(vocab) for prefix in prefixes(vocab, depth - 1)}
         p_table = {prefix: random_p(vocab) for prefix in prefixes(vocab, depth)}
-        yield law_case(f"random-v{vocab}-d{depth}", f"Random rows, V = {vocab}, depth {depth}.", ("RANDOM_ROWS",),
-                       vocab, depth, q_table.__getitem__, p_table.__getitem__)
+        yield law_case(
+            f"random-v{vocab}-d{depth}",
+            f"Random rows, V = {vocab}, depth {depth}.",
+            ("RANDOM_ROWS",),
+            vocab,
+            depth,
+            q_table.__getitem__,
+            p_table.__getitem__,
+        )
 
 
 def build() -> Iterator[Group]:
@@ -234,10 +316,12 @@ FAMILY = Family(
         {
             "emitted_law": {
                 "type": "array",
-                "items": closed({
-                    "tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1},
-                    "probability": {"$ref": "#/$defs/rational"},
-                }),
+                "items": closed(
+                    {
+                        "tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1},
+                        "probability": {"$ref": "#/$defs/rational"},
+                    }
+                ),
             },
             "first_token_law": RATIONALS,
             "first_token_law_real_uniform": RATIONALS,

@@ -19,8 +19,8 @@ import random
 from dataclasses import replace
 from typing import Iterator
 
-from qconform.generators.families import proposal_chain as chain
 from qconform.generators.encoding import f32_bits
+from qconform.generators.families import proposal_chain as chain
 from qconform.generators.registry import Case, Family, Group, Note
 from qconform.generators.schemas import closed_object as closed
 from qconform.spec.constants import DEPTH, MAX_REQUESTS
@@ -61,17 +61,26 @@ def solve(case_input: dict) -> dict:
         return {"error": error.code}
 
 
-def batch_case(name: str, comment: str, flags: tuple[str, ...], inputs: list[ProposalInput],
-               result: str = "valid") -> Case:
+def batch_case(
+    name: str, comment: str, flags: tuple[str, ...], inputs: list[ProposalInput], result: str = "valid"
+) -> Case:
     case_input = {"requests": [chain.encode_input(inp) for inp in inputs]}
     expected = solve(case_input)
     assert ("error" in expected) == (result == "invalid"), (name, expected)
-    return Case(name=name, comment=comment, rules=RULES + (("R07",) if inputs[0].support.k else ()),
-                flags=flags, input=case_input, expected=expected, result=result)
+    return Case(
+        name=name,
+        comment=comment,
+        rules=RULES + (("R07",) if inputs[0].support.k else ()),
+        flags=flags,
+        input=case_input,
+        expected=expected,
+        result=result,
+    )
 
 
-def requests_of_one_model(seed: int, vocab: int, temperatures: tuple[float, ...],
-                          support: SupportPolicy) -> list[ProposalInput]:
+def requests_of_one_model(
+    seed: int, vocab: int, temperatures: tuple[float, ...], support: SupportPolicy
+) -> list[ProposalInput]:
     """Requests sharing one Markov head and support, each with its own identity, last
     committed token, temperature and base logits."""
     rng = random.Random(seed)
@@ -80,8 +89,15 @@ def requests_of_one_model(seed: int, vocab: int, temperatures: tuple[float, ...]
     for r, temperature in enumerate(temperatures):
         logits = chain.random_matrix(rng, DEPTH, vocab, 2.0)
         ident = RngIdentity(seed=seed * 16 + r, generation=1 + r, round=2 + 3 * r, anchor=100 * r + 7)
-        requests.append(replace(model, base_logits=logits, last_committed_token=rng.randrange(vocab),
-                                temperature_bits=f32_bits(temperature), identity=ident))
+        requests.append(
+            replace(
+                model,
+                base_logits=logits,
+                last_committed_token=rng.randrange(vocab),
+                temperature_bits=f32_bits(temperature),
+                identity=ident,
+            )
+        )
     return requests
 
 
@@ -89,35 +105,68 @@ def batch_cases() -> Iterator[Case]:
     four = requests_of_one_model(0xBA71, 64, (0.5, 1.0, 1.7, 0.8), SupportPolicy.dense())
     flags = ("PER_REQUEST_TEMPERATURE",)
     yield batch_case("four-temperatures", "Four dense requests over V = 64 at T = 0.5, 1, 1.7, 0.8.", flags, four)
-    yield batch_case("four-temperatures-reversed", "The same four requests in reverse order.",
-                     flags + ("BATCH_INVARIANCE",), four[::-1])
-    yield batch_case("request-alone", "The T = 1.7 request of four-temperatures, alone.", ("BATCH_INVARIANCE",),
-                     four[2:3])
-    yield batch_case("request-twice", "The T = 0.5 request at batch positions 1 and 3.",
-                     flags + ("BATCH_INVARIANCE",), [four[0], four[1], four[0]])
+    yield batch_case(
+        "four-temperatures-reversed",
+        "The same four requests in reverse order.",
+        flags + ("BATCH_INVARIANCE",),
+        four[::-1],
+    )
+    yield batch_case(
+        "request-alone", "The T = 1.7 request of four-temperatures, alone.", ("BATCH_INVARIANCE",), four[2:3]
+    )
+    yield batch_case(
+        "request-twice",
+        "The T = 0.5 request at batch positions 1 and 3.",
+        flags + ("BATCH_INVARIANCE",),
+        [four[0], four[1], four[0]],
+    )
     sparse = requests_of_one_model(0xBA72, 256, (0.6, 1.3), SupportPolicy.top_k(8))
-    yield batch_case("topk8-two-temperatures", "Two top-8 requests over V = 256 at T = 0.6 and 1.3.",
-                     flags + ("TOP_K_CHAIN",), sparse)
+    yield batch_case(
+        "topk8-two-temperatures",
+        "Two top-8 requests over V = 256 at T = 0.6 and 1.3.",
+        flags + ("TOP_K_CHAIN",),
+        sparse,
+    )
 
 
 def invalid_cases() -> Iterator[Case]:
     five = requests_of_one_model(0xBA73, 16, (1.0, 0.9, 1.1, 1.2, 0.7), SupportPolicy.dense())
-    yield batch_case("five-requests", "Five requests: the batch bound is four (R27).", ("INCOMPATIBLE_BATCH",),
-                     five, "invalid")
+    yield batch_case(
+        "five-requests", "Five requests: the batch bound is four (R27).", ("INCOMPATIBLE_BATCH",), five, "invalid"
+    )
     other_support = replace(five[1], support=SupportPolicy.top_k(4))
-    yield batch_case("mixed-support", "A dense and a top-4 request in one batch.", ("INCOMPATIBLE_BATCH",),
-                     [five[0], other_support], "invalid")
+    yield batch_case(
+        "mixed-support",
+        "A dense and a top-4 request in one batch.",
+        ("INCOMPATIBLE_BATCH",),
+        [five[0], other_support],
+        "invalid",
+    )
     other_model = replace(five[1], markov_right=[[f32_bits(0.5)] * 16 for _ in five[1].markov_right])
-    yield batch_case("mixed-draft-models", "Two requests with different Markov heads.", ("INCOMPATIBLE_BATCH",),
-                     [five[0], other_model], "invalid")
+    yield batch_case(
+        "mixed-draft-models",
+        "Two requests with different Markov heads.",
+        ("INCOMPATIBLE_BATCH",),
+        [five[0], other_model],
+        "invalid",
+    )
     shorter = replace(five[1], base_logits=five[1].base_logits[:3])
-    yield batch_case("mixed-depths", "Depths 5 and 3 in one batch (R27, R35).", ("INCOMPATIBLE_BATCH",),
-                     [five[0], shorter], "invalid")
+    yield batch_case(
+        "mixed-depths",
+        "Depths 5 and 3 in one batch (R27, R35).",
+        ("INCOMPATIBLE_BATCH",),
+        [five[0], shorter],
+        "invalid",
+    )
 
 
 def build() -> Iterator[Group]:
-    yield Group("batches", "Batches of one draft model, each request with its own temperature and identity.",
-                RULES + ("R07",), list(batch_cases()))
+    yield Group(
+        "batches",
+        "Batches of one draft model, each request with its own temperature and identity.",
+        RULES + ("R07",),
+        list(batch_cases()),
+    )
     yield Group("incompatible_batches", "Batches the worker must refuse (R27).", ("R27",), list(invalid_cases()))
 
 
@@ -130,10 +179,20 @@ FAMILY = Family(
     build=build,
     solve=solve,
     input_schema=closed({"requests": {"type": "array", "minItems": 1, "items": chain.FAMILY.input_schema}}),
-    expected_schema={"oneOf": [
-        closed({"requests": {"type": "array", "minItems": 1, "maxItems": MAX_REQUESTS,
-                             "items": chain.FAMILY.expected_schema}}),
-        closed({"error": {"enum": ["BAD_SHAPE"]}}),
-    ]},
+    expected_schema={
+        "oneOf": [
+            closed(
+                {
+                    "requests": {
+                        "type": "array",
+                        "minItems": 1,
+                        "maxItems": MAX_REQUESTS,
+                        "items": chain.FAMILY.expected_schema,
+                    }
+                }
+            ),
+            closed({"error": {"enum": ["BAD_SHAPE"]}}),
+        ]
+    },
     comparator="proposal_batch",
 )

@@ -34,8 +34,8 @@ from qconform.generators.encoding import (
 )
 from qconform.generators.families.categorical_sampling import decode_qrow, encode_qrow
 from qconform.generators.registry import Case, Family, Group, Note
-from qconform.generators.schemas import closed_object as closed
 from qconform.generators.schemas import blob_schema
+from qconform.generators.schemas import closed_object as closed
 from qconform.spec.constants import DEPTH, M
 from qconform.spec.errors import SpecError, refuse
 from qconform.spec.floats import F32_NEG_INF
@@ -123,7 +123,7 @@ def matrix_rows(blob: dict) -> list[list[int]]:
     if len(shape) != 2:
         raise refuse("BAD_SHAPE", f"a matrix blob has shape {shape}, need [rows, columns]")
     columns = shape[1]
-    return [flat[r * columns:(r + 1) * columns] for r in range(shape[0])]
+    return [flat[r * columns : (r + 1) * columns] for r in range(shape[0])]
 
 
 def encode_input(inp: ProposalInput) -> dict:
@@ -157,8 +157,9 @@ def decode_input(case_input: dict) -> ProposalInput:
         last_committed_token=case_input["last_committed_token"],
         temperature_bits=decode_f32(case_input["temperature"]),
         support=SupportPolicy(support["policy"], support.get("k")),
-        identity=RngIdentity(decode_u64(case_input["seed"]), case_input["generation"], case_input["round"],
-                             case_input["anchor"]),
+        identity=RngIdentity(
+            decode_u64(case_input["seed"]), case_input["generation"], case_input["round"], case_input["anchor"]
+        ),
     )
 
 
@@ -211,12 +212,26 @@ def chain_case(name: str, comment: str, flags: tuple[str, ...], inp: ProposalInp
         flags += ("PREFIX_CONDITIONED",)
     if any(decode_rational(gap) == 0 for gap in expected["tie_gap"]):
         flags += ("EXACT_TIE",)
-    return Case(name=name, comment=comment, rules=RULES + (("R07",) if inp.support.k else ()),
-                flags=tuple(dict.fromkeys(flags)), input=case_input, expected=expected)
+    return Case(
+        name=name,
+        comment=comment,
+        rules=RULES + (("R07",) if inp.support.k else ()),
+        flags=tuple(dict.fromkeys(flags)),
+        input=case_input,
+        expected=expected,
+    )
 
 
-def make_input(seed: int, vocab: int, rank: int, markov_scale: float, temperature: float, support: SupportPolicy,
-               identity: RngIdentity, masks: int = 0) -> ProposalInput:
+def make_input(
+    seed: int,
+    vocab: int,
+    rank: int,
+    markov_scale: float,
+    temperature: float,
+    support: SupportPolicy,
+    identity: RngIdentity,
+    masks: int = 0,
+) -> ProposalInput:
     """A deterministic chain input: Gaussian base logits and Markov factors from ``seed``."""
     rng = random.Random(seed)
     logits = random_matrix(rng, DEPTH, vocab, 2.0)
@@ -242,42 +257,75 @@ def tied_input(seed: int, vocab: int, support: SupportPolicy, identity: RngIdent
 
 def chain_cases() -> Iterator[Case]:
     ident = RngIdentity(seed=20240607, generation=1, round=3, anchor=1000)
-    yield chain_case("dense-v32-r2", "Dense rows over V = 32, rank-2 Markov head, T = 1.", ("DENSE_CHAIN",),
-                     make_input(0xC4A1, 32, 2, 1.5, 1.0, SupportPolicy.dense(), ident))
-    yield chain_case("dense-v256-r4-t0.6", "Dense rows over V = 256, rank 4, T = 0.6.", ("DENSE_CHAIN", "TEMPERATURE"),
-                     make_input(0xC4A2, 256, 4, 1.0, 0.6, SupportPolicy.dense(), ident))
-    yield chain_case("topk16-v512-r4", "Top-16 rows over V = 512.", ("TOP_K_CHAIN",),
-                     make_input(0xC4A3, 512, 4, 1.2, 1.0, SupportPolicy.top_k(16), ident))
-    yield chain_case("topk32-v1024-r8-t1.7", "Top-32 rows (the initial sparse candidate) over V = 1024, T = 1.7.",
-                     ("TOP_K_CHAIN", "TEMPERATURE"),
-                     make_input(0xC4A4, 1024, 8, 0.8, 1.7, SupportPolicy.top_k(32), ident))
-    yield chain_case("dense-v64-masked", "Dense rows with eight masked base logits per row.",
-                     ("DENSE_CHAIN", "MASKED_LOGITS"),
-                     make_input(0xC4A5, 64, 3, 1.5, 1.0, SupportPolicy.dense(), ident, masks=8))
-    yield chain_case("dense-v48-no-markov", "Zero Markov factors: rows are independent of the prefix.",
-                     ("DENSE_CHAIN", "NO_MARKOV"),
-                     make_input(0xC4A6, 48, 2, 0.0, 1.0, SupportPolicy.dense(), ident))
+    yield chain_case(
+        "dense-v32-r2",
+        "Dense rows over V = 32, rank-2 Markov head, T = 1.",
+        ("DENSE_CHAIN",),
+        make_input(0xC4A1, 32, 2, 1.5, 1.0, SupportPolicy.dense(), ident),
+    )
+    yield chain_case(
+        "dense-v256-r4-t0.6",
+        "Dense rows over V = 256, rank 4, T = 0.6.",
+        ("DENSE_CHAIN", "TEMPERATURE"),
+        make_input(0xC4A2, 256, 4, 1.0, 0.6, SupportPolicy.dense(), ident),
+    )
+    yield chain_case(
+        "topk16-v512-r4",
+        "Top-16 rows over V = 512.",
+        ("TOP_K_CHAIN",),
+        make_input(0xC4A3, 512, 4, 1.2, 1.0, SupportPolicy.top_k(16), ident),
+    )
+    yield chain_case(
+        "topk32-v1024-r8-t1.7",
+        "Top-32 rows (the initial sparse candidate) over V = 1024, T = 1.7.",
+        ("TOP_K_CHAIN", "TEMPERATURE"),
+        make_input(0xC4A4, 1024, 8, 0.8, 1.7, SupportPolicy.top_k(32), ident),
+    )
+    yield chain_case(
+        "dense-v64-masked",
+        "Dense rows with eight masked base logits per row.",
+        ("DENSE_CHAIN", "MASKED_LOGITS"),
+        make_input(0xC4A5, 64, 3, 1.5, 1.0, SupportPolicy.dense(), ident, masks=8),
+    )
+    yield chain_case(
+        "dense-v48-no-markov",
+        "Zero Markov factors: rows are independent of the prefix.",
+        ("DENSE_CHAIN", "NO_MARKOV"),
+        make_input(0xC4A6, 48, 2, 0.0, 1.0, SupportPolicy.dense(), ident),
+    )
 
 
 def identity_cases() -> Iterator[Case]:
     wrap = RngIdentity(seed=7, generation=2, round=9, anchor=(1 << 32) - 2)
-    yield chain_case("anchor-wraps", "Anchor 2^32 - 2: positions 2^32 - 2, 2^32 - 1, 0, 1, 2.",
-                     ("DENSE_CHAIN", "POSITION_WRAP"),
-                     make_input(0xC4B1, 16, 2, 2.0, 1.0, SupportPolicy.dense(), wrap))
+    yield chain_case(
+        "anchor-wraps",
+        "Anchor 2^32 - 2: positions 2^32 - 2, 2^32 - 1, 0, 1, 2.",
+        ("DENSE_CHAIN", "POSITION_WRAP"),
+        make_input(0xC4B1, 16, 2, 2.0, 1.0, SupportPolicy.dense(), wrap),
+    )
     high = RngIdentity(seed=0xFEDCBA9876543210, generation=0xFFFFFFFF, round=0, anchor=5)
-    yield chain_case("seed-high-word", "A seed above 2^32 and the largest generation.",
-                     ("TOP_K_CHAIN", "SEED_HIGH_WORD"),
-                     make_input(0xC4B2, 128, 2, 2.0, 1.0, SupportPolicy.top_k(8), high))
+    yield chain_case(
+        "seed-high-word",
+        "A seed above 2^32 and the largest generation.",
+        ("TOP_K_CHAIN", "SEED_HIGH_WORD"),
+        make_input(0xC4B2, 128, 2, 2.0, 1.0, SupportPolicy.top_k(8), high),
+    )
 
 
 def tie_cases() -> Iterator[Case]:
     ident = RngIdentity(seed=20240607, generation=1, round=3, anchor=1000)
-    yield chain_case("dense-v7-equal-logits",
-                     "Three logit values over V = 7: rows tie exactly between equal weights.",
-                     ("DENSE_CHAIN", "NO_MARKOV"), tied_input(0xC4A7, 7, SupportPolicy.dense(), ident))
-    yield chain_case("topk5-v12-equal-logits",
-                     "Top-5 of three logit values over V = 12: selection and allocation ties.",
-                     ("TOP_K_CHAIN", "NO_MARKOV"), tied_input(0xC4A8, 12, SupportPolicy.top_k(5), ident))
+    yield chain_case(
+        "dense-v7-equal-logits",
+        "Three logit values over V = 7: rows tie exactly between equal weights.",
+        ("DENSE_CHAIN", "NO_MARKOV"),
+        tied_input(0xC4A7, 7, SupportPolicy.dense(), ident),
+    )
+    yield chain_case(
+        "topk5-v12-equal-logits",
+        "Top-5 of three logit values over V = 12: selection and allocation ties.",
+        ("TOP_K_CHAIN", "NO_MARKOV"),
+        tied_input(0xC4A8, 12, SupportPolicy.top_k(5), ident),
+    )
 
 
 def boundary_seed(inp: ProposalInput, offset: int) -> int:
@@ -295,21 +343,35 @@ def boundary_seed(inp: ProposalInput, offset: int) -> int:
 
 def boundary_cases() -> Iterator[Case]:
     ident = RngIdentity(seed=0xB0B0, generation=1, round=4, anchor=77)
-    for name, offset, where in (("below", -1, "C_v - 1: the last draw of token v"),
-                                ("at", 0, "C_v: the first draw of token v + 1")):
+    for name, offset, where in (
+        ("below", -1, "C_v - 1: the last draw of token v"),
+        ("at", 0, "C_v: the first draw of token v + 1"),
+    ):
         inp = make_input(0xC4C1, 1024, 2, 1.0, 1.0, SupportPolicy.dense(), ident)
         inp = replace(inp, identity=replace(ident, seed=boundary_seed(inp, offset)))
-        yield chain_case(f"dense-v1024-draw-{name}-boundary", f"Dense rows over V = 1024; row 1's draw is {where}.",
-                         ("DENSE_CHAIN", "DRAW_ON_BOUNDARY"), inp)
+        yield chain_case(
+            f"dense-v1024-draw-{name}-boundary",
+            f"Dense rows over V = 1024; row 1's draw is {where}.",
+            ("DENSE_CHAIN", "DRAW_ON_BOUNDARY"),
+            inp,
+        )
 
 
 def build() -> Iterator[Group]:
     yield Group("chains", "Depth-5 chains, dense and top-k, Markov-conditioned.", RULES, list(chain_cases()))
-    yield Group("exact_ties", "Rows that tie exactly between equal weights, decided by the lowest ID; "
-                "no FP64 uncertainty.", RULES, list(tie_cases()))
+    yield Group(
+        "exact_ties",
+        "Rows that tie exactly between equal weights, decided by the lowest ID; no FP64 uncertainty.",
+        RULES,
+        list(tie_cases()),
+    )
     yield Group("rng_identity", "Chains that pin the draw keys.", RULES, list(identity_cases()))
-    yield Group("draw_boundaries", "Row 1's draw on a cumulative boundary of its q row, from either side.", RULES,
-                list(boundary_cases()))
+    yield Group(
+        "draw_boundaries",
+        "Row 1's draw on a cumulative boundary of its q row, from either side.",
+        RULES,
+        list(boundary_cases()),
+    )
 
 
 WORD = {"$ref": "#/$defs/word32"}
@@ -320,11 +382,13 @@ SUPPORT = {
         closed({"policy": {"const": "top_k"}, "k": {"type": "integer", "minimum": 1}}),
     ]
 }
-DRAW = closed({
-    "position": {"type": "integer", "minimum": 0},
-    "counter": {"type": "array", "items": WORD, "minItems": 4, "maxItems": 4},
-    "u24": {"type": "integer", "minimum": 0, "maximum": M - 1},
-})
+DRAW = closed(
+    {
+        "position": {"type": "integer", "minimum": 0},
+        "counter": {"type": "array", "items": WORD, "minItems": 4, "maxItems": 4},
+        "u24": {"type": "integer", "minimum": 0, "maximum": M - 1},
+    }
+)
 
 FAMILY = Family(
     name="proposal_chain",
@@ -334,25 +398,29 @@ FAMILY = Family(
     margins=("tie_gap", "exp_margin_ulp", "fp64_may_differ"),
     build=build,
     solve=solve,
-    input_schema=closed({
-        "seed": {"$ref": "#/$defs/u64"},
-        "generation": {"type": "integer", "minimum": 0},
-        "round": {"type": "integer", "minimum": 0},
-        "anchor": {"type": "integer", "minimum": 0},
-        "depth": {"type": "integer", "minimum": 1},
-        "last_committed_token": {"type": "integer", "minimum": 0},
-        "temperature": {"$ref": "#/$defs/f32"},
-        "support": SUPPORT,
-        "base_logits": blob_schema("f32"),
-        "markov": closed({"left": blob_schema("f32"), "right": blob_schema("f32")}),
-    }),
-    expected_schema=closed({
-        "tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}},
-        "rows": {"type": "array", "items": {"$ref": "#/$defs/qRow"}},
-        "draws": {"type": "array", "items": DRAW},
-        "exp_margin_ulp": RATIONALS,
-        "tie_gap": RATIONALS,
-        "fp64_may_differ": {"type": "array", "items": {"type": "boolean"}},
-    }),
+    input_schema=closed(
+        {
+            "seed": {"$ref": "#/$defs/u64"},
+            "generation": {"type": "integer", "minimum": 0},
+            "round": {"type": "integer", "minimum": 0},
+            "anchor": {"type": "integer", "minimum": 0},
+            "depth": {"type": "integer", "minimum": 1},
+            "last_committed_token": {"type": "integer", "minimum": 0},
+            "temperature": {"$ref": "#/$defs/f32"},
+            "support": SUPPORT,
+            "base_logits": blob_schema("f32"),
+            "markov": closed({"left": blob_schema("f32"), "right": blob_schema("f32")}),
+        }
+    ),
+    expected_schema=closed(
+        {
+            "tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+            "rows": {"type": "array", "items": {"$ref": "#/$defs/qRow"}},
+            "draws": {"type": "array", "items": DRAW},
+            "exp_margin_ulp": RATIONALS,
+            "tie_gap": RATIONALS,
+            "fp64_may_differ": {"type": "array", "items": {"type": "boolean"}},
+        }
+    ),
     comparator="proposal",
 )

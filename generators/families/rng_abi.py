@@ -127,13 +127,16 @@ def draw_key_output(case_input: dict) -> dict:
 
 
 def schedule_output(case_input: dict) -> dict:
-    ident = RngIdentity(decode_u64(case_input["seed"]), case_input["generation"], case_input["round"],
-                        case_input["anchor"])
+    ident = RngIdentity(
+        decode_u64(case_input["seed"]), case_input["generation"], case_input["round"], case_input["anchor"]
+    )
     depth = case_input["depth"]
 
     def draws(keys: list[DrawKey], value: Callable[[DrawKey], int]) -> list[dict]:
-        return [{"position": k.position, "counter": [encode_word(w) for w in k.counter_words()], "value": value(k)}
-                for k in keys]
+        return [
+            {"position": k.position, "counter": [encode_word(w) for w in k.counter_words()], "value": value(k)}
+            for k in keys
+        ]
 
     return {
         "proposal": draws([proposal_key(ident, i) for i in range(1, depth + 1)], proposal_draw),
@@ -157,13 +160,15 @@ def solve(case_input: dict) -> dict:
         return {"error": error.code}
 
 
-def solved_case(name: str, comment: str, rules: tuple[str, ...], flags: tuple[str, ...], case_input: dict,
-                result: str = "valid") -> Case:
+def solved_case(
+    name: str, comment: str, rules: tuple[str, ...], flags: tuple[str, ...], case_input: dict, result: str = "valid"
+) -> Case:
     """A case whose expected answer is :func:`solve` of its input; ``result`` states the intent."""
     expected = solve(case_input)
     assert ("error" in expected) == (result == "invalid"), (name, expected)
-    return Case(name=name, comment=comment, rules=rules, flags=flags, input=case_input, expected=expected,
-                result=result)
+    return Case(
+        name=name, comment=comment, rules=rules, flags=flags, input=case_input, expected=expected, result=result
+    )
 
 
 def kat_cases() -> Iterator[Case]:
@@ -203,22 +208,46 @@ def draw_key_cases() -> Iterator[Case]:
             ("DOMAIN_SEPARATION",),
             DrawKey(domain=domain, **base),
         )
-    yield key_case("seed-low-word-only", "Seed 1: key (1, 0).", ("WORD_ORDER",),
-                   DrawKey(1, 0, 0, 0, Domain.PROPOSAL))
-    yield key_case("seed-high-word-only", "Seed 2^32: key (0, 1).", ("WORD_ORDER", "SEED_HIGH_WORD"),
-                   DrawKey(1 << 32, 0, 0, 0, Domain.PROPOSAL))
-    yield key_case("seed-high-bit", "Seed with bit 63 set.", ("SEED_HIGH_WORD",),
-                   DrawKey(0x8000000000000001, 5, 9, 77, Domain.ACCEPT))
-    yield key_case("seed-max", "Seed 2^64 - 1.", ("SEED_HIGH_WORD", "FIELD_MAX"),
-                   DrawKey(U64_MAX, 0, 0, 0, Domain.CORRECTION))
-    yield key_case("position-only", "Only the position is nonzero (counter word 0).", ("WORD_ORDER",),
-                   DrawKey(0, 0, 0, 1, Domain.PROPOSAL))
-    yield key_case("round-only", "Only the round is nonzero (counter word 1).", ("WORD_ORDER",),
-                   DrawKey(0, 0, 1, 0, Domain.PROPOSAL))
-    yield key_case("generation-only", "Only the generation is nonzero (counter word 2).", ("WORD_ORDER",),
-                   DrawKey(0, 1, 0, 0, Domain.PROPOSAL))
-    yield key_case("draw-counter-1", "Draw counter 1 in the acceptance domain.", ("DRAW_COUNTER",),
-                   DrawKey(0, 0, 0, 0, Domain.ACCEPT, 1))
+    yield key_case("seed-low-word-only", "Seed 1: key (1, 0).", ("WORD_ORDER",), DrawKey(1, 0, 0, 0, Domain.PROPOSAL))
+    yield key_case(
+        "seed-high-word-only",
+        "Seed 2^32: key (0, 1).",
+        ("WORD_ORDER", "SEED_HIGH_WORD"),
+        DrawKey(1 << 32, 0, 0, 0, Domain.PROPOSAL),
+    )
+    yield key_case(
+        "seed-high-bit",
+        "Seed with bit 63 set.",
+        ("SEED_HIGH_WORD",),
+        DrawKey(0x8000000000000001, 5, 9, 77, Domain.ACCEPT),
+    )
+    yield key_case(
+        "seed-max", "Seed 2^64 - 1.", ("SEED_HIGH_WORD", "FIELD_MAX"), DrawKey(U64_MAX, 0, 0, 0, Domain.CORRECTION)
+    )
+    yield key_case(
+        "position-only",
+        "Only the position is nonzero (counter word 0).",
+        ("WORD_ORDER",),
+        DrawKey(0, 0, 0, 1, Domain.PROPOSAL),
+    )
+    yield key_case(
+        "round-only",
+        "Only the round is nonzero (counter word 1).",
+        ("WORD_ORDER",),
+        DrawKey(0, 0, 1, 0, Domain.PROPOSAL),
+    )
+    yield key_case(
+        "generation-only",
+        "Only the generation is nonzero (counter word 2).",
+        ("WORD_ORDER",),
+        DrawKey(0, 1, 0, 0, Domain.PROPOSAL),
+    )
+    yield key_case(
+        "draw-counter-1",
+        "Draw counter 1 in the acceptance domain.",
+        ("DRAW_COUNTER",),
+        DrawKey(0, 0, 0, 0, Domain.ACCEPT, 1),
+    )
     for domain in Domain:
         yield key_case(
             f"fields-max-{domain.name.lower()}",
@@ -251,16 +280,34 @@ def schedule_case(name: str, comment: str, flags: tuple[str, ...], ident: RngIde
 
 
 def round_schedule_cases() -> Iterator[Case]:
-    yield schedule_case("depth5-anchor-0", "A depth-5 round at anchor 0.", ("ROUND_SCHEDULE",),
-                        RngIdentity(seed=42, generation=1, round=1, anchor=0), 5)
-    yield schedule_case("depth5-anchor-4096", "A depth-5 round at anchor 4096, high seed word set.",
-                        ("ROUND_SCHEDULE", "SEED_HIGH_WORD"),
-                        RngIdentity(seed=0xDEADBEEF00C0FFEE, generation=3, round=17, anchor=4096), 5)
-    yield schedule_case("depth5-anchor-wraps", "A depth-5 round whose positions wrap past 2^32 - 1.",
-                        ("ROUND_SCHEDULE", "POSITION_WRAP"),
-                        RngIdentity(seed=9, generation=U32_MAX, round=U32_MAX, anchor=U32_MAX - 2), 5)
-    yield schedule_case("depth1-anchor-7", "A depth-1 round: one proposal, one test, corrections at 7 and 8.",
-                        ("ROUND_SCHEDULE",), RngIdentity(seed=1, generation=0, round=0, anchor=7), 1)
+    yield schedule_case(
+        "depth5-anchor-0",
+        "A depth-5 round at anchor 0.",
+        ("ROUND_SCHEDULE",),
+        RngIdentity(seed=42, generation=1, round=1, anchor=0),
+        5,
+    )
+    yield schedule_case(
+        "depth5-anchor-4096",
+        "A depth-5 round at anchor 4096, high seed word set.",
+        ("ROUND_SCHEDULE", "SEED_HIGH_WORD"),
+        RngIdentity(seed=0xDEADBEEF00C0FFEE, generation=3, round=17, anchor=4096),
+        5,
+    )
+    yield schedule_case(
+        "depth5-anchor-wraps",
+        "A depth-5 round whose positions wrap past 2^32 - 1.",
+        ("ROUND_SCHEDULE", "POSITION_WRAP"),
+        RngIdentity(seed=9, generation=U32_MAX, round=U32_MAX, anchor=U32_MAX - 2),
+        5,
+    )
+    yield schedule_case(
+        "depth1-anchor-7",
+        "A depth-1 round: one proposal, one test, corrections at 7 and 8.",
+        ("ROUND_SCHEDULE",),
+        RngIdentity(seed=1, generation=0, round=0, anchor=7),
+        1,
+    )
 
 
 def invalid_case(name: str, comment: str, fields: dict) -> Case:
@@ -270,11 +317,13 @@ def invalid_case(name: str, comment: str, fields: dict) -> Case:
 
 def invalid_field_cases() -> Iterator[Case]:
     base = {"seed": 1, "generation": 0, "round": 0, "position": 0, "domain": "ACCEPT", "draw_counter": 0}
-    yield invalid_case("draw-counter-2pow24", "Draw counter 2^24 would alias into the domain byte.",
-                       {**base, "draw_counter": 1 << 24})
+    yield invalid_case(
+        "draw-counter-2pow24", "Draw counter 2^24 would alias into the domain byte.", {**base, "draw_counter": 1 << 24}
+    )
     yield invalid_case("position-2pow32", "Position 2^32 does not fit counter word 0.", {**base, "position": 1 << 32})
-    yield invalid_case("generation-2pow32", "Generation 2^32 does not fit counter word 2.",
-                       {**base, "generation": 1 << 32})
+    yield invalid_case(
+        "generation-2pow32", "Generation 2^32 does not fit counter word 2.", {**base, "generation": 1 << 32}
+    )
     yield invalid_case("round-2pow32", "Round 2^32 does not fit counter word 1.", {**base, "round": 1 << 32})
 
 
@@ -292,14 +341,24 @@ def unseeded_cases() -> Iterator[Case]:
 
 def build() -> Iterator[Group]:
     yield Group("philox_kat", "Random123 known-answer lines for philox4x32 10.", ("R22",), list(kat_cases()))
-    yield Group("draw_keys", "Key and counter words of one draw, its output words and draws.",
-                ("R22", "R23"), list(draw_key_cases()))
-    yield Group("round_schedule", "The key of every draw of one round.", ("R14", "R22", "R23"),
-                list(round_schedule_cases()))
-    yield Group("invalid_fields", "Fields outside their widths, refused with BAD_RNG_FIELD.", ("R22", "R24"),
-                list(invalid_field_cases()))
-    yield Group("unseeded_requests", "The seed of a request without one, from its request ID.", ("R24",),
-                list(unseeded_cases()))
+    yield Group(
+        "draw_keys",
+        "Key and counter words of one draw, its output words and draws.",
+        ("R22", "R23"),
+        list(draw_key_cases()),
+    )
+    yield Group(
+        "round_schedule", "The key of every draw of one round.", ("R14", "R22", "R23"), list(round_schedule_cases())
+    )
+    yield Group(
+        "invalid_fields",
+        "Fields outside their widths, refused with BAD_RNG_FIELD.",
+        ("R22", "R24"),
+        list(invalid_field_cases()),
+    )
+    yield Group(
+        "unseeded_requests", "The seed of a request without one, from its request ID.", ("R24",), list(unseeded_cases())
+    )
 
 
 WORD4 = {"type": "array", "items": {"$ref": "#/$defs/word32"}, "minItems": 4, "maxItems": 4}
@@ -315,21 +374,25 @@ SCHEDULE_DRAWS = {
 INPUT_SCHEMA = {
     "oneOf": [
         closed({"counter": WORD4, "key": WORD2, "rounds": {"const": 10}}),
-        closed({
-            "seed": {"$ref": "#/$defs/u64"},
-            "generation": NONNEG,
-            "round": NONNEG,
-            "position": NONNEG,
-            "domain": {"enum": DOMAIN_NAMES},
-            "draw_counter": NONNEG,
-        }),
-        closed({
-            "seed": {"$ref": "#/$defs/u64"},
-            "generation": NONNEG,
-            "round": NONNEG,
-            "anchor": NONNEG,
-            "depth": {"type": "integer", "minimum": 1},
-        }),
+        closed(
+            {
+                "seed": {"$ref": "#/$defs/u64"},
+                "generation": NONNEG,
+                "round": NONNEG,
+                "position": NONNEG,
+                "domain": {"enum": DOMAIN_NAMES},
+                "draw_counter": NONNEG,
+            }
+        ),
+        closed(
+            {
+                "seed": {"$ref": "#/$defs/u64"},
+                "generation": NONNEG,
+                "round": NONNEG,
+                "anchor": NONNEG,
+                "depth": {"type": "integer", "minimum": 1},
+            }
+        ),
         closed({"request_id": {"type": "string"}}),
     ]
 }

@@ -38,8 +38,8 @@ from qconform.generators.encoding import (
     f32_bits,
 )
 from qconform.generators.families.allocation_dense import (
-    ROW_INPUTS,
     PRODUCTION_SEED,
+    ROW_INPUTS,
     RowSource,
     log_uniform,
     production_row,
@@ -51,7 +51,7 @@ from qconform.generators.registry import Case, Family, Group, Note
 from qconform.generators.schemas import blob_schema
 from qconform.generators.schemas import closed_object as closed
 from qconform.spec.allocation_fp64 import fp64_error_bound
-from qconform.spec.constants import M, VOCAB
+from qconform.spec.constants import VOCAB, M
 from qconform.spec.errors import SpecError
 from qconform.spec.qrow import QRow
 from qconform.spec.sampling import U32_LIMIT
@@ -205,8 +205,12 @@ def shard_fields(sq: ShardedQ, s: int) -> dict:
     if sq.candidates is not None:
         fields["candidates"] = encode_blob("i32", [v for v, _ in sq.candidates[s]])
         fields["support_sum"] = encode_rational(part.domain_sum)
-    fields.update(floor_sum=part.floor_sum, remainder_sum=encode_rational(part.remainder_sum),
-                  tickets=part.tickets, count_mass=part.count_mass)
+    fields.update(
+        floor_sum=part.floor_sum,
+        remainder_sum=encode_rational(part.remainder_sum),
+        tickets=part.tickets,
+        count_mass=part.count_mass,
+    )
     return fields
 
 
@@ -231,10 +235,10 @@ def proposal_answer(case_input: dict, sq: ShardedQ | None = None) -> dict:
     """The expected object of a proposal case (``sq``: its row, when the caller has it)."""
     sq = sharded_proposal(case_input) if sq is None else sq
     shard_counts = sq.shard_counts()
-    draws = [draw_json(sample_sharded_counts(shard_counts, sq.ranges, u), "u24", u)
-             for u in case_input["proposal_draws"]]
-    return {"shards": [shard_fields(sq, s) for s in range(len(sq.ranges))], "merged": merged_fields(sq),
-            "draws": draws}
+    draws = [
+        draw_json(sample_sharded_counts(shard_counts, sq.ranges, u), "u24", u) for u in case_input["proposal_draws"]
+    ]
+    return {"shards": [shard_fields(sq, s) for s in range(len(sq.ranges))], "merged": merged_fields(sq), "draws": draws}
 
 
 # --- the residual kind ------------------------------------------------------------------------
@@ -260,8 +264,10 @@ def residual_answer(case_input: dict, residual: Residual | None = None) -> dict:
     ranges, weights, residuals = sharded_residual(case_input) if residual is None else residual
     scaled = sharded_integer_masses(residuals)
     draws = [draw_json(sample_sharded_scaled(scaled, ranges, u), "u32", u) for u in case_input["residual_draws"]]
-    shards = [{"target_sum": encode_rational(shifted_sum(w)), "residual_tokens": sum(1 for r in res if r)}
-              for w, res in zip(weights, residuals)]
+    shards = [
+        {"target_sum": encode_rational(shifted_sum(w)), "residual_tokens": sum(1 for r in res if r)}
+        for w, res in zip(weights, residuals)
+    ]
     total = sum((shifted_sum(w) for w in weights), Fraction(0))
     return {"shards": shards, "merged": {"target_sum": encode_rational(total)}, "draws": draws}
 
@@ -304,8 +310,11 @@ def fp64_representable(x: Fraction) -> bool:
 
 def domain_weights(sq: ShardedQ) -> list[Fraction]:
     """The weights of the allocation domain (the whole row, or the top-k support), ascending IDs."""
-    return [weights[v - shard.start] for shard, weights, part in zip(sq.ranges, sq.weights, sq.allocation.shards)
-            for v in part.ids]
+    return [
+        weights[v - shard.start]
+        for shard, weights, part in zip(sq.ranges, sq.weights, sq.allocation.shards)
+        for v in part.ids
+    ]
 
 
 def check_fp64_safe(sq: ShardedQ) -> None:
@@ -351,12 +360,22 @@ def per_shard_rounding_differs(sq: ShardedQ) -> bool:
     return [sq.allocation.remaining - sum(others)] + others != [p.tickets for p in parts]
 
 
-def proposal_case(name: str, comment: str, flags: tuple[str, ...], source: RowSource,
-                  ranges: Sequence[ShardRange], k: int | None = None, seed: int = 0) -> Case:
+def proposal_case(
+    name: str,
+    comment: str,
+    flags: tuple[str, ...],
+    source: RowSource,
+    ranges: Sequence[ShardRange],
+    k: int | None = None,
+    seed: int = 0,
+) -> Case:
     """A proposal case; its draws straddle every shard boundary of the count mass."""
-    case_input = {**source.input_json(), "shard_ranges": ranges_json(ranges),
-                  "support": {"policy": "dense"} if k is None else {"policy": "top_k", "k": k},
-                  "proposal_draws": []}
+    case_input = {
+        **source.input_json(),
+        "shard_ranges": ranges_json(ranges),
+        "support": {"policy": "dense"} if k is None else {"policy": "top_k", "k": k},
+        "proposal_draws": [],
+    }
     sq = sharded_proposal(case_input)
     check_fp64_safe(sq)
     masses = [part.count_mass for part in sq.allocation.shards]
@@ -368,8 +387,14 @@ def proposal_case(name: str, comment: str, flags: tuple[str, ...], source: RowSo
     if is_uneven(ranges):
         flags += ("UNEVEN_SPLIT",)
     rules = PROPOSAL_RULES + (("R29",) if "R29_SUPPORT" in flags else ())
-    return Case(name=name, comment=comment, rules=rules, flags=tuple(dict.fromkeys(flags)), input=case_input,
-                expected=proposal_answer(case_input, sq))
+    return Case(
+        name=name,
+        comment=comment,
+        rules=rules,
+        flags=tuple(dict.fromkeys(flags)),
+        input=case_input,
+        expected=proposal_answer(case_input, sq),
+    )
 
 
 def exact_boundary_draws(masses: Sequence[Fraction]) -> list[int]:
@@ -385,15 +410,26 @@ def exact_boundary_draws(masses: Sequence[Fraction]) -> list[int]:
     return draws
 
 
-def residual_case(name: str, comment: str, flags: tuple[str, ...], q_row: QRow, p_weights: Sequence[int],
-                  ranges: Sequence[ShardRange], seed: int = 0, on_boundaries: bool = False) -> Case:
+def residual_case(
+    name: str,
+    comment: str,
+    flags: tuple[str, ...],
+    q_row: QRow,
+    p_weights: Sequence[int],
+    ranges: Sequence[ShardRange],
+    seed: int = 0,
+    on_boundaries: bool = False,
+) -> Case:
     """A residual case over integer target weights; draws straddle every shard boundary of the residual mass
     (and, with ``on_boundaries``, land on and either side of every token boundary of it as well)."""
     if sum(p_weights) >= 1 << 29:
         raise AssertionError("target weights must sum below 2^29 so that FP64 residuals are exact")
-    case_input = {"shard_ranges": ranges_json(ranges), "q_row": encode_qrow(q_row),
-                  "p_weights": encode_blob("f32", [f32_bits(float(w)) if w else 0 for w in p_weights]),
-                  "residual_draws": []}
+    case_input = {
+        "shard_ranges": ranges_json(ranges),
+        "q_row": encode_qrow(q_row),
+        "p_weights": encode_blob("f32", [f32_bits(float(w)) if w else 0 for w in p_weights]),
+        "residual_draws": [],
+    }
     residual = sharded_residual(case_input)
     masses = [sum(r, Fraction(0)) for r in residual[2]]
     case_input["residual_draws"] = boundary_draws(masses, U32_LIMIT, U32_LIMIT, random.Random(seed))
@@ -405,8 +441,14 @@ def residual_case(name: str, comment: str, flags: tuple[str, ...], q_row: QRow, 
         flags += ("ZERO_MASS_SHARD",)
     if is_uneven(ranges):
         flags += ("UNEVEN_SPLIT",)
-    return Case(name=name, comment=comment, rules=RESIDUAL_RULES, flags=tuple(dict.fromkeys(flags)),
-                input=case_input, expected=residual_answer(case_input, residual))
+    return Case(
+        name=name,
+        comment=comment,
+        rules=RESIDUAL_RULES,
+        flags=tuple(dict.fromkeys(flags)),
+        input=case_input,
+        expected=residual_answer(case_input, residual),
+    )
 
 
 def split(*bounds: int) -> list[ShardRange]:
@@ -421,59 +463,152 @@ def quota_row(quotas: Sequence[Fraction]) -> RowSource:
 
 def dense_cases() -> Iterator[Case]:
     rng = random.Random(0x5A4D)
-    yield proposal_case("even-s2-v8", "Random weights over V = 8, two shards of 4.", (),
-                        RowSource.f32(log_uniform(rng, 8, 6)), even_shard_ranges(8, 2), seed=1)
-    yield proposal_case("uneven-s2-v7", "Random weights over V = 7 split [0, 2) [2, 7).", (),
-                        RowSource.f32(log_uniform(rng, 7, 9)), split(0, 2, 7), seed=2)
-    yield proposal_case("uneven-s4-v10", "Random weights over V = 10 split 1 + 4 + 1 + 4.", (),
-                        RowSource.f32(log_uniform(rng, 10, 12)), split(0, 1, 5, 6, 10), seed=3)
-    yield proposal_case("zero-weight-shard-s4", "Shard 1 holds only zero weights: count mass 0, never drawn.", (),
-                        RowSource.f32([1.0, 2.0, 0.0, 0.0, 3.0, 1.0, 1.0, 0.5]), even_shard_ranges(8, 4), seed=4)
-    yield proposal_case("floored-shard-s2", "Shard 1 has positive weights of 2^-40 beside weight 1: its quotas "
-                        "floor to zero, its count mass is 0 although its shifted sum is not.", (),
-                        RowSource.f32([1.0, 0.5, 0.25, 2.0**-40, 2.0**-41, 2.0**-40]), split(0, 3, 6), seed=5)
+    yield proposal_case(
+        "even-s2-v8",
+        "Random weights over V = 8, two shards of 4.",
+        (),
+        RowSource.f32(log_uniform(rng, 8, 6)),
+        even_shard_ranges(8, 2),
+        seed=1,
+    )
+    yield proposal_case(
+        "uneven-s2-v7",
+        "Random weights over V = 7 split [0, 2) [2, 7).",
+        (),
+        RowSource.f32(log_uniform(rng, 7, 9)),
+        split(0, 2, 7),
+        seed=2,
+    )
+    yield proposal_case(
+        "uneven-s4-v10",
+        "Random weights over V = 10 split 1 + 4 + 1 + 4.",
+        (),
+        RowSource.f32(log_uniform(rng, 10, 12)),
+        split(0, 1, 5, 6, 10),
+        seed=3,
+    )
+    yield proposal_case(
+        "zero-weight-shard-s4",
+        "Shard 1 holds only zero weights: count mass 0, never drawn.",
+        (),
+        RowSource.f32([1.0, 2.0, 0.0, 0.0, 3.0, 1.0, 1.0, 0.5]),
+        even_shard_ranges(8, 4),
+        seed=4,
+    )
+    yield proposal_case(
+        "floored-shard-s2",
+        "Shard 1 has positive weights of 2^-40 beside weight 1: its quotas "
+        "floor to zero, its count mass is 0 although its shifted sum is not.",
+        (),
+        RowSource.f32([1.0, 0.5, 0.25, 2.0**-40, 2.0**-41, 2.0**-40]),
+        split(0, 3, 6),
+        seed=5,
+    )
     eighths = [Fraction(5) + Fraction(n, 8) for n in (1, 1, 1, 7, 3, 3)]
-    yield proposal_case("global-tickets-s2", "Fractional parts 1/8, 1/8, 1/8 | 7/8, 3/8, 3/8, 0: shard 1's share "
-                        "is 13/8 tickets, yet both tickets go to it (7/8, and 3/8 at the lower global ID).",
-                        ("TIE_ACROSS_SHARDS",), quota_row(eighths), split(0, 3, 7), seed=6)
-    yield proposal_case("uniform-s2-v6", "Six equal weights: M/6 each, the four tickets go to IDs 0-3 across the "
-                        "shard boundary.", ("TIE_ACROSS_SHARDS",), RowSource.f32([1.0] * 6), even_shard_ranges(6, 2),
-                        seed=7)
-    yield proposal_case("uniform-s4-v10", "Ten equal weights over 3 + 3 + 2 + 2 tokens.", ("TIE_ACROSS_SHARDS",),
-                        RowSource.f32([0.5] * 10), even_shard_ranges(10, 4), seed=8)
+    yield proposal_case(
+        "global-tickets-s2",
+        "Fractional parts 1/8, 1/8, 1/8 | 7/8, 3/8, 3/8, 0: shard 1's share "
+        "is 13/8 tickets, yet both tickets go to it (7/8, and 3/8 at the lower global ID).",
+        ("TIE_ACROSS_SHARDS",),
+        quota_row(eighths),
+        split(0, 3, 7),
+        seed=6,
+    )
+    yield proposal_case(
+        "uniform-s2-v6",
+        "Six equal weights: M/6 each, the four tickets go to IDs 0-3 across the shard boundary.",
+        ("TIE_ACROSS_SHARDS",),
+        RowSource.f32([1.0] * 6),
+        even_shard_ranges(6, 2),
+        seed=7,
+    )
+    yield proposal_case(
+        "uniform-s4-v10",
+        "Ten equal weights over 3 + 3 + 2 + 2 tokens.",
+        ("TIE_ACROSS_SHARDS",),
+        RowSource.f32([0.5] * 10),
+        even_shard_ranges(10, 4),
+        seed=8,
+    )
 
 
 def top_k_cases() -> Iterator[Case]:
     rng = random.Random(0x70B4)
-    yield proposal_case("top3-s2-v8", "Top-3 of random weights, two shards.", (),
-                        RowSource.f32(log_uniform(rng, 8, 5)), even_shard_ranges(8, 2), k=3, seed=11)
-    yield proposal_case("selection-tie-across-shards", "Weights 5, 1, 3, 0.5 | 3, 3, 2, 1 with k = 3: of the "
-                        "three 3s the global IDs 2 and 4 are selected, 5 is not.", ("TIE_ACROSS_SHARDS",),
-                        RowSource.f32([5.0, 1.0, 3.0, 0.5, 3.0, 3.0, 2.0, 1.0]), even_shard_ranges(8, 2), k=3, seed=12)
-    yield proposal_case("support-on-one-shard", "Shard 1 holds only light tokens: the whole top-4 support is on "
-                        "shard 0, shard 1 allocates nothing.", (),
-                        RowSource.f32([4.0, 3.0, 2.5, 2.0, 1.0, 0.25, 0.5, 0.125]), even_shard_ranges(8, 2), k=4,
-                        seed=13)
-    yield proposal_case("k-above-shard-size-s4", "k = 5 over shards of 1, 4, 1 and 4 tokens: the small shards "
-                        "offer all they have.", ("TOP_K_SMALL_SHARD",),
-                        RowSource.f32(log_uniform(rng, 10, 7)), split(0, 1, 5, 6, 10), k=5, seed=14)
-    yield proposal_case("zero-weights-fill-support", "Two positive weights, k = 4: zero-weight IDs 0 and 2 fill the "
-                        "support across the two shards.", ("ZERO_WEIGHT_SUPPORT",),
-                        RowSource.f32([0.0, 0.0, 0.0, 2.0, 0.0, 1.0]), split(0, 2, 6), k=4, seed=15)
+    yield proposal_case(
+        "top3-s2-v8",
+        "Top-3 of random weights, two shards.",
+        (),
+        RowSource.f32(log_uniform(rng, 8, 5)),
+        even_shard_ranges(8, 2),
+        k=3,
+        seed=11,
+    )
+    yield proposal_case(
+        "selection-tie-across-shards",
+        "Weights 5, 1, 3, 0.5 | 3, 3, 2, 1 with k = 3: of the three 3s the global IDs 2 and 4 are selected, 5 is not.",
+        ("TIE_ACROSS_SHARDS",),
+        RowSource.f32([5.0, 1.0, 3.0, 0.5, 3.0, 3.0, 2.0, 1.0]),
+        even_shard_ranges(8, 2),
+        k=3,
+        seed=12,
+    )
+    yield proposal_case(
+        "support-on-one-shard",
+        "Shard 1 holds only light tokens: the whole top-4 support is on shard 0, shard 1 allocates nothing.",
+        (),
+        RowSource.f32([4.0, 3.0, 2.5, 2.0, 1.0, 0.25, 0.5, 0.125]),
+        even_shard_ranges(8, 2),
+        k=4,
+        seed=13,
+    )
+    yield proposal_case(
+        "k-above-shard-size-s4",
+        "k = 5 over shards of 1, 4, 1 and 4 tokens: the small shards offer all they have.",
+        ("TOP_K_SMALL_SHARD",),
+        RowSource.f32(log_uniform(rng, 10, 7)),
+        split(0, 1, 5, 6, 10),
+        k=5,
+        seed=14,
+    )
+    yield proposal_case(
+        "zero-weights-fill-support",
+        "Two positive weights, k = 4: zero-weight IDs 0 and 2 fill the support across the two shards.",
+        ("ZERO_WEIGHT_SUPPORT",),
+        RowSource.f32([0.0, 0.0, 0.0, 2.0, 0.0, 1.0]),
+        split(0, 2, 6),
+        k=4,
+        seed=15,
+    )
 
 
 def logit_cases() -> Iterator[Case]:
     logits = [2.0, -1.0, 0.5, 1.25, -1.5, -2.0, -1.75, -3.0]
-    yield proposal_case("local-max-differs-s2", "Shard maxes 2.0 and -1.5 at T = 0.8: shard 1's weights are "
-                        "exp(s - m) with the global max, far below 1.", ("LOCAL_MAX_DIFFERS",),
-                        RowSource.logits(logits, 0.8), even_shard_ranges(8, 2), seed=21)
+    yield proposal_case(
+        "local-max-differs-s2",
+        "Shard maxes 2.0 and -1.5 at T = 0.8: shard 1's weights are exp(s - m) with the global max, far below 1.",
+        ("LOCAL_MAX_DIFFERS",),
+        RowSource.logits(logits, 0.8),
+        even_shard_ranges(8, 2),
+        seed=21,
+    )
     inf = float("-inf")
-    yield proposal_case("masked-shard-s4", "Every logit of shard 2 is -inf.", ("MASKED_SHARD", "LOCAL_MAX_DIFFERS"),
-                        RowSource.logits([0.5, -0.25, 1.5, 1.0, inf, inf, -2.0, 0.0], 1.3),
-                        even_shard_ranges(8, 4), seed=22)
-    yield proposal_case("top4-logits-s2", "Top-4 from logits whose maxes differ per shard, T = 0.7.",
-                        ("LOCAL_MAX_DIFFERS",), RowSource.logits([-0.5, 1.0, -4.0, 0.75, 3.0, -2.5, 2.0, 0.25], 0.7),
-                        even_shard_ranges(8, 2), k=4, seed=23)
+    yield proposal_case(
+        "masked-shard-s4",
+        "Every logit of shard 2 is -inf.",
+        ("MASKED_SHARD", "LOCAL_MAX_DIFFERS"),
+        RowSource.logits([0.5, -0.25, 1.5, 1.0, inf, inf, -2.0, 0.0], 1.3),
+        even_shard_ranges(8, 4),
+        seed=22,
+    )
+    yield proposal_case(
+        "top4-logits-s2",
+        "Top-4 from logits whose maxes differ per shard, T = 0.7.",
+        ("LOCAL_MAX_DIFFERS",),
+        RowSource.logits([-0.5, 1.0, -4.0, 0.75, 3.0, -2.5, 2.0, 0.25], 0.7),
+        even_shard_ranges(8, 2),
+        k=4,
+        seed=23,
+    )
 
 
 def sparse_q(vocab: int, shares: dict[int, Fraction]) -> QRow:
@@ -484,35 +619,89 @@ def sparse_q(vocab: int, shares: dict[int, Fraction]) -> QRow:
 def residual_cases() -> Iterator[Case]:
     quarter = Fraction(1, 4)
     dense = QRow.dense([M // 8] * 8)
-    yield residual_case("dense-q-s2-v8", "Uniform dense q; the residual lies on tokens 1 and 6 of both shards.", (),
-                        dense, [1, 3, 1, 0, 0, 1, 2, 0], even_shard_ranges(8, 2), seed=31)
+    yield residual_case(
+        "dense-q-s2-v8",
+        "Uniform dense q; the residual lies on tokens 1 and 6 of both shards.",
+        (),
+        dense,
+        [1, 3, 1, 0, 0, 1, 2, 0],
+        even_shard_ranges(8, 2),
+        seed=31,
+    )
     support = sparse_q(8, {0: Fraction(1, 2), 1: Fraction(1, 2)})
-    yield residual_case("outside-support-non-leader-s2", "q on {0, 1} (shard 0) with p <= q there; the residual is "
-                        "p on tokens 5 and 6, outside the support, on shard 1.", ("RESIDUAL_OUTSIDE_SUPPORT",),
-                        support, [2, 2, 0, 0, 0, 3, 1, 0], even_shard_ranges(8, 2), seed=32)
+    yield residual_case(
+        "outside-support-non-leader-s2",
+        "q on {0, 1} (shard 0) with p <= q there; the residual is "
+        "p on tokens 5 and 6, outside the support, on shard 1.",
+        ("RESIDUAL_OUTSIDE_SUPPORT",),
+        support,
+        [2, 2, 0, 0, 0, 3, 1, 0],
+        even_shard_ranges(8, 2),
+        seed=32,
+    )
     mixed = sparse_q(12, {1: quarter, 4: quarter, 9: Fraction(1, 2)})
-    yield residual_case("outside-support-s4", "Sparse q on {1, 4, 9}; shard 2 has no residual, shards 0, 1 and 3 "
-                        "have residual inside and outside the support.", ("RESIDUAL_OUTSIDE_SUPPORT",),
-                        mixed, [2, 3, 1, 0, 1, 2, 0, 0, 0, 1, 3, 1], even_shard_ranges(12, 4), seed=33)
-    yield residual_case("target-mask-s2", "Target weights 0 (a grammar mask) on tokens 0, 2, 5 and 7; q covers "
-                        "token 0 and 1 only.", ("TARGET_MASK", "RESIDUAL_OUTSIDE_SUPPORT"),
-                        sparse_q(8, {0: Fraction(1, 2), 1: Fraction(1, 2)}), [0, 5, 0, 2, 1, 0, 4, 0],
-                        even_shard_ranges(8, 2), seed=34)
+    yield residual_case(
+        "outside-support-s4",
+        "Sparse q on {1, 4, 9}; shard 2 has no residual, shards 0, 1 and 3 "
+        "have residual inside and outside the support.",
+        ("RESIDUAL_OUTSIDE_SUPPORT",),
+        mixed,
+        [2, 3, 1, 0, 1, 2, 0, 0, 0, 1, 3, 1],
+        even_shard_ranges(12, 4),
+        seed=33,
+    )
+    yield residual_case(
+        "target-mask-s2",
+        "Target weights 0 (a grammar mask) on tokens 0, 2, 5 and 7; q covers token 0 and 1 only.",
+        ("TARGET_MASK", "RESIDUAL_OUTSIDE_SUPPORT"),
+        sparse_q(8, {0: Fraction(1, 2), 1: Fraction(1, 2)}),
+        [0, 5, 0, 2, 1, 0, 4, 0],
+        even_shard_ranges(8, 2),
+        seed=34,
+    )
     counts = [M // 16] * 8 + [M // 4] * 2
-    yield residual_case("uneven-s4-v10", "Dense q over V = 10 split 2 + 1 + 6 + 1.", (),
-                        QRow.dense(counts), [5, 0, 1, 1, 0, 2, 2, 1, 9, 3], split(0, 2, 3, 9, 10), seed=35)
-    yield residual_case("exact-boundaries-s2-v8", "Uniform dense q, p = (4, 0, 2, 3, 0, 3, 2, 2) / 16: the residual "
-                        "(2, 0, 0, 1, 0, 1, 0, 0) / 16 has R = 1/4, so its boundaries 1/2 (inside shard 0) and 3/4 "
-                        "(between the shards) are exact draws; draws on and either side of each.", (),
-                        dense, [4, 0, 2, 3, 0, 3, 2, 2], even_shard_ranges(8, 2), seed=36, on_boundaries=True)
+    yield residual_case(
+        "uneven-s4-v10",
+        "Dense q over V = 10 split 2 + 1 + 6 + 1.",
+        (),
+        QRow.dense(counts),
+        [5, 0, 1, 1, 0, 2, 2, 1, 9, 3],
+        split(0, 2, 3, 9, 10),
+        seed=35,
+    )
+    yield residual_case(
+        "exact-boundaries-s2-v8",
+        "Uniform dense q, p = (4, 0, 2, 3, 0, 3, 2, 2) / 16: the residual "
+        "(2, 0, 0, 1, 0, 1, 0, 0) / 16 has R = 1/4, so its boundaries 1/2 (inside shard 0) and 3/4 "
+        "(between the shards) are exact draws; draws on and either side of each.",
+        (),
+        dense,
+        [4, 0, 2, 3, 0, 3, 2, 2],
+        even_shard_ranges(8, 2),
+        seed=36,
+        on_boundaries=True,
+    )
 
 
 def production_cases() -> Iterator[Case]:
     source = RowSource("f32", production_row(PRODUCTION_SEED))
-    yield proposal_case("v129280-dense-s2", "Softmax-like weights over V = 129280, two shards of 64640.",
-                        ("PRODUCTION_VOCAB",), source, even_shard_ranges(VOCAB, 2), seed=41)
-    yield proposal_case("v129280-top32-s4", "Top-32 of the same row from four shards of 32320.",
-                        ("PRODUCTION_VOCAB", "R29_SUPPORT"), source, even_shard_ranges(VOCAB, 4), k=32, seed=42)
+    yield proposal_case(
+        "v129280-dense-s2",
+        "Softmax-like weights over V = 129280, two shards of 64640.",
+        ("PRODUCTION_VOCAB",),
+        source,
+        even_shard_ranges(VOCAB, 2),
+        seed=41,
+    )
+    yield proposal_case(
+        "v129280-top32-s4",
+        "Top-32 of the same row from four shards of 32320.",
+        ("PRODUCTION_VOCAB", "R29_SUPPORT"),
+        source,
+        even_shard_ranges(VOCAB, 4),
+        k=32,
+        seed=42,
+    )
     rng = random.Random(0x7E5D)
     ids = sorted(rng.sample(range(VOCAB), 32))
     q_row = QRow.sparse(VOCAB, ids, [M // 32] * 32)
@@ -521,9 +710,15 @@ def production_cases() -> Iterator[Case]:
         weights[v] = rng.randint(1, 4095)
     for v in ids[:16]:
         weights[v] = 0  # half the support has no target mass: the residual lies mostly outside the support
-    yield residual_case("v129280-residual-s4", "Sparse k = 32 q and 3000 target tokens over V = 129280, four shards.",
-                        ("PRODUCTION_VOCAB", "RESIDUAL_OUTSIDE_SUPPORT"), q_row, weights,
-                        even_shard_ranges(VOCAB, 4), seed=43)
+    yield residual_case(
+        "v129280-residual-s4",
+        "Sparse k = 32 q and 3000 target tokens over V = 129280, four shards.",
+        ("PRODUCTION_VOCAB", "RESIDUAL_OUTSIDE_SUPPORT"),
+        q_row,
+        weights,
+        even_shard_ranges(VOCAB, 4),
+        seed=43,
+    )
 
 
 def invalid_cases() -> Iterator[Case]:
@@ -533,39 +728,64 @@ def invalid_cases() -> Iterator[Case]:
         ("empty-shard", "Ranges [0, 3), [3, 3), [3, 6): an empty shard.", [[0, 3], [3, 3], [3, 6]]),
         ("short-cover", "Ranges [0, 2) and [2, 5) over V = 6.", [[0, 2], [2, 5]]),
     ):
-        case_input = {**row.input_json(), "shard_ranges": bounds, "support": {"policy": "dense"},
-                      "proposal_draws": [0]}
-        yield Case(name=name, comment=comment, rules=("R31",), flags=("BAD_RANGES",), input=case_input,
-                   expected=solve(case_input), result="invalid")
+        case_input = {**row.input_json(), "shard_ranges": bounds, "support": {"policy": "dense"}, "proposal_draws": [0]}
+        yield Case(
+            name=name,
+            comment=comment,
+            rules=("R31",),
+            flags=("BAD_RANGES",),
+            input=case_input,
+            expected=solve(case_input),
+            result="invalid",
+        )
 
 
 def build() -> Iterator[Group]:
-    yield Group("dense_split", "Dense rows: global normalization, global tickets, the sharded proposal draw.",
-                PROPOSAL_RULES, list(dense_cases()))
+    yield Group(
+        "dense_split",
+        "Dense rows: global normalization, global tickets, the sharded proposal draw.",
+        PROPOSAL_RULES,
+        list(dense_cases()),
+    )
     yield Group("top_k", "Global top-k merged from local candidates (R30).", PROPOSAL_RULES, list(top_k_cases()))
-    yield Group("logits", "Two-phase normalization from logits: all-reduced max, then shifted sums (R31).",
-                PROPOSAL_RULES, list(logit_cases()))
-    yield Group("residual", "The sharded residual sampler over every owned token (R33).", RESIDUAL_RULES,
-                list(residual_cases()))
-    yield Group("production_vocab", "V = 129280 over two and four shards.", RULES + ("R29",),
-                list(production_cases()))
-    yield Group("invalid_ranges", "Global shard ranges that do not partition the vocabulary.", ("R31",),
-                list(invalid_cases()))
+    yield Group(
+        "logits",
+        "Two-phase normalization from logits: all-reduced max, then shifted sums (R31).",
+        PROPOSAL_RULES,
+        list(logit_cases()),
+    )
+    yield Group(
+        "residual", "The sharded residual sampler over every owned token (R33).", RESIDUAL_RULES, list(residual_cases())
+    )
+    yield Group("production_vocab", "V = 129280 over two and four shards.", RULES + ("R29",), list(production_cases()))
+    yield Group(
+        "invalid_ranges", "Global shard ranges that do not partition the vocabulary.", ("R31",), list(invalid_cases())
+    )
 
 
 NONNEG = {"type": "integer", "minimum": 0}
-RANGES = {"type": "array", "minItems": 1,
-          "items": {"type": "array", "items": NONNEG, "minItems": 2, "maxItems": 2}}
+RANGES = {"type": "array", "minItems": 1, "items": {"type": "array", "items": NONNEG, "minItems": 2, "maxItems": 2}}
 RATIONAL = {"$ref": "#/$defs/rational"}
 U24_DRAWS = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": M - 1}}
 U32_DRAWS = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": U32_LIMIT - 1}}
-SUPPORT = {"oneOf": [closed({"policy": {"const": "dense"}}),
-                     closed({"policy": {"const": "top_k"}, "k": {"type": "integer", "minimum": 1}})]}
+SUPPORT = {
+    "oneOf": [
+        closed({"policy": {"const": "dense"}}),
+        closed({"policy": {"const": "top_k"}, "k": {"type": "integer", "minimum": 1}}),
+    ]
+}
 
-PROPOSAL_INPUTS = [closed({**fields, "shard_ranges": RANGES, "support": SUPPORT, "proposal_draws": U24_DRAWS})
-                   for fields in ROW_INPUTS]
-RESIDUAL_INPUT = closed({"shard_ranges": RANGES, "q_row": {"$ref": "#/$defs/qRow"}, "p_weights": blob_schema("f32"),
-                         "residual_draws": U32_DRAWS})
+PROPOSAL_INPUTS = [
+    closed({**fields, "shard_ranges": RANGES, "support": SUPPORT, "proposal_draws": U24_DRAWS}) for fields in ROW_INPUTS
+]
+RESIDUAL_INPUT = closed(
+    {
+        "shard_ranges": RANGES,
+        "q_row": {"$ref": "#/$defs/qRow"},
+        "p_weights": blob_schema("f32"),
+        "residual_draws": U32_DRAWS,
+    }
+)
 
 SHARD_PARTIAL = closed(
     {
@@ -594,16 +814,30 @@ MERGED = closed(
 
 
 def draw_schema(key: str, limit: int) -> dict:
-    return closed({key: {"type": "integer", "minimum": 0, "maximum": limit - 1}, "shard": NONNEG,
-                   "local_token": NONNEG, "token": NONNEG})
+    return closed(
+        {
+            key: {"type": "integer", "minimum": 0, "maximum": limit - 1},
+            "shard": NONNEG,
+            "local_token": NONNEG,
+            "token": NONNEG,
+        }
+    )
 
 
-PROPOSAL_ANSWER = closed({"shards": {"type": "array", "items": SHARD_PARTIAL, "minItems": 1}, "merged": MERGED,
-                          "draws": {"type": "array", "items": draw_schema("u24", M)}})
+PROPOSAL_ANSWER = closed(
+    {
+        "shards": {"type": "array", "items": SHARD_PARTIAL, "minItems": 1},
+        "merged": MERGED,
+        "draws": {"type": "array", "items": draw_schema("u24", M)},
+    }
+)
 RESIDUAL_ANSWER = closed(
     {
-        "shards": {"type": "array", "minItems": 1,
-                   "items": closed({"target_sum": RATIONAL, "residual_tokens": NONNEG})},
+        "shards": {
+            "type": "array",
+            "minItems": 1,
+            "items": closed({"target_sum": RATIONAL, "residual_tokens": NONNEG}),
+        },
         "merged": closed({"target_sum": RATIONAL}),
         "draws": {"type": "array", "items": draw_schema("u32", U32_LIMIT)},
     }
@@ -618,7 +852,6 @@ FAMILY = Family(
     build=build,
     solve=solve,
     input_schema={"oneOf": PROPOSAL_INPUTS + [RESIDUAL_INPUT]},
-    expected_schema={"oneOf": [PROPOSAL_ANSWER, RESIDUAL_ANSWER,
-                               closed({"error": {"enum": ["BAD_SHARD_RANGES"]}})]},
+    expected_schema={"oneOf": [PROPOSAL_ANSWER, RESIDUAL_ANSWER, closed({"error": {"enum": ["BAD_SHARD_RANGES"]}})]},
     comparator="sharding",
 )

@@ -32,7 +32,7 @@ from qconform.generators.encoding import (
 from qconform.generators.families.categorical_sampling import decode_qrow, encode_qrow
 from qconform.generators.registry import Case, Family, FuzzHooks, Group, Labels, Note, StatHooks
 from qconform.generators.schemas import closed_object as closed
-from qconform.spec.constants import M, MAX_REQUESTS, VOCAB
+from qconform.spec.constants import MAX_REQUESTS, VOCAB, M
 from qconform.spec.errors import SpecError
 from qconform.spec.outcome_law import Law, request_outcome_law
 from qconform.spec.qrow import QRow
@@ -85,7 +85,7 @@ def decode_p_rows(obj: dict) -> list[list[Fraction]]:
     if len(shape) != 2:
         raise EncodingError(f"p weights have shape {shape}, need [rows, vocab]")
     rows, vocab = shape
-    return target_rows_from_f32([flat[r * vocab:(r + 1) * vocab] for r in range(rows)])
+    return target_rows_from_f32([flat[r * vocab : (r + 1) * vocab] for r in range(rows)])
 
 
 def request_seed(obj: dict) -> int:
@@ -228,8 +228,7 @@ NOTES = {
         "KNOWN_BUG",
         "A batch whose requests carry different stop tokens and output budgets: each request's own "
         "parameters end its own emission.",
-        "Catches per-request parameters sliced wrongly, so that request 0's apply to the whole batch "
-        "(TRT-LLM #12588).",
+        "Catches per-request parameters sliced wrongly, so that request 0's apply to the whole batch (TRT-LLM #12588).",
     ),
     "UNSEEDED_REQUESTS": Note(
         "KNOWN_BUG",
@@ -281,8 +280,9 @@ def u_proposal_word(ident: RngIdentity, i: int) -> Fraction:
     return u_of(draw_words(proposal_key(ident, i))[0])
 
 
-def find_ident(condition: Callable[[RngIdentity], bool], start: int, generation: int = 1,
-               round_id: int = 1, anchor: int = 100) -> RngIdentity:
+def find_ident(
+    condition: Callable[[RngIdentity], bool], start: int, generation: int = 1, round_id: int = 1, anchor: int = 100
+) -> RngIdentity:
     """The first identity, counting the seed up from ``start``, whose draws meet ``condition``."""
     for seed in range(start, start + 100_000):
         ident = RngIdentity(seed, generation, round_id, anchor)
@@ -325,18 +325,27 @@ def solve(case_input: dict) -> dict:
         return {"error": error.code}
 
 
-def batch_case(name: str, comment: str, flags: tuple[str, ...], requests: list[dict], vocab: int = SMALL_VOCAB,
-               rules: tuple[str, ...] = RULES, result: str = "valid") -> Case:
+def batch_case(
+    name: str,
+    comment: str,
+    flags: tuple[str, ...],
+    requests: list[dict],
+    vocab: int = SMALL_VOCAB,
+    rules: tuple[str, ...] = RULES,
+    result: str = "valid",
+) -> Case:
     """A case over request objects; its expected answer is :func:`solve` of its input."""
     case_input = {"vocab": vocab, "requests": requests}
     expected = solve(case_input)
     assert ("error" in expected) == (result == "invalid"), (name, expected)
-    return Case(name=name, comment=comment, rules=rules, flags=flags, input=case_input, expected=expected,
-                result=result)
+    return Case(
+        name=name, comment=comment, rules=rules, flags=flags, input=case_input, expected=expected, result=result
+    )
 
 
-def round_case(name: str, comment: str, flags: tuple[str, ...], requests: list[RoundInput],
-               rules: tuple[str, ...] = RULES) -> Case:
+def round_case(
+    name: str, comment: str, flags: tuple[str, ...], requests: list[RoundInput], rules: tuple[str, ...] = RULES
+) -> Case:
     """A valid case over spec inputs with exact rational target rows."""
     return batch_case(name, comment, flags, [request_json(r) for r in requests], requests[0].q_rows[0].vocab, rules)
 
@@ -349,8 +358,7 @@ def boundary_request(ident: RngIdentity, depth: int, offset: Fraction) -> RoundI
     u32 = uniform32_draw(accept_key(ident, depth))
     assert 1 <= u32 < U32_LIMIT - 1
     target = (u32 + offset) / (2 * U32_LIMIT)  # q(0) = 1/2, so 2^32 p/q = u32 + offset
-    last = p_row({0: target, 1: Fraction(1, 4), 2: (Fraction(3, 4) - target) / 2,
-                  5: (Fraction(3, 4) - target) / 2})
+    last = p_row({0: target, 1: Fraction(1, 4), 2: (Fraction(3, 4) - target) / 2, 5: (Fraction(3, 4) - target) / 2})
     return RoundInput(
         ident=ident,
         draft_tokens=[1] * (depth - 1) + [0],
@@ -369,27 +377,50 @@ def boundary_cases() -> Iterator[Case]:
     }
     for depth, ident in ((1, RngIdentity(0xB0DA, 1, 1, 100)), (3, RngIdentity(0xB0DB, 2, 5, 2048))):
         for name, (offset, comment) in offsets.items():
-            yield round_case(f"depth{depth}-{name}", f"Depth {depth}, test of x_{depth}: {comment}",
-                             ("ACCEPT_BOUNDARY",), [boundary_request(ident, depth, offset)])
+            yield round_case(
+                f"depth{depth}-{name}",
+                f"Depth {depth}, test of x_{depth}: {comment}",
+                ("ACCEPT_BOUNDARY",),
+                [boundary_request(ident, depth, offset)],
+            )
 
 
 def zero_target_cases() -> Iterator[Case]:
     last = p_row({1: Fraction(1, 2), 3: Fraction(1, 2)})
     ident = find_ident(lambda i: uniform32_draw(accept_key(i, 1)) < 1 << 22, start=0x2E40)
-    yield round_case("depth1-small-draw", "p(x_1) = 0 and the acceptance draw is below 2^22: rejected.",
-                     ("ZERO_TARGET",), [RoundInput(ident, [0], [HALF_Q], [last, UNIFORM_P])])
+    yield round_case(
+        "depth1-small-draw",
+        "p(x_1) = 0 and the acceptance draw is below 2^22: rejected.",
+        ("ZERO_TARGET",),
+        [RoundInput(ident, [0], [HALF_Q], [last, UNIFORM_P])],
+    )
     ident = find_ident(lambda i: uniform32_draw(accept_key(i, 2)) < 1 << 22, start=0x2E41)
-    yield round_case("depth2-small-draw", "x_1 accepted (p = q); p(x_2) = 0 with a draw below 2^22: rejected.",
-                     ("ZERO_TARGET",), [RoundInput(ident, [1, 0], [HALF_Q, HALF_Q], [q_as_p(HALF_Q), last, UNIFORM_P])])
+    yield round_case(
+        "depth2-small-draw",
+        "x_1 accepted (p = q); p(x_2) = 0 with a draw below 2^22: rejected.",
+        ("ZERO_TARGET",),
+        [RoundInput(ident, [1, 0], [HALF_Q, HALF_Q], [q_as_p(HALF_Q), last, UNIFORM_P])],
+    )
     # The smallest seed below 2^32 whose acceptance draw is exactly 0, found by an exhaustive offline
     # Philox search (2^32 draws are too many to count up to here); the condition is checked.
     ident = find_ident(lambda i: uniform32_draw(accept_key(i, 1)) == 0, start=ZERO_DRAW_SEED)
-    yield round_case("depth1-zero-draw", "p(x_1) = 0 and the acceptance draw is u32 = 0: rejected (0 < 0 is false).",
-                     ("ZERO_TARGET", "EXTREME_DRAW"), [RoundInput(ident, [0], [HALF_Q], [last, UNIFORM_P])])
+    yield round_case(
+        "depth1-zero-draw",
+        "p(x_1) = 0 and the acceptance draw is u32 = 0: rejected (0 < 0 is false).",
+        ("ZERO_TARGET", "EXTREME_DRAW"),
+        [RoundInput(ident, [0], [HALF_Q], [last, UNIFORM_P])],
+    )
     sparse = sparse_q({0: Fraction(1, 4), 4: Fraction(1, 4), 6: Fraction(1, 2)})
-    yield round_case("sparse-zero-target", "p(x_1) = 0 for a sparse q; any draw rejects.", ("ZERO_TARGET",),
-                     [RoundInput(RngIdentity(77, 0, 0, 0), [6], [sparse],
-                                 [p_row({0: Fraction(1, 2), 5: Fraction(1, 2)}), UNIFORM_P])])
+    yield round_case(
+        "sparse-zero-target",
+        "p(x_1) = 0 for a sparse q; any draw rejects.",
+        ("ZERO_TARGET",),
+        [
+            RoundInput(
+                RngIdentity(77, 0, 0, 0), [6], [sparse], [p_row({0: Fraction(1, 2), 5: Fraction(1, 2)}), UNIFORM_P]
+            )
+        ],
+    )
 
 
 def residual_cases() -> Iterator[Case]:
@@ -398,25 +429,36 @@ def residual_cases() -> Iterator[Case]:
     target = p_row({1: Fraction(1, 4), 3: half, 0: Fraction(1, 8), 6: Fraction(1, 8)})
     ident = find_ident(lambda i: u_accept(i, 1) >= half, start=0x5E51)  # p(1)/q(1) = 1/2: rejected
     yield round_case(
-        "outside-support-only", "Sparse q on {1, 3}; the whole residual is on tokens 0 and 6, outside the support.",
-        ("RESIDUAL_OUTSIDE_SUPPORT",), [RoundInput(ident, [1], [sparse], [target, UNIFORM_P])], rules=RULES + ("R04",))
+        "outside-support-only",
+        "Sparse q on {1, 3}; the whole residual is on tokens 0 and 6, outside the support.",
+        ("RESIDUAL_OUTSIDE_SUPPORT",),
+        [RoundInput(ident, [1], [sparse], [target, UNIFORM_P])],
+        rules=RULES + ("R04",),
+    )
 
     sparse = sparse_q({2: Fraction(1, 4), 5: Fraction(3, 4)})
     target = p_row({2: Fraction(1, 2), 5: Fraction(1, 4), 7: Fraction(1, 4)})
-    ident = find_ident(lambda i: u_accept(i, 1) >= Fraction(1, 3) and u_correction(i, 0) >= half,
-                       start=0x5E52)
+    ident = find_ident(lambda i: u_accept(i, 1) >= Fraction(1, 3) and u_correction(i, 0) >= half, start=0x5E52)
     yield round_case(
-        "inside-and-outside-support", "Residual halves on token 2 (in the support) and 7 (outside); the draw picks 7.",
-        ("RESIDUAL_OUTSIDE_SUPPORT",), [RoundInput(ident, [5], [sparse], [target, UNIFORM_P])], rules=RULES + ("R04",))
+        "inside-and-outside-support",
+        "Residual halves on token 2 (in the support) and 7 (outside); the draw picks 7.",
+        ("RESIDUAL_OUTSIDE_SUPPORT",),
+        [RoundInput(ident, [5], [sparse], [target, UNIFORM_P])],
+        rules=RULES + ("R04",),
+    )
 
     target = p_row({0: Fraction(0), 1: Fraction(3, 8), 2: Fraction(5, 8)})
     ident = find_ident(lambda i: u_correction(i, 0) < Fraction(3, 8), start=0x5E53)
     yield round_case(
-        "full-subtraction", "q = (1/2, 1/2) on {0, 1}, p(1) = 3/8 < q(1): the residual is token 2 alone.",
-        ("RESIDUAL_FULL_SUBTRACTION",), [RoundInput(ident, [0], [HALF_Q], [target, UNIFORM_P])])
+        "full-subtraction",
+        "q = (1/2, 1/2) on {0, 1}, p(1) = 3/8 < q(1): the residual is token 2 alone.",
+        ("RESIDUAL_FULL_SUBTRACTION",),
+        [RoundInput(ident, [0], [HALF_Q], [target, UNIFORM_P])],
+    )
 
     target = p_row({1: half, 2: Fraction(1, 4), 3: Fraction(1, 4)})  # residual: tokens 2 and 3, halves
     for name, low in (("noise-separated-low", True), ("noise-separated-high", False)):
+
         def separated(ident: RngIdentity, low: bool = low) -> bool:
             wrong = (u_accept(ident, 1), u_proposal_word(ident, 1), u_correction(ident, 1))
             side = u_correction(ident, 0) < half
@@ -424,21 +466,29 @@ def residual_cases() -> Iterator[Case]:
 
         ident = find_ident(separated, start=0x5E54 if low else 0x5E55)
         yield round_case(
-            f"correction-{name}", "p(x_1) = 0; residual halves on tokens 2 and 3; the correction draw picks "
-            + ("2" if low else "3") + ", every reused or shifted draw the other.",
-            ("NOISE_SEPARATION",), [RoundInput(ident, [0], [HALF_Q], [target, UNIFORM_P])],
+            f"correction-{name}",
+            "p(x_1) = 0; residual halves on tokens 2 and 3; the correction draw picks "
+            + ("2" if low else "3")
+            + ", every reused or shifted draw the other.",
+            ("NOISE_SEPARATION",),
+            [RoundInput(ident, [0], [HALF_Q], [target, UNIFORM_P])],
         )
     yield extreme_correction_case()
 
 
 def extreme_correction_case() -> Case:
     """A correction draw within 2^-25 of 1 picks the residual's last token, V - 1."""
-    ident = find_ident(lambda i: uniform32_draw(correction_key(i, 0)) >= U32_LIMIT - FP32_ONE_GAP,
-                       start=TOP_CORRECTION_SEED)
+    ident = find_ident(
+        lambda i: uniform32_draw(correction_key(i, 0)) >= U32_LIMIT - FP32_ONE_GAP, start=TOP_CORRECTION_SEED
+    )
     target = p_row({1: Fraction(1, 4), 3: Fraction(3, 8), SMALL_VOCAB - 1: Fraction(3, 8)})
-    return round_case("correction-top-draw", "p(x_1) = 0; the residual is 3/8 on tokens 3 and 7; the correction "
-                      f"draw is at least 2^32 - 2^7 and picks token {SMALL_VOCAB - 1}, the last.", ("EXTREME_DRAW",),
-                      [RoundInput(ident, [0], [HALF_Q], [target, UNIFORM_P])])
+    return round_case(
+        "correction-top-draw",
+        "p(x_1) = 0; the residual is 3/8 on tokens 3 and 7; the correction "
+        f"draw is at least 2^32 - 2^7 and picks token {SMALL_VOCAB - 1}, the last.",
+        ("EXTREME_DRAW",),
+        [RoundInput(ident, [0], [HALF_Q], [target, UNIFORM_P])],
+    )
 
 
 #: a draw lands on its cumulative boundary (offset 0) or one step below or above it
@@ -463,8 +513,12 @@ def draw_boundary_cases() -> Iterator[Case]:
     for name, (offset, comment) in DRAW_OFFSETS.items():
         share = Fraction(3 * (u32 + offset), 4 * U32_LIMIT)
         target = p_row({1: Fraction(1, 4), 2: share, 3: Fraction(3, 4) - share})
-        yield round_case(f"correction-{name}", f"Residual 3/4 on tokens 2 and 3; {comment}.", ("DRAW_ON_BOUNDARY",),
-                         [RoundInput(ident, [0], [HALF_Q], [target, UNIFORM_P])])
+        yield round_case(
+            f"correction-{name}",
+            f"Residual 3/4 on tokens 2 and 3; {comment}.",
+            ("DRAW_ON_BOUNDARY",),
+            [RoundInput(ident, [0], [HALF_Q], [target, UNIFORM_P])],
+        )
     ident = RngIdentity(0xB0E1, 1, 7, 64)
     u32 = uniform32_draw(correction_key(ident, 2))
     assert 2 <= u32 < U32_LIMIT - 2
@@ -472,30 +526,46 @@ def draw_boundary_cases() -> Iterator[Case]:
         share = Fraction(u32 + offset, U32_LIMIT)
         bonus = p_row({6: share, 7: 1 - share})
         drafts = [sample_qrow(HALF_Q, proposal_draw(proposal_key(ident, i))) for i in (1, 2)]
-        yield round_case(f"bonus-{name}", f"Both drafts accepted; the bonus row is on tokens 6 and 7; {comment}.",
-                         ("DRAW_ON_BOUNDARY", "FULL_ACCEPTANCE"),
-                         [RoundInput(ident, drafts, [HALF_Q] * 2, [q_as_p(HALF_Q)] * 2 + [bonus])])
+        yield round_case(
+            f"bonus-{name}",
+            f"Both drafts accepted; the bonus row is on tokens 6 and 7; {comment}.",
+            ("DRAW_ON_BOUNDARY", "FULL_ACCEPTANCE"),
+            [RoundInput(ident, drafts, [HALF_Q] * 2, [q_as_p(HALF_Q)] * 2 + [bonus])],
+        )
 
 
 def q_misuse_cases() -> Iterator[Case]:
     q_row = dense_q({0: Fraction(1, 4), 1: Fraction(3, 4)})
     target = p_row({0: Fraction(1, 5), 1: Fraction(3, 5), 2: Fraction(1, 5)})
     ident = find_ident(lambda i: Fraction(1, 5) <= u_accept(i, 1) < Fraction(4, 5), start=0x9A55)
-    yield round_case("point-mass-q", "q(x) = 1/4, p(x) = 1/5: accepted with ratio 4/5, rejected if q(x) were 1.",
-                     ("POINT_MASS_Q",), [RoundInput(ident, [0], [q_row], [target, UNIFORM_P])], rules=RULES + ("R01",))
+    yield round_case(
+        "point-mass-q",
+        "q(x) = 1/4, p(x) = 1/5: accepted with ratio 4/5, rejected if q(x) were 1.",
+        ("POINT_MASS_Q",),
+        [RoundInput(ident, [0], [q_row], [target, UNIFORM_P])],
+        rules=RULES + ("R01",),
+    )
 
     target = p_row({0: Fraction(3, 10), 2: Fraction(7, 10)})
     ident = find_ident(lambda i: Fraction(3, 10) <= u_accept(i, 1) < Fraction(3, 5), start=0x4E02)
-    yield round_case("renormalized-q", "q = (1/2, 1/2) on {0, 1}, p(1) = 0: ratio 3/5, but 3/10 if q were "
-                     "renormalized over p's support.", ("RENORMALIZED_Q",),
-                     [RoundInput(ident, [0], [HALF_Q], [target, UNIFORM_P])], rules=RULES + ("R02",))
+    yield round_case(
+        "renormalized-q",
+        "q = (1/2, 1/2) on {0, 1}, p(1) = 0: ratio 3/5, but 3/10 if q were renormalized over p's support.",
+        ("RENORMALIZED_Q",),
+        [RoundInput(ident, [0], [HALF_Q], [target, UNIFORM_P])],
+        rules=RULES + ("R02",),
+    )
 
     first = p_row({0: Fraction(1, 4), 1: Fraction(1, 2), 2: Fraction(1, 4)})
     second = p_row({0: Fraction(1, 2), 1: Fraction(1, 4), 3: Fraction(1, 4)})
     ident = find_ident(lambda i: u_accept(i, 1) < Fraction(1, 2) <= u_accept(i, 2), start=0x0FF1)
-    yield round_case("accept-position-separated", "Ratio 1/2 at both positions; the draw at anchor accepts x_1, "
-                     "the draw at anchor + 1 rejects.", ("POSITION_SEPARATION",),
-                     [RoundInput(ident, [0, 1], [HALF_Q, HALF_Q], [first, second, UNIFORM_P])], rules=RULES + ("R22",))
+    yield round_case(
+        "accept-position-separated",
+        "Ratio 1/2 at both positions; the draw at anchor accepts x_1, the draw at anchor + 1 rejects.",
+        ("POSITION_SEPARATION",),
+        [RoundInput(ident, [0, 1], [HALF_Q, HALF_Q], [first, second, UNIFORM_P])],
+        rules=RULES + ("R22",),
+    )
 
 
 def full_acceptance_request(ident: RngIdentity, depth: int) -> RoundInput:
@@ -508,13 +578,19 @@ def full_acceptance_request(ident: RngIdentity, depth: int) -> RoundInput:
 
 def full_acceptance_cases() -> Iterator[Case]:
     for depth, ident in ((1, RngIdentity(0xF011, 0, 9, 31)), (5, RngIdentity(0xF015, 4, 2, 640))):
-        yield round_case(f"depth{depth}-bonus",
-                         f"All {depth} drafts accepted; bonus from p_{depth + 1} at anchor + {depth}.",
-                         ("FULL_ACCEPTANCE",), [full_acceptance_request(ident, depth)])
+        yield round_case(
+            f"depth{depth}-bonus",
+            f"All {depth} drafts accepted; bonus from p_{depth + 1} at anchor + {depth}.",
+            ("FULL_ACCEPTANCE",),
+            [full_acceptance_request(ident, depth)],
+        )
     one = QRow.dense([M])
-    yield round_case("depth2-vocab1", "A vocabulary of one token: both drafts accepted, the bonus drawn from a "
-                     "one-entry row.", ("FULL_ACCEPTANCE",),
-                     [RoundInput(RngIdentity(0xF012, 2, 3, 4), [0, 0], [one, one], [[Fraction(1)]] * 3)])
+    yield round_case(
+        "depth2-vocab1",
+        "A vocabulary of one token: both drafts accepted, the bonus drawn from a one-entry row.",
+        ("FULL_ACCEPTANCE",),
+        [RoundInput(RngIdentity(0xF012, 2, 3, 4), [0, 0], [one, one], [[Fraction(1)]] * 3)],
+    )
 
 
 def per_request_parameter_cases() -> Iterator[Case]:
@@ -523,14 +599,26 @@ def per_request_parameter_cases() -> Iterator[Case]:
     idents = [RngIdentity(0x5A0 + r, 1 + r, 3, 700 + 100 * r) for r in range(4)]
     requests = [full_acceptance_request(ident, 5) for ident in idents]
     free, budget_2, stopped, budget_4 = requests
-    batch = [free, replace(budget_2, budget=2), replace(stopped, stop_tokens=frozenset({stopped.draft_tokens[1]})),
-             replace(budget_4, budget=4, stop_tokens=frozenset({6, 7}))]
-    yield round_case("per-request-parameters", "Four requests: no limit, budget 2, a stop token at x_2, budget 4 "
-                     "with the bonus tokens as stop tokens; each ends where its own parameters say.",
-                     ("PER_REQUEST_PARAMETERS", "STOP_TOKEN", "OUTPUT_BUDGET", "FULL_ACCEPTANCE"), batch)
-    yield round_case("per-request-parameters-reversed", "The four requests of per-request-parameters in reverse "
-                     "order: the budget-4 request first, the unlimited one last.",
-                     ("PER_REQUEST_PARAMETERS", "STOP_TOKEN", "OUTPUT_BUDGET", "FULL_ACCEPTANCE"), batch[::-1])
+    batch = [
+        free,
+        replace(budget_2, budget=2),
+        replace(stopped, stop_tokens=frozenset({stopped.draft_tokens[1]})),
+        replace(budget_4, budget=4, stop_tokens=frozenset({6, 7})),
+    ]
+    yield round_case(
+        "per-request-parameters",
+        "Four requests: no limit, budget 2, a stop token at x_2, budget 4 "
+        "with the bonus tokens as stop tokens; each ends where its own parameters say.",
+        ("PER_REQUEST_PARAMETERS", "STOP_TOKEN", "OUTPUT_BUDGET", "FULL_ACCEPTANCE"),
+        batch,
+    )
+    yield round_case(
+        "per-request-parameters-reversed",
+        "The four requests of per-request-parameters in reverse "
+        "order: the budget-4 request first, the unlimited one last.",
+        ("PER_REQUEST_PARAMETERS", "STOP_TOKEN", "OUTPUT_BUDGET", "FULL_ACCEPTANCE"),
+        batch[::-1],
+    )
 
 
 def stop_budget_cases() -> Iterator[Case]:
@@ -538,22 +626,40 @@ def stop_budget_cases() -> Iterator[Case]:
     drafts = base.draft_tokens
     second = drafts[1]
     stop_at = drafts.index(second) + 1
-    yield round_case("stop-at-accepted-draft", f"Stop token {second}: emission ends after x_{stop_at}.",
-                     ("STOP_TOKEN",), [replace(base, stop_tokens=frozenset({second}))])
-    yield round_case("stop-is-bonus", "The bonus tokens 6 and 7 are stop tokens: the round ends normally.",
-                     ("STOP_TOKEN",), [replace(base, stop_tokens=frozenset({6, 7}))])
+    yield round_case(
+        "stop-at-accepted-draft",
+        f"Stop token {second}: emission ends after x_{stop_at}.",
+        ("STOP_TOKEN",),
+        [replace(base, stop_tokens=frozenset({second}))],
+    )
+    yield round_case(
+        "stop-is-bonus",
+        "The bonus tokens 6 and 7 are stop tokens: the round ends normally.",
+        ("STOP_TOKEN",),
+        [replace(base, stop_tokens=frozenset({6, 7}))],
+    )
     for budget in (1, 3, 5):
-        yield round_case(f"budget-{budget}-of-depth-5",
-                         f"Budget {budget}: {budget} drafts emitted, nothing drawn after.",
-                         ("OUTPUT_BUDGET",), [replace(base, budget=budget)])
-    yield round_case("budget-6-bonus-fits", "Budget K + 1 = 6: the bonus is drawn and emitted.",
-                     ("OUTPUT_BUDGET", "FULL_ACCEPTANCE"), [replace(base, budget=6)])
+        yield round_case(
+            f"budget-{budget}-of-depth-5",
+            f"Budget {budget}: {budget} drafts emitted, nothing drawn after.",
+            ("OUTPUT_BUDGET",),
+            [replace(base, budget=budget)],
+        )
+    yield round_case(
+        "budget-6-bonus-fits",
+        "Budget K + 1 = 6: the bonus is drawn and emitted.",
+        ("OUTPUT_BUDGET", "FULL_ACCEPTANCE"),
+        [replace(base, budget=6)],
+    )
     yield from per_request_parameter_cases()
     target = p_row({1: Fraction(1, 2), 3: Fraction(1, 2)})
     ident = RngIdentity(0x570C, 1, 3, 9)
-    yield round_case("stop-token-drafted-and-rejected", "x_1 = 0 is a stop token but p(0) = 0: rejected, not emitted;"
-                     " the correction is emitted.", ("STOP_TOKEN", "ZERO_TARGET"),
-                     [RoundInput(ident, [0], [HALF_Q], [target, UNIFORM_P], stop_tokens=frozenset({0}))])
+    yield round_case(
+        "stop-token-drafted-and-rejected",
+        "x_1 = 0 is a stop token but p(0) = 0: rejected, not emitted; the correction is emitted.",
+        ("STOP_TOKEN", "ZERO_TARGET"),
+        [RoundInput(ident, [0], [HALF_Q], [target, UNIFORM_P], stop_tokens=frozenset({0}))],
+    )
 
 
 def random_request(rng: random.Random, ident: RngIdentity, depth: int = 5) -> RoundInput:
@@ -577,16 +683,27 @@ def random_request(rng: random.Random, ident: RngIdentity, depth: int = 5) -> Ro
 
 def batch_cases() -> Iterator[Case]:
     rng = random.Random(0xBA7C4)
-    idents = [RngIdentity(0xA0, 1, 1, 10), RngIdentity(0xA1 | 1 << 63, 2, 7, 1000),
-              RngIdentity(0xA2, 3, 1 << 31, 20), RngIdentity(0xA3, (1 << 32) - 1, 4, (1 << 32) - 3)]
+    idents = [
+        RngIdentity(0xA0, 1, 1, 10),
+        RngIdentity(0xA1 | 1 << 63, 2, 7, 1000),
+        RngIdentity(0xA2, 3, 1 << 31, 20),
+        RngIdentity(0xA3, (1 << 32) - 1, 4, (1 << 32) - 3),
+    ]
     a, b, c, d = (random_request(rng, ident) for ident in idents)
     yield round_case("four-requests", "Four depth-5 requests.", ("DEPTH5_BATCH",), [a, b, c, d], rules=RULES + ("R27",))
-    yield round_case("request-a-alone", "Request A of four-requests, alone.", ("BATCH_INVARIANCE",), [a],
-                     rules=RULES + ("R22",))
-    yield round_case("request-a-twice", "Request A at batch positions 1 and 3.", ("BATCH_INVARIANCE",), [c, a, b, a],
-                     rules=RULES + ("R22",))
-    yield round_case("request-a-last", "Request A at batch position 4.", ("BATCH_INVARIANCE",), [d, c, b, a],
-                     rules=RULES + ("R22",))
+    yield round_case(
+        "request-a-alone", "Request A of four-requests, alone.", ("BATCH_INVARIANCE",), [a], rules=RULES + ("R22",)
+    )
+    yield round_case(
+        "request-a-twice",
+        "Request A at batch positions 1 and 3.",
+        ("BATCH_INVARIANCE",),
+        [c, a, b, a],
+        rules=RULES + ("R22",),
+    )
+    yield round_case(
+        "request-a-last", "Request A at batch position 4.", ("BATCH_INVARIANCE",), [d, c, b, a], rules=RULES + ("R22",)
+    )
 
 
 def unseeded_json(inp: RoundInput, request_id: str) -> dict:
@@ -609,17 +726,33 @@ def seed_cases() -> Iterator[Case]:
         answers = solve({"vocab": SMALL_VOCAB, "requests": bodies})["requests"]
         if answers[0]["accepted"] != answers[1]["accepted"]:
             break
-    yield batch_case("unseeded-pair", f"Two requests without a seed, identical but for their IDs {ids[0]!r} and "
-                     f"{ids[1]!r}: each is keyed by the seed its ID derives, so they draw different noise and "
-                     "accept different counts.", ("UNSEEDED_REQUESTS",), bodies, rules=rules)
-    yield batch_case("unseeded-alone", f"Request {ids[1]!r} of unseeded-pair, alone.", ("UNSEEDED_REQUESTS",),
-                     [bodies[1]], rules=rules)
+    yield batch_case(
+        "unseeded-pair",
+        f"Two requests without a seed, identical but for their IDs {ids[0]!r} and "
+        f"{ids[1]!r}: each is keyed by the seed its ID derives, so they draw different noise and "
+        "accept different counts.",
+        ("UNSEEDED_REQUESTS",),
+        bodies,
+        rules=rules,
+    )
+    yield batch_case(
+        "unseeded-alone",
+        f"Request {ids[1]!r} of unseeded-pair, alone.",
+        ("UNSEEDED_REQUESTS",),
+        [bodies[1]],
+        rules=rules,
+    )
     other = random_request(rng, RngIdentity(0x5EED, 1, 1, 50))
     shared = replace(template, ident=other.ident)
-    yield round_case("explicit-seed-shared", "Two different requests with one explicit seed and one generation, "
-                     "round and anchor: the seed is the request's, so their acceptance draws coincide "
-                     "(nothing about the request or its batch row enters the key).", ("SHARED_EXPLICIT_SEED",),
-                     [other, shared], rules=rules)
+    yield round_case(
+        "explicit-seed-shared",
+        "Two different requests with one explicit seed and one generation, "
+        "round and anchor: the seed is the request's, so their acceptance draws coincide "
+        "(nothing about the request or its batch row enters the key).",
+        ("SHARED_EXPLICIT_SEED",),
+        [other, shared],
+        rules=rules,
+    )
 
 
 def weight_bits(weights: Sequence[int]) -> list[int]:
@@ -648,10 +781,14 @@ def production_cases() -> Iterator[Case]:
     bonus_bits = weight_bits(bonus)
     p_rows = encode_p_weights([weight_bits(weights), bonus_bits])
     request = request_json(RoundInput(ident, [draft], [q_row], []), p_rows)
-    yield batch_case("sparse-k32-residual-full-vocab", "V = 129280, sparse k = 32 q, p(x_1) = 0: the correction "
-                     "comes from the residual over all 129280 tokens.",
-                     ("PRODUCTION_VOCAB", "RESIDUAL_OUTSIDE_SUPPORT"),
-                     [request], VOCAB, RULES + ("R07",))
+    yield batch_case(
+        "sparse-k32-residual-full-vocab",
+        "V = 129280, sparse k = 32 q, p(x_1) = 0: the correction comes from the residual over all 129280 tokens.",
+        ("PRODUCTION_VOCAB", "RESIDUAL_OUTSIDE_SUPPORT"),
+        [request],
+        VOCAB,
+        RULES + ("R07",),
+    )
 
     # Dense q over 400 tokens; p = q with x's weight removed, so the residual is proportional to q elsewhere.
     live = sorted(rng.sample(range(VOCAB), 400))
@@ -666,8 +803,13 @@ def production_cases() -> Iterator[Case]:
     weights[draft] = 0
     p_rows = encode_p_weights([weight_bits(weights), bonus_bits])
     request = request_json(RoundInput(ident, [draft], [q_row], []), p_rows)
-    yield batch_case("dense-residual-full-vocab", "V = 129280, dense q, p = q without x_1: rejected, the residual "
-                     "is q's shape over the other 399 tokens.", ("PRODUCTION_VOCAB",), [request], VOCAB)
+    yield batch_case(
+        "dense-residual-full-vocab",
+        "V = 129280, dense q, p = q without x_1: rejected, the residual is q's shape over the other 399 tokens.",
+        ("PRODUCTION_VOCAB",),
+        [request],
+        VOCAB,
+    )
 
 
 def invalid_case(name: str, comment: str, requests: list[dict]) -> Case:
@@ -679,50 +821,91 @@ def invalid_cases() -> Iterator[Case]:
     sparse = sparse_q({1: Fraction(1, 2), 3: Fraction(1, 2)})
     good = RoundInput(ident, [1], [sparse], [UNIFORM_P, UNIFORM_P])
     request = request_json(good)
-    yield invalid_case("zero-q-at-draft", "The draft token 2 lies outside the sparse q support.",
-                       [{**request, "draft_tokens": [2]}])
+    yield invalid_case(
+        "zero-q-at-draft", "The draft token 2 lies outside the sparse q support.", [{**request, "draft_tokens": [2]}]
+    )
     yield invalid_case("draft-out-of-range", "Draft token 8 in a vocabulary of 8.", [{**request, "draft_tokens": [8]}])
     short = encode_p_probabilities([UNIFORM_P, [Fraction(1, 16)] * SMALL_VOCAB])
     yield invalid_case("target-row-not-normalized", "The bonus row sums to 1/2.", [{**request, "p_rows": short}])
-    yield invalid_case("missing-bonus-row", "K = 1 with one p row.",
-                       [{**request, "p_rows": encode_p_probabilities([UNIFORM_P])}])
-    yield invalid_case("five-requests", "A batch of five requests exceeds the bound of four (R27).",
-                       [request] * (MAX_REQUESTS + 1))
+    yield invalid_case(
+        "missing-bonus-row", "K = 1 with one p row.", [{**request, "p_rows": encode_p_probabilities([UNIFORM_P])}]
+    )
+    yield invalid_case(
+        "five-requests", "A batch of five requests exceeds the bound of four (R27).", [request] * (MAX_REQUESTS + 1)
+    )
     yield invalid_case("draft-negative", "Draft token -1.", [{**request, "draft_tokens": [-1]}])
-    yield invalid_case("stop-token-at-vocab", "Stop token 8 in a vocabulary of 8 (the first ID past it).",
-                       [{**request, "stop_tokens": [SMALL_VOCAB]}])
-    yield invalid_case("target-row-short", "The first target row has 7 entries in a vocabulary of 8.",
-                       [{**request, "p_rows": encode_p_probabilities([UNIFORM_P[1:], UNIFORM_P])}])
+    yield invalid_case(
+        "stop-token-at-vocab",
+        "Stop token 8 in a vocabulary of 8 (the first ID past it).",
+        [{**request, "stop_tokens": [SMALL_VOCAB]}],
+    )
+    yield invalid_case(
+        "target-row-short",
+        "The first target row has 7 entries in a vocabulary of 8.",
+        [{**request, "p_rows": encode_p_probabilities([UNIFORM_P[1:], UNIFORM_P])}],
+    )
     negative = [Fraction(-1, 8), Fraction(3, 8)] + UNIFORM_P[2:]  # sums to 1, with numerator -1 at token 0
-    yield invalid_case("target-negative-probability", "The first target row has p(0) = -1/8 and still sums to 1.",
-                       [{**request, "p_rows": encode_p_probabilities([negative, UNIFORM_P])}])
+    yield invalid_case(
+        "target-negative-probability",
+        "The first target row has p(0) = -1/8 and still sums to 1.",
+        [{**request, "p_rows": encode_p_probabilities([negative, UNIFORM_P])}],
+    )
     deeper = request_json(RoundInput(ident, [1, 3], [sparse, sparse], [UNIFORM_P] * 3))
-    yield invalid_case("mixed-depths", "A batch of a depth-1 and a depth-2 request: one batch, one depth (R27).",
-                       [request, deeper])
+    yield invalid_case(
+        "mixed-depths", "A batch of a depth-1 and a depth-2 request: one batch, one depth (R27).", [request, deeper]
+    )
 
 
 def build() -> Iterator[Group]:
-    yield Group("acceptance_boundary", "Acceptance draws on, and one step either side of, 2^32 p/q.", RULES,
-                list(boundary_cases()))
+    yield Group(
+        "acceptance_boundary",
+        "Acceptance draws on, and one step either side of, 2^32 p/q.",
+        RULES,
+        list(boundary_cases()),
+    )
     yield Group("zero_target", "Drafts with p(x) = 0.", RULES, list(zero_target_cases()))
-    yield Group("residual", "Correction draws from the full-vocabulary residual.", RULES + ("R04",),
-                list(residual_cases()))
-    yield Group("draw_boundaries", "Correction and bonus draws on a cumulative boundary, and one step either side.",
-                RULES, list(draw_boundary_cases()))
-    yield Group("q_misuse", "The q that sampled, used exactly: no point mass, no renormalization.",
-                RULES + ("R01", "R02", "R22"), list(q_misuse_cases()))
+    yield Group(
+        "residual", "Correction draws from the full-vocabulary residual.", RULES + ("R04",), list(residual_cases())
+    )
+    yield Group(
+        "draw_boundaries",
+        "Correction and bonus draws on a cumulative boundary, and one step either side.",
+        RULES,
+        list(draw_boundary_cases()),
+    )
+    yield Group(
+        "q_misuse",
+        "The q that sampled, used exactly: no point mass, no renormalization.",
+        RULES + ("R01", "R02", "R22"),
+        list(q_misuse_cases()),
+    )
     yield Group("full_acceptance", "Every draft accepted; the bonus.", RULES, list(full_acceptance_cases()))
-    yield Group("stop_and_budget", "Stop tokens and output budgets end emission without further draws.", RULES,
-                list(stop_budget_cases()))
-    yield Group("batches", "Depth-5 batches of up to four requests; batch invariance.", RULES + ("R22", "R27"),
-                list(batch_cases()))
-    yield Group("request_seeds", "Unseeded requests are keyed by the seed their IDs derive; an explicit seed "
-                "is used as given, shared or not (docs/rng-abi.md, Request seeds).", RULES + ("R22", "R24"),
-                list(seed_cases()))
-    yield Group("production_vocab", "Residual sampling over V = 129280 with FP32 target weights.", RULES + ("R07",),
-                list(production_cases()))
-    yield Group("invalid_requests", "Requests refused before any draw.", ("R11", "R19", "R27"),
-                list(invalid_cases()))
+    yield Group(
+        "stop_and_budget",
+        "Stop tokens and output budgets end emission without further draws.",
+        RULES,
+        list(stop_budget_cases()),
+    )
+    yield Group(
+        "batches",
+        "Depth-5 batches of up to four requests; batch invariance.",
+        RULES + ("R22", "R27"),
+        list(batch_cases()),
+    )
+    yield Group(
+        "request_seeds",
+        "Unseeded requests are keyed by the seed their IDs derive; an explicit seed "
+        "is used as given, shared or not (docs/rng-abi.md, Request seeds).",
+        RULES + ("R22", "R24"),
+        list(seed_cases()),
+    )
+    yield Group(
+        "production_vocab",
+        "Residual sampling over V = 129280 with FP32 target weights.",
+        RULES + ("R07",),
+        list(production_cases()),
+    )
+    yield Group("invalid_requests", "Requests refused before any draw.", ("R11", "R19", "R27"), list(invalid_cases()))
 
 
 NONNEG = {"type": "integer", "minimum": 0}
@@ -774,7 +957,7 @@ def fuzz_labels(case_input: dict, expected: dict) -> Labels:
     """Rules, and the flags the answer shows: a reject exactly on the boundary, stops, budgets."""
     requests = case_input["requests"]
     draws = [d for r in expected.get("requests", ()) for d in r["draws"]]
-    flags = (("ACCEPT_BOUNDARY",) if any(d["decision"] == "reject" and d["margin"] == "0/1" for d in draws) else ())
+    flags = ("ACCEPT_BOUNDARY",) if any(d["decision"] == "reject" and d["margin"] == "0/1" for d in draws) else ()
     flags += ("STOP_TOKEN",) if any("stop_tokens" in r for r in requests) else ()
     flags += ("OUTPUT_BUDGET",) if any("budget" in r for r in requests) else ()
     rules = RULES + (("R27",) if len(requests) > 1 else ())

@@ -25,10 +25,10 @@ from qconform.generators.encoding import (
     encode_u64,
     encode_word,
 )
-from qconform.generators.wire_frame_faults import order_cases
 from qconform.generators.registry import Case, Family, Group, Note
 from qconform.generators.schemas import blob_schema
 from qconform.generators.schemas import closed_object as closed
+from qconform.generators.wire_frame_faults import order_cases
 from qconform.spec.constants import M
 from qconform.spec.qrow import QRow
 from qconform.spec.wire import layout
@@ -61,36 +61,71 @@ from qconform.spec.wire.receiver import check_frame
 FAMILY_RULES = ("R03", "R07", "R12", "R13", "R14", "R15", "R16", "R17", "R18", "R19", "R20", "R21", "R25", "R27")
 
 NOTES = {
-    "VALID_FRAME": Note("BASIC", "A well-formed frame under the negotiated HELLO; the decoded fields are the answer.",
-                        "Catches an encoder or decoder that disagrees with the normative layout."),
-    "PRODUCTION_SHAPE": Note("BASIC", "The production example: V = 129280, depth 5, four requests and slots.",
-                             "Pins the layout at the size the design's table describes (R26)."),
-    "DEV_PROFILE": Note("EDGE_CASE", "A development configuration: vocabulary 60 with a dense stride of 64, so "
-                        "dense rows carry 4 padding entries, and max support 16.",
-                        "Small dense rows exercise R20 padding without megabyte vectors."),
-    "REASON_CLASS": Note("MALFORMED_INPUT", "An invalid frame built to fail exactly one check; every other check "
-                         "before it passes (checksums are resealed).",
-                         "Catches a receiver that accepts the class, or refuses it for another reason."),
-    "HEADER_OFF_BY_ONE": Note("MALFORMED_INPUT", "One header field of a valid frame, plus or minus one, checksum not resealed.",
-                              "Catches a header field that is not checked, or checked after the payload is read."),
-    "TRUNCATION": Note("MALFORMED_INPUT", "A valid frame cut at a field boundary.",
-                       "Catches a decoder that reads past the bytes it has (R18)."),
-    "BIT_FLIP": Note("MALFORMED_INPUT", "A valid frame with one bit flipped in the checksum or the payload.",
-                     "Catches a checksum that is not verified, or not over every payload byte (R21)."),
-    "BOUNDS_FIRST": Note("EDGE_CASE", "A declared length out of bounds and also inconsistent with the bytes present; "
-                         "the bound is checked first.",
-                         "Catches a decoder that reads or allocates before checking the negotiated bounds (R18)."),
-    "V1_COEXISTENCE": Note("FUNCTIONALITY", "A v1 greedy frame, or a v2 frame before HELLO (R12).",
-                           "Catches v1 treated as sampled, or v2 honoured before negotiation."),
-    "CHECK_ORDER": Note("MALFORMED_INPUT", "A frame breaking one row of its message's check table, or two rows at "
-                        "once; the answer is the earlier row's code (docs/wire-v2.md, Check order). The case name "
-                        "names the rows: r03-support_above_max-r14-non_finite_value.",
-                        "Catches a decoder that checks one message's rules in another order than the document."),
-    "NEGATIVE_ZERO": Note("EDGE_CASE", "-0.0 (sign bit set, zero magnitude) in a q row or as the temperature: "
-                          "NEGATIVE_VALUE, dense and sparse alike; a zero count is sent only as +0.0.",
-                          "Catches a receiver that compares values (-0.0 == 0) where the wire decides on bits."),
-    "FULL_VOCAB_DENSE": Note("EDGE_CASE", "A dense REPLY over the full 129280-token vocabulary (517,176-byte frame).",
-                             "Pins the production dense row size."),
+    "VALID_FRAME": Note(
+        "BASIC",
+        "A well-formed frame under the negotiated HELLO; the decoded fields are the answer.",
+        "Catches an encoder or decoder that disagrees with the normative layout.",
+    ),
+    "PRODUCTION_SHAPE": Note(
+        "BASIC",
+        "The production example: V = 129280, depth 5, four requests and slots.",
+        "Pins the layout at the size the design's table describes (R26).",
+    ),
+    "DEV_PROFILE": Note(
+        "EDGE_CASE",
+        "A development configuration: vocabulary 60 with a dense stride of 64, so "
+        "dense rows carry 4 padding entries, and max support 16.",
+        "Small dense rows exercise R20 padding without megabyte vectors.",
+    ),
+    "REASON_CLASS": Note(
+        "MALFORMED_INPUT",
+        "An invalid frame built to fail exactly one check; every other check "
+        "before it passes (checksums are resealed).",
+        "Catches a receiver that accepts the class, or refuses it for another reason.",
+    ),
+    "HEADER_OFF_BY_ONE": Note(
+        "MALFORMED_INPUT",
+        "One header field of a valid frame, plus or minus one, checksum not resealed.",
+        "Catches a header field that is not checked, or checked after the payload is read.",
+    ),
+    "TRUNCATION": Note(
+        "MALFORMED_INPUT",
+        "A valid frame cut at a field boundary.",
+        "Catches a decoder that reads past the bytes it has (R18).",
+    ),
+    "BIT_FLIP": Note(
+        "MALFORMED_INPUT",
+        "A valid frame with one bit flipped in the checksum or the payload.",
+        "Catches a checksum that is not verified, or not over every payload byte (R21).",
+    ),
+    "BOUNDS_FIRST": Note(
+        "EDGE_CASE",
+        "A declared length out of bounds and also inconsistent with the bytes present; the bound is checked first.",
+        "Catches a decoder that reads or allocates before checking the negotiated bounds (R18).",
+    ),
+    "V1_COEXISTENCE": Note(
+        "FUNCTIONALITY",
+        "A v1 greedy frame, or a v2 frame before HELLO (R12).",
+        "Catches v1 treated as sampled, or v2 honoured before negotiation.",
+    ),
+    "CHECK_ORDER": Note(
+        "MALFORMED_INPUT",
+        "A frame breaking one row of its message's check table, or two rows at "
+        "once; the answer is the earlier row's code (docs/wire-v2.md, Check order). The case name "
+        "names the rows: r03-support_above_max-r14-non_finite_value.",
+        "Catches a decoder that checks one message's rules in another order than the document.",
+    ),
+    "NEGATIVE_ZERO": Note(
+        "EDGE_CASE",
+        "-0.0 (sign bit set, zero magnitude) in a q row or as the temperature: "
+        "NEGATIVE_VALUE, dense and sparse alike; a zero count is sent only as +0.0.",
+        "Catches a receiver that compares values (-0.0 == 0) where the wire decides on bits.",
+    ),
+    "FULL_VOCAB_DENSE": Note(
+        "EDGE_CASE",
+        "A dense REPLY over the full 129280-token vocabulary (517,176-byte frame).",
+        "Pins the production dense row size.",
+    ),
 }
 
 U64_BITS = 64
@@ -98,6 +133,7 @@ DIGEST_PATTERN = "^[0-9a-f]{64}$"
 
 
 # ---------------------------------------------------------------- JSON <-> messages
+
 
 def field_to_json(f: Field, value: int | bytes) -> object:
     """One fixed field's JSON encoding by its layout type."""
@@ -136,8 +172,11 @@ def hello_from_json(obj: dict) -> Hello:
 def q_row_json(row: QRow) -> dict:
     if row.ids is None:
         return {"representation": "dense", "counts": encode_blob("u32", list(row.counts))}
-    return {"representation": "sparse", "ids": encode_blob("i32", list(row.ids)),
-            "counts": encode_blob("u32", list(row.counts))}
+    return {
+        "representation": "sparse",
+        "ids": encode_blob("i32", list(row.ids)),
+        "counts": encode_blob("u32", list(row.counts)),
+    }
 
 
 def message_json(message: Message | V1Greedy, row: QRow | None) -> dict:
@@ -178,8 +217,15 @@ def frame_input(config: Hello, negotiated: bool, data: bytes) -> dict:
     return {"hello": fields_to_json(config), "negotiated": negotiated, "frame": encode_blob("u8", list(data))}
 
 
-def case(name: str, comment: str, flags: tuple[str, ...], config: Hello, data: bytes, negotiated: bool = True,
-         want: str | None = None) -> Case:
+def case(
+    name: str,
+    comment: str,
+    flags: tuple[str, ...],
+    config: Hello,
+    data: bytes,
+    negotiated: bool = True,
+    want: str | None = None,
+) -> Case:
     """A case whose answer is :func:`solve`; ``want`` (a reason or "accept") is asserted, not trusted."""
     case_input = frame_input(config, negotiated, data)
     expected = solve(case_input)
@@ -236,24 +282,60 @@ def valid_cases() -> Iterator[Case]:
     for name, config, negotiated, data in base_frames():
         flags = ("VALID_FRAME", "DEV_PROFILE" if config is DEV else "PRODUCTION_SHAPE")
         yield case(name, f"A valid {name.split('_')[0].upper()} frame.", flags, config, data, negotiated, "accept")
-    yield case("reply_sparse_k32", "A sparse REPLY with the k = 32 candidate support (R29).",
-               ("VALID_FRAME", "PRODUCTION_SHAPE"), PROD, encode_frame(reply(K32_ROW, token=11)), want="accept")
-    yield case("step_dense", "A STEP asking for dense rows.", ("VALID_FRAME", "PRODUCTION_SHAPE"), PROD,
-               encode_frame(DEV_STEP), want="accept")
-    yield case("completion_failed", "A COMPLETION with status FAILED is a valid frame (the receiver discards).",
-               ("VALID_FRAME", "PRODUCTION_SHAPE"), PROD,
-               encode_frame(replace(COMPLETION, status=layout.STATUS_FAILED)), want="accept")
+    yield case(
+        "reply_sparse_k32",
+        "A sparse REPLY with the k = 32 candidate support (R29).",
+        ("VALID_FRAME", "PRODUCTION_SHAPE"),
+        PROD,
+        encode_frame(reply(K32_ROW, token=11)),
+        want="accept",
+    )
+    yield case(
+        "step_dense",
+        "A STEP asking for dense rows.",
+        ("VALID_FRAME", "PRODUCTION_SHAPE"),
+        PROD,
+        encode_frame(DEV_STEP),
+        want="accept",
+    )
+    yield case(
+        "completion_failed",
+        "A COMPLETION with status FAILED is a valid frame (the receiver discards).",
+        ("VALID_FRAME", "PRODUCTION_SHAPE"),
+        PROD,
+        encode_frame(replace(COMPLETION, status=layout.STATUS_FAILED)),
+        want="accept",
+    )
     full = QRow.dense([M // 1024 if v % 126 == 0 and v < 126 * 1024 else 0 for v in range(PROD.vocab)])
-    yield case("reply_dense_full_vocab", "A dense REPLY over all 129280 tokens (517,176 bytes), 1024 of them "
-               "with q = 2^-10.", ("VALID_FRAME", "PRODUCTION_SHAPE", "FULL_VOCAB_DENSE"), PROD,
-               encode_frame(reply(full, token=126 * 1023)), want="accept")
-    yield case("v1_greedy", "A v1 greedy frame parses as v1 after HELLO and is never sampled.",
-               ("V1_COEXISTENCE",), PROD, encode_v1([5, 6, 7]), want="accept")
-    yield case("v1_greedy_before_hello", "A v1 greedy frame parses as v1 before HELLO too.",
-               ("V1_COEXISTENCE",), PROD, encode_v1([1]), negotiated=False, want="accept")
+    yield case(
+        "reply_dense_full_vocab",
+        "A dense REPLY over all 129280 tokens (517,176 bytes), 1024 of them with q = 2^-10.",
+        ("VALID_FRAME", "PRODUCTION_SHAPE", "FULL_VOCAB_DENSE"),
+        PROD,
+        encode_frame(reply(full, token=126 * 1023)),
+        want="accept",
+    )
+    yield case(
+        "v1_greedy",
+        "A v1 greedy frame parses as v1 after HELLO and is never sampled.",
+        ("V1_COEXISTENCE",),
+        PROD,
+        encode_v1([5, 6, 7]),
+        want="accept",
+    )
+    yield case(
+        "v1_greedy_before_hello",
+        "A v1 greedy frame parses as v1 before HELLO too.",
+        ("V1_COEXISTENCE",),
+        PROD,
+        encode_v1([1]),
+        negotiated=False,
+        want="accept",
+    )
 
 
 # ---------------------------------------------------------------- one case per reason class
+
 
 def patched(data: bytes, offset: int, fmt: str, value: int, reseal: bool = True) -> bytes:
     """``data`` with the ``fmt`` field at ``offset`` replaced by ``value``; checksum resealed unless told."""
@@ -307,8 +389,22 @@ def class_frames() -> Iterator[tuple[str, str, Hello, bool, bytes, tuple[str, ..
     yield "TRUNCATED", "v1-short-by-one", PROD, True, encode_v1([1, 2])[:-1], ("V1_COEXISTENCE",)
     yield "LENGTH_MISMATCH", "trailing-byte", PROD, True, step + b"\0", ()
     yield "LENGTH_MISMATCH", "header-length-21", PROD, True, header_patched(step, "header_length", 21), ()
-    yield "LENGTH_MISMATCH", "entry-count-below-entries", PROD, True, patched(reply_frame, HEADER_SIZE + 24, "<I", 2), ()
-    yield "LENGTH_MISMATCH", "v1-count-mismatch", PROD, True, patched(encode_v1([1, 2]), 12, "<I", 1, False), ("V1_COEXISTENCE",)
+    yield (
+        "LENGTH_MISMATCH",
+        "entry-count-below-entries",
+        PROD,
+        True,
+        patched(reply_frame, HEADER_SIZE + 24, "<I", 2),
+        (),
+    )
+    yield (
+        "LENGTH_MISMATCH",
+        "v1-count-mismatch",
+        PROD,
+        True,
+        patched(encode_v1([1, 2]), 12, "<I", 1, False),
+        ("V1_COEXISTENCE",),
+    )
     yield "BAD_MAGIC", "magic-qsmq", PROD, True, b"QSMQ" + step[4:], ()
     yield "BAD_MAGIC", "http-request", PROD, True, b"GET / HTTP/1.1\r\n\r\n", ()
     yield "BAD_MAGIC", "zeros", PROD, True, bytes(20), ()
@@ -318,20 +414,69 @@ def class_frames() -> Iterator[tuple[str, str, Hello, bool, bytes, tuple[str, ..
     yield "UNKNOWN_VERSION", "hello-wire-version-3", PROD, False, hello_offer(wire_version=3), ()
     yield "UNKNOWN_MESSAGE_TYPE", "type-0", PROD, True, header_patched(step, "message_type", 0), ()
     yield "UNKNOWN_MESSAGE_TYPE", "type-9", PROD, True, header_patched(step, "message_type", 9), ()
-    yield "UNKNOWN_MESSAGE_TYPE", "v1-type-2", PROD, True, patched(encode_v1([1]), 6, "<H", 2, False), ("V1_COEXISTENCE",)
-    yield "CHECKSUM_MISMATCH", "checksum-plus-one", PROD, True, header_patched(step, "checksum", (crc_field(step) + 1) % (1 << 32), False), ()
+    yield (
+        "UNKNOWN_MESSAGE_TYPE",
+        "v1-type-2",
+        PROD,
+        True,
+        patched(encode_v1([1]), 6, "<H", 2, False),
+        ("V1_COEXISTENCE",),
+    )
+    yield (
+        "CHECKSUM_MISMATCH",
+        "checksum-plus-one",
+        PROD,
+        True,
+        header_patched(step, "checksum", (crc_field(step) + 1) % (1 << 32), False),
+        (),
+    )
     yield "UNEXPECTED_SIZE", "step-payload-67", PROD, True, header_patched(step[:-1], "payload_length", 67), ()
-    yield "UNEXPECTED_SIZE", "reply-length-2pow32-1", PROD, True, header_patched(reply_frame, "payload_length", 0xFFFFFFFF), ("BOUNDS_FIRST",)
-    yield "UNEXPECTED_SIZE", "reply-above-max-reply-bytes", replace(PROD, max_reply_bytes=50), True, reply_frame[:HEADER_SIZE], ("BOUNDS_FIRST",)
+    yield (
+        "UNEXPECTED_SIZE",
+        "reply-length-2pow32-1",
+        PROD,
+        True,
+        header_patched(reply_frame, "payload_length", 0xFFFFFFFF),
+        ("BOUNDS_FIRST",),
+    )
+    yield (
+        "UNEXPECTED_SIZE",
+        "reply-above-max-reply-bytes",
+        replace(PROD, max_reply_bytes=50),
+        True,
+        reply_frame[:HEADER_SIZE],
+        ("BOUNDS_FIRST",),
+    )
     yield "UNEXPECTED_SIZE", "dense-entries-not-stride", DEV, True, dense_reply(DEV_VALUES[:60]), ("DEV_PROFILE",)
     yield "UNEXPECTED_SIZE", "hello-id-bytes-8", PROD, False, hello_offer(id_bytes=8), ()
     yield "UNEXPECTED_SIZE", "hello-dense-stride", PROD, False, hello_offer(dense_stride=129536), ()
-    yield "UNEXPECTED_SIZE", "hello-max-reply-above", PROD, False, hello_offer(max_reply_bytes=PROD.max_reply_bytes + 1), ()
-    yield "UNEXPECTED_SIZE", "step-dense-does-not-fit", replace(PROD, max_reply_bytes=36 + 8 * 256), True, encode_frame(DEV_STEP), ()
+    yield (
+        "UNEXPECTED_SIZE",
+        "hello-max-reply-above",
+        PROD,
+        False,
+        hello_offer(max_reply_bytes=PROD.max_reply_bytes + 1),
+        (),
+    )
+    yield (
+        "UNEXPECTED_SIZE",
+        "step-dense-does-not-fit",
+        replace(PROD, max_reply_bytes=36 + 8 * 256),
+        True,
+        encode_frame(DEV_STEP),
+        (),
+    )
     yield "UNEXPECTED_SIZE", "v1-too-many-tokens", PROD, True, encode_v1(list(range(65))), ("V1_COEXISTENCE",)
     yield "V2_BEFORE_HELLO", "step", PROD, False, step, ("V1_COEXISTENCE",)
     yield "V2_BEFORE_HELLO", "reply", PROD, False, reply_frame, ("V1_COEXISTENCE",)
-    yield "SEMANTIC_ID_MISMATCH", "v2-semantics", PROD, False, hello_offer(semantic_id=ascii_field("dyadic24-standard-v2")), ()
+    yield (
+        "SEMANTIC_ID_MISMATCH",
+        "v2-semantics",
+        PROD,
+        False,
+        hello_offer(semantic_id=ascii_field("dyadic24-standard-v2")),
+        (),
+    )
     yield "SEMANTIC_ID_MISMATCH", "softmax", PROD, False, hello_offer(semantic_id=ascii_field("unrounded-softmax")), ()
     yield "VERIFIER_MISMATCH", "verifier", PROD, False, hello_offer(verifier_id=ascii_field("greedy-v1")), ()
     yield "RNG_ABI_MISMATCH", "rng-abi", PROD, False, hello_offer(rng_abi_id=ascii_field("philox4x32-7")), ()
@@ -347,50 +492,211 @@ def class_frames() -> Iterator[tuple[str, str, Hello, bool, bytes, tuple[str, ..
     yield "SUPPORT_ABOVE_MAX", "hello-257", PROD, False, hello_offer(max_support=257), ()
     yield "SUPPORT_ABOVE_MAX", "hello-0", PROD, False, hello_offer(max_support=0), ()
     yield "SUPPORT_ABOVE_MAX", "step-257", PROD, True, encode_frame(replace(STEP, support_policy=257)), ()
-    yield "SUPPORT_ABOVE_MAX", "reply-17-entries", DEV, True, sparse_reply(list(range(17)), [q_bits(M // 16)] * 16 + [0], 0, DEV), ("DEV_PROFILE",)
+    yield (
+        "SUPPORT_ABOVE_MAX",
+        "reply-17-entries",
+        DEV,
+        True,
+        sparse_reply(list(range(17)), [q_bits(M // 16)] * 16 + [0], 0, DEV),
+        ("DEV_PROFILE",),
+    )
     yield "TOO_MANY_SLOTS", "hello-5", PROD, False, hello_offer(max_slots=5), ()
     yield "TOO_MANY_SLOTS", "step-slot-4", PROD, True, encode_frame(replace(STEP, slot=4)), ()
     yield "TOO_MANY_SLOTS", "commit-slot-4", PROD, True, encode_frame(replace(COMMIT, slot=4)), ()
     yield "TOO_MANY_REQUESTS", "hello-5", PROD, False, hello_offer(max_requests=5), ()
     yield "TOO_MANY_REQUESTS", "hello-0", PROD, False, hello_offer(max_requests=0), ()
     yield "SESSION_MISMATCH", "step-other-session", PROD, True, encode_frame(replace(STEP, session_id=SID + 1)), ()
-    yield "MISSING_Q", "representation-none", PROD, True, encode_frame(resealed_reply(reply(), representation=0, entry_count=0, ids=(), values=())), ()
-    yield "MISSING_Q", "zero-entries", PROD, True, encode_frame(resealed_reply(reply(), entry_count=0, ids=(), values=())), ()
-    yield "UNKNOWN_REPRESENTATION", "representation-3", PROD, True, encode_frame(resealed_reply(reply(), representation=3)), ()
+    yield (
+        "MISSING_Q",
+        "representation-none",
+        PROD,
+        True,
+        encode_frame(resealed_reply(reply(), representation=0, entry_count=0, ids=(), values=())),
+        (),
+    )
+    yield (
+        "MISSING_Q",
+        "zero-entries",
+        PROD,
+        True,
+        encode_frame(resealed_reply(reply(), entry_count=0, ids=(), values=())),
+        (),
+    )
+    yield (
+        "UNKNOWN_REPRESENTATION",
+        "representation-3",
+        PROD,
+        True,
+        encode_frame(resealed_reply(reply(), representation=3)),
+        (),
+    )
     yield "TOKEN_OUT_OF_RANGE", "reply-token-minus-1", PROD, True, encode_frame(resealed_reply(reply(), token=-1)), ()
     yield "TOKEN_OUT_OF_RANGE", "reply-token-vocab", PROD, True, encode_frame(resealed_reply(reply(), token=129280)), ()
     yield "TOKEN_OUT_OF_RANGE", "commit-token-vocab", PROD, True, encode_frame(replace(COMMIT, token=129280)), ()
     yield "TOKEN_OUT_OF_RANGE", "v1-negative-token", PROD, True, encode_v1([3, -5]), ("V1_COEXISTENCE",)
-    yield "SPARSE_ID_OUT_OF_RANGE", "padding-sentinel-minus-1", PROD, True, sparse_reply([7, 1000, -1], [HALF, QUARTER, QUARTER]), ()
-    yield "SPARSE_ID_OUT_OF_RANGE", "id-vocab", PROD, True, sparse_reply([7, 1000, 129280], [HALF, QUARTER, QUARTER]), ()
-    yield "SPARSE_ID_OUT_OF_RANGE", "id-in-dense-padding", DEV, True, sparse_reply([0, 1, 62], [HALF, QUARTER, QUARTER], 0, DEV), ("DEV_PROFILE",)
+    yield (
+        "SPARSE_ID_OUT_OF_RANGE",
+        "padding-sentinel-minus-1",
+        PROD,
+        True,
+        sparse_reply([7, 1000, -1], [HALF, QUARTER, QUARTER]),
+        (),
+    )
+    yield (
+        "SPARSE_ID_OUT_OF_RANGE",
+        "id-vocab",
+        PROD,
+        True,
+        sparse_reply([7, 1000, 129280], [HALF, QUARTER, QUARTER]),
+        (),
+    )
+    yield (
+        "SPARSE_ID_OUT_OF_RANGE",
+        "id-in-dense-padding",
+        DEV,
+        True,
+        sparse_reply([0, 1, 62], [HALF, QUARTER, QUARTER], 0, DEV),
+        ("DEV_PROFILE",),
+    )
     yield "DUPLICATE_SPARSE_ID", "adjacent", PROD, True, sparse_reply([7, 7, 1000], [HALF, QUARTER, QUARTER]), ()
     yield "DUPLICATE_SPARSE_ID", "not-adjacent", PROD, True, sparse_reply([7, 1000, 7], [HALF, QUARTER, QUARTER]), ()
-    yield "DUPLICATE_SPARSE_ID", "duplicate-zeros", PROD, True, sparse_reply([7, 1000, 5000, 5000], [HALF, HALF, 0, 0]), ()
-    yield "UNSORTED_SUPPORT", "descending-pair", PROD, True, sparse_reply([1000, 7, 129279], [HALF, QUARTER, QUARTER]), ()
+    yield (
+        "DUPLICATE_SPARSE_ID",
+        "duplicate-zeros",
+        PROD,
+        True,
+        sparse_reply([7, 1000, 5000, 5000], [HALF, HALF, 0, 0]),
+        (),
+    )
+    yield (
+        "UNSORTED_SUPPORT",
+        "descending-pair",
+        PROD,
+        True,
+        sparse_reply([1000, 7, 129279], [HALF, QUARTER, QUARTER]),
+        (),
+    )
     yield "NONCANONICAL_SUPPORT", "zero-entry", PROD, True, sparse_reply([7, 1000, 5000], [HALF, HALF, 0]), ()
     yield "NONZERO_DENSE_PADDING", "padding-1", DEV, True, dense_reply(with_entry(DEV_VALUES, 63, 1)), ("DEV_PROFILE",)
-    yield "NONZERO_DENSE_PADDING", "padding-negative-zero", DEV, True, dense_reply(with_entry(DEV_VALUES, 60, NEG_ZERO)), ("DEV_PROFILE",)
-    yield "NONZERO_DENSE_PADDING", "padding-nan", DEV, True, dense_reply(with_entry(DEV_VALUES, 61, NAN)), ("DEV_PROFILE",)
+    yield (
+        "NONZERO_DENSE_PADDING",
+        "padding-negative-zero",
+        DEV,
+        True,
+        dense_reply(with_entry(DEV_VALUES, 60, NEG_ZERO)),
+        ("DEV_PROFILE",),
+    )
+    yield (
+        "NONZERO_DENSE_PADDING",
+        "padding-nan",
+        DEV,
+        True,
+        dense_reply(with_entry(DEV_VALUES, 61, NAN)),
+        ("DEV_PROFILE",),
+    )
     yield "NON_FINITE_VALUE", "nan", PROD, True, sparse_reply([7, 1000, 129279], [HALF, QUARTER, NAN]), ()
     yield "NON_FINITE_VALUE", "plus-inf", PROD, True, sparse_reply([7, 1000, 129279], [HALF, POS_INF, QUARTER]), ()
-    yield "NON_FINITE_VALUE", "minus-inf-dense", DEV, True, dense_reply(with_entry(DEV_VALUES, 40, NEG_INF)), ("DEV_PROFILE",)
-    yield "NON_FINITE_VALUE", "nan-after-negative", PROD, True, sparse_reply([7, 1000, 129279], [HALF, 0xBE800000, NAN]), ()
+    yield (
+        "NON_FINITE_VALUE",
+        "minus-inf-dense",
+        DEV,
+        True,
+        dense_reply(with_entry(DEV_VALUES, 40, NEG_INF)),
+        ("DEV_PROFILE",),
+    )
+    yield (
+        "NON_FINITE_VALUE",
+        "nan-after-negative",
+        PROD,
+        True,
+        sparse_reply([7, 1000, 129279], [HALF, 0xBE800000, NAN]),
+        (),
+    )
     yield "NON_FINITE_VALUE", "temperature-nan", PROD, True, encode_frame(replace(STEP, temperature=NAN)), ()
-    yield "NEGATIVE_VALUE", "minus-quarter", PROD, True, sparse_reply([7, 1000, 129279], [HALF, 0xBE800000, QUARTER]), ()
-    yield "NEGATIVE_VALUE", "negative-zero-sparse", PROD, True, sparse_reply([7, 1000, 5000], [HALF, HALF, NEG_ZERO]), ("NEGATIVE_ZERO",)
-    yield "NEGATIVE_VALUE", "negative-zero-dense", DEV, True, dense_reply(with_entry(DEV_VALUES, 45, NEG_ZERO)), ("DEV_PROFILE", "NEGATIVE_ZERO")
-    yield "NEGATIVE_VALUE", "temperature-negative-zero", PROD, True, encode_frame(replace(STEP, temperature=NEG_ZERO)), ("NEGATIVE_ZERO",)
+    yield (
+        "NEGATIVE_VALUE",
+        "minus-quarter",
+        PROD,
+        True,
+        sparse_reply([7, 1000, 129279], [HALF, 0xBE800000, QUARTER]),
+        (),
+    )
+    yield (
+        "NEGATIVE_VALUE",
+        "negative-zero-sparse",
+        PROD,
+        True,
+        sparse_reply([7, 1000, 5000], [HALF, HALF, NEG_ZERO]),
+        ("NEGATIVE_ZERO",),
+    )
+    yield (
+        "NEGATIVE_VALUE",
+        "negative-zero-dense",
+        DEV,
+        True,
+        dense_reply(with_entry(DEV_VALUES, 45, NEG_ZERO)),
+        ("DEV_PROFILE", "NEGATIVE_ZERO"),
+    )
+    yield (
+        "NEGATIVE_VALUE",
+        "temperature-negative-zero",
+        PROD,
+        True,
+        encode_frame(replace(STEP, temperature=NEG_ZERO)),
+        ("NEGATIVE_ZERO",),
+    )
     yield "NEGATIVE_VALUE", "temperature-zero", PROD, True, encode_frame(replace(STEP, temperature=0)), ()
     yield "NEGATIVE_VALUE", "temperature-minus-one", PROD, True, encode_frame(replace(STEP, temperature=0xBF800000)), ()
-    yield "NON_DYADIC_VALUE", "two-pow-minus-25", PROD, True, sparse_reply([7, 1000, 129279], [HALF, QUARTER, 0x33000000]), ()
-    yield "NON_DYADIC_VALUE", "one-third", DEV, True, dense_reply(with_entry(DEV_VALUES, 59, 0x3EAAAAAB)), ("DEV_PROFILE",)
-    yield "WRONG_TOTAL_MASS", "short-by-one", PROD, True, sparse_reply([7, 1000, 129279], [HALF, QUARTER, q_bits(M // 4 - 1)]), ()
-    yield "WRONG_TOTAL_MASS", "over-by-one", PROD, True, sparse_reply([7, 1000, 129279], [HALF, QUARTER, q_bits(M // 4 + 1)]), ()
+    yield (
+        "NON_DYADIC_VALUE",
+        "two-pow-minus-25",
+        PROD,
+        True,
+        sparse_reply([7, 1000, 129279], [HALF, QUARTER, 0x33000000]),
+        (),
+    )
+    yield (
+        "NON_DYADIC_VALUE",
+        "one-third",
+        DEV,
+        True,
+        dense_reply(with_entry(DEV_VALUES, 59, 0x3EAAAAAB)),
+        ("DEV_PROFILE",),
+    )
+    yield (
+        "WRONG_TOTAL_MASS",
+        "short-by-one",
+        PROD,
+        True,
+        sparse_reply([7, 1000, 129279], [HALF, QUARTER, q_bits(M // 4 - 1)]),
+        (),
+    )
+    yield (
+        "WRONG_TOTAL_MASS",
+        "over-by-one",
+        PROD,
+        True,
+        sparse_reply([7, 1000, 129279], [HALF, QUARTER, q_bits(M // 4 + 1)]),
+        (),
+    )
     yield "WRONG_TOTAL_MASS", "single-q-two", PROD, True, sparse_reply([7], [0x40000000]), ()
-    yield "ZERO_Q_AT_TOKEN", "sparse-token-outside-support", PROD, True, sparse_reply([7, 1000, 129279], [HALF, QUARTER, QUARTER], token=8), ()
+    yield (
+        "ZERO_Q_AT_TOKEN",
+        "sparse-token-outside-support",
+        PROD,
+        True,
+        sparse_reply([7, 1000, 129279], [HALF, QUARTER, QUARTER], token=8),
+        (),
+    )
     yield "ZERO_Q_AT_TOKEN", "dense-zero-count", DEV, True, dense_reply(DEV_VALUES, token=45), ("DEV_PROFILE",)
-    yield "Q_CHECKSUM_MISMATCH", "q-checksum-plus-one", PROD, True, encode_frame(replace(reply(), q_checksum=reply().q_checksum ^ 1)), ()
+    yield (
+        "Q_CHECKSUM_MISMATCH",
+        "q-checksum-plus-one",
+        PROD,
+        True,
+        encode_frame(replace(reply(), q_checksum=reply().q_checksum ^ 1)),
+        (),
+    )
     yield "UNKNOWN_STATUS", "status-2", PROD, True, encode_frame(replace(COMPLETION, status=2)), ()
     yield "POSITION_MISMATCH", "commit-accepted-6", PROD, True, encode_frame(replace(COMMIT, accepted=6)), ()
     yield "UNEXPECTED_MESSAGE", "hello-after-negotiation", PROD, True, encode_frame(PROD), ()
@@ -408,6 +714,7 @@ def class_cases() -> Iterator[Case]:
 
 # ---------------------------------------------------------------- systematic mutations
 
+
 def header_mutation_cases() -> Iterator[Case]:
     """Every header field of every small valid frame, plus and minus one (checksum not resealed)."""
     for frame_name, config, negotiated, data in base_frames():
@@ -416,8 +723,14 @@ def header_mutation_cases() -> Iterator[Case]:
             (value,) = struct.unpack_from(fmt, data, f.offset)
             for delta, sign in ((1, "plus"), (-1, "minus")):
                 mutated = patched(data, f.offset, fmt, (value + delta) % (1 << (8 * f.size)), reseal=False)
-                yield case(f"{frame_name}-{f.name}-{sign}-1", f"{frame_name}: header field {f.name} {sign} one.",
-                           ("HEADER_OFF_BY_ONE",), config, mutated, negotiated)
+                yield case(
+                    f"{frame_name}-{f.name}-{sign}-1",
+                    f"{frame_name}: header field {f.name} {sign} one.",
+                    ("HEADER_OFF_BY_ONE",),
+                    config,
+                    mutated,
+                    negotiated,
+                )
 
 
 def field_boundaries(data: bytes) -> list[int]:
@@ -435,8 +748,15 @@ def field_boundaries(data: bytes) -> list[int]:
 def truncation_cases() -> Iterator[Case]:
     for frame_name, config, negotiated, data in base_frames():
         for cut in field_boundaries(data):
-            yield case(f"{frame_name}-cut-{cut}", f"{frame_name} cut to its first {cut} bytes.",
-                       ("TRUNCATION",), config, data[:cut], negotiated, "TRUNCATED")
+            yield case(
+                f"{frame_name}-cut-{cut}",
+                f"{frame_name} cut to its first {cut} bytes.",
+                ("TRUNCATION",),
+                config,
+                data[:cut],
+                negotiated,
+                "TRUNCATED",
+            )
 
 
 def bit_flip_cases() -> Iterator[Case]:
@@ -446,16 +766,29 @@ def bit_flip_cases() -> Iterator[Case]:
         byte = layout.CHECKSUM_OFFSET + bit // 8
         flipped = bytearray(step)
         flipped[byte] ^= 1 << (bit % 8)
-        yield case(f"step-checksum-bit-{bit}", f"STEP with checksum bit {bit} flipped.", ("BIT_FLIP",), PROD,
-                   bytes(flipped), want="CHECKSUM_MISMATCH")
+        yield case(
+            f"step-checksum-bit-{bit}",
+            f"STEP with checksum bit {bit} flipped.",
+            ("BIT_FLIP",),
+            PROD,
+            bytes(flipped),
+            want="CHECKSUM_MISMATCH",
+        )
     for frame_name, config, negotiated, data in base_frames():
         message = layout.MESSAGES[struct.unpack_from("<H", data, 6)[0]]
         offsets = [HEADER_SIZE + f.offset for f in message.fields] + [len(data) - 1]
         for index, offset in enumerate(offsets):
             flipped = bytearray(data)
             flipped[offset] ^= 1 << (index % 8)
-            yield case(f"{frame_name}-byte-{offset}-bit-{index % 8}", f"{frame_name} with bit {index % 8} of byte "
-                       f"{offset} flipped.", ("BIT_FLIP",), config, bytes(flipped), negotiated, "CHECKSUM_MISMATCH")
+            yield case(
+                f"{frame_name}-byte-{offset}-bit-{index % 8}",
+                f"{frame_name} with bit {index % 8} of byte {offset} flipped.",
+                ("BIT_FLIP",),
+                config,
+                bytes(flipped),
+                negotiated,
+                "CHECKSUM_MISMATCH",
+            )
 
 
 def check_order_cases() -> Iterator[Case]:
@@ -465,21 +798,41 @@ def check_order_cases() -> Iterator[Case]:
 
 
 def build() -> Iterator[Group]:
-    yield Group("valid_frames", "One valid frame per message type, and v1 greedy frames.",
-                ("R12", "R13", "R14", "R15", "R16", "R17"), list(valid_cases()))
-    yield Group("reason_classes", "At least one invalid frame per stateless reason class.", FAMILY_RULES,
-                list(class_cases()))
-    yield Group("header_off_by_one", "Every header field of every small valid frame, plus and minus one.",
-                ("R12", "R18", "R21"), list(header_mutation_cases()))
-    yield Group("truncation", "Every small valid frame cut at every field boundary.", ("R18",),
-                list(truncation_cases()))
-    yield Group("check_order", "Each row of each message's check table alone, and every pair of rows that can "
-                "fail together: the earlier row is the reason.", FAMILY_RULES, list(check_order_cases()))
-    yield Group("bit_flips", "Single bit flips in the checksum field and in every payload field.", ("R18", "R21"),
-                list(bit_flip_cases()))
+    yield Group(
+        "valid_frames",
+        "One valid frame per message type, and v1 greedy frames.",
+        ("R12", "R13", "R14", "R15", "R16", "R17"),
+        list(valid_cases()),
+    )
+    yield Group(
+        "reason_classes", "At least one invalid frame per stateless reason class.", FAMILY_RULES, list(class_cases())
+    )
+    yield Group(
+        "header_off_by_one",
+        "Every header field of every small valid frame, plus and minus one.",
+        ("R12", "R18", "R21"),
+        list(header_mutation_cases()),
+    )
+    yield Group(
+        "truncation", "Every small valid frame cut at every field boundary.", ("R18",), list(truncation_cases())
+    )
+    yield Group(
+        "check_order",
+        "Each row of each message's check table alone, and every pair of rows that can "
+        "fail together: the earlier row is the reason.",
+        FAMILY_RULES,
+        list(check_order_cases()),
+    )
+    yield Group(
+        "bit_flips",
+        "Single bit flips in the checksum field and in every payload field.",
+        ("R18", "R21"),
+        list(bit_flip_cases()),
+    )
 
 
 # ---------------------------------------------------------------- schema
+
 
 def scalar_schema(f: Field) -> dict:
     """The JSON Schema of one fixed field's encoding."""
@@ -517,12 +870,22 @@ INPUT_SCHEMA = {
 
 EXPECTED_SCHEMA = {
     "oneOf": [
-        closed({
-            "verdict": {"const": "accept"},
-            "message": {"oneOf": [message_schema(m) for m in layout.MESSAGES.values()] + [
-                closed({"type": {"const": layout.V1_GREEDY.name},
-                        "tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}}})]},
-        }),
+        closed(
+            {
+                "verdict": {"const": "accept"},
+                "message": {
+                    "oneOf": [message_schema(m) for m in layout.MESSAGES.values()]
+                    + [
+                        closed(
+                            {
+                                "type": {"const": layout.V1_GREEDY.name},
+                                "tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+                            }
+                        )
+                    ]
+                },
+            }
+        ),
         closed({"verdict": {"const": "reject"}, "reason": REASON_SCHEMA}),
     ]
 }
@@ -530,7 +893,7 @@ EXPECTED_SCHEMA = {
 FAMILY = Family(
     name="wire_frames",
     description="Single wire v2 frames under a negotiated HELLO: the decoded message, or the reason code of "
-                "the first failing check (docs/wire-v2.md).",
+    "the first failing check (docs/wire-v2.md).",
     rules=FAMILY_RULES,
     notes=NOTES,
     build=build,

@@ -43,11 +43,11 @@ from qconform.spec.wire.receiver import (
     EVENT_COUNTERS,
     VERDICT_KINDS,
     Disconnect,
+    Disposition,
     Event,
     FrameIn,
     ReceiverState,
     Timeout,
-    Disposition,
     initial_state,
     step,
 )
@@ -55,43 +55,87 @@ from qconform.spec.wire.receiver import (
 FAMILY_RULES = ("R01", "R11", "R12", "R14", "R16", "R17", "R19", "R22", "R24", "R25", "R27", "R28", "R35")
 
 NOTES = {
-    "HAPPY_PATH": Note("BASIC", "Rounds that open, fill, complete and commit without a fault.",
-                       "Catches a receiver that refuses legal traffic or miscounts positions."),
-    "CONSUME_AFTER_COMPLETION": Note("FUNCTIONALITY", "Rows are consumed (COMMIT) before, or without, a valid COMPLETION.",
-                                     "Catches rows published as q-ready before every transfer and check completed (R16, R28)."),
-    "STALE_OR_DUPLICATE": Note("FUNCTIONALITY", "Stale or duplicate generations and rounds (R19).",
-                               "Catches a receiver that reuses an old key or accepts a round twice."),
-    "LATE_REPLY": Note("FUNCTIONALITY", "Replies that arrive after RESET, CANCEL, a timeout or a disconnect (R28).",
-                       "Catches late q consumed into a newer generation."),
-    "RETRY": Note("FUNCTIONALITY", "A reply or completion sent twice, with identical or different bytes (R24).",
-                  "Catches a redraw under a reused key, or an identical retry treated as a fault."),
-    "DISCARD": Note("FUNCTIONALITY", "Missing, corrupt or timed-out q: the whole unverified proposal is discarded (R25).",
-                    "Catches a partial commit, or q=None alongside sampled IDs."),
-    "RECONNECTION": Note("FUNCTIONALITY", "A disconnect and a new HELLO (R24).",
-                         "Catches in-flight keys surviving a reconnection."),
-    "LIMITS": Note("EDGE_CASE", "Negotiated slot, request, depth and position bounds (R27).",
-                   "Catches a receiver that serves more than it negotiated."),
-    "V1_COEXISTENCE": Note("FUNCTIONALITY", "v1 greedy frames between v2 traffic, before and after HELLO (R12).",
-                           "Catches v1 treated as sampled, or v2 honoured before HELLO."),
-    "V1_ISOLATION": Note("FUNCTIONALITY", "A refused v1 frame (or a second HELLO) while a v2 round is open: "
-                         "it is counted under its reason and discards nothing (docs/wire-v2.md, Coexistence with v1).",
-                         "Catches a receiver that lets v1 traffic, good or bad, end a sampled round."),
-    "DEV_PROFILE": Note("EDGE_CASE", "The development configuration (vocabulary 60, dense stride 64) for dense rows.",
-                        "Small dense rows keep the vectors small."),
-    "KEY_REUSE": Note("FUNCTIONALITY", "Sequences that would accept a (seed, generation, round, position) key twice (R22, R24).",
-                      "Catches slots dropped and re-created at generation 0, or a generation reused after exhaustion."),
-    "CONSUMABLE_KEPT": Note("FUNCTIONALITY", "Worker-side faults after a round's COMPLETION validated (R28).",
-                            "Catches a consumable round thrown away while the target may be verifying it."),
-    "CONNECTIONS": Note("FUNCTIONALITY", "Several connections sharing one endpoint.",
-                        "Catches a stranger connection that changes another connection's link or rounds."),
-    "RANDOM_SEQUENCE": Note("FUNCTIONALITY", "A random mix of legal and faulty events (fixed generator seed).",
-                            "Catches state-machine paths no hand-written sequence visits."),
+    "HAPPY_PATH": Note(
+        "BASIC",
+        "Rounds that open, fill, complete and commit without a fault.",
+        "Catches a receiver that refuses legal traffic or miscounts positions.",
+    ),
+    "CONSUME_AFTER_COMPLETION": Note(
+        "FUNCTIONALITY",
+        "Rows are consumed (COMMIT) before, or without, a valid COMPLETION.",
+        "Catches rows published as q-ready before every transfer and check completed (R16, R28).",
+    ),
+    "STALE_OR_DUPLICATE": Note(
+        "FUNCTIONALITY",
+        "Stale or duplicate generations and rounds (R19).",
+        "Catches a receiver that reuses an old key or accepts a round twice.",
+    ),
+    "LATE_REPLY": Note(
+        "FUNCTIONALITY",
+        "Replies that arrive after RESET, CANCEL, a timeout or a disconnect (R28).",
+        "Catches late q consumed into a newer generation.",
+    ),
+    "RETRY": Note(
+        "FUNCTIONALITY",
+        "A reply or completion sent twice, with identical or different bytes (R24).",
+        "Catches a redraw under a reused key, or an identical retry treated as a fault.",
+    ),
+    "DISCARD": Note(
+        "FUNCTIONALITY",
+        "Missing, corrupt or timed-out q: the whole unverified proposal is discarded (R25).",
+        "Catches a partial commit, or q=None alongside sampled IDs.",
+    ),
+    "RECONNECTION": Note(
+        "FUNCTIONALITY", "A disconnect and a new HELLO (R24).", "Catches in-flight keys surviving a reconnection."
+    ),
+    "LIMITS": Note(
+        "EDGE_CASE",
+        "Negotiated slot, request, depth and position bounds (R27).",
+        "Catches a receiver that serves more than it negotiated.",
+    ),
+    "V1_COEXISTENCE": Note(
+        "FUNCTIONALITY",
+        "v1 greedy frames between v2 traffic, before and after HELLO (R12).",
+        "Catches v1 treated as sampled, or v2 honoured before HELLO.",
+    ),
+    "V1_ISOLATION": Note(
+        "FUNCTIONALITY",
+        "A refused v1 frame (or a second HELLO) while a v2 round is open: "
+        "it is counted under its reason and discards nothing (docs/wire-v2.md, Coexistence with v1).",
+        "Catches a receiver that lets v1 traffic, good or bad, end a sampled round.",
+    ),
+    "DEV_PROFILE": Note(
+        "EDGE_CASE",
+        "The development configuration (vocabulary 60, dense stride 64) for dense rows.",
+        "Small dense rows keep the vectors small.",
+    ),
+    "KEY_REUSE": Note(
+        "FUNCTIONALITY",
+        "Sequences that would accept a (seed, generation, round, position) key twice (R22, R24).",
+        "Catches slots dropped and re-created at generation 0, or a generation reused after exhaustion.",
+    ),
+    "CONSUMABLE_KEPT": Note(
+        "FUNCTIONALITY",
+        "Worker-side faults after a round's COMPLETION validated (R28).",
+        "Catches a consumable round thrown away while the target may be verifying it.",
+    ),
+    "CONNECTIONS": Note(
+        "FUNCTIONALITY",
+        "Several connections sharing one endpoint.",
+        "Catches a stranger connection that changes another connection's link or rounds.",
+    ),
+    "RANDOM_SEQUENCE": Note(
+        "FUNCTIONALITY",
+        "A random mix of legal and faulty events (fixed generator seed).",
+        "Catches state-machine paths no hand-written sequence visits.",
+    ),
 }
 
 POSITION_MODULUS = 1 << 32
 
 
 # ---------------------------------------------------------------- solve
+
 
 def event_from_json(obj: dict) -> Event:
     if "frame" in obj:
@@ -115,24 +159,30 @@ def state_json(state: ReceiverState) -> dict:
     slots = []
     for index, slot in enumerate(state.slots):
         current = slot.open
-        slots.append({
-            "slot": index,
-            "generation": slot.generation,
-            "live": slot.live,
-            "committed": slot.committed,
-            "last_round": slot.last_round,
-            "seed": encode_u64(slot.seed),
-            "open": None if current is None else {
-                "round": current.step.round,
-                "anchor": current.step.anchor,
-                "rows": len(current.replies),
-                "consumable": current.consumable,
-            },
-        })
+        slots.append(
+            {
+                "slot": index,
+                "generation": slot.generation,
+                "live": slot.live,
+                "committed": slot.committed,
+                "last_round": slot.last_round,
+                "seed": encode_u64(slot.seed),
+                "open": None
+                if current is None
+                else {
+                    "round": current.step.round,
+                    "anchor": current.step.anchor,
+                    "rows": len(current.replies),
+                    "consumable": current.consumable,
+                },
+            }
+        )
     negotiated = state.negotiated
-    return {"negotiated": negotiated is not None,
-            "session_id": None if negotiated is None else encode_u64(negotiated.session_id),
-            "slots": slots}
+    return {
+        "negotiated": negotiated is not None,
+        "session_id": None if negotiated is None else encode_u64(negotiated.session_id),
+        "slots": slots,
+    }
 
 
 def solve(case_input: dict) -> dict:
@@ -146,6 +196,7 @@ def solve(case_input: dict) -> dict:
 
 
 # ---------------------------------------------------------------- building sequences
+
 
 class Script:
     """Builds one case's events: frames from messages, timers, disconnects."""
@@ -177,11 +228,20 @@ class Script:
     def reset(self, slot: int, generation: int, committed: int, seed: int = 0x5EED, token: int = -1) -> None:
         self.send(Reset(self.session_id, seed, generation, committed, slot, token))
 
-    def step(self, slot: int, generation: int, round_id: int, anchor: int, policy: int | None = None,
-             send: bool = True, **changes) -> Step:
+    def step(
+        self,
+        slot: int,
+        generation: int,
+        round_id: int,
+        anchor: int,
+        policy: int | None = None,
+        send: bool = True,
+        **changes,
+    ) -> Step:
         policy = (0 if self.config is DEV else 4) if policy is None else policy
-        message = Step(self.session_id, generation, round_id, anchor, policy, 1, ONE_F32, slot,
-                       self.config.depth, DIGEST)
+        message = Step(
+            self.session_id, generation, round_id, anchor, policy, 1, ONE_F32, slot, self.config.depth, DIGEST
+        )
         message = replace(message, **changes)
         if send:
             self.send(message)
@@ -201,9 +261,16 @@ class Script:
     def reply_frame(self, step_message: Step, index: int, reseal: bool = True, **changes) -> bytes:
         """The honest REPLY of draft ``index``; ``changes`` alter it (probability checksum resealed unless told)."""
         row, token = self.row(step_message, index)
-        reply = reply_from_row(self.session_id, step_message.slot, step_message.generation, step_message.round,
-                               (step_message.anchor + index) % POSITION_MODULUS, token, row,
-                               self.config.dense_stride)
+        reply = reply_from_row(
+            self.session_id,
+            step_message.slot,
+            step_message.generation,
+            step_message.round,
+            (step_message.anchor + index) % POSITION_MODULUS,
+            token,
+            row,
+            self.config.dense_stride,
+        )
         return encode_frame(resealed_reply(reply, **changes) if reseal else replace(reply, **changes))
 
     def redrawn_frame(self, step_message: Step, index: int) -> bytes:
@@ -226,8 +293,14 @@ class Script:
 
     def commit(self, step_message: Step, accepted: int, **changes) -> None:
         new = (step_message.anchor + accepted + 1) % POSITION_MODULUS
-        self.send(replace(Commit(self.session_id, step_message.generation, step_message.round, new, 1,
-                                 step_message.slot, accepted), **changes))
+        self.send(
+            replace(
+                Commit(
+                    self.session_id, step_message.generation, step_message.round, new, 1, step_message.slot, accepted
+                ),
+                **changes,
+            )
+        )
 
     def cancel(self, slot: int, generation: int) -> None:
         self.send(Cancel(self.session_id, generation, slot))
@@ -257,6 +330,7 @@ def opened(config: Hello = PROD, slot: int = 0, generation: int = 1, committed: 
 
 # ---------------------------------------------------------------- scenarios
 
+
 def happy_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s = opened()
     r1 = s.step(0, 1, 1, 100)
@@ -268,7 +342,12 @@ def happy_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     r1 = s.step(0, 1, 1, 100)
     s.full_round(r1)
     s.commit(r1, 5)
-    yield "dense-round-bonus", "One dense round, all 5 accepted, the bonus commits anchor + 6.", ("HAPPY_PATH", "DEV_PROFILE"), s
+    yield (
+        "dense-round-bonus",
+        "One dense round, all 5 accepted, the bonus commits anchor + 6.",
+        ("HAPPY_PATH", "DEV_PROFILE"),
+        s,
+    )
 
     s = opened()
     r1 = s.step(0, 1, 1, 100)
@@ -294,7 +373,12 @@ def happy_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     for slot in range(4):
         s.complete(steps[slot], frames[slot])
     s.commit(steps[1], 4)
-    yield "four-slots-interleaved", "Four requests in flight, rows interleaved across slots.", ("HAPPY_PATH", "LIMITS"), s
+    yield (
+        "four-slots-interleaved",
+        "Four requests in flight, rows interleaved across slots.",
+        ("HAPPY_PATH", "LIMITS"),
+        s,
+    )
 
     s = Script()
     s.v1([1, 2, 3])
@@ -304,7 +388,12 @@ def happy_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     r1 = s.step(0, 1, 1, 100)
     s.replies(r1, range(2))
     s.v1([5, 6])
-    yield "v1-interleaved", "v1 greedy frames before HELLO and between v2 frames leave v2 state alone.", ("V1_COEXISTENCE",), s
+    yield (
+        "v1-interleaved",
+        "v1 greedy frames before HELLO and between v2 frames leave v2 state alone.",
+        ("V1_COEXISTENCE",),
+        s,
+    )
 
     s = opened()
     r1 = s.step(0, 1, 1, 100)
@@ -316,8 +405,13 @@ def happy_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     frames += s.replies(r1, range(2, 5))
     s.complete(r1, frames)
     s.commit(r1, 4)
-    yield ("v1-refused-leaves-v2-alone", "A truncated v1 frame, one of version 7 and one of a wrong length are refused "
-           "and discard nothing: the open v2 round completes and commits.", ("V1_COEXISTENCE",), s)
+    yield (
+        "v1-refused-leaves-v2-alone",
+        "A truncated v1 frame, one of version 7 and one of a wrong length are refused "
+        "and discard nothing: the open v2 round completes and commits.",
+        ("V1_COEXISTENCE",),
+        s,
+    )
 
     s = Script()
     s.reset(0, 1, 100)
@@ -333,7 +427,12 @@ def consumption_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s.commit(r1, 1)
     s.complete(r1, frames)
     s.commit(r1, 1)
-    yield "commit-before-completion", "COMMIT before COMPLETION is refused, after it accepted.", ("CONSUME_AFTER_COMPLETION",), s
+    yield (
+        "commit-before-completion",
+        "COMMIT before COMPLETION is refused, after it accepted.",
+        ("CONSUME_AFTER_COMPLETION",),
+        s,
+    )
 
     s = opened()
     r1 = s.step(0, 1, 1, 100)
@@ -341,11 +440,20 @@ def consumption_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s.commit(r1, 1)
     s.complete(r1, frames)
     s.replies(r1, range(3, 5))
-    yield "completion-missing-rows", "COMPLETION after 3 of 5 rows: MISSING_Q discards; later rows are late.", ("CONSUME_AFTER_COMPLETION", "DISCARD"), s
+    yield (
+        "completion-missing-rows",
+        "COMPLETION after 3 of 5 rows: MISSING_Q discards; later rows are late.",
+        ("CONSUME_AFTER_COMPLETION", "DISCARD"),
+        s,
+    )
 
-    for field, value, why in (("reply_bytes", 1, "REPLY_SIZE_MISMATCH"), ("reply_checksum", 1, "COMPLETION_CHECKSUM_MISMATCH"),
-                              ("context_version", 9, "CONTEXT_MISMATCH"), ("prefix_digest", bytes(32), "CONTEXT_MISMATCH"),
-                              ("anchor", 101, "POSITION_MISMATCH")):
+    for field, value, why in (
+        ("reply_bytes", 1, "REPLY_SIZE_MISMATCH"),
+        ("reply_checksum", 1, "COMPLETION_CHECKSUM_MISMATCH"),
+        ("context_version", 9, "CONTEXT_MISMATCH"),
+        ("prefix_digest", bytes(32), "CONTEXT_MISMATCH"),
+        ("anchor", 101, "POSITION_MISMATCH"),
+    ):
         s = opened()
         r1 = s.step(0, 1, 1, 100)
         frames = s.replies(r1)
@@ -353,13 +461,23 @@ def consumption_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
         wrong = getattr(honest, field) ^ value if isinstance(value, int) else value
         s.send(replace(honest, **{field: wrong}))
         s.commit(r1, 1)
-        yield f"completion-{field.replace('_', '-')}", f"A COMPLETION with a wrong {field}: {why}, discarded; COMMIT refused.", ("CONSUME_AFTER_COMPLETION", "DISCARD"), s
+        yield (
+            f"completion-{field.replace('_', '-')}",
+            f"A COMPLETION with a wrong {field}: {why}, discarded; COMMIT refused.",
+            ("CONSUME_AFTER_COMPLETION", "DISCARD"),
+            s,
+        )
 
     s = opened()
     r1 = s.step(0, 1, 1, 100)
     s.full_round(r1)
     s.commit(r1, 2, new_committed=104)
-    yield "commit-wrong-position", "COMMIT whose new position is not anchor + accepted + 1.", ("CONSUME_AFTER_COMPLETION",), s
+    yield (
+        "commit-wrong-position",
+        "COMMIT whose new position is not anchor + accepted + 1.",
+        ("CONSUME_AFTER_COMPLETION",),
+        s,
+    )
 
 
 def stale_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
@@ -369,13 +487,23 @@ def stale_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s.reset(0, 1, 100)
     s.step(0, 2, 1, 100)
     s.step(0, 1, 1, 100)
-    yield "step-stale-generation", "STEP on generation 0 (never live) and on a generation never opened.", ("STALE_OR_DUPLICATE",), s
+    yield (
+        "step-stale-generation",
+        "STEP on generation 0 (never live) and on a generation never opened.",
+        ("STALE_OR_DUPLICATE",),
+        s,
+    )
 
     s = opened()
     s.reset(0, 1, 100)
     s.reset(0, 3, 100)
     s.reset(0, 2, 100)
-    yield "reset-duplicate-and-stale", "RESET to the current generation, then to a lower one.", ("STALE_OR_DUPLICATE",), s
+    yield (
+        "reset-duplicate-and-stale",
+        "RESET to the current generation, then to a lower one.",
+        ("STALE_OR_DUPLICATE",),
+        s,
+    )
 
     s = opened()
     r1 = s.step(0, 1, 5, 100)
@@ -384,7 +512,12 @@ def stale_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s.step(0, 1, 5, 101)
     s.step(0, 1, 4, 101)
     s.step(0, 1, 6, 101)
-    yield "step-duplicate-and-stale-round", "STEP reusing round 5, then round 4, then round 6.", ("STALE_OR_DUPLICATE",), s
+    yield (
+        "step-duplicate-and-stale-round",
+        "STEP reusing round 5, then round 4, then round 6.",
+        ("STALE_OR_DUPLICATE",),
+        s,
+    )
 
     s = opened()
     r1 = s.step(0, 1, 1, 100)
@@ -396,7 +529,12 @@ def stale_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s.raw(s.reply_frame(replace(r2, generation=2), 0))
     s.commit(r1, 0)
     s.replies(r2)
-    yield "reply-stale-round-and-generation", "Replies for a committed round, a future round and a future generation change nothing.", ("STALE_OR_DUPLICATE",), s
+    yield (
+        "reply-stale-round-and-generation",
+        "Replies for a committed round, a future round and a future generation change nothing.",
+        ("STALE_OR_DUPLICATE",),
+        s,
+    )
 
 
 def late_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
@@ -408,7 +546,12 @@ def late_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s.complete(r1, frames)
     r2 = s.step(0, 2, 1, 100)
     s.full_round(r2)
-    yield "late-after-reset", "RESET discards the open round; its remaining rows and COMPLETION are late.", ("LATE_REPLY", "DISCARD"), s
+    yield (
+        "late-after-reset",
+        "RESET discards the open round; its remaining rows and COMPLETION are late.",
+        ("LATE_REPLY", "DISCARD"),
+        s,
+    )
 
     s = opened()
     r1 = s.step(0, 1, 1, 100)
@@ -418,7 +561,12 @@ def late_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s.step(0, 1, 2, 100)
     s.cancel(0, 1)
     s.reset(0, 2, 100)
-    yield "late-after-cancel", "CANCEL discards; later rows are late; STEP and CANCEL need a RESET.", ("LATE_REPLY", "DISCARD"), s
+    yield (
+        "late-after-cancel",
+        "CANCEL discards; later rows are late; STEP and CANCEL need a RESET.",
+        ("LATE_REPLY", "DISCARD"),
+        s,
+    )
 
     s = opened()
     r1 = s.step(0, 1, 1, 100)
@@ -431,7 +579,12 @@ def late_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s.reset(0, 2, 101)
     r2 = s.step(0, 2, 1, 101)
     s.full_round(r2)
-    yield "late-after-timeout", "A timeout discards and invalidates; late rows refused; target-only then RESET.", ("LATE_REPLY", "DISCARD"), s
+    yield (
+        "late-after-timeout",
+        "A timeout discards and invalidates; late rows refused; target-only then RESET.",
+        ("LATE_REPLY", "DISCARD"),
+        s,
+    )
 
     s = opened()
     s.timeout(0)
@@ -448,14 +601,24 @@ def retry_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s.raw(completion)
     s.raw(frames[4])
     s.commit(r1, 5)
-    yield "identical-retries", "A retried row and a retried COMPLETION with identical bytes are duplicates.", ("RETRY",), s
+    yield (
+        "identical-retries",
+        "A retried row and a retried COMPLETION with identical bytes are duplicates.",
+        ("RETRY",),
+        s,
+    )
 
     s = opened()
     r1 = s.step(0, 1, 1, 100)
     s.replies(r1, range(3))
     s.raw(s.redrawn_frame(r1, 1))
     s.replies(r1, range(3, 5))
-    yield "retry-different-row", "Row 1 resent with another token: RETRY_MISMATCH discards the proposal.", ("RETRY", "DISCARD"), s
+    yield (
+        "retry-different-row",
+        "Row 1 resent with another token: RETRY_MISMATCH discards the proposal.",
+        ("RETRY", "DISCARD"),
+        s,
+    )
 
     s = opened()
     r1 = s.step(0, 1, 1, 100)
@@ -463,7 +626,12 @@ def retry_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s.complete(r1, frames)
     s.complete(r1, frames, status=layout.STATUS_FAILED)
     s.commit(r1, 0)
-    yield "retry-different-completion", "A second, different COMPLETION of a consumable round discards it.", ("RETRY", "DISCARD"), s
+    yield (
+        "retry-different-completion",
+        "A second, different COMPLETION of a consumable round discards it.",
+        ("RETRY", "DISCARD"),
+        s,
+    )
 
 
 def discard_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
@@ -473,7 +641,12 @@ def discard_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     bad = s.reply_frame(r1, 2, values=(q_bits(M // 2), q_bits(M // 4), q_bits(M // 4 - 1)))
     s.raw(bad)
     s.replies(r1, range(3, 5))
-    yield "corrupt-q-mass", "Row 3 has total mass M - 1: the entire proposal is discarded, later rows late.", ("DISCARD",), s
+    yield (
+        "corrupt-q-mass",
+        "Row 3 has total mass M - 1: the entire proposal is discarded, later rows late.",
+        ("DISCARD",),
+        s,
+    )
 
     s = opened()
     s.reset(1, 1, 500)
@@ -484,7 +657,12 @@ def discard_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     corrupt[-1] ^= 0x10
     s.raw(bytes(corrupt))
     s.replies(r1, range(3, 5))
-    yield "checksum-corrupt-frame", "A frame failing its checksum cannot be attributed: every open round is discarded.", ("DISCARD",), s
+    yield (
+        "checksum-corrupt-frame",
+        "A frame failing its checksum cannot be attributed: every open round is discarded.",
+        ("DISCARD",),
+        s,
+    )
 
     s = opened()
     r1 = s.step(0, 1, 1, 100)
@@ -497,14 +675,24 @@ def discard_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     frames = s.replies(r1, range(2))
     s.complete(r1, frames, status=layout.STATUS_FAILED)
     s.commit(r1, 0)
-    yield "worker-failed", "COMPLETION status FAILED is accepted and discards the proposal (target-only).", ("DISCARD",), s
+    yield (
+        "worker-failed",
+        "COMPLETION status FAILED is accepted and discards the proposal (target-only).",
+        ("DISCARD",),
+        s,
+    )
 
     s = opened()
     r1 = s.step(0, 1, 1, 100)
     good = s.reply_frame(r1, 0)
     s.raw(s.reply_frame(r1, 0, reseal=False, q_checksum=1))
     s.raw(good)
-    yield "q-checksum-mismatch", "A row whose probability checksum is wrong discards; the honest resend is late.", ("DISCARD",), s
+    yield (
+        "q-checksum-mismatch",
+        "A row whose probability checksum is wrong discards; the honest resend is late.",
+        ("DISCARD",),
+        s,
+    )
 
     s = opened()
     r1 = s.step(0, 1, 1, 100)
@@ -513,7 +701,12 @@ def discard_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     r2 = s.step(0, 1, 2, 101)
     s.raw(s.reply_frame(r1, 0, token=r1.anchor))  # zero q at the token, but for a committed round
     s.full_round(r2)
-    yield "bad-stale-row-no-discard", "A faulty row addressed to a committed round is refused and discards nothing.", ("DISCARD", "STALE_OR_DUPLICATE"), s
+    yield (
+        "bad-stale-row-no-discard",
+        "A faulty row addressed to a committed round is refused and discards nothing.",
+        ("DISCARD", "STALE_OR_DUPLICATE"),
+        s,
+    )
 
     s = opened()
     r1 = s.step(0, 1, 1, 100)
@@ -527,7 +720,12 @@ def discard_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s.reset(0, 2, 100)
     r2 = s.step(0, 2, 1, 100, policy=2)
     s.raw(s.reply_frame(replace(r2, support_policy=3), 0))
-    yield "support-policy-violations", "A dense row for a sparse policy, then 3 entries for k = 2: both discard.", ("DISCARD", "LIMITS", "DEV_PROFILE"), s
+    yield (
+        "support-policy-violations",
+        "A dense row for a sparse policy, then 3 entries for k = 2: both discard.",
+        ("DISCARD", "LIMITS", "DEV_PROFILE"),
+        s,
+    )
 
 
 def reconnection_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
@@ -547,21 +745,36 @@ def reconnection_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     r2 = s.step(0, 2, 1, 100)
     s.full_round(r2)
     s.commit(r2, 1)
-    yield "disconnect-mid-round", "Disconnect discards; frames before the new HELLO are refused; the old session's keys are dead.", ("RECONNECTION", "DISCARD", "LATE_REPLY"), s
+    yield (
+        "disconnect-mid-round",
+        "Disconnect discards; frames before the new HELLO are refused; the old session's keys are dead.",
+        ("RECONNECTION", "DISCARD", "LATE_REPLY"),
+        s,
+    )
 
     s = opened()
     s.hello()
     s.disconnect()
     s.disconnect()
     s.hello(max_slots=2)
-    yield "second-hello-and-shrink", "A second HELLO on one connection is refused; a reconnection may negotiate fewer slots.", ("RECONNECTION",), s
+    yield (
+        "second-hello-and-shrink",
+        "A second HELLO on one connection is refused; a reconnection may negotiate fewer slots.",
+        ("RECONNECTION",),
+        s,
+    )
 
     s = Script()
     s.hello(semantic_id=ascii_field("unrounded-softmax"))
     s.hello(vocab=129279)
     s.hello(max_requests=5)
     s.hello()
-    yield "hello-mismatch-then-match", "Refused offers leave v2 off; a matching offer turns it on.", ("RECONNECTION", "LIMITS"), s
+    yield (
+        "hello-mismatch-then-match",
+        "Refused offers leave v2 off; a matching offer turns it on.",
+        ("RECONNECTION", "LIMITS"),
+        s,
+    )
 
 
 def limit_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
@@ -574,7 +787,12 @@ def limit_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s.full_round(r0)
     s.commit(r0, 0)
     s.step(2, 1, 1, 20)
-    yield "too-many-requests", "Two requests negotiated: a third open round is refused until one commits.", ("LIMITS",), s
+    yield (
+        "too-many-requests",
+        "Two requests negotiated: a third open round is refused until one commits.",
+        ("LIMITS",),
+        s,
+    )
 
     s = Script()
     s.hello(max_slots=2)
@@ -588,7 +806,12 @@ def limit_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     r1 = s.step(0, 1, 1, 100)
     s.step(0, 1, 2, 100)
     s.raw(s.reply_frame(r1, 0, token=r1.anchor % 7))
-    yield "step-shape", "STEP of depth 4, a wrong anchor, a busy slot; a row with zero q at its token discards.", ("LIMITS", "DISCARD"), s
+    yield (
+        "step-shape",
+        "STEP of depth 4, a wrong anchor, a busy slot; a row with zero q at its token discards.",
+        ("LIMITS", "DISCARD"),
+        s,
+    )
 
 
 LAST_GENERATION = (1 << 32) - 1
@@ -610,8 +833,15 @@ def key_reuse_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s.reset(3, 2, 100, seed=0x5EED)
     s.step(3, 2, 0, 100)
     s.raw(old)
-    yield ("reconnect-shrink-grow-old-key", ("Issue #10: after a disconnect, HELLO with 1 slot, then 4, the RESET to "
-           "generation 1, its STEP and the old REPLY are refused; generation 2 is a new key."), ("KEY_REUSE", "RECONNECTION"), s)
+    yield (
+        "reconnect-shrink-grow-old-key",
+        (
+            "Issue #10: after a disconnect, HELLO with 1 slot, then 4, the RESET to "
+            "generation 1, its STEP and the old REPLY are refused; generation 2 is a new key."
+        ),
+        ("KEY_REUSE", "RECONNECTION"),
+        s,
+    )
 
     s = Script()
     s.hello()
@@ -627,8 +857,15 @@ def key_reuse_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s.reset(2, 5, 42)
     s.reset(2, 3, 42)
     s.reset(2, 6, 42)
-    yield ("shrink-then-grow", ("Slot 2 survives a HELLO of 2 slots (unaddressable, TOO_MANY_SLOTS) and comes back "
-           "at generation 5 with its position: RESET to 5 or 3 refused, to 6 accepted."), ("KEY_REUSE", "RECONNECTION"), s)
+    yield (
+        "shrink-then-grow",
+        (
+            "Slot 2 survives a HELLO of 2 slots (unaddressable, TOO_MANY_SLOTS) and comes back "
+            "at generation 5 with its position: RESET to 5 or 3 refused, to 6 accepted."
+        ),
+        ("KEY_REUSE", "RECONNECTION"),
+        s,
+    )
 
     s = opened()
     r1 = s.step(0, 1, 1, 100)
@@ -644,8 +881,15 @@ def key_reuse_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     r2 = s.step(0, 2, 1, 100)
     s.full_round(r2)
     s.commit(r2, 0)
-    yield ("reconnect-same-session", ("A reconnection under the same session ID: the old generation's rows, COMPLETION, "
-           "COMMIT and STEP are refused; only a RESET to a higher generation reopens the slot."), ("KEY_REUSE", "RECONNECTION", "LATE_REPLY"), s)
+    yield (
+        "reconnect-same-session",
+        (
+            "A reconnection under the same session ID: the old generation's rows, COMPLETION, "
+            "COMMIT and STEP are refused; only a RESET to a higher generation reopens the slot."
+        ),
+        ("KEY_REUSE", "RECONNECTION", "LATE_REPLY"),
+        s,
+    )
 
     s = opened(generation=LAST_GENERATION - 1)
     s.reset(0, LAST_GENERATION, 100)
@@ -657,8 +901,15 @@ def key_reuse_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s.reset(0, 1, 103)
     s.step(0, LAST_GENERATION, 2, 103)
     s.reset(1, 1, 7)
-    yield ("generation-exhaustion", ("Generation 2^32 - 1 is usable, but no RESET follows it (SLOT_EXHAUSTED): after "
-           "its CANCEL the slot is retired; slot 1 is unaffected."), ("KEY_REUSE", "LIMITS"), s)
+    yield (
+        "generation-exhaustion",
+        (
+            "Generation 2^32 - 1 is usable, but no RESET follows it (SLOT_EXHAUSTED): after "
+            "its CANCEL the slot is retired; slot 1 is unaffected."
+        ),
+        ("KEY_REUSE", "LIMITS"),
+        s,
+    )
 
 
 def consumable_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
@@ -667,14 +918,24 @@ def consumable_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s.full_round(r1)
     s.raw(s.redrawn_frame(r1, 1))
     s.commit(r1, 2)
-    yield "differing-reply-retry", "A different retry of row 1 after the COMPLETION validated is refused, not discarding; COMMIT succeeds.", ("CONSUMABLE_KEPT", "RETRY"), s
+    yield (
+        "differing-reply-retry",
+        "A different retry of row 1 after the COMPLETION validated is refused, not discarding; COMMIT succeeds.",
+        ("CONSUMABLE_KEPT", "RETRY"),
+        s,
+    )
 
     s = opened()
     r1 = s.step(0, 1, 1, 100)
     frames = s.full_round(r1)
     s.complete(r1, frames, status=layout.STATUS_FAILED)
     s.commit(r1, 0)
-    yield "differing-completion-retry", "A second, FAILED COMPLETION of a consumable round is RETRY_MISMATCH and keeps it; COMMIT succeeds.", ("CONSUMABLE_KEPT", "RETRY"), s
+    yield (
+        "differing-completion-retry",
+        "A second, FAILED COMPLETION of a consumable round is RETRY_MISMATCH and keeps it; COMMIT succeeds.",
+        ("CONSUMABLE_KEPT", "RETRY"),
+        s,
+    )
 
     s = opened()
     s.reset(1, 1, 500)
@@ -685,21 +946,36 @@ def consumable_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     corrupt[-1] ^= 0x10
     s.raw(bytes(corrupt))
     s.commit(r0, 4)
-    yield "corrupt-frame-other-slot", "A checksum-corrupt frame discards slot 1's round in transfer but not slot 0's consumable one, which commits.", ("CONSUMABLE_KEPT", "DISCARD"), s
+    yield (
+        "corrupt-frame-other-slot",
+        "A checksum-corrupt frame discards slot 1's round in transfer but not slot 0's consumable one, which commits.",
+        ("CONSUMABLE_KEPT", "DISCARD"),
+        s,
+    )
 
     s = opened()
     r1 = s.step(0, 1, 1, 100)
     s.full_round(r1)
     s.timeout(0)
     s.commit(r1, 5)
-    yield "timeout-after-completion", "The watchdog of a consumable round is ignored (it guards the arrival of q); COMMIT succeeds.", ("CONSUMABLE_KEPT",), s
+    yield (
+        "timeout-after-completion",
+        "The watchdog of a consumable round is ignored (it guards the arrival of q); COMMIT succeeds.",
+        ("CONSUMABLE_KEPT",),
+        s,
+    )
 
     s = opened()
     r1 = s.step(0, 1, 1, 100)
     s.full_round(r1)
     s.raw(s.reply_frame(r1, 5))
     s.commit(r1, 3)
-    yield "sixth-reply-after-completion", "A sixth REPLY beyond depth after the COMPLETION is POSITION_MISMATCH without discard.", ("CONSUMABLE_KEPT", "LIMITS"), s
+    yield (
+        "sixth-reply-after-completion",
+        "A sixth REPLY beyond depth after the COMPLETION is POSITION_MISMATCH without discard.",
+        ("CONSUMABLE_KEPT", "LIMITS"),
+        s,
+    )
 
     s = opened()
     s.reset(1, 1, 500)
@@ -711,7 +987,12 @@ def consumable_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     r2 = s.step(1, 2, 1, 500)
     s.full_round(r2)
     s.disconnect()
-    yield "released-by-target-or-link", "Only the target (CANCEL, RESET) or the end of the link discards a consumable round.", ("CONSUMABLE_KEPT", "DISCARD"), s
+    yield (
+        "released-by-target-or-link",
+        "Only the target (CANCEL, RESET) or the end of the link discards a consumable round.",
+        ("CONSUMABLE_KEPT", "DISCARD"),
+        s,
+    )
 
 
 def hole_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
@@ -723,14 +1004,24 @@ def hole_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     r2 = s.step(0, 1, 2, 2)
     s.full_round(r2)
     s.commit(r2, 0)
-    yield "position-wraparound", "Anchor 2^32 - 2: rows at 2^32 - 2, 2^32 - 1, 0, 1, 2; COMMIT of 3 moves to 2.", ("LIMITS", "HAPPY_PATH"), s
+    yield (
+        "position-wraparound",
+        "Anchor 2^32 - 2: rows at 2^32 - 2, 2^32 - 1, 0, 1, 2; COMMIT of 3 moves to 2.",
+        ("LIMITS", "HAPPY_PATH"),
+        s,
+    )
 
     s = opened()
     r1 = s.step(0, 1, 1, 100)
     frames = s.replies(r1)
     s.raw(s.reply_frame(r1, 5))
     s.complete(r1, frames)
-    yield "sixth-reply-before-completion", "A sixth REPLY beyond depth 5 discards the proposal; its COMPLETION is late.", ("LIMITS", "DISCARD"), s
+    yield (
+        "sixth-reply-before-completion",
+        "A sixth REPLY beyond depth 5 discards the proposal; its COMPLETION is late.",
+        ("LIMITS", "DISCARD"),
+        s,
+    )
 
     s = opened()
     r1 = s.step(0, 1, 1, 100)
@@ -738,7 +1029,12 @@ def hole_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s.commit(r1, 0, new_committed=100)
     s.commit(r1, 0)
     s.step(0, 1, 2, 101)
-    yield "commit-accepted-zero", "COMMIT with 0 accepted: only anchor + 1 (the correction) is legal.", ("HAPPY_PATH",), s
+    yield (
+        "commit-accepted-zero",
+        "COMMIT with 0 accepted: only anchor + 1 (the correction) is legal.",
+        ("HAPPY_PATH",),
+        s,
+    )
 
     s = opened()
     r1 = s.step(0, 1, 1, 100)
@@ -748,15 +1044,28 @@ def hole_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s.send(r1)
     s.commit(r1, 1)
     s.send(r1)
-    yield "identical-step-retry", ("An identical STEP retry is a duplicate while its round is open, another STEP is refused; "
-           "after the COMMIT the same STEP is DUPLICATE_ROUND."), ("RETRY", "STALE_OR_DUPLICATE"), s
+    yield (
+        "identical-step-retry",
+        (
+            "An identical STEP retry is a duplicate while its round is open, another STEP is refused; "
+            "after the COMMIT the same STEP is DUPLICATE_ROUND."
+        ),
+        ("RETRY", "STALE_OR_DUPLICATE"),
+        s,
+    )
 
 
 def ending_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     for name, comment, accepted, token, wrong in (
         ("correction", "A rejection after 2 accepted: the correction commits anchor + 3.", 2, 7, 2),
         ("bonus", "All 5 accepted: the bonus commits anchor + 6.", 5, 7, 5),
-        ("stop-token", "Emission ends at a stop token on draft 3: no correction, token -1 commits anchor + 3.", 3, -1, 4),
+        (
+            "stop-token",
+            "Emission ends at a stop token on draft 3: no correction, token -1 commits anchor + 3.",
+            3,
+            -1,
+            4,
+        ),
         ("budget-at-depth", "The budget ends emission on draft 5: no bonus, token -1 commits anchor + 5.", 5, -1, 6),
     ):
         s = opened()
@@ -765,8 +1074,12 @@ def ending_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
         s.commit(r1, accepted, token=token, new_committed=100 + wrong)
         s.commit(r1, accepted, token=token, new_committed=100 + accepted + (token >= 0))
         s.step(0, 1, 2, 100 + accepted + (token >= 0))
-        yield (f"ending-{name}", (comment + " The other position is POSITION_MISMATCH; the next STEP starts "
-               "there."), ("HAPPY_PATH", "CONSUME_AFTER_COMPLETION"), s)
+        yield (
+            f"ending-{name}",
+            (comment + " The other position is POSITION_MISMATCH; the next STEP starts there."),
+            ("HAPPY_PATH", "CONSUME_AFTER_COMPLETION"),
+            s,
+        )
 
     s = opened()
     r1 = s.step(0, 1, 1, 100)
@@ -775,8 +1088,13 @@ def ending_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s.commit(r1, 0, token=-1, new_committed=101)
     s.commit(r1, 1, token=-2, new_committed=101)
     s.commit(r1, 0)
-    yield ("no-token-needs-an-accepted-draft", "Token -1 with 0 accepted is no ending (POSITION_MISMATCH at either "
-           "position); token -2 is TOKEN_OUT_OF_RANGE; the correction commits.", ("CONSUME_AFTER_COMPLETION",), s)
+    yield (
+        "no-token-needs-an-accepted-draft",
+        "Token -1 with 0 accepted is no ending (POSITION_MISMATCH at either "
+        "position); token -2 is TOKEN_OUT_OF_RANGE; the correction commits.",
+        ("CONSUME_AFTER_COMPLETION",),
+        s,
+    )
 
     s = Script()
     s.hello()
@@ -784,8 +1102,12 @@ def ending_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s.reset(0, 1, 100, token=-2)
     s.reset(0, 1, 100, token=4242)
     s.reset(1, 1, 0)
-    yield ("reset-committed-token", "RESET carries the committed token: a vocabulary ID or -1 (empty prefix); "
-           "V and -2 are TOKEN_OUT_OF_RANGE.", ("HAPPY_PATH", "LIMITS"), s)
+    yield (
+        "reset-committed-token",
+        "RESET carries the committed token: a vocabulary ID or -1 (empty prefix); V and -2 are TOKEN_OUT_OF_RANGE.",
+        ("HAPPY_PATH", "LIMITS"),
+        s,
+    )
 
 
 def arm_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
@@ -794,8 +1116,13 @@ def arm_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     r1 = s.step(0, 1, 1, 100)
     s.full_round(r1)
     s.commit(r1, 7)
-    yield ("arm-depth-7", "A receiver configured for the separately named arm depth-7 negotiates it: 7 rows, "
-           "COMPLETION of 7, all accepted and the bonus commit anchor + 8.", ("LIMITS", "DEV_PROFILE"), s)
+    yield (
+        "arm-depth-7",
+        "A receiver configured for the separately named arm depth-7 negotiates it: 7 rows, "
+        "COMPLETION of 7, all accepted and the bonus commit anchor + 8.",
+        ("LIMITS", "DEV_PROFILE"),
+        s,
+    )
 
     s = Script(arm7)
     s.hello(depth=5)
@@ -803,14 +1130,23 @@ def arm_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s.reset(0, 1, 100)
     r1 = s.step(0, 1, 1, 100, depth=5)
     s.step(0, 1, 1, 100)
-    yield ("design-arm-offered-to-depth-7", "An offer of depth-5 to a depth-7 receiver is DEPTH_MISMATCH, as is a STEP "
-           "of depth 5 after depth-7 was negotiated.", ("LIMITS", "DEV_PROFILE"), s)
+    yield (
+        "design-arm-offered-to-depth-7",
+        "An offer of depth-5 to a depth-7 receiver is DEPTH_MISMATCH, as is a STEP "
+        "of depth 5 after depth-7 was negotiated.",
+        ("LIMITS", "DEV_PROFILE"),
+        s,
+    )
 
     s = Script()
     s.hello(depth=7)
     s.hello()
-    yield ("arm-offered-to-design-receiver", "An offer of depth-7 to the design's depth-5 receiver is DEPTH_MISMATCH.",
-           ("LIMITS",), s)
+    yield (
+        "arm-offered-to-design-receiver",
+        "An offer of depth-7 to the design's depth-5 receiver is DEPTH_MISMATCH.",
+        ("LIMITS",),
+        s,
+    )
 
 
 def connection_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
@@ -823,7 +1159,12 @@ def connection_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     frames += s.replies(r1, range(2, 5))
     s.complete(r1, frames)
     s.commit(r1, 2)
-    yield "stranger-bad-magic", "A connection without HELLO sends a bad magic and closes: connection 0's link and round are untouched.", ("CONNECTIONS", "DISCARD"), s
+    yield (
+        "stranger-bad-magic",
+        "A connection without HELLO sends a bad magic and closes: connection 0's link and round are untouched.",
+        ("CONNECTIONS", "DISCARD"),
+        s,
+    )
 
     s = opened()
     r1 = s.step(0, 1, 1, 100)
@@ -834,7 +1175,12 @@ def connection_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s.raw(s.reply_frame(r1, 2)[:10])
     s.disconnect()
     s.on(0).replies(r1, range(2, 5))
-    yield "stranger-before-hello", "A stranger's RESET before HELLO, refused offer, truncated frame and close change nothing on connection 0.", ("CONNECTIONS",), s
+    yield (
+        "stranger-before-hello",
+        "A stranger's RESET before HELLO, refused offer, truncated frame and close change nothing on connection 0.",
+        ("CONNECTIONS",),
+        s,
+    )
 
     s = opened()
     r0 = s.step(0, 1, 1, 100)
@@ -852,7 +1198,12 @@ def connection_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s.on(0)
     s.replies(r0, range(1, 5))
     s.raw(s.reply_frame(r1, 3))
-    yield "two-links", "Two negotiated connections: connection 1 cannot command slot 0, and its disconnect discards only its own round.", ("CONNECTIONS", "RECONNECTION"), s
+    yield (
+        "two-links",
+        "Two negotiated connections: connection 1 cannot command slot 0, and its disconnect discards only its own round.",
+        ("CONNECTIONS", "RECONNECTION"),
+        s,
+    )
 
 
 def random_script(seed: int) -> Script:
@@ -863,8 +1214,13 @@ def random_script(seed: int) -> Script:
     generation, committed, rounds, open_steps, frames = [1, 1], [0, 500], [0, 0], [None, None], [[], []]
     s.reset(0, 1, 0)
     s.reset(1, 1, 500)
-    actions = ["reply"] * 8 + ["step"] * 3 + ["complete"] * 2 + ["commit"] * 2 + [
-        "reset", "timeout", "cancel", "retry", "corrupt", "disconnect"]
+    actions = (
+        ["reply"] * 8
+        + ["step"] * 3
+        + ["complete"] * 2
+        + ["commit"] * 2
+        + ["reset", "timeout", "cancel", "retry", "corrupt", "disconnect"]
+    )
     for _ in range(40):
         slot = rng.randrange(2)
         action = rng.choice(actions)
@@ -903,10 +1259,16 @@ def v1_isolation_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     """Refused v1 frames and a second HELLO in the middle of an open round: neither discards it."""
     v1_faults = (
         ("truncated", "a v1 frame one byte short (TRUNCATED)", encode_v1([1, 2])[:-1]),
-        ("unknown-version", "a v1 frame of version 2 (UNKNOWN_VERSION)",
-         encode_v1([1])[:4] + (2).to_bytes(2, "little") + encode_v1([1])[6:]),
-        ("short-payload", "a v1 payload of 2 bytes, shorter than its token count (UNEXPECTED_SIZE)",
-         encode_v1([])[:8] + (2).to_bytes(4, "little") + b"\0\0"),
+        (
+            "unknown-version",
+            "a v1 frame of version 2 (UNKNOWN_VERSION)",
+            encode_v1([1])[:4] + (2).to_bytes(2, "little") + encode_v1([1])[6:],
+        ),
+        (
+            "short-payload",
+            "a v1 payload of 2 bytes, shorter than its token count (UNEXPECTED_SIZE)",
+            encode_v1([])[:8] + (2).to_bytes(4, "little") + b"\0\0",
+        ),
         ("negative-token", "a v1 token -5 (TOKEN_OUT_OF_RANGE)", encode_v1([3, -5])),
     )
     for name, what, data in v1_faults:
@@ -917,15 +1279,23 @@ def v1_isolation_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
         frames += s.replies(r1, range(2, 5))
         s.complete(r1, frames)
         s.commit(r1, 2)
-        yield f"v1-{name}-keeps-round", f"{what[0].upper()}{what[1:]} mid-round is refused and discards nothing: " \
-            "the round completes and commits.", ("V1_COEXISTENCE", "V1_ISOLATION"), s
+        yield (
+            f"v1-{name}-keeps-round",
+            f"{what[0].upper()}{what[1:]} mid-round is refused and discards nothing: the round completes and commits.",
+            ("V1_COEXISTENCE", "V1_ISOLATION"),
+            s,
+        )
 
     s = opened()
     r1 = s.step(0, 1, 1, 100)
     s.replies(r1, range(2))
     s.raw(b"QGR")
-    yield "three-bytes-discards", "Three bytes have no magic yet: a v2-level TRUNCATED that discards every open round.", \
-        ("V1_ISOLATION", "DISCARD"), s
+    yield (
+        "three-bytes-discards",
+        "Three bytes have no magic yet: a v2-level TRUNCATED that discards every open round.",
+        ("V1_ISOLATION", "DISCARD"),
+        s,
+    )
 
     s = opened()
     r1 = s.step(0, 1, 1, 100)
@@ -934,33 +1304,70 @@ def v1_isolation_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s.hello(vocab=s.config.vocab + 1)
     frames += s.replies(r1, range(2, 5))
     s.complete(r1, frames)
-    yield "second-hello-keeps-round", "A second HELLO, even one whose offer would not negotiate, is UNEXPECTED_MESSAGE " \
-        "and discards nothing.", ("V1_ISOLATION",), s
+    yield (
+        "second-hello-keeps-round",
+        "A second HELLO, even one whose offer would not negotiate, is UNEXPECTED_MESSAGE and discards nothing.",
+        ("V1_ISOLATION",),
+        s,
+    )
 
 
 def random_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     for seed in range(6):
-        yield f"seed-{seed}", f"Random sequence, generator seed {seed}.", ("RANDOM_SEQUENCE",), random_script(0x3A5E + seed)
+        yield (
+            f"seed-{seed}",
+            f"Random sequence, generator seed {seed}.",
+            ("RANDOM_SEQUENCE",),
+            random_script(0x3A5E + seed),
+        )
 
 
 GROUPS = (
     ("happy_path", "Legal rounds, several slots, v1 frames alongside.", ("R12", "R16", "R17"), happy_cases),
-    ("consumption", "Rows become consumable only after COMPLETION validates.", ("R16", "R25", "R28"), consumption_cases),
+    (
+        "consumption",
+        "Rows become consumable only after COMPLETION validates.",
+        ("R16", "R25", "R28"),
+        consumption_cases,
+    ),
     ("stale_and_duplicate", "Stale or duplicate generations and rounds.", ("R17", "R19"), stale_cases),
     ("late_replies", "Replies after RESET, CANCEL or a timeout.", ("R17", "R25", "R28"), late_cases),
     ("retries", "Retries with identical or different bytes.", ("R24", "R25"), retry_cases),
     ("discard", "Missing, corrupt or timed-out q discards the whole proposal.", ("R25", "R19"), discard_cases),
     ("reconnection", "Disconnects, reconnections and HELLO negotiation.", ("R12", "R24", "R25"), reconnection_cases),
     ("limits", "Negotiated slot, request, depth and position bounds.", ("R27", "R19"), limit_cases),
-    ("key_reuse", "No key is accepted twice however sessions come and go; generation exhaustion.", ("R22", "R24", "R28"), key_reuse_cases),
-    ("consumable", "A round whose COMPLETION validated is kept until the target commits or releases it.", ("R16", "R25", "R28"), consumable_cases),
-    ("holes", "Position wraparound, a sixth reply, COMMIT of 0, an identical STEP retry.", ("R14", "R16", "R24", "R27"), hole_cases),
+    (
+        "key_reuse",
+        "No key is accepted twice however sessions come and go; generation exhaustion.",
+        ("R22", "R24", "R28"),
+        key_reuse_cases,
+    ),
+    (
+        "consumable",
+        "A round whose COMPLETION validated is kept until the target commits or releases it.",
+        ("R16", "R25", "R28"),
+        consumable_cases,
+    ),
+    (
+        "holes",
+        "Position wraparound, a sixth reply, COMMIT of 0, an identical STEP retry.",
+        ("R14", "R16", "R24", "R27"),
+        hole_cases,
+    ),
     ("connections", "Several connections sharing one endpoint.", ("R12", "R24", "R25"), connection_cases),
     ("arms", "Fixed-depth arms: negotiated by HELLO depth, refused when not negotiated.", ("R27", "R35"), arm_cases),
-    ("endings", "Every ending of a verified round has one legal COMMIT; RESET's committed token.",
-     ("R01", "R11", "R16", "R17", "R22"), ending_cases),
-    ("v1_isolation", "Refused v1 frames and a second HELLO leave open v2 rounds alone.", ("R12", "R25"),
-     v1_isolation_cases),
+    (
+        "endings",
+        "Every ending of a verified round has one legal COMMIT; RESET's committed token.",
+        ("R01", "R11", "R16", "R17", "R22"),
+        ending_cases,
+    ),
+    (
+        "v1_isolation",
+        "Refused v1 frames and a second HELLO leave open v2 rounds alone.",
+        ("R12", "R25"),
+        v1_isolation_cases,
+    ),
     ("random", "Random mixes of legal and faulty events.", FAMILY_RULES, random_cases),
 )
 
@@ -974,44 +1381,67 @@ def build() -> Iterator[Group]:
 
 NONNEG = {"type": "integer", "minimum": 0}
 VERDICT_SCHEMA = closed(
-    {"verdict": {"enum": list(VERDICT_KINDS)}, "reason": REASON_SCHEMA,
-     "discarded": {"type": "array", "items": NONNEG, "uniqueItems": True}, "answer": blob_schema("u8")},
+    {
+        "verdict": {"enum": list(VERDICT_KINDS)},
+        "reason": REASON_SCHEMA,
+        "discarded": {"type": "array", "items": NONNEG, "uniqueItems": True},
+        "answer": blob_schema("u8"),
+    },
     required=["verdict", "discarded"],
 )
-SLOT_SCHEMA = closed({
-    "slot": NONNEG,
-    "generation": NONNEG,
-    "live": {"type": "boolean"},
-    "committed": NONNEG,
-    "last_round": {"oneOf": [{"type": "null"}, NONNEG]},
-    "seed": {"$ref": "#/$defs/u64"},
-    "open": {"oneOf": [{"type": "null"}, closed({"round": NONNEG, "anchor": NONNEG, "rows": NONNEG,
-                                                  "consumable": {"type": "boolean"}})]},
-})
+SLOT_SCHEMA = closed(
+    {
+        "slot": NONNEG,
+        "generation": NONNEG,
+        "live": {"type": "boolean"},
+        "committed": NONNEG,
+        "last_round": {"oneOf": [{"type": "null"}, NONNEG]},
+        "seed": {"$ref": "#/$defs/u64"},
+        "open": {
+            "oneOf": [
+                {"type": "null"},
+                closed({"round": NONNEG, "anchor": NONNEG, "rows": NONNEG, "consumable": {"type": "boolean"}}),
+            ]
+        },
+    }
+)
 CONNECTION = {"type": "integer", "minimum": 1}
-EVENT_SCHEMA = {"oneOf": [
-    closed({"frame": blob_schema("u8"), "connection": CONNECTION}, required=["frame"]),
-    closed({"timeout": NONNEG}),
-    closed({"disconnect": {"const": True}, "connection": CONNECTION}, required=["disconnect"]),
-]}
+EVENT_SCHEMA = {
+    "oneOf": [
+        closed({"frame": blob_schema("u8"), "connection": CONNECTION}, required=["frame"]),
+        closed({"timeout": NONNEG}),
+        closed({"disconnect": {"const": True}, "connection": CONNECTION}, required=["disconnect"]),
+    ]
+}
 
 INPUT_SCHEMA = {
     "$defs": {"helloParams": HELLO_SCHEMA},
-    **closed({"config": {"$ref": "#/$defs/helloParams"}, "events": {"type": "array", "minItems": 1, "items": EVENT_SCHEMA}}),
+    **closed(
+        {"config": {"$ref": "#/$defs/helloParams"}, "events": {"type": "array", "minItems": 1, "items": EVENT_SCHEMA}}
+    ),
 }
-EXPECTED_SCHEMA = closed({
-    "verdicts": {"type": "array", "items": VERDICT_SCHEMA},
-    "final": closed({"negotiated": {"type": "boolean"},
-                     "session_id": {"oneOf": [{"type": "null"}, {"$ref": "#/$defs/u64"}]},
-                     "slots": {"type": "array", "items": SLOT_SCHEMA}}),
-    "counters": {"type": "object", "propertyNames": {"enum": sorted(REASONS) + list(EVENT_COUNTERS)},
-                 "additionalProperties": {"type": "integer", "minimum": 1}},
-})
+EXPECTED_SCHEMA = closed(
+    {
+        "verdicts": {"type": "array", "items": VERDICT_SCHEMA},
+        "final": closed(
+            {
+                "negotiated": {"type": "boolean"},
+                "session_id": {"oneOf": [{"type": "null"}, {"$ref": "#/$defs/u64"}]},
+                "slots": {"type": "array", "items": SLOT_SCHEMA},
+            }
+        ),
+        "counters": {
+            "type": "object",
+            "propertyNames": {"enum": sorted(REASONS) + list(EVENT_COUNTERS)},
+            "additionalProperties": {"type": "integer", "minimum": 1},
+        },
+    }
+)
 
 FAMILY = Family(
     name="wire_sessions",
     description="Event sequences through the wire v2 receiver state machine: each event's verdict, the final "
-                "state and the counters (docs/wire-v2.md, Receiver state machine).",
+    "state and the counters (docs/wire-v2.md, Receiver state machine).",
     rules=FAMILY_RULES,
     notes=NOTES,
     build=build,

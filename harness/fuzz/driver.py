@@ -33,8 +33,8 @@ from qconform.generators.lint import lint_vector_file
 from qconform.generators.registry import FUZZ_GROUP, FuzzHooks, family_names, load_family
 from qconform.generators.schemas import build_family_schema
 from qconform.generators.validation import VectorFileError, validate_against
-from qconform.harness.run.case_runner import Client
 from qconform.harness.judging.judge import judge
+from qconform.harness.run.case_runner import Client
 from qconform.harness.verdicts import Verdict, VerdictClass
 
 #: verdicts that are findings (``precision`` lies inside declared margins: not one)
@@ -129,8 +129,10 @@ class FuzzReport:
 
     def summary(self) -> str:
         counts = ", ".join(f"{n} {cls}" for cls, n in sorted(self.counts.items()))
-        head = (f"fuzz: {self.examples} examples, {self.cases} cases ({counts or 'none'}) on adapter {self.adapter}, "
-                f"families {', '.join(self.families)}, seed {self.seed}")
+        head = (
+            f"fuzz: {self.examples} examples, {self.cases} cases ({counts or 'none'}) on adapter {self.adapter}, "
+            f"families {', '.join(self.families)}, seed {self.seed}"
+        )
         if self.finding is not None:
             return f"{head}: FINDING {self.finding.verdict.cls} in {self.finding.case['family']}"
         if self.flaky is not None:
@@ -162,15 +164,22 @@ def example_check(client: Client, report: FuzzReport) -> Callable[[tuple[str, li
     return check
 
 
-def fuzz(client: Client, adapter: str, families: Sequence[str], max_examples: int, seed_value: int = 0,
-         shrink: bool = True) -> FuzzReport:
+def fuzz(
+    client: Client, adapter: str, families: Sequence[str], max_examples: int, seed_value: int = 0, shrink: bool = True
+) -> FuzzReport:
     """Fuzz ``client`` (an open adapter) on ``families``; the report holds any finding,
     shrunk to a minimal case unless ``shrink`` is false (the first failing case as found)."""
     report = FuzzReport(adapter, tuple(families), seed_value, max_examples, shrink)
     phases = (Phase.explicit, Phase.generate) + ((Phase.shrink,) if shrink else ())
     run_settings = settings(
-        max_examples=max_examples, database=None, deadline=None, derandomize=False, print_blob=False,
-        report_multiple_bugs=False, verbosity=Verbosity.quiet, suppress_health_check=list(HealthCheck),
+        max_examples=max_examples,
+        database=None,
+        deadline=None,
+        derandomize=False,
+        print_blob=False,
+        report_multiple_bugs=False,
+        verbosity=Verbosity.quiet,
+        suppress_health_check=list(HealthCheck),
         phases=phases,
     )
     test = seed(seed_value)(run_settings(given(examples(families))(example_check(client, report))))
@@ -192,8 +201,10 @@ def fuzz(client: Client, adapter: str, families: Sequence[str], max_examples: in
 def command_line(report: FuzzReport) -> str:
     """The ``qconform fuzz`` command line that replays ``report``'s run."""
     families = "".join(f" --family {family}" for family in report.families)
-    return (f"qconform fuzz --adapter '{report.adapter}' --examples {report.max_examples}{families} "
-            f"--seed {report.seed}" + ("" if report.shrunk else " --no-shrink"))
+    return (
+        f"qconform fuzz --adapter '{report.adapter}' --examples {report.max_examples}{families} "
+        f"--seed {report.seed}" + ("" if report.shrunk else " --no-shrink")
+    )
 
 
 def vector_of(report: FuzzReport) -> dict:
@@ -213,8 +224,9 @@ def vector_problems(vector: dict) -> list[str]:
     family = load_family(vector["id"].split("/", 1)[0])
     group = vector["id"].split("/")[1]
     file_obj = assemble_file(family, [])
-    file_obj["testGroups"] = [{"group": group, "description": "fuzz findings", "rules": vector["rules"],
-                               "tests": [vector]}]
+    file_obj["testGroups"] = [
+        {"group": group, "description": "fuzz findings", "rules": vector["rules"], "tests": [vector]}
+    ]
     file_obj["numberOfTests"] = 1
     try:
         validate_against(Path(f"{family.name}.json"), file_obj, build_family_schema(family))

@@ -57,8 +57,9 @@ def check_fields(expected: dict, output: dict) -> None:
     missing = sorted(set(answer_fields(expected)) - set(output))
     extra = sorted(set(output) - set(expected))
     if missing or extra:
-        raise Malformed("", f"missing field(s) {missing}, unexpected field(s) {extra}" if extra else
-                        f"missing field(s) {missing}")
+        raise Malformed(
+            "", f"missing field(s) {missing}, unexpected field(s) {extra}" if extra else f"missing field(s) {missing}"
+        )
 
 
 def answered_blob(output: dict, key: str, dtype: str, shape: list[int] | None = None) -> list[int]:
@@ -75,7 +76,7 @@ def answered_blob(output: dict, key: str, dtype: str, shape: list[int] | None = 
 def token_counts(row: dict, answered: bool, vocab: int | None) -> dict[int, int]:
     """token -> count of a dense or sparse allocation object (the answer's blobs checked)."""
     if "ids" not in row:
-        counts = (answered_blob(row, "counts", "u32", [vocab]) if answered else decode_blob(row["counts"])[0])
+        counts = answered_blob(row, "counts", "u32", [vocab]) if answered else decode_blob(row["counts"])[0]
         return dict(enumerate(counts))
     if not answered:
         return dict(zip(decode_blob(row["ids"])[0], decode_blob(row["counts"])[0]))
@@ -171,4 +172,3 @@ def compare(case: dict, output: dict, profile: PrecisionProfile) -> Verdict:
             return failed(case_id, f"counts differ at {diff}", diff)
         return precision(case_id, f"counts differ at {diff} within declared margins: {reason}", diff)
     return passed(case_id)
-

@@ -64,8 +64,11 @@ def judge_invalid(case: dict, output: dict) -> Verdict:
     want = case["expected"]["error"]
     code = refusal_code(output)
     if code is None:
-        return failed(case["id"], f"answered an output for an invalid input; expected refusal {want}",
-                      Diff("error", want, AN_OUTPUT))
+        return failed(
+            case["id"],
+            f"answered an output for an invalid input; expected refusal {want}",
+            Diff("error", want, AN_OUTPUT),
+        )
     if code != want:
         return failed(case["id"], f"refused with {code}, expected {want}", Diff("error", want, code))
     return passed(case["id"], f"refused with {code}")

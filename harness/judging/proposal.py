@@ -29,8 +29,8 @@ from __future__ import annotations
 from qconform.generators.encoding import decode_blob, decode_rational
 from qconform.generators.registry import load_family
 from qconform.harness.adapter import PrecisionProfile
-from qconform.harness.judging.judge import profile_margin
 from qconform.harness.judging.allocation import count_difference, sparse_problem, token_counts
+from qconform.harness.judging.judge import profile_margin
 from qconform.harness.judging.value_diff import Malformed, first_difference
 from qconform.harness.verdicts import Diff, Verdict, brief, failed, passed, precision
 from qconform.spec.constants import M
@@ -81,8 +81,11 @@ def compare(case: dict, output: dict, profile: PrecisionProfile) -> Verdict:
         path = f"rows[{i}]"
         if not isinstance(got_row, dict) or got_row.get("representation") != want_row["representation"]:
             got = got_row.get("representation") if isinstance(got_row, dict) else type(got_row).__name__
-            return failed(case_id, f"{path} is not a {want_row['representation']} q row",
-                          Diff(f"{path}.representation", want_row["representation"], str(got)))
+            return failed(
+                case_id,
+                f"{path} is not a {want_row['representation']} q row",
+                Diff(f"{path}.representation", want_row["representation"], str(got)),
+            )
         if set(got_row) != set(want_row):
             raise Malformed(path, f"a {want_row['representation']} q row has exactly the fields {sorted(want_row)}")
         got_counts = token_counts(got_row, True, vocab)

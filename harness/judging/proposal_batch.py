@@ -13,8 +13,8 @@ taken from the batch row) fails here.
 
 from __future__ import annotations
 
-from qconform.harness.judging import proposal as compare_proposal
 from qconform.harness.adapter import PrecisionProfile
+from qconform.harness.judging import proposal as compare_proposal
 from qconform.harness.judging.value_diff import Malformed
 from qconform.harness.verdicts import Diff, Verdict, VerdictClass, failed, passed, precision
 
@@ -28,14 +28,15 @@ def request_verdicts(case: dict, output: dict, profile: PrecisionProfile) -> lis
     inputs, expected = case["input"]["requests"], case["expected"]["requests"]
     answers = output.get("requests")
     if set(output) != {"requests"} or not isinstance(answers, list) or len(answers) != len(inputs):
-        raise Malformed("requests", f"the answer must be {{\"requests\": [...]}} with {len(inputs)} chain answers")
+        raise Malformed("requests", f'the answer must be {{"requests": [...]}} with {len(inputs)} chain answers')
     verdicts = []
     for r, (inp, want, answer) in enumerate(zip(inputs, expected, answers)):
         if not isinstance(answer, dict):
             raise Malformed(f"requests[{r}]", f"a chain answer is an object, not {type(answer).__name__}")
         try:
-            verdicts.append((r, compare_proposal.compare({"id": case["id"], "input": inp, "expected": want},
-                                                         answer, profile)))
+            verdicts.append(
+                (r, compare_proposal.compare({"id": case["id"], "input": inp, "expected": want}, answer, profile))
+            )
         except Malformed as exc:
             raise Malformed(f"requests[{r}].{exc.path}" if exc.path else f"requests[{r}]", exc.detail) from None
     return verdicts

@@ -38,8 +38,10 @@ def paired_parents(expected: dict, answer: dict) -> list[tuple[str, dict, object
     """``(path, expected object, answered object)`` of the objects that hold sums: each
     ``shards[i]`` and ``merged`` (the answered one None where the answer lacks it)."""
     shards = answer.get("shards") if isinstance(answer.get("shards"), list) else []
-    pairs = [(f"shards[{i}]", want, shards[i] if i < len(shards) else None)
-             for i, want in enumerate(expected.get("shards", []))]
+    pairs = [
+        (f"shards[{i}]", want, shards[i] if i < len(shards) else None)
+        for i, want in enumerate(expected.get("shards", []))
+    ]
     return pairs + [("merged", expected.get("merged", {}), answer.get("merged"))]
 
 
@@ -72,8 +74,15 @@ def compare(case: dict, output: dict, profile: PrecisionProfile) -> Verdict:
     for path, want, got in differing:
         if abs(got - want) > limit * abs(want):
             relative = abs(got - want) / abs(want) if want else None
-            return failed(case_id, f"sum {path} differs by {brief(relative) if relative is not None else 'any amount'}"
-                          f" relative, beyond the profile's sum_rel {brief(limit)}", Diff(path, str(want), str(got)))
+            return failed(
+                case_id,
+                f"sum {path} differs by {brief(relative) if relative is not None else 'any amount'}"
+                f" relative, beyond the profile's sum_rel {brief(limit)}",
+                Diff(path, str(want), str(got)),
+            )
     path, want, got = differing[0]
-    return precision(case_id, f"{len(differing)} sum(s) differ within sum_rel {brief(limit)} (first: {path}); "
-                     "every decision is exact", Diff(path, str(want), str(got)))
+    return precision(
+        case_id,
+        f"{len(differing)} sum(s) differ within sum_rel {brief(limit)} (first: {path}); every decision is exact",
+        Diff(path, str(want), str(got)),
+    )

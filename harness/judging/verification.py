@@ -117,8 +117,9 @@ def _show(value: object) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
-def request_divergence(want: dict, got: dict, drafts: list[int], path: str,
-                       profile: PrecisionProfile) -> tuple[Diff, str | None] | None:
+def request_divergence(
+    want: dict, got: dict, drafts: list[int], path: str, profile: PrecisionProfile
+) -> tuple[Diff, str | None] | None:
     """(first difference, precision reason or None) of one request; None when equal."""
     for i, (w, g) in enumerate(zip(want["draws"], got["draws"])):
         for field in KEY_FIELDS + DECISION_FIELDS:
@@ -165,7 +166,6 @@ def compare(case: dict, output: dict, profile: PrecisionProfile) -> Verdict:
     return precision(case_id, f"divergence at {diff} within declared margins: {reason}", diff)
 
 
-
 # --- partial injection (docs/harness.md, "Partial injection") ------------------------------
 
 #: The RNG ABI domains of a round, in draw order, and the one a partial adapter must take
@@ -197,14 +197,18 @@ def _support_text(support: set[int]) -> str:
     return ", ".join(map(str, shown[:8])) + (f" and {len(shown) - 8} more" if len(shown) > 8 else "")
 
 
-def partial_divergence(want: dict, got: dict, request: RoundInput, path: str, profile: PrecisionProfile,
-                       injected: tuple[str, ...]) -> tuple[Diff, str | None] | None:
+def partial_divergence(
+    want: dict, got: dict, request: RoundInput, path: str, profile: PrecisionProfile, injected: tuple[str, ...]
+) -> tuple[Diff, str | None] | None:
     """(first difference, precision reason or None) of one request answered in partial mode."""
     drafts = request.draft_tokens
     for i, draw in enumerate(got["draws"]):
         if draw["domain"] not in injected:
-            raise Malformed(f"{path}.draws[{i}]", f"a {draw['domain']} draw is the adapter's own in partial "
-                            f"mode (injected: {', '.join(injected)}) and is not reported")
+            raise Malformed(
+                f"{path}.draws[{i}]",
+                f"a {draw['domain']} draw is the adapter's own in partial "
+                f"mode (injected: {', '.join(injected)}) and is not reported",
+            )
     expected = [d for d in want["draws"] if d["domain"] in injected]
     divergence: tuple[Diff, str | None] | None = None
     for i, (w, g) in enumerate(zip(expected, got["draws"])):
@@ -218,8 +222,11 @@ def partial_divergence(want: dict, got: dict, request: RoundInput, path: str, pr
     leading = next((i for i, d in enumerate(got["draws"]) if d["decision"] != "accept"), len(got["draws"]))
     emitted = got["emitted"]
     if accepted != leading or emitted[:accepted] != drafts[:accepted]:
-        return Diff(f"{path}.accepted", f"its own {leading} leading accepts, emitted as drafted",
-                    f"{accepted} with emitted {emitted}"), None
+        return Diff(
+            f"{path}.accepted",
+            f"its own {leading} leading accepts, emitted as drafted",
+            f"{accepted} with emitted {emitted}",
+        ), None
     if divergence is not None and divergence[1] is None:
         return divergence
     if divergence is None and len(expected) != len(got["draws"]):
@@ -230,8 +237,9 @@ def partial_divergence(want: dict, got: dict, request: RoundInput, path: str, pr
     if due:
         name, support = final_row_support(request, accepted)
         if emitted[-1] not in support:
-            return Diff(f"{path}.emitted[{accepted}]", f"a token of {name}: {_support_text(support)}",
-                        str(emitted[-1])), None
+            return Diff(
+                f"{path}.emitted[{accepted}]", f"a token of {name}: {_support_text(support)}", str(emitted[-1])
+            ), None
     return divergence
 
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from qconform.harness.adapter import PrecisionProfile
 from qconform.harness.judging.judge import case_family
-from qconform.harness.transport.shim_protocol import check_output
 from qconform.harness.judging.value_diff import Malformed, first_difference
+from qconform.harness.transport.shim_protocol import check_output
 from qconform.harness.verdicts import Diff, Verdict, brief, failed, passed
 
 #: objects compared as one value (a typed blob, a scalar FP32)

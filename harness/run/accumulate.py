@@ -154,8 +154,9 @@ def answer_records(family: AccumulatedFamily, inputs: list[dict], outcomes: list
     return records, broken
 
 
-def run_shard(run_batch: Callable[[str, list[dict]], list], family: AccumulatedFamily, lo: int, hi: int,
-              batch: int, judge: Judge) -> ShardResult:
+def run_shard(
+    run_batch: Callable[[str, list[dict]], list], family: AccumulatedFamily, lo: int, hi: int, batch: int, judge: Judge
+) -> ShardResult:
     """The adapter's digest of cases ``[lo, hi)``, the engine's, and the divergent cases."""
     parts, engine_parts = [], []
     divergences: list[Divergence] = []
@@ -175,13 +176,21 @@ def run_shard(run_batch: Callable[[str, list[dict]], list], family: AccumulatedF
                 continue
             verdict, line = judge(start + k, outcomes[k])
             divergences.append(Divergence(start + k, outcomes[k], broken.get(k, ""), verdict, line))
-    return ShardResult(shard_digest(np.concatenate(parts)), shard_digest(np.concatenate(engine_parts)),
-                       divergences, unjudged)
+    return ShardResult(
+        shard_digest(np.concatenate(parts)), shard_digest(np.concatenate(engine_parts)), divergences, unjudged
+    )
 
 
-def accumulate(run_batch: Callable[[str, list[dict]], list], family_name: str, count: int, expected: dict,
-               batch: int = 4096, ranks: Ranks = SINGLE, judge: Judge = exact_judge,
-               shard_cases: int = SHARD_CASES) -> AccumulateResult:
+def accumulate(
+    run_batch: Callable[[str, list[dict]], list],
+    family_name: str,
+    count: int,
+    expected: dict,
+    batch: int = 4096,
+    ranks: Ranks = SINGLE,
+    judge: Judge = exact_judge,
+    shard_cases: int = SHARD_CASES,
+) -> AccumulateResult:
     """Run ``count`` cases of an accumulated family through ``run_batch`` (an adapter
     client's), this rank's share of the shards; every rank returns the same result.
     The committed hash applies only to the committed shard size."""
@@ -194,11 +203,18 @@ def accumulate(run_batch: Callable[[str, list[dict]], list], family_name: str, c
     engine_hash = combine([r.engine_digest for r in ordered])
     committed = committed_hash(expected, family_name, count) if shard_cases == SHARD_CASES else None
     return AccumulateResult(
-        family=family_name, count=count, hash=combine([r.digest for r in ordered]),
-        expected=committed or engine_hash, expected_source="vectors/accumulated.json" if committed else "engine",
-        engine_hash=engine_hash, divergences=[d for r in ordered for d in r.divergences],
-        unjudged=sum(r.unjudged for r in ordered), seconds=time.perf_counter() - began, world=ranks.world,
-        shards=len(shards))
+        family=family_name,
+        count=count,
+        hash=combine([r.digest for r in ordered]),
+        expected=committed or engine_hash,
+        expected_source="vectors/accumulated.json" if committed else "engine",
+        engine_hash=engine_hash,
+        divergences=[d for r in ordered for d in r.divergences],
+        unjudged=sum(r.unjudged for r in ordered),
+        seconds=time.perf_counter() - began,
+        world=ranks.world,
+        shards=len(shards),
+    )
 
 
 def case_vector(family_name: str, case: int, command: str) -> dict:
@@ -208,6 +224,8 @@ def case_vector(family_name: str, case: int, command: str) -> dict:
 
     family = FAMILIES[family_name]
     vector = spec_case(family_name, family.case_input(family.arrays(case, case + 1), 0))
-    vector["comment"] = (f"Found by `{command}`: case {case} of the accumulated {family_name} stream "
-                         "(docs/accumulated.md) differs from the spec.")
+    vector["comment"] = (
+        f"Found by `{command}`: case {case} of the accumulated {family_name} stream "
+        "(docs/accumulated.md) differs from the spec."
+    )
     return vector

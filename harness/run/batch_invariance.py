@@ -27,9 +27,9 @@ from typing import Iterable, Sequence
 
 from qconform.generators.encoding import canonical_json
 from qconform.generators.registry import load_family
-from qconform.harness.run.case_runner import CHUNK, Client
 from qconform.harness.judging.judge import judge
 from qconform.harness.judging.value_diff import Malformed, first_difference
+from qconform.harness.run.case_runner import CHUNK, Client
 from qconform.harness.verdicts import Verdict, VerdictClass
 from qconform.spec.constants import MAX_REQUESTS
 
@@ -92,7 +92,7 @@ def pools(requests: Sequence[Request]) -> list[list[Request]]:
 
 
 def chunked(pool: Sequence[Request], size: int) -> list[tuple[Request, ...]]:
-    return [tuple(pool[start:start + size]) for start in range(0, len(pool), size)]
+    return [tuple(pool[start : start + size]) for start in range(0, len(pool), size)]
 
 
 def rebatchings(requests: Sequence[Request], seed: int = 0, max_batch: int = MAX_REQUESTS) -> list[Rebatching]:
@@ -103,14 +103,24 @@ def rebatchings(requests: Sequence[Request], seed: int = 0, max_batch: int = MAX
     shuffled = [rng.sample(pool, len(pool)) for pool in groups]
     return [
         Rebatching(BASELINE, "each request alone (batch row 0)", tuple((r,) for r in requests)),
-        Rebatching("mixed", f"requests of all cases in corpus order, batches of up to {max_batch}",
-                   tuple(b for pool in groups for b in chunked(pool, max_batch))),
-        Rebatching("reversed", "the same pools in reverse order",
-                   tuple(b for pool in groups for b in chunked(pool[::-1], max_batch))),
-        Rebatching("shuffled", f"the same pools shuffled (seed {seed})",
-                   tuple(b for pool in shuffled for b in chunked(pool, max_batch))),
-        Rebatching("replicated", f"{max_batch} copies of each request in one batch",
-                   tuple((r,) * max_batch for r in requests)),
+        Rebatching(
+            "mixed",
+            f"requests of all cases in corpus order, batches of up to {max_batch}",
+            tuple(b for pool in groups for b in chunked(pool, max_batch)),
+        ),
+        Rebatching(
+            "reversed",
+            "the same pools in reverse order",
+            tuple(b for pool in groups for b in chunked(pool[::-1], max_batch)),
+        ),
+        Rebatching(
+            "shuffled",
+            f"the same pools shuffled (seed {seed})",
+            tuple(b for pool in shuffled for b in chunked(pool, max_batch)),
+        ),
+        Rebatching(
+            "replicated", f"{max_batch} copies of each request in one batch", tuple((r,) * max_batch for r in requests)
+        ),
     ]
 
 
@@ -140,8 +150,10 @@ class RebatchingResult:
     def line(self) -> str:
         counts = ", ".join(f"{n} {cls}" for cls, n in sorted(self.counts.items()))
         requests = sum(len(batch) for batch in self.rebatching.batches)
-        return (f"{self.rebatching.name:<11} {len(self.rebatching.batches):>4} batches {requests:>4} requests: "
-                f"{counts}; {len(self.divergences)} divergent  ({self.rebatching.description})")
+        return (
+            f"{self.rebatching.name:<11} {len(self.rebatching.batches):>4} batches {requests:>4} requests: "
+            f"{counts}; {len(self.divergences)} divergent  ({self.rebatching.description})"
+        )
 
 
 @dataclass
@@ -162,7 +174,10 @@ class InvarianceReport:
 def batch_case(batch: Sequence[Request], name: str) -> dict:
     """A ``verification_round`` case of ``batch`` whose expected answer is the per-request one."""
     return {
-        "id": f"{FAMILY}/batch_invariance/{name}", "family": FAMILY, "result": "valid", "flags": [],
+        "id": f"{FAMILY}/batch_invariance/{name}",
+        "family": FAMILY,
+        "result": "valid",
+        "flags": [],
         "input": {"vocab": batch[0].vocab, "requests": [r.body for r in batch]},
         "expected": {"requests": [r.expected for r in batch]},
     }
@@ -202,8 +217,15 @@ class AnswerLog:
             name, _, _, baseline = answers[0]
             for rebatching, batch, row, answer in answers[1:]:
                 if canonical_json(answer) != canonical_json(baseline):
-                    found.append(Divergence(rebatching, batch, row, origin,
-                                            f"answered differently than in {name}: {difference(baseline, answer)}"))
+                    found.append(
+                        Divergence(
+                            rebatching,
+                            batch,
+                            row,
+                            origin,
+                            f"answered differently than in {name}: {difference(baseline, answer)}",
+                        )
+                    )
                     break
         return found
 
@@ -220,7 +242,7 @@ def run_rebatching(client: Client, rebatching: Rebatching, log: AnswerLog, chunk
     result = RebatchingResult(rebatching)
     numbered = list(enumerate(rebatching.batches))
     for start in range(0, len(numbered), chunk):
-        part = numbered[start:start + chunk]
+        part = numbered[start : start + chunk]
         cases = [batch_case(batch, f"{rebatching.name}-{n}") for n, batch in part]
         outcomes = client.run_batch(FAMILY, [case["input"] for case in cases])
         for (n, batch), outcome in zip(part, outcomes):
@@ -240,8 +262,9 @@ def describe(verdict: Verdict) -> str:
     return text
 
 
-def check_batch_invariance(client: Client, requests: Sequence[Request], seed: int = 0,
-                           max_batch: int = MAX_REQUESTS) -> InvarianceReport:
+def check_batch_invariance(
+    client: Client, requests: Sequence[Request], seed: int = 0, max_batch: int = MAX_REQUESTS
+) -> InvarianceReport:
     """Run every re-batching of ``requests`` through ``client`` and collect the divergences."""
     log = AnswerLog()
     results = [run_rebatching(client, rebatching, log) for rebatching in rebatchings(requests, seed, max_batch)]

@@ -15,8 +15,8 @@ import time
 from typing import Callable, Collection, Protocol, Sequence
 
 from qconform.harness.adapter import AdapterConfig, AdapterError, Outcome
-from qconform.harness.judging.judge import case_family, judge
 from qconform.harness.expectations import Expectations
+from qconform.harness.judging.judge import case_family, judge
 from qconform.harness.verdicts import Verdict, VerdictClass, errored
 
 #: cases per ``run_batch`` call
@@ -118,7 +118,8 @@ class CaseRunner:
             self.close()
             self.start_failure = start_error_line(
                 f"adapter declares unknown famil{'y' if len(set(unknown)) == 1 else 'ies'} "
-                f"{', '.join(map(repr, dict.fromkeys(unknown)))}; known families: {', '.join(sorted(known_families))}")
+                f"{', '.join(map(repr, dict.fromkeys(unknown)))}; known families: {', '.join(sorted(known_families))}"
+            )
         return self.start_failure
 
     def run(self, cases: Sequence[dict]) -> list[Verdict]:
@@ -132,7 +133,7 @@ class CaseRunner:
             else:
                 pending.append(case)
         for start in range(0, len(pending), self.chunk):
-            for verdict in self._run_chunk(pending[start:start + self.chunk]):
+            for verdict in self._run_chunk(pending[start : start + self.chunk]):
                 verdicts[verdict.case_id] = self.expectations.apply(verdict)
         return [verdicts[case["id"]] for case in cases]
 

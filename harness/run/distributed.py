@@ -31,7 +31,7 @@ class Ranks:
 
     def mine(self, units: Sequence[T]) -> list[T]:
         """The units this rank computes: every ``world``-th, starting at ``rank``."""
-        return list(units[self.rank::self.world])
+        return list(units[self.rank :: self.world])
 
     def merged(self, local: dict) -> dict:
         """Every rank's ``{unit: result}``, merged (identical on every rank)."""

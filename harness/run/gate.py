@@ -128,7 +128,10 @@ def share_text(summary: RunSummary) -> str:
 
 
 def coverage_problems(
-    summary: RunSummary, declared: Sequence[str] | None, require: Iterable[str], max_unsupported: int | None,
+    summary: RunSummary,
+    declared: Sequence[str] | None,
+    require: Iterable[str],
+    max_unsupported: int | None,
 ) -> list[str]:
     """The coverage gate (docs/harness.md, "Coverage"): one problem per unmet requirement.
 
@@ -141,8 +144,10 @@ def coverage_problems(
         by_family = summary.counts_by_family()
         for family in dict.fromkeys(require):
             if family not in declared:
-                problems.append(f"coverage: --require {family}, but the adapter does not declare {family} "
-                                f"(it declares: {', '.join(declared) or 'nothing'})")
+                problems.append(
+                    f"coverage: --require {family}, but the adapter does not declare {family} "
+                    f"(it declares: {', '.join(declared) or 'nothing'})"
+                )
             elif by_family.get(family, {}).get(VerdictClass.UNSUPPORTED, 0):
                 count = by_family[family][VerdictClass.UNSUPPORTED]
                 problems.append(f"coverage: --require {family}, but {count} case(s) of {family} were unsupported")

@@ -29,8 +29,14 @@ from qconform.generators import atomic_file
 
 #: classes in display order, with their bar colours
 CLASS_COLOURS: dict[str, str] = {
-    "pass": "#2e9d4f", "fail": "#d0312d", "precision": "#e0a800", "unsupported": "#b8b8b8",
-    "error": "#8b1a8b", "xfail": "#2a9fd6", "xpass": "#ff6f00", "disabled": "#dddddd",
+    "pass": "#2e9d4f",
+    "fail": "#d0312d",
+    "precision": "#e0a800",
+    "unsupported": "#b8b8b8",
+    "error": "#8b1a8b",
+    "xfail": "#2a9fd6",
+    "xpass": "#ff6f00",
+    "disabled": "#dddddd",
 }
 #: classes listed one by one as failures (a run fails on them), then those listed as near misses
 LISTED_UNEXPECTED = ("fail", "error", "xpass")
@@ -89,31 +95,40 @@ def _shown_value(value: Any) -> str:
     """A short one-line value inline, a long or multi-line one in a wrapped block."""
     text = value if isinstance(value, str) else json.dumps(value)
     if len(text) <= SHORT_VALUE and "\n" not in text:
-        return f"<div class=\"mono value\">{_text(text)}</div>"
-    return f"<pre class=\"value\">{_value(value)}</pre>"
+        return f'<div class="mono value">{_text(text)}</div>'
+    return f'<pre class="value">{_value(value)}</pre>'
 
 
 def page(title: str, body: Iterable[str]) -> str:
     """A complete HTML document: inline CSS, no external resource."""
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>{_text(title)}</title><style>{STYLE}</style></head>\n<body><main>\n"
-            + "\n".join(body) + "\n</main></body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_text(title)}</title><style>{STYLE}</style></head>\n<body><main>\n"
+        + "\n".join(body)
+        + "\n</main></body></html>\n"
+    )
 
 
 def meta_table(rows: Iterable[tuple[str, Any]]) -> str:
-    cells = "".join(f"<tr><td>{_text(k)}</td><td class=\"mono\">{_text(v) if v != '' else '<i>none</i>'}</td></tr>"
-                    for k, v in rows)
-    return f"<table class=\"meta\">{cells}</table>"
+    cells = "".join(
+        f'<tr><td>{_text(k)}</td><td class="mono">{_text(v) if v != "" else "<i>none</i>"}</td></tr>' for k, v in rows
+    )
+    return f'<table class="meta">{cells}</table>'
 
 
 def verdict_banner(ok: bool, line: str) -> str:
-    return f"<div class=\"verdict {'ok' if ok else 'failed'}\" id=\"verdict\">{'OK' if ok else 'FAILED'}: {_text(line)}</div>"
+    return (
+        f'<div class="verdict {"ok" if ok else "failed"}" id="verdict">{"OK" if ok else "FAILED"}: {_text(line)}</div>'
+    )
 
 
 def legend(classes: Iterable[str]) -> str:
-    return "<div class=\"legend\">" + "".join(
-        f"<span><i style=\"background:{CLASS_COLOURS.get(c, '#999')}\"></i>{_text(c)}</span>" for c in classes) + "</div>"
+    return (
+        '<div class="legend">'
+        + "".join(f'<span><i style="background:{CLASS_COLOURS.get(c, "#999")}"></i>{_text(c)}</span>' for c in classes)
+        + "</div>"
+    )
 
 
 def family_bars(families: dict[str, dict[str, int]]) -> str:
@@ -124,39 +139,50 @@ def family_bars(families: dict[str, dict[str, int]]) -> str:
     for family, counts in families.items():
         total = sum(counts.values()) or 1
         segments = "".join(
-            f"<span class=\"{c}\" style=\"width:{100 * counts[c] / total:.3f}%;background:{CLASS_COLOURS[c]}\" "
-            f"title=\"{_text(family)}: {counts[c]} {c}\"></span>"
-            for c in order if counts.get(c))
+            f'<span class="{c}" style="width:{100 * counts[c] / total:.3f}%;background:{CLASS_COLOURS[c]}" '
+            f'title="{_text(family)}: {counts[c]} {c}"></span>'
+            for c in order
+            if counts.get(c)
+        )
         text = ", ".join(f"{counts[c]} {c}" for c in order if counts.get(c))
-        rows.append(f"<div class=\"mono\">{_text(family)}</div><div class=\"bar\" data-family=\"{_text(family)}\">"
-                    f"{segments}</div><div class=\"counts\">{_text(text)}</div>")
+        rows.append(
+            f'<div class="mono">{_text(family)}</div><div class="bar" data-family="{_text(family)}">'
+            f'{segments}</div><div class="counts">{_text(text)}</div>'
+        )
     if not rows:
-        return "<p class=\"note\">no case was judged</p>"
-    return legend(present) + f"<div class=\"bars\" id=\"families\">{''.join(rows)}</div>"
+        return '<p class="note">no case was judged</p>'
+    return legend(present) + f'<div class="bars" id="families">{"".join(rows)}</div>'
 
 
 def case_block(case: dict) -> str:
     """One listed case: class, id, message, diff, flags, rules, comment, reproducer."""
     cls = case.get("class", "")
-    parts = [f"<div class=\"case {_text(cls)}\" data-case=\"{_text(case.get('id', ''))}\">",
-             (f"<h3><span class=\"cls\" style=\"background:{CLASS_COLOURS.get(cls, '#999')}\">{_text(cls)}</span>"
-             f"<span class=\"mono\">{_text(case.get('id', ''))}</span></h3>")]
+    parts = [
+        f'<div class="case {_text(cls)}" data-case="{_text(case.get("id", ""))}">',
+        (
+            f'<h3><span class="cls" style="background:{CLASS_COLOURS.get(cls, "#999")}">{_text(cls)}</span>'
+            f'<span class="mono">{_text(case.get("id", ""))}</span></h3>'
+        ),
+    ]
     if case.get("message"):
         parts.append(f"<div>{_text(case['message'])}</div>")
     diff = case.get("diff")
     if diff:
-        parts.append("<div class=\"diff\">"
-                     f"<div>first difference</div><div class=\"mono\">{_text(diff.get('path', ''))}</div>"
-                     f"<div>expected</div>{_shown_value(diff.get('expected', ''))}"
-                     f"<div>got</div>{_shown_value(diff.get('got', ''))}</div>")
+        parts.append(
+            '<div class="diff">'
+            f'<div>first difference</div><div class="mono">{_text(diff.get("path", ""))}</div>'
+            f"<div>expected</div>{_shown_value(diff.get('expected', ''))}"
+            f"<div>got</div>{_shown_value(diff.get('got', ''))}</div>"
+        )
     tags = [*(("flag", f) for f in case.get("flags") or ()), *(("rule", r) for r in case.get("rules") or ())]
     if tags:
-        parts.append("<div>" + "".join(f"<span class=\"tag {kind}\">{_text(name)}</span>" for kind, name in tags)
-                     + "</div>")
+        parts.append(
+            "<div>" + "".join(f'<span class="tag {kind}">{_text(name)}</span>' for kind, name in tags) + "</div>"
+        )
     if case.get("comment"):
-        parts.append(f"<div class=\"note\">{_text(case['comment'])}</div>")
+        parts.append(f'<div class="note">{_text(case["comment"])}</div>')
     if case.get("reproducer"):
-        parts.append(f"<div class=\"note\">reproduce:</div><pre class=\"reproducer\">{_text(case['reproducer'])}</pre>")
+        parts.append(f'<div class="note">reproduce:</div><pre class="reproducer">{_text(case["reproducer"])}</pre>')
     parts.append("</div>")
     return "".join(parts)
 
@@ -164,10 +190,10 @@ def case_block(case: dict) -> str:
 def case_section(title: str, anchor: str, cases: list[dict]) -> list[str]:
     if not cases:
         return []
-    out = [f"<h2 id=\"{anchor}\">{_text(title)} ({len(cases)})</h2>"]
+    out = [f'<h2 id="{anchor}">{_text(title)} ({len(cases)})</h2>']
     out += [case_block(c) for c in cases[:LIST_LIMIT]]
     if len(cases) > LIST_LIMIT:
-        out.append(f"<p class=\"note\">... and {len(cases) - LIST_LIMIT} more (see the JSON report)</p>")
+        out.append(f'<p class="note">... and {len(cases) - LIST_LIMIT} more (see the JSON report)</p>')
     return out
 
 
@@ -185,25 +211,31 @@ def render_run(report: dict) -> str:
     body = [
         f"<h1>qconform run: {_text(report.get('adapter', ''))}</h1>",
         verdict_banner(bool(report.get("ok")), line),
-        meta_table([
-            ("adapter", report.get("adapter", "")), ("device", report.get("device", "")),
-            ("corpus root", report.get("corpusRoot", "")), ("vectors", report.get("vectors", "")),
-            ("families", ", ".join(report.get("families", {}))),
-            ("expectations", report.get("expectations", "")), ("qconform", report.get("qconformVersion", "")),
-        ]),
-        "<h2 id=\"per-family\">Verdicts per family</h2>",
+        meta_table(
+            [
+                ("adapter", report.get("adapter", "")),
+                ("device", report.get("device", "")),
+                ("corpus root", report.get("corpusRoot", "")),
+                ("vectors", report.get("vectors", "")),
+                ("families", ", ".join(report.get("families", {}))),
+                ("expectations", report.get("expectations", "")),
+                ("qconform", report.get("qconformVersion", "")),
+            ]
+        ),
+        '<h2 id="per-family">Verdicts per family</h2>',
         family_bars(report.get("families", {})),
     ]
     body += case_section("Unexpected results", "failures", unexpected)
     if problems:
-        body.append("<h2 id=\"problems\">Problems</h2><ul>"
-                    + "".join(f"<li>{_text(p)}</li>" for p in problems) + "</ul>")
+        body.append('<h2 id="problems">Problems</h2><ul>' + "".join(f"<li>{_text(p)}</li>" for p in problems) + "</ul>")
     body += case_section("Precision (inside a declared margin)", "precision", near)
     not_run = report.get("notRun", {})
     if not_run:
-        body.append("<h2 id=\"not-run\">Not run</h2>" + meta_table(not_run.items()))
-    body.append("<h2 id=\"adapter-config\">Adapter config</h2>"
-                f"<pre>{_text(json.dumps(report.get('adapterConfig', {}), indent=2))}</pre>")
+        body.append('<h2 id="not-run">Not run</h2>' + meta_table(not_run.items()))
+    body.append(
+        '<h2 id="adapter-config">Adapter config</h2>'
+        f"<pre>{_text(json.dumps(report.get('adapterConfig', {}), indent=2))}</pre>"
+    )
     return page(f"qconform run: {report.get('adapter', '')}", body)
 
 
@@ -216,35 +248,52 @@ def ratio_svg(rows: list[dict], title: str) -> str:
     labelled = len(rows) <= LABELLED_BINS
     width, height, left, top, bottom = 900, 290 if labelled else 220, 48, 22, 100 if labelled else 30
     plot_w, plot_h = width - left - 10, height - top - bottom
-    ratios = [(r["band_low"] / r["expected_probability"], r["band_high"] / r["expected_probability"],
-               r["observed_frequency"] / r["expected_probability"]) for r in rows]
+    ratios = [
+        (
+            r["band_low"] / r["expected_probability"],
+            r["band_high"] / r["expected_probability"],
+            r["observed_frequency"] / r["expected_probability"],
+        )
+        for r in rows
+    ]
     high = max([1.5, *(max(b, o) for _, b, o in ratios)]) * 1.05
     step = plot_w / max(1, len(rows))
 
     def y(value: float) -> float:
         return top + plot_h * (1 - value / high)
 
-    items = [(f"<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"plot\" width=\"{width}\" height=\"{height}\" "
-             f"viewBox=\"0 0 {width} {height}\" role=\"img\"><title>{_text(title)}</title>"),
-             f"<text x=\"{left}\" y=\"14\">{_text(title)}</text>",
-             f"<line x1=\"{left}\" x2=\"{left}\" y1=\"{top}\" y2=\"{top + plot_h}\" stroke=\"#999\"/>",
-             f"<line x1=\"{left}\" x2=\"{width - 10}\" y1=\"{y(1):.1f}\" y2=\"{y(1):.1f}\" stroke=\"#222\"/>",
-             f"<text x=\"4\" y=\"{y(1) + 4:.1f}\">1.0</text>",
-             f"<text x=\"4\" y=\"{y(0) + 4:.1f}\">0</text>",
-             f"<text x=\"4\" y=\"{top + 8}\">{high:.2g}</text>"]
+    items = [
+        (
+            f'<svg xmlns="http://www.w3.org/2000/svg" class="plot" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" role="img"><title>{_text(title)}</title>'
+        ),
+        f'<text x="{left}" y="14">{_text(title)}</text>',
+        f'<line x1="{left}" x2="{left}" y1="{top}" y2="{top + plot_h}" stroke="#999"/>',
+        f'<line x1="{left}" x2="{width - 10}" y1="{y(1):.1f}" y2="{y(1):.1f}" stroke="#222"/>',
+        f'<text x="4" y="{y(1) + 4:.1f}">1.0</text>',
+        f'<text x="4" y="{y(0) + 4:.1f}">0</text>',
+        f'<text x="4" y="{top + 8}">{high:.2g}</text>',
+    ]
     for index, ((low, band_high, observed), row) in enumerate(zip(ratios, rows)):
         x = left + step * (index + 0.5)
         label = _text(f"{row['bin']}: observed {row['observed_count']}, expected {row['expected_count']:.1f}")
-        items.append(f"<rect x=\"{x - max(1.0, step * 0.3):.1f}\" y=\"{y(band_high):.1f}\" "
-                     f"width=\"{max(2.0, step * 0.6):.1f}\" height=\"{max(0.5, y(low) - y(band_high)):.1f}\" "
-                     f"fill=\"#9ecae1\"><title>{label}</title></rect>")
-        items.append(f"<circle cx=\"{x:.1f}\" cy=\"{y(observed):.1f}\" r=\"3\" fill=\"#d0312d\">"
-                     f"<title>{label}</title></circle>")
+        items.append(
+            f'<rect x="{x - max(1.0, step * 0.3):.1f}" y="{y(band_high):.1f}" '
+            f'width="{max(2.0, step * 0.6):.1f}" height="{max(0.5, y(low) - y(band_high)):.1f}" '
+            f'fill="#9ecae1"><title>{label}</title></rect>'
+        )
+        items.append(
+            f'<circle cx="{x:.1f}" cy="{y(observed):.1f}" r="3" fill="#d0312d"><title>{label}</title></circle>'
+        )
         if labelled:
-            items.append(f"<text transform=\"translate({x + 3:.1f},{top + plot_h + 8}) rotate(45)\" "
-                         f"font-size=\"9\">{_text(row['bin'])}</text>")
-    items.append(f"<text x=\"{left}\" y=\"{height - 8}\">bins ({len(rows)}); dot: observed / expected; "
-                 f"bar: 99% band under the exact law (simultaneous)</text></svg>")
+            items.append(
+                f'<text transform="translate({x + 3:.1f},{top + plot_h + 8}) rotate(45)" '
+                f'font-size="9">{_text(row["bin"])}</text>'
+            )
+    items.append(
+        f'<text x="{left}" y="{height - 8}">bins ({len(rows)}); dot: observed / expected; '
+        f"bar: 99% band under the exact law (simultaneous)</text></svg>"
+    )
     return "".join(items)
 
 
@@ -256,30 +305,41 @@ def render_stat(report: dict, plots: dict[str, list[str]]) -> str:
     body = [
         f"<h1>qconform stat: {_text(report.get('adapter', ''))}</h1>",
         verdict_banner(bool(report.get("ok")), class_line(counts)),
-        meta_table([
-            ("adapter", report.get("adapter", "")), ("device", report.get("device", "")),
-            ("rounds per case", options.get("samples", "")), ("family-wise alpha", options.get("alpha", "")),
-            ("power", options.get("power", "")), ("seed", options.get("seed", "")),
-            ("tested cases", report.get("testedCases", "")),
-        ]),
-        ("<h2 id=\"cases\">Cases</h2><table class=\"stat\"><tr><th>case</th><th>class</th><th>rounds</th>"
-        "<th>X2</th><th>df</th><th>p</th><th>Holm p</th></tr>"),
+        meta_table(
+            [
+                ("adapter", report.get("adapter", "")),
+                ("device", report.get("device", "")),
+                ("rounds per case", options.get("samples", "")),
+                ("family-wise alpha", options.get("alpha", "")),
+                ("power", options.get("power", "")),
+                ("seed", options.get("seed", "")),
+                ("tested cases", report.get("testedCases", "")),
+            ]
+        ),
+        (
+            '<h2 id="cases">Cases</h2><table class="stat"><tr><th>case</th><th>class</th><th>rounds</th>'
+            "<th>X2</th><th>df</th><th>p</th><th>Holm p</th></tr>"
+        ),
     ]
     for case in report.get("cases", []):
         cls = case.get("class", "")
-        body.append(f"<tr><td class=\"mono\">{_text(case['id'])}</td><td style=\"color:{CLASS_COLOURS.get(cls, '#333')}\">"
-                    f"{_text(cls)}</td><td>{case.get('samples', '')}</td><td>{_number(case.get('statistic'), '.1f')}"
-                    f"</td><td>{case.get('df', '')}</td><td>{_number(case.get('pValue'))}</td>"
-                    f"<td>{_number(case.get('adjustedP'))}</td></tr>")
+        body.append(
+            f'<tr><td class="mono">{_text(case["id"])}</td><td style="color:{CLASS_COLOURS.get(cls, "#333")}">'
+            f"{_text(cls)}</td><td>{case.get('samples', '')}</td><td>{_number(case.get('statistic'), '.1f')}"
+            f"</td><td>{case.get('df', '')}</td><td>{_number(case.get('pValue'))}</td>"
+            f"<td>{_number(case.get('adjustedP'))}</td></tr>"
+        )
     body.append("</table>")
     failing = [c for c in report.get("cases", []) if c.get("class") in ("fail", "error")]
     if failing:
-        body.append(f"<h2 id=\"failures\">Failures ({len(failing)})</h2>")
+        body.append(f'<h2 id="failures">Failures ({len(failing)})</h2>')
         for case in failing[:LIST_LIMIT]:
             block = case_block(case)
             body.append(block[: -len("</div>")] + "".join(plots.get(case["id"], [])) + "</div>")
-    body.append("<h2 id=\"adapter-config\">Adapter config</h2>"
-                f"<pre>{_text(json.dumps(report.get('adapterConfig', {}), indent=2))}</pre>")
+    body.append(
+        '<h2 id="adapter-config">Adapter config</h2>'
+        f"<pre>{_text(json.dumps(report.get('adapterConfig', {}), indent=2))}</pre>"
+    )
     return page(f"qconform stat: {report.get('adapter', '')}", body)
 
 
@@ -297,8 +357,8 @@ def write_run(path: str | Path, report: dict) -> None:
 
 def write_stat(path: str | Path, run: Any) -> None:
     """Write the page of a statistical-mode run (a :class:`qconform.harness.stat.StatRun`)."""
-    from qconform.harness.stat.runner import FAIL
     from qconform.harness.stat.report import plot_rows, run_json
+    from qconform.harness.stat.runner import FAIL
 
     plots: dict[str, list[str]] = {}
     for result in run.results:
@@ -307,8 +367,12 @@ def write_stat(path: str | Path, run: Any) -> None:
         rows = plot_rows(result)
         panels = len(result.histograms)
         plots[result.id] = [
-            ratio_svg([r for r in rows if r["histogram"] == index],
-                      f"{result.id}" + (f", request {index}" if panels > 1 else "")
-                      + f": X2 = {result.statistic:.1f} on {result.df} df, p = {result.p_value:.3g}")
-            for index in range(panels)]
+            ratio_svg(
+                [r for r in rows if r["histogram"] == index],
+                f"{result.id}"
+                + (f", request {index}" if panels > 1 else "")
+                + f": X2 = {result.statistic:.1f} on {result.df} df, p = {result.p_value:.3g}",
+            )
+            for index in range(panels)
+        ]
     atomic_file.write_text(path, render_stat(run_json(run), plots))

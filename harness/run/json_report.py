@@ -38,8 +38,11 @@ def build(summary: RunSummary) -> dict:
         "coverage": dict(zip(("supported", "judged"), supported_share(summary))),
         "problems": list(summary.problems),
         "cases": [
-            {**verdict.to_json(), "unexpected": verdict.unexpected,
-             **(summary.case_info[verdict.case_id].to_json() if verdict.case_id in summary.case_info else {})}
+            {
+                **verdict.to_json(),
+                "unexpected": verdict.unexpected,
+                **(summary.case_info[verdict.case_id].to_json() if verdict.case_id in summary.case_info else {}),
+            }
             for verdict in sorted(summary.verdicts.values(), key=lambda v: v.case_id)
         ],
     }

@@ -29,8 +29,8 @@ from typing import Any, Iterable
 
 import pytest
 
-from qconform.harness.run.case_runner import CHUNK, CaseRunner, open_client
 from qconform.harness.expectations import Expectations, ExpectationsError
+from qconform.harness.run.case_runner import CHUNK, CaseRunner, open_client
 from qconform.harness.run.gate import RunExit, RunState, SignalGuard, coverage_problems, exit_code
 from qconform.harness.run.summary import STOPPED, RunHeader, RunSummary, account
 from qconform.harness.run.triage import CaseInfo, LastFailed, RerunContext
@@ -51,28 +51,70 @@ EXIT_STATUS = pytest.StashKey[int]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("qconform", "qconform conformance run")
-    group.addoption("--qconform-adapter", metavar="A", default=None,
-                    help="Run the vector corpus against adapter A (a registered name or shim:<command>).")
-    group.addoption("--qconform-family", metavar="F", action="append", default=[],
-                    help="Only family F (repeatable; default: every family of the corpus).")
-    group.addoption("--qconform-expectations", metavar="FILE", default=None,
-                    help="Expectations TOML ([disabled] and [xfail] globs).")
+    group.addoption(
+        "--qconform-adapter",
+        metavar="A",
+        default=None,
+        help="Run the vector corpus against adapter A (a registered name or shim:<command>).",
+    )
+    group.addoption(
+        "--qconform-family",
+        metavar="F",
+        action="append",
+        default=[],
+        help="Only family F (repeatable; default: every family of the corpus).",
+    )
+    group.addoption(
+        "--qconform-expectations",
+        metavar="FILE",
+        default=None,
+        help="Expectations TOML ([disabled] and [xfail] globs).",
+    )
     group.addoption("--qconform-device", metavar="D", default="cpu", help="Device for the adapter (default cpu).")
-    group.addoption("--qconform-vectors", metavar="DIR", default=None,
-                    help="Vector corpus directory (default: $QCONFORM_VECTORS or the installed qconform.vectors).")
+    group.addoption(
+        "--qconform-vectors",
+        metavar="DIR",
+        default=None,
+        help="Vector corpus directory (default: $QCONFORM_VECTORS or the installed qconform.vectors).",
+    )
     group.addoption("--qconform-json", metavar="FILE", default=None, help="Write the JSON run report to FILE.")
-    group.addoption("--qconform-html", metavar="FILE", default=None,
-                    help="Write the run as one self-contained HTML page to FILE.")
-    group.addoption("--qconform-timeout", metavar="S", type=float, default=None,
-                    help="Seconds one run_batch call may take before its cases are errors.")
-    group.addoption("--qconform-case", metavar="ID", action="append", default=[],
-                    help="Only the case with this exact id (repeatable).")
-    group.addoption("--qconform-require", metavar="F", action="append", default=[],
-                    help="Fail the run unless the adapter declares family F and supports all its cases (repeatable).")
-    group.addoption("--qconform-max-unsupported", metavar="N", type=int, default=None,
-                    help="Fail the run when more than N cases are unsupported.")
-    group.addoption("--qconform-record-failures", action="store_true", default=False,
-                    help="Record the unexpected cases for a later `qconform run --lf`.")
+    group.addoption(
+        "--qconform-html", metavar="FILE", default=None, help="Write the run as one self-contained HTML page to FILE."
+    )
+    group.addoption(
+        "--qconform-timeout",
+        metavar="S",
+        type=float,
+        default=None,
+        help="Seconds one run_batch call may take before its cases are errors.",
+    )
+    group.addoption(
+        "--qconform-case",
+        metavar="ID",
+        action="append",
+        default=[],
+        help="Only the case with this exact id (repeatable).",
+    )
+    group.addoption(
+        "--qconform-require",
+        metavar="F",
+        action="append",
+        default=[],
+        help="Fail the run unless the adapter declares family F and supports all its cases (repeatable).",
+    )
+    group.addoption(
+        "--qconform-max-unsupported",
+        metavar="N",
+        type=int,
+        default=None,
+        help="Fail the run when more than N cases are unsupported.",
+    )
+    group.addoption(
+        "--qconform-record-failures",
+        action="store_true",
+        default=False,
+        help="Record the unexpected cases for a later `qconform run --lf`.",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -144,8 +186,14 @@ class FamilyFile(pytest.File):
             raise self.CollectError(str(exc)) from None  # reported as its one line, no traceback
         for case in cases:
             item = CaseItem.from_parent(self, name=case.id)
-            item.case = {"id": case.id, "family": case.family, "result": case.result, "flags": list(case.flags),
-                         "input": case.input, "expected": case.expected}
+            item.case = {
+                "id": case.id,
+                "family": case.family,
+                "result": case.result,
+                "flags": list(case.flags),
+                "input": case.input,
+                "expected": case.expected,
+            }
             item.info = {"flags": list(case.flags), "rules": list(case.rules), "comment": case.comment}
             item.family = case.family
             item.run = self.run
@@ -184,12 +232,24 @@ class ConformanceRun:
             raise pytest.UsageError(f"qconform: {exc}") from None
         timeout = config.getoption("qconform_timeout")
         self.runner = CaseRunner(lambda: open_client(self.adapter, self.device, timeout), self.expectations, timeout)
-        self.summary = RunSummary(RunHeader(
-            adapter=self.adapter, device=self.device, corpus_root=self.index["root"], vectors=str(self.root),
-            qconform_version=__version__, expectations=str(_resolve(expectations_path)) if expectations_path else "",
-            families=tuple(self.families)))
-        self.rerun = RerunContext(self.adapter, self.device, str(self.root),
-                                  str(_resolve(expectations_path)) if expectations_path else "", timeout)
+        self.summary = RunSummary(
+            RunHeader(
+                adapter=self.adapter,
+                device=self.device,
+                corpus_root=self.index["root"],
+                vectors=str(self.root),
+                qconform_version=__version__,
+                expectations=str(_resolve(expectations_path)) if expectations_path else "",
+                families=tuple(self.families),
+            )
+        )
+        self.rerun = RerunContext(
+            self.adapter,
+            self.device,
+            str(self.root),
+            str(_resolve(expectations_path)) if expectations_path else "",
+            timeout,
+        )
         self.family_files = {self.index["families"][f]["file"]: f for f in self.families}
         self.collected: list[str] | None = None
         self.deselected: set[str] = set()
@@ -217,7 +277,8 @@ class ConformanceRun:
         unknown = [n for n in names if n not in indexed]
         if unknown:
             raise pytest.UsageError(
-                f"qconform: unknown family {', '.join(unknown)}; the corpus at {self.root} has: {', '.join(indexed)}")
+                f"qconform: unknown family {', '.join(unknown)}; the corpus at {self.root} has: {', '.join(indexed)}"
+            )
         return list(dict.fromkeys(names)) if names else indexed
 
     # -- collection ---------------------------------------------------------------------
@@ -324,13 +385,15 @@ class ConformanceRun:
         case_id = case_id_of(report.nodeid)
         for name, value in report.user_properties:
             if name == CASE_PROPERTY and case_id is not None:
-                self.summary.case_info[case_id] = CaseInfo(**{k: tuple(v) if isinstance(v, list) else v
-                                                              for k, v in json.loads(value).items()},
-                                                           reproducer=self.rerun.command(case_id))
+                self.summary.case_info[case_id] = CaseInfo(
+                    **{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(value).items()},
+                    reproducer=self.rerun.command(case_id),
+                )
         if verdict is None and report.failed and case_id in self.index["cases"]:
             lines = str(report.longrepr).strip().splitlines()
-            verdict = Verdict(VerdictClass.ERROR, case_id, f"harness error ({report.when}): "
-                              f"{lines[-1] if lines else 'no details'}")
+            verdict = Verdict(
+                VerdictClass.ERROR, case_id, f"harness error ({report.when}): {lines[-1] if lines else 'no details'}"
+            )
         if verdict is None or verdict.case_id in self.summary.verdicts:
             return
         self.summary.add(verdict)
@@ -369,24 +432,41 @@ class ConformanceRun:
         config = self.runner.config
         if config is None:
             return {}
-        return {"name": config.name, "device": config.device, "capabilities": config.capabilities.to_json(),
-                "precision": config.precision.to_json()}
+        return {
+            "name": config.name,
+            "device": config.device,
+            "capabilities": config.capabilities.to_json(),
+            "precision": config.precision.to_json(),
+        }
 
     def finish(self, session: pytest.Session) -> None:
         """Account for every corpus case and collect the problems (controller only)."""
         summary = self.summary
         stopped = bool(session.shouldfail) and self.config.option.maxfail == 1 and self.signals.signum is None
-        result = account(self.index["cases"], self.families, self.collected or [], self.deselected,
-                         summary.verdicts, STOPPED if stopped else None)
+        result = account(
+            self.index["cases"],
+            self.families,
+            self.collected or [],
+            self.deselected,
+            summary.verdicts,
+            STOPPED if stopped else None,
+        )
         summary.not_run = result.not_run
         declared = summary.adapter_config.get("capabilities", {}).get("families") if summary.adapter_config else None
         summary.problems = [
             *([f"run interrupted by {self.signals.name}"] if self.signals.signum is not None else []),
-            *(f"collection error in {nodeid or 'the session'}: {text}" for nodeid, text in self.collection_errors.items()),
+            *(
+                f"collection error in {nodeid or 'the session'}: {text}"
+                for nodeid, text in self.collection_errors.items()
+            ),
             *self.expectations.stale_entries(self.index["cases"]),
             *result.problems,
-            *coverage_problems(summary, declared, self.config.getoption("qconform_require"),
-                               self.config.getoption("qconform_max_unsupported")),
+            *coverage_problems(
+                summary,
+                declared,
+                self.config.getoption("qconform_require"),
+                self.config.getoption("qconform_max_unsupported"),
+            ),
         ]
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -420,14 +500,23 @@ class ConformanceRun:
         if html_path:
             self._write_html(_resolve(html_path))
         if self.config.getoption("qconform_record_failures"):
-            LastFailed().record(str(self.root), self.adapter, self.summary.verdicts,
-                                [v.case_id for v in self.summary.unexpected()])
+            LastFailed().record(
+                str(self.root), self.adapter, self.summary.verdicts, [v.case_id for v in self.summary.unexpected()]
+            )
         for error in self.write_errors:
             print(f"Error: {error}", file=sys.stderr, flush=True)
-        self._set_exit(session, exit_code(RunState(
-            ok=self.summary.ok, judged=len(self.summary.verdicts), signum=self.signals.signum,
-            write_errors=tuple(self.write_errors),
-            usage_error=exitstatus == pytest.ExitCode.USAGE_ERROR or bool(self.collection_errors))))
+        self._set_exit(
+            session,
+            exit_code(
+                RunState(
+                    ok=self.summary.ok,
+                    judged=len(self.summary.verdicts),
+                    signum=self.signals.signum,
+                    write_errors=tuple(self.write_errors),
+                    usage_error=exitstatus == pytest.ExitCode.USAGE_ERROR or bool(self.collection_errors),
+                )
+            ),
+        )
 
     def _adapter_did_not_start(self, session: pytest.Session) -> None:
         """One line, and a report that says so when one was asked for; nothing else."""

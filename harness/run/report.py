@@ -88,8 +88,10 @@ def render_summary(console: Console, summary: RunSummary, json_report: str | Non
         console.print("[bold yellow]NO CASES[/]: no case selected; 0 judged", highlight=False)
         return
     verdict = "[bold green]OK[/]" if summary.ok else "[bold red]FAILED[/]"
-    console.print(f"{verdict}: {summary.class_line() or 'no cases judged'}; {unexpected_total} unexpected; "
-                  f"{share_text(summary)}", highlight=False)
+    console.print(
+        f"{verdict}: {summary.class_line() or 'no cases judged'}; {unexpected_total} unexpected; {share_text(summary)}",
+        highlight=False,
+    )
 
 
 def render_to_text(summary: RunSummary, width: int = 100, color: bool = False) -> str:
@@ -110,9 +112,15 @@ class RunProgress:
     def __init__(self, console: Console) -> None:
         self.console = console
         self.progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
             TextColumn("{task.fields[bad]}"),
-            console=console, auto_refresh=False, transient=True, disable=not console.is_terminal,
+            console=console,
+            auto_refresh=False,
+            transient=True,
+            disable=not console.is_terminal,
         )
         self.task = self.progress.add_task("running", total=None, bad="")
         self.unexpected = 0

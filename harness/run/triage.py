@@ -36,20 +36,27 @@ class CaseInfo:
     reproducer: str = ""
 
     def to_json(self) -> dict:
-        return {"flags": list(self.flags), "rules": list(self.rules), "comment": self.comment,
-                "reproducer": self.reproducer}
+        return {
+            "flags": list(self.flags),
+            "rules": list(self.rules),
+            "comment": self.comment,
+            "reproducer": self.reproducer,
+        }
 
     @classmethod
     def from_json(cls, obj: dict) -> "CaseInfo":
-        return cls(tuple(obj.get("flags", ())), tuple(obj.get("rules", ())), obj.get("comment", ""),
-                   obj.get("reproducer", ""))
+        return cls(
+            tuple(obj.get("flags", ())), tuple(obj.get("rules", ())), obj.get("comment", ""), obj.get("reproducer", "")
+        )
 
     def lines(self) -> list[str]:
         """The indented lines under a verdict line."""
         out = []
-        meta = [f"flags: {', '.join(self.flags)}" if self.flags else "",
-                f"rules: {', '.join(self.rules)}" if self.rules else "",
-                f"comment: {self.comment}" if self.comment else ""]
+        meta = [
+            f"flags: {', '.join(self.flags)}" if self.flags else "",
+            f"rules: {', '.join(self.rules)}" if self.rules else "",
+            f"comment: {self.comment}" if self.comment else "",
+        ]
         if any(meta):
             out.append("; ".join(m for m in meta if m))
         if self.reproducer:

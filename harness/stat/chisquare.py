@@ -89,8 +89,7 @@ def bin_counts(bins: Sequence[Bin], observed: Mapping[Hashable, int]) -> list[in
 
 def pearson(bins: Sequence[Bin], counts: Sequence[int], samples: int) -> float:
     """``X^2 = sum (O_b - n e_b)^2 / (n e_b)``, computed exactly, returned as a float."""
-    total = sum((Fraction(o) - samples * b.probability) ** 2 / (samples * b.probability)
-                for b, o in zip(bins, counts))
+    total = sum((Fraction(o) - samples * b.probability) ** 2 / (samples * b.probability) for b, o in zip(bins, counts))
     return float(total)
 
 

@@ -43,40 +43,67 @@ def render(run: StatRun, console: Console) -> None:
     """The human report: a header, one row per case, the failures with their messages."""
     options, config = run.options, run.config
     mode = f"sequential, {options.looks} looks" if options.sequential else "fixed sample"
-    console.print(f"[bold]qconform stat[/bold]  adapter {config.name} on {config.device}  "
-                  "(every draw from the adapter's own RNG)")
-    console.print(f"{options.samples} rounds per case ({mode}), family-wise alpha {options.alpha:g} (Holm over "
-                  f"{run.tested} tested cases), power {options.power:g}, seed {options.seed}")
+    console.print(
+        f"[bold]qconform stat[/bold]  adapter {config.name} on {config.device}  (every draw from the adapter's own RNG)"
+    )
+    console.print(
+        f"{options.samples} rounds per case ({mode}), family-wise alpha {options.alpha:g} (Holm over "
+        f"{run.tested} tested cases), power {options.power:g}, seed {options.seed}"
+    )
     table = Table(show_lines=False)
     for column in ("case", "class", "rounds", "X2", "df", "p", "Holm p", "detects TV >="):
         table.add_column(column, justify="left" if column in ("case", "class") else "right")
     for r in run.results:
-        table.add_row(r.id, f"[{STYLE.get(r.verdict, '')}]{r.verdict}[/]", str(r.samples),
-                      number(r.statistic, ".1f"), str(r.df) if r.statistic is not None else "-",
-                      number(r.p_value), number(r.adjusted_p), number(r.detectable_tv))
+        table.add_row(
+            r.id,
+            f"[{STYLE.get(r.verdict, '')}]{r.verdict}[/]",
+            str(r.samples),
+            number(r.statistic, ".1f"),
+            str(r.df) if r.statistic is not None else "-",
+            number(r.p_value),
+            number(r.adjusted_p),
+            number(r.detectable_tv),
+        )
     console.print(table)
     for r in run.results:
         if r.verdict not in ("pass", "unsupported"):
-            console.print(f"[{STYLE[r.verdict]}]{r.verdict.upper()}[/] {r.id}: {r.message}"
-                          + (f" (plot: {r.plot})" if r.plot else ""))
+            console.print(
+                f"[{STYLE[r.verdict]}]{r.verdict.upper()}[/] {r.id}: {r.message}"
+                + (f" (plot: {r.plot})" if r.plot else "")
+            )
     counts = ", ".join(f"{n} {k}" for k, n in sorted(run.counts().items()))
     console.print(f"[bold]{'OK' if run.ok else 'FAILED'}[/bold]: {counts}")
 
 
 def histogram_json(h: Histogram, samples: int) -> dict:
     return {
-        "bins": [{"outcomes": [outcome_label(o) for o in b.outcomes], "probability": float(b.probability),
-                  "expected": float(b.probability * samples), "observed": count}
-                 for b, count in zip(h.bins, h.counts)],
+        "bins": [
+            {
+                "outcomes": [outcome_label(o) for o in b.outcomes],
+                "probability": float(b.probability),
+                "expected": float(b.probability * samples),
+                "observed": count,
+            }
+            for b, count in zip(h.bins, h.counts)
+        ],
         "impossible": [{"outcome": outcome_label(o), "observed": c} for o, c in h.impossible.items()],
     }
 
 
 def case_json(r: CaseResult) -> dict:
     return {
-        "id": r.id, "family": r.family, "class": r.verdict, "message": r.message, "samples": r.samples,
-        "statistic": r.statistic, "df": r.df, "pValue": r.p_value, "adjustedP": r.adjusted_p,
-        "detectableTv": r.detectable_tv, "stopped": r.stopped, "plot": r.plot,
+        "id": r.id,
+        "family": r.family,
+        "class": r.verdict,
+        "message": r.message,
+        "samples": r.samples,
+        "statistic": r.statistic,
+        "df": r.df,
+        "pValue": r.p_value,
+        "adjustedP": r.adjusted_p,
+        "detectableTv": r.detectable_tv,
+        "stopped": r.stopped,
+        "plot": r.plot,
         "histograms": [histogram_json(h, r.samples) for h in r.histograms],
         **({"answer": r.answer} if r.answer is not None else {}),
     }
@@ -88,10 +115,19 @@ def run_json(run: StatRun) -> dict:
         "format": FORMAT,
         "adapter": run.config.name,
         "device": run.config.device,
-        "adapterConfig": {"capabilities": run.config.capabilities.to_json(), "precision": run.config.precision.to_json()},
-        "options": {"samples": options.samples, "alpha": options.alpha, "power": options.power, "seed": str(options.seed),
-                    "sequential": options.sequential, "looks": options.looks if options.sequential else 1,
-                    "chunk": options.chunk},
+        "adapterConfig": {
+            "capabilities": run.config.capabilities.to_json(),
+            "precision": run.config.precision.to_json(),
+        },
+        "options": {
+            "samples": options.samples,
+            "alpha": options.alpha,
+            "power": options.power,
+            "seed": str(options.seed),
+            "sequential": options.sequential,
+            "looks": options.looks if options.sequential else 1,
+            "chunk": options.chunk,
+        },
         "testedCases": run.tested,
         "ok": run.ok,
         "counts": run.counts(),
@@ -119,10 +155,19 @@ def plot_rows(r: CaseResult) -> list[dict]:
         for b, count in zip(h.bins, h.counts):
             e = float(b.probability)
             half = z * math.sqrt(e * (1 - e) / r.samples)
-            rows.append({"histogram": index, "bin": bin_label(b.outcomes), "outcomes": len(b.outcomes),
-                         "expected_probability": e, "observed_frequency": count / r.samples,
-                         "band_low": max(0.0, e - half), "band_high": min(1.0, e + half),
-                         "observed_count": count, "expected_count": e * r.samples})
+            rows.append(
+                {
+                    "histogram": index,
+                    "bin": bin_label(b.outcomes),
+                    "outcomes": len(b.outcomes),
+                    "expected_probability": e,
+                    "observed_frequency": count / r.samples,
+                    "band_low": max(0.0, e - half),
+                    "band_high": min(1.0, e + half),
+                    "observed_count": count,
+                    "expected_count": e * r.samples,
+                }
+            )
     return rows
 
 
@@ -155,14 +200,22 @@ def write_png(r: CaseResult, rows: list[dict], path: Path) -> None:
         high = [row["band_high"] / row["expected_probability"] for row in mine]
         axis.fill_between(x, low, high, step="mid", alpha=0.3, label=f"{BAND_COVERAGE:.0%} band (simultaneous)")
         axis.axhline(1.0, color="k", linewidth=0.8, label="exact law")
-        axis.plot(x, [row["observed_frequency"] / row["expected_probability"] for row in mine], "o",
-                  color="tab:red", markersize=4, label="observed")
+        axis.plot(
+            x,
+            [row["observed_frequency"] / row["expected_probability"] for row in mine],
+            "o",
+            color="tab:red",
+            markersize=4,
+            label="observed",
+        )
         if len(mine) <= 40:
             axis.set_xticks(x, [row["bin"] for row in mine], rotation=60, ha="right", fontsize=7)
         axis.set_ylabel("observed / expected")
         axis.set_title(f"request {index}" if panels > 1 else "", fontsize=9)
         axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    figure.suptitle(f"{r.id}: X2 = {r.statistic:.1f} on {r.df} df, p = {r.p_value:.3g} ({r.samples} rounds)", fontsize=9)
+    figure.suptitle(
+        f"{r.id}: X2 = {r.statistic:.1f} on {r.df} df, p = {r.p_value:.3g} ({r.samples} rounds)", fontsize=9
+    )
     figure.tight_layout()
     image = io.BytesIO()
     figure.savefig(image, dpi=110, format="png")

@@ -35,7 +35,6 @@ from typing import Callable, Hashable, Protocol, Sequence
 from qconform.generators.registry import family_names, load_family
 from qconform.harness.adapter import Adapter, AdapterConfig, AdapterError, Outcome, Unimplemented
 from qconform.harness.run.distributed import SINGLE, Ranks
-from qconform.harness.transport.shim_protocol import check_sample_output, sample_per_request
 from qconform.harness.stat.chisquare import (
     Bin,
     bin_counts,
@@ -45,7 +44,6 @@ from qconform.harness.stat.chisquare import (
     merge_bins,
     pearson,
 )
-from qconform.spec.outcome_law import Law
 from qconform.harness.stat.sequential import (
     LOOKS,
     Look,
@@ -55,7 +53,8 @@ from qconform.harness.stat.sequential import (
     sequential_p_value,
     spending_looks,
 )
-
+from qconform.harness.transport.shim_protocol import check_sample_output, sample_per_request
+from qconform.spec.outcome_law import Law
 
 
 def stat_families() -> tuple[str, ...]:
@@ -70,6 +69,7 @@ def case_laws(family: str, case_input: dict) -> list[Law]:
     if hooks is None:
         raise ValueError(f"statistical mode has no law for family {family}")
     return hooks.laws(case_input)
+
 
 PASS, FAIL, ERROR, UNSUPPORTED = "pass", "fail", "error", "unsupported"
 
@@ -136,8 +136,13 @@ class InProcess:
         return checked
 
 
-def load_cases(vectors: Path, families: Sequence[str] | None = None, patterns: Sequence[str] = (),
-               keyword: str | None = None, excludes: Sequence[str] = ()) -> list[StatCase]:
+def load_cases(
+    vectors: Path,
+    families: Sequence[str] | None = None,
+    patterns: Sequence[str] = (),
+    keyword: str | None = None,
+    excludes: Sequence[str] = (),
+) -> list[StatCase]:
     """The cases of ``families`` whose id matches one of the ``fnmatch`` ``patterns`` (all
     when none), matches the ``-k`` expression ``keyword`` (pytest's syntax, over the id,
     flags and rules) and matches none of the ``excludes`` globs, with the exact laws of
@@ -154,9 +159,16 @@ def load_cases(vectors: Path, families: Sequence[str] | None = None, patterns: S
         if not selects((case.id, *case.flags, *case.rules)):
             continue
         valid = case.result == "valid"
-        cases.append(StatCase(case.id, case.family, case.input, case.result,
-                              None if valid else case.expected.get("error"),
-                              case_laws(case.family, case.input) if valid else []))
+        cases.append(
+            StatCase(
+                case.id,
+                case.family,
+                case.input,
+                case.result,
+                None if valid else case.expected.get("error"),
+                case_laws(case.family, case.input) if valid else [],
+            )
+        )
     return cases
 
 
@@ -279,8 +291,11 @@ class CaseState:
                 result.message = f"refused with {code}, as it must"
             else:
                 result.verdict = FAIL
-                result.message = (f"refused with {code}, expected {case.error}" if code else
-                                  f"sampled an invalid case; expected the refusal {case.error}")
+                result.message = (
+                    f"refused with {code}, expected {case.error}"
+                    if code
+                    else f"sampled an invalid case; expected the refusal {case.error}"
+                )
         else:
             result.verdict, result.message = FAIL, f"refused a valid case with {outcome['error']}"
 
@@ -320,8 +335,9 @@ def final_df(case: StatCase, samples: int) -> int:
 class StatRunner:
     """Samples every case of a run and judges it (module docstring)."""
 
-    def __init__(self, sampler: Sampler, cases: Sequence[StatCase], options: StatOptions,
-                 ranks: Ranks = SINGLE) -> None:
+    def __init__(
+        self, sampler: Sampler, cases: Sequence[StatCase], options: StatOptions, ranks: Ranks = SINGLE
+    ) -> None:
         self.sampler = sampler
         self.options = options
         self.ranks = ranks
@@ -423,14 +439,18 @@ class StatRunner:
             result.message = f"sampled {sum(impossible.values())} round(s) the exact law forbids: {shown}"
         elif result.adjusted_p is not None and result.adjusted_p <= self.options.alpha:
             result.verdict = FAIL
-            result.message = (f"the sampled law differs from the exact law: X2 = {result.statistic:.1f} on "
-                              f"{result.df} df, p = {result.p_value:.3g}, Holm-adjusted {result.adjusted_p:.3g} "
-                              f"<= alpha = {self.options.alpha:g}")
+            result.message = (
+                f"the sampled law differs from the exact law: X2 = {result.statistic:.1f} on "
+                f"{result.df} df, p = {result.p_value:.3g}, Holm-adjusted {result.adjusted_p:.3g} "
+                f"<= alpha = {self.options.alpha:g}"
+            )
         elif result.df == 0:
             result.message = "one bin at this N: only an outcome the law forbids could fail it"
         else:
-            result.message = (f"consistent with the exact law (p = {result.p_value:.3g}); detects TV >= "
-                              f"{result.detectable_tv:.3g} with power {self.options.power:g}")
+            result.message = (
+                f"consistent with the exact law (p = {result.p_value:.3g}); detects TV >= "
+                f"{result.detectable_tv:.3g} with power {self.options.power:g}"
+            )
         if result.stopped:
             result.message += f" [stopped after {result.samples} rounds: {result.stopped}]"
 
@@ -440,7 +460,8 @@ def outcome_label(outcome: tuple[int, tuple[int, ...]]) -> str:
     return f"a={accepted} [{' '.join(map(str, emitted))}]"
 
 
-def run_stat(sampler: Sampler, cases: Sequence[StatCase], options: StatOptions = StatOptions(),
-             ranks: Ranks = SINGLE) -> StatRun:
+def run_stat(
+    sampler: Sampler, cases: Sequence[StatCase], options: StatOptions = StatOptions(), ranks: Ranks = SINGLE
+) -> StatRun:
     """Sample and judge ``cases`` (see the module docstring), this rank's share under torchrun."""
     return StatRunner(sampler, cases, options, ranks).run()

@@ -74,7 +74,7 @@ def futile(statistic: float, df: int, samples: int, delta: float, beta: float, l
     """Whether the statistic at a look rules out every alternative at TV ``delta`` or more."""
     if df <= 0 or not math.isfinite(delta):
         return False
-    return 1 - ncx2_sf(statistic, df, 4 * samples * delta ** 2) <= beta * look.weight
+    return 1 - ncx2_sf(statistic, df, 4 * samples * delta**2) <= beta * look.weight
 
 
 def sequential_p_value(p_values: list[float], looks: list[Look]) -> float:

@@ -119,8 +119,12 @@ class Child:
     def __init__(self, command: Sequence[str]) -> None:
         try:
             self.proc = subprocess.Popen(
-                list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, start_new_session=True, preexec_fn=parent_death_signal(),
+                list(command),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                preexec_fn=parent_death_signal(),
             )
         except OSError as exc:
             raise AdapterStartError(f"cannot run {shlex.join(command)}: {exc}") from None
@@ -315,7 +319,9 @@ class AdapterClient:
         try:
             reply = decode_line(line)
             if reply.get("id") != request_id:
-                raise ProtocolError(f"reply id {reply.get('id')!r} does not match request id {request_id}: {quote(line)}")
+                raise ProtocolError(
+                    f"reply id {reply.get('id')!r} does not match request id {request_id}: {quote(line)}"
+                )
         except ProtocolError as exc:
             self._discard(child)  # the stream is out of step: start afresh
             raise ChildFailure(child.failure(f"protocol violation: {exc}")) from None
@@ -328,8 +334,9 @@ class AdapterClient:
 
     # -- the API ----------------------------------------------------------------------
 
-    def run_batch(self, family: str, inputs: Sequence[dict], timeout_s: float | None = None,
-                  schema_check: bool = True) -> list[Outcome]:
+    def run_batch(
+        self, family: str, inputs: Sequence[dict], timeout_s: float | None = None, schema_check: bool = True
+    ) -> list[Outcome]:
         """Run case ``inputs`` of ``family``: one outcome per input, in order.
 
         Never raises for adapter misbehaviour: such cases come back as
@@ -346,8 +353,9 @@ class AdapterClient:
         check = (lambda output: check_output(family, output)) if schema_check else (lambda output: None)
         return self._batch(request, timeout_s, check)
 
-    def sample_batch(self, family: str, inputs: Sequence[dict], samples: int, seed: int,
-                     timeout_s: float | None = None) -> list[Outcome]:
+    def sample_batch(
+        self, family: str, inputs: Sequence[dict], samples: int, seed: int, timeout_s: float | None = None
+    ) -> list[Outcome]:
         """Sample ``samples`` rounds of each of ``inputs`` with the adapter's own RNG (the
         ``sample`` op, docs/stat-mode.md): one outcome per input, in order, an outcome
         histogram or a refusal. Misbehaviour becomes :class:`AdapterError` as for
@@ -405,7 +413,7 @@ def open_adapter(spec: str, device: str = "cpu", timeout_s: float = 60.0) -> Ada
     from qconform.adapters.catalog import shim_adapter, shim_adapter_command
 
     if spec.startswith(SHIM_PREFIX):
-        command = shlex.split(spec[len(SHIM_PREFIX):])
+        command = shlex.split(spec[len(SHIM_PREFIX) :])
         if not command:
             raise AdapterStartError("shim: needs a command line, e.g. shim:./my_shim --flag")
     elif shim_adapter(spec) is not None:

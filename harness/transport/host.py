@@ -31,6 +31,7 @@ from qconform.harness.transport.shim_protocol import (
     outcome_to_entry,
 )
 
+
 @runtime_checkable
 class StreamCorrupter(Protocol):
     """An adapter that asks for the protocol's output stream, to corrupt it: only the
@@ -128,8 +129,9 @@ def sample_reply(adapter: Adapter, sampling: tuple[str, ...], request_id: Any, r
         return error_reply(request_id, f"sample needs a 64-bit seed as a decimal string, got {seed!r}")
     if family not in sampling:
         return unimplemented_reply(adapter, request_id, f"sample {family}")
-    return batch_reply(lambda batch: adapter.sample_batch(family, batch, samples, int(seed)), "sample_batch",
-                       request_id, inputs)
+    return batch_reply(
+        lambda batch: adapter.sample_batch(family, batch, samples, int(seed)), "sample_batch", request_id, inputs
+    )
 
 
 def error_reply(request_id: Any, message: str) -> bytes:
@@ -205,7 +207,9 @@ def construct_adapter(name: str, device: str = "cpu") -> Adapter:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m qconform.harness.transport.host", description=(__doc__ or "").split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m qconform.harness.transport.host", description=(__doc__ or "").split("\n\n")[0]
+    )
     parser.add_argument("--adapter", required=True, help="registered adapter name (docs/adapters.md)")
     parser.add_argument("--device", default="cpu", help="device to run on (default cpu)")
     args = parser.parse_args(argv)

@@ -18,8 +18,8 @@ from typing import Any, Callable
 
 from qconform.harness.adapter import (
     AdapterConfig,
-    AdapterStartError,
     AdapterError,
+    AdapterStartError,
     Capabilities,
     Outcome,
     PrecisionProfile,
@@ -377,6 +377,7 @@ def _best_error(error: Any) -> Any:
 
 # --- sample: outcome histograms ------------------------------------------------------
 
+
 def sample_per_request(family: str) -> bool | None:
     """How the ``sample`` op answers ``family`` (its ``Family.stat`` hooks, docs/stat-mode.md):
     True for one histogram per request of the case (``{"requests": [{"outcomes": [...]}]}``)
@@ -430,8 +431,11 @@ def check_sample_output(family: str, output: dict, samples: int) -> str | None:
     if problem:
         return problem
     if "error" in output:
-        return None if set(output) == {"error"} and isinstance(output["error"], str) and output["error"] else (
-            "a refusal must be exactly {\"error\": <nonempty code>}")
+        return (
+            None
+            if set(output) == {"error"} and isinstance(output["error"], str) and output["error"]
+            else ('a refusal must be exactly {"error": <nonempty code>}')
+        )
     per_request = sample_per_request(family)
     if per_request is None:
         return None  # a family the harness has no histogram format for: only encoding checks

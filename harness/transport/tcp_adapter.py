@@ -32,9 +32,9 @@ import struct
 from typing import Sequence
 from urllib.parse import urlsplit
 
-from qconform.harness import control
 from qconform.generators.encoding import decode_blob
 from qconform.generators.families.wire_frames import fields_to_json, hello_from_json, q_row_json
+from qconform.harness import control
 from qconform.harness.adapter import Adapter, AdapterError, Capabilities, Outcome, PrecisionProfile
 from qconform.harness.transport.client import TCP_PREFIX
 from qconform.harness.transport.shim_protocol import ProtocolError, parse_precision
@@ -75,7 +75,13 @@ def parse_tcp_url(url: str) -> tuple[str, int]:
         port = parts.port
     except ValueError:
         port = None
-    if not url.startswith(TCP_PREFIX) or not parts.hostname or port is None or parts.path not in ("", "/") or parts.query:
+    if (
+        not url.startswith(TCP_PREFIX)
+        or not parts.hostname
+        or port is None
+        or parts.path not in ("", "/")
+        or parts.query
+    ):
         raise ValueError(f"{url!r} is not tcp://HOST:PORT")
     return parts.hostname, port
 
@@ -166,11 +172,14 @@ def allocation_bound(data: bytes, params, negotiated: bool) -> int:
         if len(data) < layout.V1_HEADER_SIZE:
             return 0
         _, version, kind, length = struct.unpack_from("<4sHHI", data)
-        ok = (version, kind) == (layout.V1_VERSION, layout.V1_GREEDY.code) and 4 <= length <= 4 + 4 * layout.V1_MAX_TOKENS
+        ok = (version, kind) == (
+            layout.V1_VERSION,
+            layout.V1_GREEDY.code,
+        ) and 4 <= length <= 4 + 4 * layout.V1_MAX_TOKENS
         return length if ok and len(data) == layout.V1_HEADER_SIZE + length else 0
     if data[:4] != layout.V2_MAGIC or len(data) < layout.HEADER_SIZE:
         return 0
-    header = parse_header(data[:layout.HEADER_SIZE])
+    header = parse_header(data[: layout.HEADER_SIZE])
     try:
         check_header(header)
     except WireReject:
@@ -200,8 +209,11 @@ class TcpAdapter(Adapter):
         return EndpointLink(self.host, self.port)
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(families=tuple(self.about.get("families", ())), injected_draws=True,
-                            devices=tuple(self.about.get("devices", ("cpu",))))
+        return Capabilities(
+            families=tuple(self.about.get("families", ())),
+            injected_draws=True,
+            devices=tuple(self.about.get("devices", ("cpu",))),
+        )
 
     def precision(self) -> PrecisionProfile:
         try:
@@ -210,8 +222,11 @@ class TcpAdapter(Adapter):
             raise EndpointFailure(f"the endpoint's precision profile: {exc}") from None
 
     def run_batch(self, family: str, inputs: Sequence[dict]) -> list[Outcome]:
-        play = {"wire_frames": self.wire_frames, "wire_sessions": self.wire_sessions,
-                "proposal_chain": self.proposal_chain}[family]
+        play = {
+            "wire_frames": self.wire_frames,
+            "wire_sessions": self.wire_sessions,
+            "proposal_chain": self.proposal_chain,
+        }[family]
         try:
             return play(list(inputs))
         except (EndpointFailure, control.ControlError) as exc:
@@ -263,8 +278,9 @@ class TcpAdapter(Adapter):
                     link.close()
                     links[label] = self.link()
                     answer = links[label].command("disconnect_status", connection=number)
-                verdicts.append({key: answer[key] for key in ("verdict", "reason", "discarded", "answer")
-                                 if key in answer})
+                verdicts.append(
+                    {key: answer[key] for key in ("verdict", "reason", "discarded", "answer") if key in answer}
+                )
             state = links[0].command("state")
             return {"verdicts": verdicts, "final": state["final"], "counters": state["counters"]}
         finally:
@@ -280,8 +296,11 @@ class TcpAdapter(Adapter):
         vocab = decode_blob(inp["base_logits"])[1][1]
         k = inp["support"].get("k", 0)
         config = example_config(vocab=vocab, max_support=k or min(16, vocab))
-        model = {"base_logits": inp["base_logits"], "markov": inp["markov"],
-                 "last_committed_token": inp["last_committed_token"]}
+        model = {
+            "base_logits": inp["base_logits"],
+            "markov": inp["markov"],
+            "last_committed_token": inp["last_committed_token"],
+        }
         link = self.link()
         try:
             link.command("configure", hello=fields_to_json(config), model=model)
@@ -313,8 +332,9 @@ class TcpAdapter(Adapter):
         session = state.negotiated.session_id
         seed, generation, round_id, anchor = int(inp["seed"]), inp["generation"], inp["round"], inp["anchor"]
         through(encode_frame(Reset(session, seed, generation, anchor, 0, inp["last_committed_token"])), own=True)
-        step_message = Step(session, generation, round_id, anchor, k, 1, int(inp["temperature"]["f32"], 16), 0,
-                            config.depth, bytes(32))
+        step_message = Step(
+            session, generation, round_id, anchor, k, 1, int(inp["temperature"]["f32"], 16), 0, config.depth, bytes(32)
+        )
         through(encode_frame(step_message), own=True)
         tokens = []
         while consumable_rows(state, 0) is None:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import click
 
-from qconform.generators.accumulated import FAMILIES, SHARD_CASES
 from qconform.cli.errors import UsageLineError
+from qconform.generators.accumulated import FAMILIES, SHARD_CASES
 
 
 def command_line(adapter: str, family: str, count: int) -> str:
@@ -27,41 +27,86 @@ def command_line(adapter: str, family: str, count: int) -> str:
 
 
 @click.command("accumulate")
-@click.option("--adapter", default="torch", show_default=True, metavar="A",
-              help="Adapter: a registered name or shim:<command line>.")
+@click.option(
+    "--adapter",
+    default="torch",
+    show_default=True,
+    metavar="A",
+    help="Adapter: a registered name or shim:<command line>.",
+)
 @click.option("--family", required=True, type=click.Choice(sorted(FAMILIES)), help="Accumulated family.")
-@click.option("--count", type=click.IntRange(min=1, max=1 << 40), default=1_000_000, show_default=True,
-              metavar="N", help="Cases 0..N-1 of the family's stream.")
-@click.option("--batch", type=click.IntRange(min=1), default=4096, show_default=True, metavar="B",
-              help="Cases per run_batch call.")
-@click.option("--shard-cases", type=click.IntRange(min=1), default=SHARD_CASES, show_default=True, metavar="S",
-              help="Cases per hashed shard; the committed hashes use the default (smaller shards: tests of "
-                   "torchrun sharding, compared with the engine).")
+@click.option(
+    "--count",
+    type=click.IntRange(min=1, max=1 << 40),
+    default=1_000_000,
+    show_default=True,
+    metavar="N",
+    help="Cases 0..N-1 of the family's stream.",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(min=1),
+    default=4096,
+    show_default=True,
+    metavar="B",
+    help="Cases per run_batch call.",
+)
+@click.option(
+    "--shard-cases",
+    type=click.IntRange(min=1),
+    default=SHARD_CASES,
+    show_default=True,
+    metavar="S",
+    help="Cases per hashed shard; the committed hashes use the default (smaller shards: tests of "
+    "torchrun sharding, compared with the engine).",
+)
 @click.option("--device", default="cpu", show_default=True, metavar="D", help="Device the adapter runs on.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
-              metavar="S", help="Seconds one batch may take.")
-@click.option("--vectors", type=click.Path(file_okay=False, path_type=Path),
-              help="Vectors directory holding accumulated.json (default: the installed corpus).")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=600.0,
+    show_default=True,
+    metavar="S",
+    help="Seconds one batch may take.",
+)
+@click.option(
+    "--vectors",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Vectors directory holding accumulated.json (default: the installed corpus).",
+)
 @click.option("--vector-out", metavar="FILE", help="Also write the divergent case's vector (JSON) to FILE.")
-@click.option("--record", is_flag=True,
-              help="On a divergence, append its input to generators/found/<family>.json (once per id); "
-                   "then run `qconform generate`.")
+@click.option(
+    "--record",
+    is_flag=True,
+    help="On a divergence, append its input to generators/found/<family>.json (once per id); "
+    "then run `qconform generate`.",
+)
 @click.pass_context
-def accumulate_command(ctx: click.Context, adapter: str, family: str, count: int, batch: int, shard_cases: int,
-                       device: str,
-                       timeout: float, vectors: Path | None, vector_out: str | None, record: bool) -> None:
+def accumulate_command(
+    ctx: click.Context,
+    adapter: str,
+    family: str,
+    count: int,
+    batch: int,
+    shard_cases: int,
+    device: str,
+    timeout: float,
+    vectors: Path | None,
+    vector_out: str | None,
+    record: bool,
+) -> None:
     """Run N accumulated cases through an adapter and compare the hash of its answers."""
+    from qconform.cli.arguments import open_checked
+    from qconform.cli.fuzz import check_found_files, record_finding
     from qconform.generators.corpus import default_vectors_dir
+    from qconform.harness.judging.judge import judge
     from qconform.harness.run.accumulate import (
         AccumulatedFileError,
         accumulate,
         case_vector,
         load_expected,
     )
-    from qconform.harness.judging.judge import judge
     from qconform.harness.run.distributed import finish, torchrun_ranks
-    from qconform.cli.arguments import open_checked
-    from qconform.cli.fuzz import check_found_files, record_finding
 
     try:
         expected = load_expected(vectors or default_vectors_dir())
@@ -89,24 +134,32 @@ def accumulate_command(ctx: click.Context, adapter: str, family: str, count: int
     if ranks.rank != 0:
         ctx.exit(0 if result.verdict != "fail" else 1)
     rate = count / result.seconds if result.seconds > 0 else float("inf")
-    click.echo(f"{family}: {count} cases in {result.seconds:.1f} s ({rate:,.0f} cases/s, {result.world} rank(s), "
-               f"{result.shards} shard(s))")
+    click.echo(
+        f"{family}: {count} cases in {result.seconds:.1f} s ({rate:,.0f} cases/s, {result.world} rank(s), "
+        f"{result.shards} shard(s))"
+    )
     click.echo(f"hash     {result.hash}")
     click.echo(f"expected {result.expected} ({result.expected_source})")
     if result.verdict == "pass":
         click.echo("PASS: the adapter's answers hash to the expected value")
         ctx.exit(0)
     if not result.divergences and not result.unjudged:
-        click.echo(f"FAIL: the engine's hash {result.engine_hash} differs from the committed one, and the adapter "
-                   "agrees with the engine: regenerate vectors/accumulated.json (docs/accumulated.md)")
+        click.echo(
+            f"FAIL: the engine's hash {result.engine_hash} differs from the committed one, and the adapter "
+            "agrees with the engine: regenerate vectors/accumulated.json (docs/accumulated.md)"
+        )
         ctx.exit(1)
     excused = result.excused
     if excused:
-        click.echo(f"{len(excused)} divergent case(s) excused as precision by the adapter's declared margins, "
-                   f"first: {excused[0].line}")
+        click.echo(
+            f"{len(excused)} divergent case(s) excused as precision by the adapter's declared margins, "
+            f"first: {excused[0].line}"
+        )
     if result.verdict == "precision":
-        click.echo("PRECISION: the hash differs only at cases the adapter's declared margins excuse "
-                   "(docs/accumulated.md, \"Verdicts\")")
+        click.echo(
+            "PRECISION: the hash differs only at cases the adapter's declared margins excuse "
+            '(docs/accumulated.md, "Verdicts")'
+        )
         ctx.exit(0)
     failures = result.failures
     if not failures:
@@ -119,8 +172,10 @@ def accumulate_command(ctx: click.Context, adapter: str, family: str, count: int
     vector = {key: case[key] for key in VECTOR_KEYS}
     vector["comment"] += f" Verdict: {first.line}"
     reason = f" ({first.reason})" if first.reason else ""
-    click.echo(f"FAIL: {len(failures)} failing case(s){' and more unjudged' if result.unjudged else ''}; "
-               f"first divergent case: {first.case}{reason}")
+    click.echo(
+        f"FAIL: {len(failures)} failing case(s){' and more unjudged' if result.unjudged else ''}; "
+        f"first divergent case: {first.case}{reason}"
+    )
     click.echo(f"verdict: {first.line}")
     for problem in vector_problems(vector):
         click.echo(f"warning: the vector does not validate: {problem}")
@@ -132,6 +187,8 @@ def accumulate_command(ctx: click.Context, adapter: str, family: str, count: int
     if record:
         record_finding(vector)
     else:
-        click.echo(f"to commit it: {line} --record  (files its input under generators/found/{family}.json, "
-                   "as `qconform fuzz --record`), then `qconform generate`")
+        click.echo(
+            f"to commit it: {line} --record  (files its input under generators/found/{family}.json, "
+            "as `qconform fuzz --record`), then `qconform generate`"
+        )
     ctx.exit(1)

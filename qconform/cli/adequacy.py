@@ -30,27 +30,78 @@ def _percent(_ctx, _param, value: str) -> Fraction:
 
 
 @click.command("adequacy")
-@click.option("--module", "module_texts", multiple=True, metavar="PATH",
-              help="A spec module, e.g. spec/sampling.py or wire/codec (repeatable; default: the core modules).")
-@click.option("--sample", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Run a deterministic sample of N of the selected mutants.")
+@click.option(
+    "--module",
+    "module_texts",
+    multiple=True,
+    metavar="PATH",
+    help="A spec module, e.g. spec/sampling.py or wire/codec (repeatable; default: the core modules).",
+)
+@click.option(
+    "--sample",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Run a deterministic sample of N of the selected mutants.",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of --sample.")
-@click.option("--mutant", "mutant_ids", multiple=True, metavar="ID",
-              help="Only the mutant with this ID (repeatable; its module is selected with it).")
+@click.option(
+    "--mutant",
+    "mutant_ids",
+    multiple=True,
+    metavar="ID",
+    help="Only the mutant with this ID (repeatable; its module is selected with it).",
+)
 @click.option("--list", "list_only", is_flag=True, help="Print the selected mutant IDs and exit; run nothing.")
-@click.option("-n", "--workers", type=click.IntRange(min=1), default=2, show_default=True,
-              help="Mutants run at once, each in its own worker process.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=None,
-              help="Seconds per mutant (default: 10x the unmutated run of its families, plus 30 s).")
+@click.option(
+    "-n",
+    "--workers",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Mutants run at once, each in its own worker process.",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=1),
+    default=None,
+    help="Seconds per mutant (default: 10x the unmutated run of its families, plus 30 s).",
+)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the JSON report.")
-@click.option("--equivalents", "equivalents_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Equivalent-mutants file (default: spec/equivalent_mutants.toml).")
-@click.option("--vectors", "vectors_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Vectors directory (default: as for generate).")
-@click.option("--fail-under", default="100", callback=_percent, show_default=True, metavar="PCT",
-              help="Exit 1 when the kill rate is below PCT percent.")
-def adequacy(module_texts, mutant_ids, sample, seed, list_only, workers, timeout_s, json_path, equivalents_path, vectors_dir,
-             fail_under) -> None:
+@click.option(
+    "--equivalents",
+    "equivalents_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Equivalent-mutants file (default: spec/equivalent_mutants.toml).",
+)
+@click.option(
+    "--vectors",
+    "vectors_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Vectors directory (default: as for generate).",
+)
+@click.option(
+    "--fail-under",
+    default="100",
+    callback=_percent,
+    show_default=True,
+    metavar="PCT",
+    help="Exit 1 when the kill rate is below PCT percent.",
+)
+def adequacy(
+    module_texts,
+    mutant_ids,
+    sample,
+    seed,
+    list_only,
+    workers,
+    timeout_s,
+    json_path,
+    equivalents_path,
+    vectors_dir,
+    fail_under,
+) -> None:
     """Mutate the spec and check that the committed corpus notices every mutant."""
     from qconform.generators.adequacy import analysis, equivalents, render
     from qconform.generators.corpus import default_vectors_dir
@@ -71,9 +122,17 @@ def adequacy(module_texts, mutant_ids, sample, seed, list_only, workers, timeout
 
     with render.progress_bar() as advance:
         try:
-            report = analysis.analyse(modules, selected, vectors_dir or default_vectors_dir(),
-                                      equivalents_path or equivalents.default_path(), workers, timeout_s, sample,
-                                      seed, advance)
+            report = analysis.analyse(
+                modules,
+                selected,
+                vectors_dir or default_vectors_dir(),
+                equivalents_path or equivalents.default_path(),
+                workers,
+                timeout_s,
+                sample,
+                seed,
+                advance,
+            )
         except equivalents.EquivalentsError as error:
             raise UsageLineError(str(error)) from None
         except (analysis.AdequacyError, VectorFileError) as error:

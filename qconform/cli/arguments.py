@@ -43,7 +43,6 @@ def resolve_families(names: tuple[str, ...]) -> list | None:
 def checkout_expectations(adapter: str) -> Path | None:
     """``expectations/<adapter>.toml`` of the checkout this package runs from, if present."""
     import qconform.harness
-
     from qconform.adapters.catalog import shim_adapter
 
     name = shim_adapter(adapter) or adapter
@@ -55,9 +54,8 @@ def check_device(adapter: str, device: str) -> None:
     """Refuse ``--device cuda`` up front where torch sees no CUDA device, for the bundled
     in-process adapters (a shim or an endpoint owns its device and says so itself):
     otherwise every case would be an error saying the same thing."""
-    from qconform.harness.transport.client import SHIM_PREFIX, TCP_PREFIX
-
     from qconform.adapters.catalog import shim_adapter
+    from qconform.harness.transport.client import SHIM_PREFIX, TCP_PREFIX
 
     if not device.startswith("cuda") or adapter.startswith((SHIM_PREFIX, TCP_PREFIX)) or shim_adapter(adapter):
         return
@@ -82,12 +80,14 @@ def check_adapter(adapter: str) -> None:
             raise UsageLineError(f"{exc}, e.g. --adapter tcp://127.0.0.1:7700") from None
         return
     if adapter.startswith(SHIM_PREFIX):
-        if not adapter[len(SHIM_PREFIX):].strip():
+        if not adapter[len(SHIM_PREFIX) :].strip():
             raise UsageLineError("shim: needs a command line, e.g. --adapter 'shim:./my_shim --flag'")
         try:
-            shlex.split(adapter[len(SHIM_PREFIX):])
+            shlex.split(adapter[len(SHIM_PREFIX) :])
         except ValueError as exc:
-            raise UsageLineError(f"cannot parse the shim: command line {adapter[len(SHIM_PREFIX):]!r}: {exc}") from None
+            raise UsageLineError(
+                f"cannot parse the shim: command line {adapter[len(SHIM_PREFIX) :]!r}: {exc}"
+            ) from None
         return
     from qconform.adapters.catalog import shim_adapter, shim_adapter_command
     from qconform.harness.transport.client import AdapterStartError
@@ -103,8 +103,9 @@ def check_adapter(adapter: str) -> None:
         raise UsageLineError(f"unknown adapter {adapter!r}; available adapters: {', '.join(names)}")
 
 
-def check_corpus(vectors: Path, families: tuple[str, ...], pinned_root: str | None = None,
-                 verify: bool = False) -> dict:
+def check_corpus(
+    vectors: Path, families: tuple[str, ...], pinned_root: str | None = None, verify: bool = False
+) -> dict:
     """The corpus index; with ``verify``, every hash checked first (generators/integrity.py)."""
     from qconform.generators.integrity import IntegrityError
     from qconform.generators.integrity import verify as verify_corpus
@@ -119,7 +120,8 @@ def check_corpus(vectors: Path, families: tuple[str, ...], pinned_root: str | No
     unknown = [f for f in families if f not in index["families"]]
     if unknown:
         raise UsageLineError(
-            f"unknown family {', '.join(unknown)}; the corpus at {vectors} has: {', '.join(index['families'])}")
+            f"unknown family {', '.join(unknown)}; the corpus at {vectors} has: {', '.join(index['families'])}"
+        )
     return index
 
 

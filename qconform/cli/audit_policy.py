@@ -112,8 +112,10 @@ def render(audit) -> list[str]:
         moves = first_token_moves(audit)
         if moves:
             lines.append(f"  first token: TV = {show(audit.first_token_tv)}")
-            lines.extend(f"    token {m.tokens[0]}: {show(m.law)} (target {show(m.target)}, {signed(m.law - m.target)})"
-                         for m in moves)
+            lines.extend(
+                f"    token {m.tokens[0]}: {show(m.law)} (target {show(m.target)}, {signed(m.law - m.target)})"
+                for m in moves
+            )
         lines.append(f"  sequences whose mass moved: {len(audit.moved)}")
         for m in audit.moved[:MOVED_LINES]:
             tokens = " ".join(map(str, m.tokens))
@@ -144,9 +146,16 @@ def run_audits(policy: Callable, scenarios: list, horizon: int | None) -> list:
 
 @click.command("audit-policy")
 @click.argument("target", metavar="MODULE:CALLABLE")
-@click.option("--vocab", type=click.IntRange(2, 6), default=2, show_default=True, help="Vocabulary of the standard scenarios.")
+@click.option(
+    "--vocab", type=click.IntRange(2, 6), default=2, show_default=True, help="Vocabulary of the standard scenarios."
+)
 @click.option("--depth", type=click.IntRange(0, 4), default=2, show_default=True, help="Most drafts a round may hold.")
-@click.option("--horizon", type=click.IntRange(1, 5), default=None, help="Emitted tokens whose law is compared (default: depth + 1).")
+@click.option(
+    "--horizon",
+    type=click.IntRange(1, 5),
+    default=None,
+    help="Emitted tokens whose law is compared (default: depth + 1).",
+)
 def audit_policy_command(target: str, vocab: int, depth: int, horizon: int | None) -> None:
     """Audit a depth-admission policy exactly: its emitted law beside p, and its premature reads (R35-R38)."""
     from qconform.spec.admission import standard_scenarios

@@ -18,8 +18,11 @@ def load_requests(vectors: Path, patterns: tuple[str, ...]) -> list[Request]:
     from qconform.generators.validation import VectorFileError, iter_cases
 
     try:
-        cases = [c for c in iter_cases(vectors, [FAMILY])
-                 if not patterns or any(fnmatch.fnmatchcase(c.id, p) for p in patterns)]
+        cases = [
+            c
+            for c in iter_cases(vectors, [FAMILY])
+            if not patterns or any(fnmatch.fnmatchcase(c.id, p) for p in patterns)
+        ]
     except (VectorFileError, OSError) as exc:
         raise UsageLineError(f"no usable {FAMILY} vectors in {vectors}: {exc}") from None
     requests = corpus_requests(cases)
@@ -29,18 +32,41 @@ def load_requests(vectors: Path, patterns: tuple[str, ...]) -> list[Request]:
 
 
 @click.command("batch-invariance")
-@click.option("--adapter", default="torch", show_default=True, metavar="A",
-              help="Adapter to test: a registered name or shim:<command line>.")
-@click.option("--match", "patterns", multiple=True, metavar="GLOB",
-              help="Only requests of verification_round cases whose id matches GLOB (repeatable).")
+@click.option(
+    "--adapter",
+    default="torch",
+    show_default=True,
+    metavar="A",
+    help="Adapter to test: a registered name or shim:<command line>.",
+)
+@click.option(
+    "--match",
+    "patterns",
+    multiple=True,
+    metavar="GLOB",
+    help="Only requests of verification_round cases whose id matches GLOB (repeatable).",
+)
 @click.option("--seed", type=int, default=0, show_default=True, metavar="S", help="Seed of the shuffled re-batching.")
 @click.option("--device", default="cpu", show_default=True, metavar="D", help="Device the adapter runs on.")
 @click.option("--vectors", metavar="DIR", help="Vector corpus (default: $QCONFORM_VECTORS or the installed corpus).")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=120.0, show_default=True,
-              metavar="S", help="Seconds one run_batch call may take before its requests are errors.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=120.0,
+    show_default=True,
+    metavar="S",
+    help="Seconds one run_batch call may take before its requests are errors.",
+)
 @click.pass_context
-def batch_invariance(ctx: click.Context, adapter: str, patterns: tuple[str, ...], seed: int, device: str,
-                     vectors: str | None, timeout: float) -> None:
+def batch_invariance(
+    ctx: click.Context,
+    adapter: str,
+    patterns: tuple[str, ...],
+    seed: int,
+    device: str,
+    vectors: str | None,
+    timeout: float,
+) -> None:
     """Re-batch the corpus's verification requests; each must keep its draws and tokens."""
     from qconform.generators.corpus import default_vectors_dir
 

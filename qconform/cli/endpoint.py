@@ -32,8 +32,9 @@ def require_torch(role: str) -> None:
     try:
         import torch  # noqa: F401
     except ImportError:
-        raise EndpointUsageError(f"{role} samples with the torch candidate; install it: pip install -e '.[torch]'") \
-            from None
+        raise EndpointUsageError(
+            f"{role} samples with the torch candidate; install it: pip install -e '.[torch]'"
+        ) from None
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -57,8 +58,11 @@ async def serve_until_signalled(endpoint, host: str, port: int, driver=None, exi
     driving = None
     if driver is not None:
         driving = asyncio.ensure_future(driver)
-        driving.add_done_callback(lambda task: task.cancelled() or task.exception() is None
-                                  or log.error("driving rounds failed: %s", task.exception()))
+        driving.add_done_callback(
+            lambda task: (
+                task.cancelled() or task.exception() is None or log.error("driving rounds failed: %s", task.exception())
+            )
+        )
         if exit_after_driver:
             waits.append(driving)
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
@@ -86,11 +90,17 @@ def deployment_options(fn):
         click.option("--port", type=click.IntRange(0, 65535), required=True, help="TCP port (0: ephemeral)."),
         click.option("--vocab", type=click.IntRange(min=1), default=129280, show_default=True, help="Vocabulary V."),
         click.option("--dense-stride", type=click.IntRange(min=1), default=None, help="Dense row stride (default V)."),
-        click.option("--max-support", type=click.IntRange(min=1), default=256, show_default=True,
-                     help="Largest sparse support k."),
+        click.option(
+            "--max-support",
+            type=click.IntRange(min=1),
+            default=256,
+            show_default=True,
+            help="Largest sparse support k.",
+        ),
         click.option("--no-control", is_flag=True, help="Refuse test-control envelopes (production mode)."),
-        click.option("--log-level", default="info", show_default=True,
-                     type=click.Choice(["debug", "info", "warning", "error"])),
+        click.option(
+            "--log-level", default="info", show_default=True, type=click.Choice(["debug", "info", "warning", "error"])
+        ),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -116,30 +126,72 @@ def worker(host, port, vocab, dense_stride, max_support, no_control, log_level, 
     from qconform.adapters.endpoint.model import DraftModel
     from qconform.adapters.endpoint.worker import WorkerEndpoint
 
-    endpoint = WorkerEndpoint(hello_config(vocab, dense_stride, max_support), DraftModel.random(vocab, model_seed),
-                              control_allowed=not no_control, device=device)
+    endpoint = WorkerEndpoint(
+        hello_config(vocab, dense_stride, max_support),
+        DraftModel.random(vocab, model_seed),
+        control_allowed=not no_control,
+        device=device,
+    )
     sys.exit(asyncio.run(serve_until_signalled(endpoint, host, port)))
 
 
 @endpoint_group.command("verifier")
 @deployment_options
 @click.option("--mutant", default=None, metavar="NAME", help="Serve a receiver with a seeded bug (docs/endpoint.md).")
-@click.option("--worker", "worker_address", default=None, metavar="HOST:PORT",
-              help="Also drive rounds, as the target, against the worker at HOST:PORT.")
-@click.option("--rounds", type=click.IntRange(min=0), default=10, show_default=True,
-              help="Rounds to drive on each slot.")
-@click.option("--slots", type=int, default=None,
-              help="Slots to drive concurrently, 1..the HELLO's slots (default: all of them).")
+@click.option(
+    "--worker",
+    "worker_address",
+    default=None,
+    metavar="HOST:PORT",
+    help="Also drive rounds, as the target, against the worker at HOST:PORT.",
+)
+@click.option(
+    "--rounds", type=click.IntRange(min=0), default=10, show_default=True, help="Rounds to drive on each slot."
+)
+@click.option(
+    "--slots", type=int, default=None, help="Slots to drive concurrently, 1..the HELLO's slots (default: all of them)."
+)
 @click.option("--exit-after-rounds", is_flag=True, help="Stop once the rounds are driven (else wait for a signal).")
-@click.option("--support-policy", type=click.IntRange(min=0), default=0, show_default=True,
-              help="STEP support policy: 0 dense, k sparse top-k.")
-@click.option("--watchdog", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True,
-              help="Seconds a round may take before its proposal is discarded.")
-@click.option("--seed", type=click.IntRange(0, (1 << 64) - 1), default=0x5EED, show_default=True,
-              help="Request seed of slot 0; slot s uses SEED + s (mod 2^64).")
+@click.option(
+    "--support-policy",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="STEP support policy: 0 dense, k sparse top-k.",
+)
+@click.option(
+    "--watchdog",
+    type=click.FloatRange(min=0, min_open=True),
+    default=2.0,
+    show_default=True,
+    help="Seconds a round may take before its proposal is discarded.",
+)
+@click.option(
+    "--seed",
+    type=click.IntRange(0, (1 << 64) - 1),
+    default=0x5EED,
+    show_default=True,
+    help="Request seed of slot 0; slot s uses SEED + s (mod 2^64).",
+)
 @click.option("--target-seed", type=int, default=2, show_default=True, help="Seed of the toy target model.")
-def verifier(host, port, vocab, dense_stride, max_support, no_control, log_level, mutant, worker_address, rounds,
-             slots, exit_after_rounds, support_policy, watchdog, seed, target_seed) -> None:
+def verifier(
+    host,
+    port,
+    vocab,
+    dense_stride,
+    max_support,
+    no_control,
+    log_level,
+    mutant,
+    worker_address,
+    rounds,
+    slots,
+    exit_after_rounds,
+    support_policy,
+    watchdog,
+    seed,
+    target_seed,
+) -> None:
     """The receiving side: validates every frame through its own receiver; optionally drives rounds."""
     configure_logging(log_level)
     from qconform.adapters.endpoint.deployment import hello_config
@@ -159,8 +211,16 @@ def verifier(host, port, vocab, dense_stride, max_support, no_control, log_level
         from qconform.adapters.endpoint.target import Target
 
         worker_host, worker_port = parse_address(worker_address)
-        endpoint.target = Target(config, TargetModel.random(vocab, target_seed), worker_host, worker_port, seed=seed,
-                                 support_policy=support_policy, watchdog_s=watchdog, slots=slots,
-                                 receiver_cls=receiver_class(mutant))
+        endpoint.target = Target(
+            config,
+            TargetModel.random(vocab, target_seed),
+            worker_host,
+            worker_port,
+            seed=seed,
+            support_policy=support_policy,
+            watchdog_s=watchdog,
+            slots=slots,
+            receiver_cls=receiver_class(mutant),
+        )
         driver = endpoint.target.run(rounds)
     sys.exit(asyncio.run(serve_until_signalled(endpoint, host, port, driver, exit_after_rounds)))

@@ -44,8 +44,10 @@ def print_finding(report, vector_out: str | None) -> dict:
     vector = vector_of(report)
     click.echo(f"finding: {finding.verdict.line()}")
     if finding.alone is False:
-        click.echo(f"note: the case fails only beside its {finding.batch_size - 1} batch-mate(s) of the same "
-                   "run_batch call; alone it does not")
+        click.echo(
+            f"note: the case fails only beside its {finding.batch_size - 1} batch-mate(s) of the same "
+            "run_batch call; alone it does not"
+        )
     problems = vector_problems(vector)
     for problem in problems:
         click.echo(f"warning: the vector does not validate: {problem}")
@@ -90,25 +92,66 @@ def record_finding(vector: dict) -> None:
 
 
 @click.command("fuzz")
-@click.option("--adapter", default="torch", show_default=True, metavar="A",
-              help="Adapter to fuzz: a registered name or shim:<command line>.")
-@click.option("--examples", type=click.IntRange(min=1), default=100, show_default=True, metavar="N",
-              help="Hypothesis examples to generate (each is 1 to 4 cases of one family).")
+@click.option(
+    "--adapter",
+    default="torch",
+    show_default=True,
+    metavar="A",
+    help="Adapter to fuzz: a registered name or shim:<command line>.",
+)
+@click.option(
+    "--examples",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    metavar="N",
+    help="Hypothesis examples to generate (each is 1 to 4 cases of one family).",
+)
 @click.option("--family", "families", multiple=True, metavar="F", help="Only family F (repeatable).")
-@click.option("--seed", "seed_value", type=int, default=0, show_default=True, metavar="S",
-              help="Hypothesis seed: the same seed, adapter and N replay the same run.")
+@click.option(
+    "--seed",
+    "seed_value",
+    type=int,
+    default=0,
+    show_default=True,
+    metavar="S",
+    help="Hypothesis seed: the same seed, adapter and N replay the same run.",
+)
 @click.option("--device", default="cpu", show_default=True, metavar="D", help="Device the adapter runs on.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
-              metavar="S", help="Seconds one batch may take before its cases are errors.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    metavar="S",
+    help="Seconds one batch may take before its cases are errors.",
+)
 @click.option("--vector-out", metavar="FILE", help="Also write the minimal failing vector (JSON) to FILE.")
-@click.option("--no-shrink", "no_shrink", is_flag=True,
-              help="Report the first failing case as found, without shrinking it (faster, larger).")
-@click.option("--record", is_flag=True,
-              help="On a finding, append its input to generators/found/<family>.json (once per id); "
-                   "then run `qconform generate`.")
+@click.option(
+    "--no-shrink",
+    "no_shrink",
+    is_flag=True,
+    help="Report the first failing case as found, without shrinking it (faster, larger).",
+)
+@click.option(
+    "--record",
+    is_flag=True,
+    help="On a finding, append its input to generators/found/<family>.json (once per id); "
+    "then run `qconform generate`.",
+)
 @click.pass_context
-def fuzz(ctx: click.Context, adapter: str, examples: int, families: tuple[str, ...], seed_value: int,
-         device: str, timeout: float, vector_out: str | None, no_shrink: bool, record: bool) -> None:
+def fuzz(
+    ctx: click.Context,
+    adapter: str,
+    examples: int,
+    families: tuple[str, ...],
+    seed_value: int,
+    device: str,
+    timeout: float,
+    vector_out: str | None,
+    no_shrink: bool,
+    record: bool,
+) -> None:
     """Differential fuzzing: random valid inputs, the spec's answer vs the adapter's."""
     from qconform.harness.fuzz.driver import fuzz as run_fuzz
 

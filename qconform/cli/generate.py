@@ -13,8 +13,14 @@ from qconform.cli.errors import user_errors
 
 @click.command()
 @click.option("--family", "family_names", multiple=True, metavar="F", help="Only this family (repeatable).")
-@click.option("--out", type=click.Path(path_type=Path), help="Vectors directory (default: $QCONFORM_VECTORS or the installed qconform/vectors).")
-@click.option("--check", is_flag=True, help="Regenerate in memory and report drift from the committed corpus; write nothing.")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Vectors directory (default: $QCONFORM_VECTORS or the installed qconform/vectors).",
+)
+@click.option(
+    "--check", is_flag=True, help="Regenerate in memory and report drift from the committed corpus; write nothing."
+)
 def generate(family_names: tuple[str, ...], out: Path | None, check: bool) -> None:
     """Generate the golden vectors, their schemas and index.json (or check them for drift)."""
     from qconform.generators.corpus import default_vectors_dir

@@ -88,8 +88,13 @@ class MutantResult:
     def to_json(self) -> dict:
         first = self.first_kill
         return {
-            "name": self.name, "families": list(self.families), "cases": self.cases, "killed": self.killed,
-            "fail": self.fails, "error": self.errors, "errorOnly": self.error_only,
+            "name": self.name,
+            "families": list(self.families),
+            "cases": self.cases,
+            "killed": self.killed,
+            "fail": self.fails,
+            "error": self.errors,
+            "errorOnly": self.error_only,
             "firstKill": None if first is None else first.to_json(),
             "kills": [{"id": v.case_id, "class": v.cls.value} for v in self.kills],
         }
@@ -100,14 +105,23 @@ def family_cases(vectors: str, family: str) -> tuple[dict, ...]:
     """The case objects of one family of the corpus, as the harness judges them (cached per process)."""
     from qconform.generators.validation import iter_cases
 
-    return tuple({"id": c.id, "family": c.family, "result": c.result, "flags": list(c.flags),
-                  "input": c.input, "expected": c.expected} for c in iter_cases(vectors, [family]))
+    return tuple(
+        {
+            "id": c.id,
+            "family": c.family,
+            "result": c.result,
+            "flags": list(c.flags),
+            "input": c.input,
+            "expected": c.expected,
+        }
+        for c in iter_cases(vectors, [family])
+    )
 
 
 def run_mutant(job: MutantJob) -> MutantResult:
     """Run one mutant over its families; never raises for a misbehaving adapter (those are errors)."""
-    from qconform.harness.run.case_runner import CaseRunner, open_client
     from qconform.harness.expectations import Expectations
+    from qconform.harness.run.case_runner import CaseRunner, open_client
 
     expectations_path = checkout_expectations("torch")
     expectations = Expectations.load(expectations_path) if expectations_path else None
@@ -165,8 +179,10 @@ def kill_table(results: Sequence[MutantResult], mutants: dict):
     table.add_column("first killing case", ratio=5, overflow="fold")
     for result in results:
         mutant = mutants[result.name]
-        about = f"[bold]{escape(result.name)}[/]\n{escape(mutant.description)}\n[dim]{escape(mutant.bug_class)}; " \
-                f"{', '.join(mutant.rules)}[/]"
+        about = (
+            f"[bold]{escape(result.name)}[/]\n{escape(mutant.description)}\n[dim]{escape(mutant.bug_class)}; "
+            f"{', '.join(mutant.rules)}[/]"
+        )
         table.add_row(about, kill_cell(result), str(result.fails), str(result.errors), escape(first_kill_cell(result)))
     return table
 
@@ -177,20 +193,38 @@ def report_json(results: Sequence[MutantResult], mutants: dict, vectors: Path) -
     entries = []
     for result in results:
         mutant = mutants[result.name]
-        entries.append({**result.to_json(), "description": mutant.description, "bugClass": mutant.bug_class,
-                        "rules": list(mutant.rules), "target": mutant.target})
+        entries.append(
+            {
+                **result.to_json(),
+                "description": mutant.description,
+                "bugClass": mutant.bug_class,
+                "rules": list(mutant.rules),
+                "target": mutant.target,
+            }
+        )
     return {
-        "format": FORMAT, "vectors": str(vectors), "corpusRoot": load_index(vectors)["root"],
-        "ok": all(r.killed for r in results), "survivors": [r.name for r in results if not r.killed],
-        "errorOnly": [r.name for r in results if r.error_only], "mutants": entries,
+        "format": FORMAT,
+        "vectors": str(vectors),
+        "corpusRoot": load_index(vectors)["root"],
+        "ok": all(r.killed for r in results),
+        "survivors": [r.name for r in results if not r.killed],
+        "errorOnly": [r.name for r in results if r.error_only],
+        "mutants": entries,
     }
 
 
 # --- the command ------------------------------------------------------------------------------
 
 
-def select_jobs(mutants: dict, names: tuple[str, ...], families: tuple[str, ...], all_families: bool,
-                corpus_families: Sequence[str], vectors: Path, timeout: float | None) -> tuple[list[MutantJob], list[str]]:
+def select_jobs(
+    mutants: dict,
+    names: tuple[str, ...],
+    families: tuple[str, ...],
+    all_families: bool,
+    corpus_families: Sequence[str],
+    vectors: Path,
+    timeout: float | None,
+) -> tuple[list[MutantJob], list[str]]:
     """The jobs to run, and the mutants the family filter leaves without a family."""
     unknown = [n for n in names if n not in mutants]
     if unknown:
@@ -216,18 +250,41 @@ def parse_workers(value: str) -> int:
 
 @click.command("mutants")
 @click.option("--mutant", "names", multiple=True, metavar="NAME", help="Only mutant NAME (repeatable).")
-@click.option("--family", "families", multiple=True, metavar="F",
-              help="Only family F's cases (repeatable); mutants owning none of them are not run.")
+@click.option(
+    "--family",
+    "families",
+    multiple=True,
+    metavar="F",
+    help="Only family F's cases (repeatable); mutants owning none of them are not run.",
+)
 @click.option("--all-families", is_flag=True, help="Run every mutant on the whole corpus, not only its own families.")
-@click.option("-n", "workers", default="auto", show_default=True, metavar="N",
-              help="Mutants run at once, each in its own process (a number or 'auto').")
+@click.option(
+    "-n",
+    "workers",
+    default="auto",
+    show_default=True,
+    metavar="N",
+    help="Mutants run at once, each in its own process (a number or 'auto').",
+)
 @click.option("--json", "json_path", metavar="FILE", help="Write the kill table as JSON to FILE.")
 @click.option("--vectors", metavar="DIR", help="Vector corpus (default: $QCONFORM_VECTORS or the installed corpus).")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="S",
-              help="Seconds one batch of cases may take before its cases are errors.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="S",
+    help="Seconds one batch of cases may take before its cases are errors.",
+)
 @click.pass_context
-def mutants(ctx: click.Context, names: tuple[str, ...], families: tuple[str, ...], all_families: bool,
-            workers: str, json_path: str | None, vectors: str | None, timeout: float | None) -> None:
+def mutants(
+    ctx: click.Context,
+    names: tuple[str, ...],
+    families: tuple[str, ...],
+    all_families: bool,
+    workers: str,
+    json_path: str | None,
+    vectors: str | None,
+    timeout: float | None,
+) -> None:
     """Run the corpus against seeded-bug mutants of the torch candidate; fail if one survives."""
     from qconform.adapters.torch_mutants import MUTANTS
     from qconform.cli.console import wide_console
@@ -262,6 +319,8 @@ def mutants(ctx: click.Context, names: tuple[str, ...], families: tuple[str, ...
     if flagged:
         console.print(f"[yellow]killed only by errors (no vector caught a wrong answer):[/] {', '.join(flagged)}")
     if survivors:
-        console.print(f"[bold red]FAILED[/]: {len(survivors)} of {len(results)} mutants survived: {', '.join(survivors)}")
+        console.print(
+            f"[bold red]FAILED[/]: {len(survivors)} of {len(results)} mutants survived: {', '.join(survivors)}"
+        )
         ctx.exit(1)
     console.print(f"[bold green]OK[/]: all {len(results)} mutants killed")

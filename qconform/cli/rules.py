@@ -12,8 +12,18 @@ from qconform.cli.errors import user_errors
 
 @click.command()
 @click.option("--missing", is_flag=True, help="List only uncovered rules; exit 1 while any remain.")
-@click.option("--tests", "tests_dir", type=click.Path(file_okay=False, path_type=Path), help="Tests directory to scan (default: tests/ of the checkout).")
-@click.option("--vectors", "vectors_dir", type=click.Path(file_okay=False, path_type=Path), help="Vectors directory (default: as for generate).")
+@click.option(
+    "--tests",
+    "tests_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Tests directory to scan (default: tests/ of the checkout).",
+)
+@click.option(
+    "--vectors",
+    "vectors_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Vectors directory (default: as for generate).",
+)
 def rules(missing: bool, tests_dir: Path | None, vectors_dir: Path | None) -> None:
     """Which spec functions, vector families and tests cover each rule R01-R38."""
     from qconform import rules_report

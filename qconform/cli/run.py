@@ -33,6 +33,7 @@ from qconform.cli.arguments import (
 )
 from qconform.cli.errors import UsageLineError
 
+
 def parse_workers(value: str) -> str:
     if value == "auto" or (value.isdigit()):
         return value
@@ -40,17 +41,42 @@ def parse_workers(value: str) -> str:
 
 
 def pytest_args(
-    adapter: str, device: str, vectors: Path, families: tuple[str, ...], keyword: str | None,
-    expectations: Path | None, json_path: Path | None, junit_path: Path | None, workers: str,
-    timeout: float | None, ini: Path, html_path: Path | None = None,
+    adapter: str,
+    device: str,
+    vectors: Path,
+    families: tuple[str, ...],
+    keyword: str | None,
+    expectations: Path | None,
+    json_path: Path | None,
+    junit_path: Path | None,
+    workers: str,
+    timeout: float | None,
+    ini: Path,
+    html_path: Path | None = None,
 ) -> list[str]:
     """The ``pytest.main`` argument list of one run (every path absolute)."""
     from qconform.harness.run.plugin import PLUGIN_ARGS
 
     args = [
-        *PLUGIN_ARGS, "-p", "no:cacheprovider", "-p", "no:terminal", "--noconftest", "--assert=plain",
-        "-c", str(ini), "--rootdir", str(vectors), "--confcutdir", str(vectors),
-        "--qconform-adapter", adapter, "--qconform-device", device, "--qconform-vectors", str(vectors),
+        *PLUGIN_ARGS,
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:terminal",
+        "--noconftest",
+        "--assert=plain",
+        "-c",
+        str(ini),
+        "--rootdir",
+        str(vectors),
+        "--confcutdir",
+        str(vectors),
+        "--qconform-adapter",
+        adapter,
+        "--qconform-device",
+        device,
+        "--qconform-vectors",
+        str(vectors),
     ]
     for family in families:
         args += ["--qconform-family", family]
@@ -76,40 +102,92 @@ def _absolute(path: str | None) -> Path | None:
 
 
 @click.command("run")
-@click.option("--adapter", default="torch", show_default=True, metavar="A",
-              help="Adapter to test: a registered name (see docs/adapters.md), shim:<command line>, "
-                   "or tcp://HOST:PORT for a wire v2 endpoint (docs/endpoint.md).")
+@click.option(
+    "--adapter",
+    default="torch",
+    show_default=True,
+    metavar="A",
+    help="Adapter to test: a registered name (see docs/adapters.md), shim:<command line>, "
+    "or tcp://HOST:PORT for a wire v2 endpoint (docs/endpoint.md).",
+)
 @click.option("--family", "families", multiple=True, metavar="F", help="Only family F (repeatable).")
 @click.option("-k", "keyword", metavar="EXPR", help="Only cases whose id, flags or rules match EXPR (pytest -k).")
-@click.option("--expectations", metavar="FILE",
-              help="Expectations TOML (default: expectations/<adapter>.toml of the checkout, if present).")
+@click.option(
+    "--expectations",
+    metavar="FILE",
+    help="Expectations TOML (default: expectations/<adapter>.toml of the checkout, if present).",
+)
 @click.option("--json", "json_path", metavar="FILE", help="Write the JSON report to FILE.")
 @click.option("--junit", "junit_path", metavar="FILE", help="Write a JUnit XML report to FILE.")
 @click.option("--html", "html_path", metavar="FILE", help="Write the run as one self-contained HTML page to FILE.")
-@click.option("-n", "workers", default="0", show_default=True, metavar="N",
-              help="pytest-xdist workers (a number or 'auto'; 0 runs in this process).")
+@click.option(
+    "-n",
+    "workers",
+    default="0",
+    show_default=True,
+    metavar="N",
+    help="pytest-xdist workers (a number or 'auto'; 0 runs in this process).",
+)
 @click.option("--device", default="cpu", show_default=True, metavar="D", help="Device the adapter runs on.")
 @click.option("--vectors", metavar="DIR", help="Vector corpus (default: $QCONFORM_VECTORS or the installed corpus).")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="S",
-              help="Seconds one batch of cases may take before its cases are errors.")
-@click.option("--case", "case_ids", multiple=True, metavar="ID",
-              help="Only the case with exactly this id (repeatable); what a failure's reproducer uses.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="S",
+    help="Seconds one batch of cases may take before its cases are errors.",
+)
+@click.option(
+    "--case",
+    "case_ids",
+    multiple=True,
+    metavar="ID",
+    help="Only the case with exactly this id (repeatable); what a failure's reproducer uses.",
+)
 @click.option("-x", "--exitfirst", is_flag=True, help="Stop at the first unexpected result.")
-@click.option("--lf", "last_failed", is_flag=True,
-              help="Rerun only the cases that were unexpected in the last run of this adapter on this corpus.")
+@click.option(
+    "--lf",
+    "last_failed",
+    is_flag=True,
+    help="Rerun only the cases that were unexpected in the last run of this adapter on this corpus.",
+)
 @click.option("--list", "list_only", is_flag=True, help="List the cases that would run, one id a line; run nothing.")
-@click.option("--corpus-root", metavar="HEX",
-              help="Refuse a corpus whose verified root hash is not HEX (pin the corpus of a release gate).")
-@click.option("--require", "required", multiple=True, metavar="F",
-              help="Fail unless the adapter declares family F and supports all its cases (repeatable).")
-@click.option("--max-unsupported", type=click.IntRange(min=0), metavar="N",
-              help="Fail when more than N cases are unsupported.")
+@click.option(
+    "--corpus-root",
+    metavar="HEX",
+    help="Refuse a corpus whose verified root hash is not HEX (pin the corpus of a release gate).",
+)
+@click.option(
+    "--require",
+    "required",
+    multiple=True,
+    metavar="F",
+    help="Fail unless the adapter declares family F and supports all its cases (repeatable).",
+)
+@click.option(
+    "--max-unsupported", type=click.IntRange(min=0), metavar="N", help="Fail when more than N cases are unsupported."
+)
 @click.pass_context
-def run(ctx: click.Context, adapter: str, families: tuple[str, ...], keyword: str | None,
-        expectations: str | None, json_path: str | None, junit_path: str | None, workers: str,
-        device: str, vectors: str | None, timeout: float | None, case_ids: tuple[str, ...], exitfirst: bool,
-        last_failed: bool, list_only: bool, corpus_root: str | None, required: tuple[str, ...],
-        max_unsupported: int | None, html_path: str | None = None) -> None:
+def run(
+    ctx: click.Context,
+    adapter: str,
+    families: tuple[str, ...],
+    keyword: str | None,
+    expectations: str | None,
+    json_path: str | None,
+    junit_path: str | None,
+    workers: str,
+    device: str,
+    vectors: str | None,
+    timeout: float | None,
+    case_ids: tuple[str, ...],
+    exitfirst: bool,
+    last_failed: bool,
+    list_only: bool,
+    corpus_root: str | None,
+    required: tuple[str, ...],
+    max_unsupported: int | None,
+    html_path: str | None = None,
+) -> None:
     """Run the vector corpus against an adapter and report every case's verdict."""
     import pytest
 
@@ -137,7 +215,9 @@ def run(ctx: click.Context, adapter: str, families: tuple[str, ...], keyword: st
         cases += [cid for cid in recorded if cid in index["cases"]]
     unknown = [cid for cid in cases if cid not in index["cases"]]
     if unknown:
-        raise UsageLineError(f"unknown case {unknown[0]} (not in the corpus at {root}); `qconform run --list` lists them")
+        raise UsageLineError(
+            f"unknown case {unknown[0]} (not in the corpus at {root}); `qconform run --list` lists them"
+        )
     if cases and not families:
         families = tuple(dict.fromkeys(cid.split("/", 1)[0] for cid in cases))
     extra = [arg for cid in dict.fromkeys(cases) for arg in ("--qconform-case", cid)]
@@ -151,8 +231,20 @@ def run(ctx: click.Context, adapter: str, families: tuple[str, ...], keyword: st
         ini = Path(tmp) / "pytest.ini"
         ini.write_text("[pytest]\n", encoding="utf-8")
         junit_tmp = Path(tmp) / "junit.xml" if junit_path else None
-        args = pytest_args(adapter, device, root, families, keyword, expectations_path, _absolute(json_path),
-                           junit_tmp, workers, timeout, ini, _absolute(html_path))
+        args = pytest_args(
+            adapter,
+            device,
+            root,
+            families,
+            keyword,
+            expectations_path,
+            _absolute(json_path),
+            junit_tmp,
+            workers,
+            timeout,
+            ini,
+            _absolute(html_path),
+        )
         recorder = ExitRecorder()
         code = pytest.main(args + extra, plugins=[recorder])
         status = recorder.status if recorder.status is not None else from_pytest(int(code))
@@ -182,7 +274,8 @@ def from_pytest(code: int) -> int:
     from qconform.harness.run.gate import RunExit
 
     return {0: RunExit.OK, 1: RunExit.FAILED, 2: RunExit.SIGINT, 4: RunExit.USAGE, 5: RunExit.NO_CASES}.get(
-        code, RunExit.FAILED)
+        code, RunExit.FAILED
+    )
 
 
 def _publish_junit(written: Path, target: Path, status: int) -> int:

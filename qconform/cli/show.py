@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import click
+
 from qconform.cli.arguments import check_corpus
 from qconform.cli.errors import UsageLineError
 
@@ -28,31 +29,45 @@ def find_case(root: Path, case_id: str) -> dict:
         raise UsageLineError(f"unknown case {case_id} (not in the corpus at {root}){hint}")
     family = case_id.split("/", 1)[0]
     case = next(c for c in iter_cases(root, [family]) if c.id == case_id)
-    return {"id": case.id, "family": case.family, "group": case.group, "result": case.result,
-            "comment": case.comment, "flags": {flag: case.notes.get(flag, "") for flag in case.flags},
-            "rules": list(case.rules), "input": case.input, "expected": case.expected}
+    return {
+        "id": case.id,
+        "family": case.family,
+        "group": case.group,
+        "result": case.result,
+        "comment": case.comment,
+        "flags": {flag: case.notes.get(flag, "") for flag in case.flags},
+        "rules": list(case.rules),
+        "input": case.input,
+        "expected": case.expected,
+    }
 
 
 def note_text(note: object) -> str:
     """A flag's note in one line: ``[bugType] description Effect: effect``."""
     if not isinstance(note, dict):
         return str(note)
-    parts = [f"[{note['bugType']}]" if note.get("bugType") else "", str(note.get("description", "")),
-             f"Effect: {note['effect']}" if note.get("effect") else ""]
+    parts = [
+        f"[{note['bugType']}]" if note.get("bugType") else "",
+        str(note.get("description", "")),
+        f"Effect: {note['effect']}" if note.get("effect") else "",
+    ]
     return " ".join(p for p in parts if p)
 
 
 @click.command("show")
 @click.argument("case_id")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (for tools).")
-@click.option("--vectors", type=click.Path(file_okay=False, path_type=Path),
-              help="Vectors directory (default: $QCONFORM_VECTORS or the installed corpus).")
+@click.option(
+    "--vectors",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Vectors directory (default: $QCONFORM_VECTORS or the installed corpus).",
+)
 def show_command(case_id: str, as_json: bool, vectors: Path | None) -> None:
     """One case of the corpus: input, expected, flags with their notes, comment, rules."""
-    from qconform.generators.corpus import default_vectors_dir
     from rich.syntax import Syntax
 
     from qconform.cli.console import wide_console
+    from qconform.generators.corpus import default_vectors_dir
 
     case = find_case((vectors or default_vectors_dir()).resolve(), case_id)
     if as_json:

@@ -23,10 +23,18 @@ def _fraction(_ctx, _param, value: str) -> Fraction:
 @click.option("--vocab", type=click.IntRange(min=1), default=None, help="Vocabulary size V (default 129280).")
 @click.option("--depth", type=click.IntRange(min=1), default=None, help="Proposal depth K (default 5).")
 @click.option("--requests", type=click.IntRange(min=1), default=None, help="Requests per batch (default 4).")
-@click.option("--k", "ks", type=click.IntRange(min=1), multiple=True, help="Sparse support sizes (default 16 32 64 256).")
+@click.option(
+    "--k", "ks", type=click.IntRange(min=1), multiple=True, help="Sparse support sizes (default 16 32 64 256)."
+)
 @click.option("--shards", type=click.IntRange(min=1), default=2, show_default=True, help="Vocabulary shards (TP).")
 @click.option("--slots", type=click.IntRange(min=1), default=2, show_default=True, help="In-flight dense batch slots.")
-@click.option("--link-gbps", default="40", show_default=True, callback=_fraction, help="Nominal link rate in Gb/s (decimal or p/q).")
+@click.option(
+    "--link-gbps",
+    default="40",
+    show_default=True,
+    callback=_fraction,
+    help="Nominal link rate in Gb/s (decimal or p/q).",
+)
 def sizes(vocab, depth, requests, ks, shards, slots, link_gbps) -> None:
     """The design's size table (R26): exact bytes and ideal serialization bounds."""
     from qconform import sizes_report

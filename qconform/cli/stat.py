@@ -38,30 +38,124 @@ def _probability(_ctx, param, value: float) -> float:
 
 
 @click.command("stat")
-@click.option("--adapter", default="torch-native-rng", show_default=True, help="Registered adapter name or shim:<command line>.")
-@click.option("--family", "families", multiple=True, type=click.Choice(STAT_FAMILIES), help="Only this family (repeatable).")
-@click.option("--case", "patterns", multiple=True, metavar="GLOB", help="Only cases whose id matches this glob (repeatable).")
-@click.option("-k", "keyword", metavar="EXPR", help="Only cases whose id, flags or rules match EXPR (pytest -k syntax).")
-@click.option("--exclude", "excludes", multiple=True, metavar="GLOB", help="Leave out cases whose id matches this glob (repeatable).")
-@click.option("--samples", type=click.IntRange(min=10), default=StatOptions.samples, show_default=True, help="Rounds per case (the most, with --sequential).")
-@click.option("--alpha", type=float, default=StatOptions.alpha, show_default=True, callback=_probability, help="Family-wise false-alarm probability (Holm).")
-@click.option("--power", type=float, default=StatOptions.power, show_default=True, callback=_probability, help="Power at which the detectable TV is reported.")
-@click.option("--sequential", is_flag=True, help="Stop a case early once the evidence is decisive (group-sequential looks).")
-@click.option("--looks", type=click.IntRange(min=2, max=12), default=LOOKS, show_default=True, help="Looks of a sequential run.")
-@click.option("--seed", type=click.IntRange(min=0, max=(1 << 64) - 1), default=StatOptions.seed, show_default=True, help="Base seed of the sample requests.")
-@click.option("--chunk", type=click.IntRange(min=1), default=StatOptions.chunk, show_default=True, help="Most rounds per case in one sample request.")
-@click.option("--plots", "plots_dir", type=click.Path(file_okay=False, path_type=Path), help="Directory for the plots of failing cases (default: beside --json).")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the JSON report (qconform-stat-v1) here.")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the run, with plots of failing cases, as one self-contained HTML page here.")
+@click.option(
+    "--adapter", default="torch-native-rng", show_default=True, help="Registered adapter name or shim:<command line>."
+)
+@click.option(
+    "--family", "families", multiple=True, type=click.Choice(STAT_FAMILIES), help="Only this family (repeatable)."
+)
+@click.option(
+    "--case", "patterns", multiple=True, metavar="GLOB", help="Only cases whose id matches this glob (repeatable)."
+)
+@click.option(
+    "-k", "keyword", metavar="EXPR", help="Only cases whose id, flags or rules match EXPR (pytest -k syntax)."
+)
+@click.option(
+    "--exclude",
+    "excludes",
+    multiple=True,
+    metavar="GLOB",
+    help="Leave out cases whose id matches this glob (repeatable).",
+)
+@click.option(
+    "--samples",
+    type=click.IntRange(min=10),
+    default=StatOptions.samples,
+    show_default=True,
+    help="Rounds per case (the most, with --sequential).",
+)
+@click.option(
+    "--alpha",
+    type=float,
+    default=StatOptions.alpha,
+    show_default=True,
+    callback=_probability,
+    help="Family-wise false-alarm probability (Holm).",
+)
+@click.option(
+    "--power",
+    type=float,
+    default=StatOptions.power,
+    show_default=True,
+    callback=_probability,
+    help="Power at which the detectable TV is reported.",
+)
+@click.option(
+    "--sequential", is_flag=True, help="Stop a case early once the evidence is decisive (group-sequential looks)."
+)
+@click.option(
+    "--looks", type=click.IntRange(min=2, max=12), default=LOOKS, show_default=True, help="Looks of a sequential run."
+)
+@click.option(
+    "--seed",
+    type=click.IntRange(min=0, max=(1 << 64) - 1),
+    default=StatOptions.seed,
+    show_default=True,
+    help="Base seed of the sample requests.",
+)
+@click.option(
+    "--chunk",
+    type=click.IntRange(min=1),
+    default=StatOptions.chunk,
+    show_default=True,
+    help="Most rounds per case in one sample request.",
+)
+@click.option(
+    "--plots",
+    "plots_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory for the plots of failing cases (default: beside --json).",
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the JSON report (qconform-stat-v1) here.",
+)
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the run, with plots of failing cases, as one self-contained HTML page here.",
+)
 @click.option("--device", default="cpu", show_default=True, help="Device the adapter runs on.")
-@click.option("--vectors", type=click.Path(file_okay=False, path_type=Path), help="Vectors directory (default: $QCONFORM_VECTORS or the installed corpus).")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True, help="Seconds one sample request may take.")
-def stat_command(adapter, families, patterns, keyword, excludes, samples, alpha, power, sequential, looks, seed, chunk,
-                 plots_dir, json_path, device, vectors, timeout_s, html_path=None) -> None:
+@click.option(
+    "--vectors",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Vectors directory (default: $QCONFORM_VECTORS or the installed corpus).",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=600.0,
+    show_default=True,
+    help="Seconds one sample request may take.",
+)
+def stat_command(
+    adapter,
+    families,
+    patterns,
+    keyword,
+    excludes,
+    samples,
+    alpha,
+    power,
+    sequential,
+    looks,
+    seed,
+    chunk,
+    plots_dir,
+    json_path,
+    device,
+    vectors,
+    timeout_s,
+    html_path=None,
+) -> None:
     """Statistical conformance: sampled rounds against the exact law (for adapters with their own RNG)."""
-    from qconform.generators.corpus import default_vectors_dir
     from qconform.cli.console import wide_console
     from qconform.generators.atomic_file import WriteError
+    from qconform.generators.corpus import default_vectors_dir
     from qconform.harness.run.distributed import finish, torchrun_ranks
     from qconform.harness.stat.report import render, write_json, write_plots
     from qconform.harness.transport.client import AdapterStartError, open_adapter
@@ -77,8 +171,9 @@ def stat_command(adapter, families, patterns, keyword, excludes, samples, alpha,
     if not cases:
         click.echo("no case selected", err=True)
         raise SystemExit(NO_CASES)
-    options = StatOptions(samples=samples, alpha=alpha, power=power, seed=seed, sequential=sequential,
-                          looks=looks, chunk=chunk)
+    options = StatOptions(
+        samples=samples, alpha=alpha, power=power, seed=seed, sequential=sequential, looks=looks, chunk=chunk
+    )
     try:
         client = open_adapter(adapter, device, timeout_s)
     except AdapterStartError as exc:
@@ -88,9 +183,11 @@ def stat_command(adapter, families, patterns, keyword, excludes, samples, alpha,
         with client:
             sampled = [family for family in selected if family in client.config.capabilities.sampling]
             if not sampled:
-                raise UsageLineError(f"adapter {adapter!r} samples none of {', '.join(selected)} "
-                                    f"(capabilities.sampling is {list(client.config.capabilities.sampling)}); "
-                                    "statistical mode needs the sample op (docs/stat-mode.md)")
+                raise UsageLineError(
+                    f"adapter {adapter!r} samples none of {', '.join(selected)} "
+                    f"(capabilities.sampling is {list(client.config.capabilities.sampling)}); "
+                    "statistical mode needs the sample op (docs/stat-mode.md)"
+                )
             run = run_stat(client, cases, options, ranks)
     finally:
         finish(ranks)
@@ -108,8 +205,9 @@ def stat_command(adapter, families, patterns, keyword, excludes, samples, alpha,
         except WriteError as exc:
             errors.append(f"plots not written: {exc}")
         if not matplotlib_available():
-            console.print(f"matplotlib is not installed (pip install 'qconform[stat]'): plot data written "
-                          f"as CSV in {plots_dir}")
+            console.print(
+                f"matplotlib is not installed (pip install 'qconform[stat]'): plot data written as CSV in {plots_dir}"
+            )
     render(run, console)
     if json_path is not None:
         try:

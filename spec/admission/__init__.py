@@ -11,7 +11,15 @@
 * :mod:`.counterexamples`: the toy selection bias (R38) and DSpark appendix A (R37).
 """
 
-from qconform.spec.admission.audit import Audit, MovedMass, Peek, audit_policy, first_token_moves, stream_law, target_law
+from qconform.spec.admission.audit import (
+    Audit,
+    MovedMass,
+    Peek,
+    audit_policy,
+    first_token_moves,
+    stream_law,
+    target_law,
+)
 from qconform.spec.admission.counterexamples import (
     DSPARK_A1,
     DSPARK_C2,
@@ -30,11 +38,40 @@ from qconform.spec.admission.schedulers import expected_tokens, global_best_dept
 from qconform.spec.admission.table import PolicyTable, TableStep, table_policy, tabulate_policy
 
 __all__ = [
-    "ADMIT", "STOP", "AdmissionView", "Audit", "DSPARK_A1", "DSPARK_C2", "DSPARK_SPS", "LIGHT_LOAD_SPS",
-    "MovedMass", "Peek", "Policy", "PolicyTable", "RoundRecord", "Scenario", "TableStep", "acceptance_rate",
-    "audit_policy", "block_policy", "dspark_appendix_a_mirrored_scenario",
-    "dspark_appendix_a_scenario", "dspark_appendix_a_scheduler",
-    "expected_tokens", "first_token_moves", "fixed_depth", "global_best_depth", "markov_scenario",
-    "prefix_scheduler", "sampled_confidence_scenario", "standard_scenarios", "stream_law", "table_policy",
-    "tabulate_policy", "target_law", "throughput_score", "toy_selection_policy", "toy_selection_scenario",
+    "ADMIT",
+    "STOP",
+    "AdmissionView",
+    "Audit",
+    "DSPARK_A1",
+    "DSPARK_C2",
+    "DSPARK_SPS",
+    "LIGHT_LOAD_SPS",
+    "MovedMass",
+    "Peek",
+    "Policy",
+    "PolicyTable",
+    "RoundRecord",
+    "Scenario",
+    "TableStep",
+    "acceptance_rate",
+    "audit_policy",
+    "block_policy",
+    "dspark_appendix_a_mirrored_scenario",
+    "dspark_appendix_a_scenario",
+    "dspark_appendix_a_scheduler",
+    "expected_tokens",
+    "first_token_moves",
+    "fixed_depth",
+    "global_best_depth",
+    "markov_scenario",
+    "prefix_scheduler",
+    "sampled_confidence_scenario",
+    "standard_scenarios",
+    "stream_law",
+    "table_policy",
+    "tabulate_policy",
+    "target_law",
+    "throughput_score",
+    "toy_selection_policy",
+    "toy_selection_scenario",
 ]

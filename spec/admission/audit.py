@@ -183,7 +183,9 @@ def moved_mass(law: Law, target: Law) -> list[MovedMass]:
     """Every sequence whose mass differs between ``law`` and ``target``, in token order."""
     keys = sorted(set(law) | set(target))
     zero = Fraction(0)
-    return [MovedMass(k, law.get(k, zero), target.get(k, zero)) for k in keys if law.get(k, zero) != target.get(k, zero)]
+    return [
+        MovedMass(k, law.get(k, zero), target.get(k, zero)) for k in keys if law.get(k, zero) != target.get(k, zero)
+    ]
 
 
 @dataclass(frozen=True)
@@ -252,4 +254,3 @@ def first_token_moves(audit: Audit) -> list[MovedMass]:
         {(v,): mass for v, mass in enumerate(audit.first_token_law)},
         {(v,): mass for v, mass in enumerate(audit.first_token_target)},
     )
-

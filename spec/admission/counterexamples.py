@@ -61,7 +61,9 @@ def toy_selection_scenario() -> Scenario:
     """q = p uniform over two tokens, at most one draft per round."""
     uniform_q, uniform_p = dyadic_row([1, 1]), exact_row([1, 1])
     keys = ("", "0", "1")
-    return markov_scenario("toy-q-equals-p-uniform-v2", 2, 1, {k: uniform_q for k in keys}, {k: uniform_p for k in keys})
+    return markov_scenario(
+        "toy-q-equals-p-uniform-v2", 2, 1, {k: uniform_q for k in keys}, {k: uniform_p for k in keys}
+    )
 
 
 @defines("R37")
@@ -98,4 +100,6 @@ def sampled_confidence_scenario() -> Scenario:
     """
     keys = ("", "0", "1")
     q_row, p_row = dyadic_row([3, 1]), exact_row([1, 1])
-    return markov_scenario("sampled-confidence-v2", 2, len(LIGHT_LOAD_SPS) - 1, {k: q_row for k in keys}, {k: p_row for k in keys})
+    return markov_scenario(
+        "sampled-confidence-v2", 2, len(LIGHT_LOAD_SPS) - 1, {k: q_row for k in keys}, {k: p_row for k in keys}
+    )

@@ -175,11 +175,19 @@ def standard_scenarios(vocab: int, max_depth: int) -> list[Scenario]:
     shifts = {key: (0 if key == "" else int(key) + 1) for key in row_keys(vocab)}
     equal_q = {key: uniform for key in shifts}
     equal_p = {key: [uniform.q(v) for v in range(vocab)] for key in shifts}
-    markov_q = {k: dyadic_row([(1 + (vocab - 1 - v + s) % vocab) ** 2 for v in range(vocab)]) for k, s in shifts.items()}
+    markov_q = {
+        k: dyadic_row([(1 + (vocab - 1 - v + s) % vocab) ** 2 for v in range(vocab)]) for k, s in shifts.items()
+    }
     markov_p = {k: exact_row([1 + (v + s) % vocab for v in range(vocab)]) for k, s in shifts.items()}
-    partial_q = {k: dyadic_row([{s % vocab: 3, (s + 1) % vocab: 1}.get(v, 0) for v in range(vocab)]) for k, s in shifts.items()}
+    partial_q = {
+        k: dyadic_row([{s % vocab: 3, (s + 1) % vocab: 1}.get(v, 0) for v in range(vocab)]) for k, s in shifts.items()
+    }
     partial_p = {k: exact_row([0 if v == s % vocab else 1 + v for v in range(vocab)]) for k, s in shifts.items()}
-    tables = (("q-equals-p", equal_q, equal_p), ("markov", markov_q, markov_p), ("partial-support", partial_q, partial_p))
+    tables = (
+        ("q-equals-p", equal_q, equal_p),
+        ("markov", markov_q, markov_p),
+        ("partial-support", partial_q, partial_p),
+    )
     return [
         markov_scenario(f"{name}-v{vocab}-k{max_depth}", vocab, max_depth, q_rows, p_rows)
         for name, q_rows, p_rows in tables

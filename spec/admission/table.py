@@ -91,7 +91,9 @@ def table_policy(table: PolicyTable) -> Policy:
         key = prefix_key(view.reveal(entry.reads))
         decision = entry.decisions.get(row_key(view.history), {}).get(key)
         if decision is None:
-            raise refuse("BAD_POLICY", f"no decision at step {view.step}, context {row_key(view.history)!r}, prefix {key!r}")
+            raise refuse(
+                "BAD_POLICY", f"no decision at step {view.step}, context {row_key(view.history)!r}, prefix {key!r}"
+            )
         return decision
 
     return policy
@@ -102,7 +104,9 @@ def read_order(name: str) -> tuple[int, str]:
     return j, kind
 
 
-def step_view(scenario: Scenario, context: tuple[int, ...], block: tuple[int, ...], step: int) -> tuple[AdmissionView, ReadLog]:
+def step_view(
+    scenario: Scenario, context: tuple[int, ...], block: tuple[int, ...], step: int
+) -> tuple[AdmissionView, ReadLog]:
     """The view of ``step`` over a fixed draft ``block`` (its draws replayed), with a fresh log."""
     log = ReadLog()
     draft_block = DraftBlock(scenario, context, Choices(block), DrawOptions(scenario, REAL_UNIFORM))

@@ -158,61 +158,117 @@ def temperature_class(bits: int) -> str | None:
 
 
 ROUTE_CHECKS: tuple[Check, ...] = (
-    Check("SESSION_MISMATCH", "`session_id` is not the negotiated session",
-          lambda s: s.message.session_id != s.params.session_id),
+    Check(
+        "SESSION_MISMATCH",
+        "`session_id` is not the negotiated session",
+        lambda s: s.message.session_id != s.params.session_id,
+    ),
     Check("TOO_MANY_SLOTS", "`slot` >= `max_slots`", lambda s: s.message.slot >= s.params.max_slots),  # type: ignore[union-attr]
 )
 
 STEP_CHECKS: tuple[Check, ...] = ROUTE_CHECKS + (
     Check("DEPTH_MISMATCH", "`depth` is not the negotiated depth", lambda s: s.message.depth != s.params.depth),
-    Check("SUPPORT_ABOVE_MAX", "`support_policy` > `max_support`",
-          lambda s: s.message.support_policy > s.params.max_support),
-    Check("UNEXPECTED_SIZE", "the reply `support_policy` asks for is larger than `max_reply_bytes`",
-          lambda s: not reply_fits(s)),
-    Check("NON_FINITE_VALUE", "`temperature` is NaN or infinite",
-          lambda s: temperature_class(s.message.temperature) == "NON_FINITE_VALUE"),
-    Check("NEGATIVE_VALUE", "`temperature` is not positive (-0.0 included)",
-          lambda s: temperature_class(s.message.temperature) == "NEGATIVE_VALUE"),
+    Check(
+        "SUPPORT_ABOVE_MAX",
+        "`support_policy` > `max_support`",
+        lambda s: s.message.support_policy > s.params.max_support,
+    ),
+    Check(
+        "UNEXPECTED_SIZE",
+        "the reply `support_policy` asks for is larger than `max_reply_bytes`",
+        lambda s: not reply_fits(s),
+    ),
+    Check(
+        "NON_FINITE_VALUE",
+        "`temperature` is NaN or infinite",
+        lambda s: temperature_class(s.message.temperature) == "NON_FINITE_VALUE",
+    ),
+    Check(
+        "NEGATIVE_VALUE",
+        "`temperature` is not positive (-0.0 included)",
+        lambda s: temperature_class(s.message.temperature) == "NEGATIVE_VALUE",
+    ),
 )
 
 REPLY_CHECKS: tuple[Check, ...] = (
-    Check("MISSING_Q", "`representation` is 0 or `entry_count` is 0",
-          lambda s: s.message.representation == layout.REPR_NONE or s.message.entry_count == 0, FIXED),
-    Check("UNEXPECTED_SIZE", "dense: `entry_count` is not `dense_stride`",
-          lambda s: s.dense and s.message.entry_count != s.params.dense_stride, FIXED),
-    Check("SUPPORT_ABOVE_MAX", "sparse: `entry_count` > `max_support`",
-          lambda s: s.sparse and s.message.entry_count > s.params.max_support, FIXED),
-    Check("UNKNOWN_REPRESENTATION", "`representation` is above 2",
-          lambda s: s.message.representation > layout.REPR_SPARSE, FIXED),
-    Check("LENGTH_MISMATCH", "the payload length is not 36 + `entry_count` entries (4 bytes dense, 8 sparse)",
-          lambda s: s.payload_length != layout.REPLY.size
-          + reply_entry_bytes(s.message.representation) * s.message.entry_count, FIXED),
+    Check(
+        "MISSING_Q",
+        "`representation` is 0 or `entry_count` is 0",
+        lambda s: s.message.representation == layout.REPR_NONE or s.message.entry_count == 0,
+        FIXED,
+    ),
+    Check(
+        "UNEXPECTED_SIZE",
+        "dense: `entry_count` is not `dense_stride`",
+        lambda s: s.dense and s.message.entry_count != s.params.dense_stride,
+        FIXED,
+    ),
+    Check(
+        "SUPPORT_ABOVE_MAX",
+        "sparse: `entry_count` > `max_support`",
+        lambda s: s.sparse and s.message.entry_count > s.params.max_support,
+        FIXED,
+    ),
+    Check(
+        "UNKNOWN_REPRESENTATION",
+        "`representation` is above 2",
+        lambda s: s.message.representation > layout.REPR_SPARSE,
+        FIXED,
+    ),
+    Check(
+        "LENGTH_MISMATCH",
+        "the payload length is not 36 + `entry_count` entries (4 bytes dense, 8 sparse)",
+        lambda s: (
+            s.payload_length != layout.REPLY.size + reply_entry_bytes(s.message.representation) * s.message.entry_count
+        ),
+        FIXED,
+    ),
     *ROUTE_CHECKS,
-    Check("Q_CHECKSUM_MISMATCH", "`q_checksum` is not the CRC-32C of the tail bytes",
-          lambda s: crc32c(reply_tail(s.message)) != s.message.q_checksum),
+    Check(
+        "Q_CHECKSUM_MISMATCH",
+        "`q_checksum` is not the CRC-32C of the tail bytes",
+        lambda s: crc32c(reply_tail(s.message)) != s.message.q_checksum,
+    ),
     Check("TOKEN_OUT_OF_RANGE", "`token` is outside [0, `vocab`)", lambda s: not in_vocab(s.message.token, s.params)),
-    Check("SPARSE_ID_OUT_OF_RANGE", "sparse: an ID is outside [0, `vocab`)",
-          lambda s: s.sparse and not all(in_vocab(i, s.params) for i in s.message.ids)),
-    Check("DUPLICATE_SPARSE_ID", "sparse: an ID is listed twice",
-          lambda s: s.sparse and len(set(s.message.ids)) != len(s.message.ids)),
-    Check("UNSORTED_SUPPORT", "sparse: an ID is below the one before it",
-          lambda s: s.sparse and any(b < a for a, b in zip(s.message.ids, s.message.ids[1:]))),
-    Check("NONZERO_DENSE_PADDING", "dense: an entry at index >= `vocab` is not all-zero bytes",
-          lambda s: s.dense and any(s.message.values[s.params.vocab:])),
+    Check(
+        "SPARSE_ID_OUT_OF_RANGE",
+        "sparse: an ID is outside [0, `vocab`)",
+        lambda s: s.sparse and not all(in_vocab(i, s.params) for i in s.message.ids),
+    ),
+    Check(
+        "DUPLICATE_SPARSE_ID",
+        "sparse: an ID is listed twice",
+        lambda s: s.sparse and len(set(s.message.ids)) != len(s.message.ids),
+    ),
+    Check(
+        "UNSORTED_SUPPORT",
+        "sparse: an ID is below the one before it",
+        lambda s: s.sparse and any(b < a for a, b in zip(s.message.ids, s.message.ids[1:])),
+    ),
+    Check(
+        "NONZERO_DENSE_PADDING",
+        "dense: an entry at index >= `vocab` is not all-zero bytes",
+        lambda s: s.dense and any(s.message.values[s.params.vocab :]),
+    ),
     Check("NON_FINITE_VALUE", "a q value is NaN or infinite", lambda s: "NON_FINITE_VALUE" in s.value_classes),
-    Check("NEGATIVE_VALUE", "a q value has its sign bit set (-0.0 included)",
-          lambda s: "NEGATIVE_VALUE" in s.value_classes),
-    Check("NON_DYADIC_VALUE", "a q value times 2^24 is not an integer", lambda s: "NON_DYADIC_VALUE" in s.value_classes),
+    Check(
+        "NEGATIVE_VALUE",
+        "a q value has its sign bit set (-0.0 included)",
+        lambda s: "NEGATIVE_VALUE" in s.value_classes,
+    ),
+    Check(
+        "NON_DYADIC_VALUE", "a q value times 2^24 is not an integer", lambda s: "NON_DYADIC_VALUE" in s.value_classes
+    ),
     Check("NONCANONICAL_SUPPORT", "sparse: a q value is +0.0", lambda s: s.sparse and 0 in s.message.values),
     Check("WRONG_TOTAL_MASS", "the counts q times 2^24 do not sum to 2^24", lambda s: sum(s.counts) != M),
     Check("ZERO_Q_AT_TOKEN", "`token` has count 0", lambda s: s.count_at(s.message.token) == 0),
 )
 
 COMPLETION_CHECKS: tuple[Check, ...] = ROUTE_CHECKS + (
-    Check("DEPTH_MISMATCH", "`row_count` is not the negotiated depth",
-          lambda s: s.message.row_count != s.params.depth),
+    Check("DEPTH_MISMATCH", "`row_count` is not the negotiated depth", lambda s: s.message.row_count != s.params.depth),
     Check("UNKNOWN_STATUS", "`status` is above 1 (FAILED)", lambda s: s.message.status > layout.STATUS_FAILED),
 )
+
 
 def token_or_none(token: int, params: Hello) -> bool:
     """Whether a COMMIT or RESET token is -1 (none: an early end, an empty prefix) or in [0, vocab)."""
@@ -221,13 +277,19 @@ def token_or_none(token: int, params: Hello) -> bool:
 
 COMMIT_CHECKS: tuple[Check, ...] = ROUTE_CHECKS + (
     Check("POSITION_MISMATCH", "`accepted` > the negotiated depth", lambda s: s.message.accepted > s.params.depth),
-    Check("TOKEN_OUT_OF_RANGE", "`token` is neither -1 nor in [0, `vocab`)",
-          lambda s: not token_or_none(s.message.token, s.params)),
+    Check(
+        "TOKEN_OUT_OF_RANGE",
+        "`token` is neither -1 nor in [0, `vocab`)",
+        lambda s: not token_or_none(s.message.token, s.params),
+    ),
 )
 
 RESET_CHECKS: tuple[Check, ...] = ROUTE_CHECKS + (
-    Check("TOKEN_OUT_OF_RANGE", "`token` is neither -1 nor in [0, `vocab`)",
-          lambda s: not token_or_none(s.message.token, s.params)),
+    Check(
+        "TOKEN_OUT_OF_RANGE",
+        "`token` is neither -1 nor in [0, `vocab`)",
+        lambda s: not token_or_none(s.message.token, s.params),
+    ),
 )
 
 #: A HELLO_ANSWER names no slot: its one rule is its status.
@@ -277,13 +339,20 @@ V1_CHECKS: tuple[Check, ...] = (
     Check("TRUNCATED", "fewer than 12 bytes", lambda s: len(s.data) < layout.V1_HEADER_SIZE, FIXED),
     Check("UNKNOWN_VERSION", "`version` is not 1", lambda s: s.header[1] != layout.V1_VERSION, FIXED),
     Check("UNKNOWN_MESSAGE_TYPE", "`message_type` is not 1", lambda s: s.header[2] != layout.V1_GREEDY.code, FIXED),
-    Check("UNEXPECTED_SIZE", "`payload_length` is below 4 or above 4 + 4 * 64",
-          lambda s: not layout.V1_GREEDY.size <= s.header[3] <= V1_PAYLOAD_MAX, FIXED),
+    Check(
+        "UNEXPECTED_SIZE",
+        "`payload_length` is below 4 or above 4 + 4 * 64",
+        lambda s: not layout.V1_GREEDY.size <= s.header[3] <= V1_PAYLOAD_MAX,
+        FIXED,
+    ),
     Check("TRUNCATED", "fewer than 12 + `payload_length` bytes", lambda s: len(s.data) < s.end, FIXED),
     Check("LENGTH_MISMATCH", "more than 12 + `payload_length` bytes", lambda s: len(s.data) > s.end, FIXED),
     Check("UNEXPECTED_SIZE", "`token_count` > 64", lambda s: s.token_count > layout.V1_MAX_TOKENS),
-    Check("LENGTH_MISMATCH", "`payload_length` is not 4 + 4 * `token_count`",
-          lambda s: s.header[3] != layout.V1_GREEDY.size + 4 * s.token_count),
+    Check(
+        "LENGTH_MISMATCH",
+        "`payload_length` is not 4 + 4 * `token_count`",
+        lambda s: s.header[3] != layout.V1_GREEDY.size + 4 * s.token_count,
+    ),
     Check("TOKEN_OUT_OF_RANGE", "a token is negative", lambda s: any(t < 0 for t in s.tokens)),
 )
 

@@ -77,8 +77,9 @@ def encode_v1(tokens: tuple[int, ...] | list[int]) -> bytes:
 
 
 @defines("R15")
-def reply_from_row(session_id: int, slot: int, generation: int, round_id: int, position: int, token: int,
-                   row: QRow, dense_stride: int) -> Reply:
+def reply_from_row(
+    session_id: int, slot: int, generation: int, round_id: int, position: int, token: int, row: QRow, dense_stride: int
+) -> Reply:
     """The REPLY a worker sends for one sampled row: q as exact FP32, its probability checksum.
 
     A dense row is padded with zero entries up to ``dense_stride`` (R20).
@@ -89,17 +90,31 @@ def reply_from_row(session_id: int, slot: int, generation: int, round_id: int, p
         values += (0,) * (dense_stride - len(values))
     else:
         representation, ids = layout.REPR_SPARSE, row.ids
-    unsealed = Reply(session_id, generation, round_id, position, token, len(values), 0, slot, representation,
-                     ids, values)
+    unsealed = Reply(
+        session_id, generation, round_id, position, token, len(values), 0, slot, representation, ids, values
+    )
     return replace(unsealed, q_checksum=crc32c(reply_tail(unsealed)))
 
 
 @defines("R16")
-def completion_for(step: Step, reply_frames: list[bytes] | tuple[bytes, ...], status: int = layout.STATUS_OK) -> Completion:
+def completion_for(
+    step: Step, reply_frames: list[bytes] | tuple[bytes, ...], status: int = layout.STATUS_OK
+) -> Completion:
     """The COMPLETION of ``step``'s round: its fixed depth, the exact bytes and CRC-32C of its REPLY frames."""
     joined = b"".join(reply_frames)
-    return Completion(step.session_id, step.generation, step.round, step.anchor, step.context_version,
-                      len(joined), crc32c(joined), step.slot, step.depth, status, step.prefix_digest)
+    return Completion(
+        step.session_id,
+        step.generation,
+        step.round,
+        step.anchor,
+        step.context_version,
+        len(joined),
+        crc32c(joined),
+        step.slot,
+        step.depth,
+        status,
+        step.prefix_digest,
+    )
 
 
 @defines("R12", "R18")

@@ -175,8 +175,9 @@ class HelloAnswer:
 Message = Union[Hello, Step, Reply, Completion, Commit, Reset, Cancel, HelloAnswer]
 
 #: The dataclass of every v2 message type code.
-MESSAGE_CLASSES: dict[int, type] = {cls.LAYOUT.code: cls for cls in (Hello, Step, Reply, Completion, Commit, Reset,
-                                                                      Cancel, HelloAnswer)}
+MESSAGE_CLASSES: dict[int, type] = {
+    cls.LAYOUT.code: cls for cls in (Hello, Step, Reply, Completion, Commit, Reset, Cancel, HelloAnswer)
+}
 
 #: Messages sent by the worker to the target (the receiver validates their q).
 WORKER_MESSAGES: tuple[type, ...] = (Reply, Completion)

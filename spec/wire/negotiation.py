@@ -91,18 +91,41 @@ EXAMPLE_SESSION_ID: int = 0x5E55_1010_0000_0001
 
 
 @defines("R13", "R27")
-def example_config(vocab: int = VOCAB, dense_stride: int | None = None, max_support: int = EXAMPLE_MAX_SUPPORT,
-                   max_slots: int = MAX_REQUESTS, max_requests: int = MAX_REQUESTS,
-                   session_id: int = EXAMPLE_SESSION_ID, depth: int = DEPTH) -> Hello:
+def example_config(
+    vocab: int = VOCAB,
+    dense_stride: int | None = None,
+    max_support: int = EXAMPLE_MAX_SUPPORT,
+    max_slots: int = MAX_REQUESTS,
+    max_requests: int = MAX_REQUESTS,
+    session_id: int = EXAMPLE_SESSION_ID,
+    depth: int = DEPTH,
+) -> Hello:
     """The example deployment's HELLO: V = 129280, depth 5 (or another arm), four requests, dense replies fit.
 
     Smaller vocabularies give the development profile the vectors use for dense rows.
     """
     stride = vocab if dense_stride is None else dense_stride
-    unsized = Hello(session_id, vocab, max_support, stride, 0, layout.WIRE_VERSION, layout.PRECISION_FP32,
-                    layout.ID_BYTES, layout.Q_BYTES, max_slots, max_requests, depth, 0,
-                    ascii_field(Q_SEMANTIC_ID), ascii_field(VERIFIER_ID), ascii_field(RNG_ABI_ID),
-                    EXAMPLE_ID_MAP_HASH, EXAMPLE_DRAFT_IDENTITY, EXAMPLE_TARGET_IDENTITY)
+    unsized = Hello(
+        session_id,
+        vocab,
+        max_support,
+        stride,
+        0,
+        layout.WIRE_VERSION,
+        layout.PRECISION_FP32,
+        layout.ID_BYTES,
+        layout.Q_BYTES,
+        max_slots,
+        max_requests,
+        depth,
+        0,
+        ascii_field(Q_SEMANTIC_ID),
+        ascii_field(VERIFIER_ID),
+        ascii_field(RNG_ABI_ID),
+        EXAMPLE_ID_MAP_HASH,
+        EXAMPLE_DRAFT_IDENTITY,
+        EXAMPLE_TARGET_IDENTITY,
+    )
     largest = max(reply_payload_bytes(unsized, 0), reply_payload_bytes(unsized, max_support))
     config = replace(unsized, max_reply_bytes=largest)
     check_config(config)

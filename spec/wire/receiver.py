@@ -223,8 +223,9 @@ def live_on(slot: SlotState, connection: int) -> bool:
 
 
 @defines("R25", "R28")
-def discard(state: ReceiverState, indices: tuple[int, ...],
-            force: bool = False) -> tuple[ReceiverState, tuple[int, ...]]:
+def discard(
+    state: ReceiverState, indices: tuple[int, ...], force: bool = False
+) -> tuple[ReceiverState, tuple[int, ...]]:
     """Discard the open round of each slot in ``indices`` that has one and invalidate its generation.
 
     A round whose COMPLETION validated is consumable: the target may be
@@ -267,8 +268,12 @@ def addresses_open_round(state: ReceiverState, route: Route, connection: int) ->
     if route.slot >= len(state.slots):
         return False
     slot = state.slots[route.slot]
-    return (live_on(slot, connection) and slot.open is not None and route.generation == slot.generation
-            and route.round == slot.open.step.round)
+    return (
+        live_on(slot, connection)
+        and slot.open is not None
+        and route.generation == slot.generation
+        and route.round == slot.open.step.round
+    )
 
 
 @defines("R18", "R25")
@@ -314,7 +319,9 @@ def routed_round(state: ReceiverState, message: Reply | Completion, connection: 
 
 
 @defines("R24", "R25")
-def retried(state: ReceiverState, first: bytes, again: bytes, here: tuple[int, ...]) -> tuple[ReceiverState, Disposition]:
+def retried(
+    state: ReceiverState, first: bytes, again: bytes, here: tuple[int, ...]
+) -> tuple[ReceiverState, Disposition]:
     """A retry repeats the first frame byte for byte (a duplicate, nothing changes) or discards the round."""
     if again == first:
         return counted(state, "duplicate_retries"), Disposition(DUPLICATE)
@@ -375,7 +382,9 @@ def receive_step(state: ReceiverState, step: Step, data: bytes, connection: int)
 
 
 @defines("R15", "R24", "R25", "R28")
-def receive_reply(state: ReceiverState, reply: Reply, data: bytes, connection: int) -> tuple[ReceiverState, Disposition]:
+def receive_reply(
+    state: ReceiverState, reply: Reply, data: bytes, connection: int
+) -> tuple[ReceiverState, Disposition]:
     """Append the next row of the open round; an identical retry is a duplicate, a different one discards."""
     current = routed_round(state, reply, connection)
     if isinstance(current, str):
@@ -396,8 +405,9 @@ def receive_reply(state: ReceiverState, reply: Reply, data: bytes, connection: i
 
 
 @defines("R16", "R24", "R25", "R28")
-def receive_completion(state: ReceiverState, completion: Completion, data: bytes,
-                       connection: int) -> tuple[ReceiverState, Disposition]:
+def receive_completion(
+    state: ReceiverState, completion: Completion, data: bytes, connection: int
+) -> tuple[ReceiverState, Disposition]:
     """Close the open round's replies; only a COMPLETION that validates makes its rows consumable."""
     current = routed_round(state, completion, connection)
     if isinstance(current, str):
@@ -453,7 +463,9 @@ def commit_for_round(anchor: int, accepted: int, emitted: tuple[int, ...]) -> tu
 
 
 @defines("R16", "R17")
-def receive_commit(state: ReceiverState, commit: Commit, data: bytes, connection: int) -> tuple[ReceiverState, Disposition]:
+def receive_commit(
+    state: ReceiverState, commit: Commit, data: bytes, connection: int
+) -> tuple[ReceiverState, Disposition]:
     """Consume a completed round: the committed position moves past every emitted token (:func:`commit_target`)."""
     slot = state.slots[commit.slot]
     problem = command_generation_problem(slot, commit.generation, connection)
@@ -471,7 +483,9 @@ def receive_commit(state: ReceiverState, commit: Commit, data: bytes, connection
 
 
 @defines("R17", "R24")
-def receive_reset(state: ReceiverState, reset: Reset, data: bytes, connection: int) -> tuple[ReceiverState, Disposition]:
+def receive_reset(
+    state: ReceiverState, reset: Reset, data: bytes, connection: int
+) -> tuple[ReceiverState, Disposition]:
     """Move a slot to a higher generation with an explicit committed position and seed; discard its round.
 
     Generations only grow over the receiver's lifetime, whatever the connection:
@@ -486,14 +500,16 @@ def receive_reset(state: ReceiverState, reset: Reset, data: bytes, connection: i
     if reset.generation == slot.generation:
         return refuse(state, "DUPLICATE_GENERATION")
     state, discarded = discard(state, (reset.slot,), force=True)
-    fresh = SlotState(generation=reset.generation, live=True, committed=reset.committed, seed=reset.seed,
-                      owner=connection)
+    fresh = SlotState(
+        generation=reset.generation, live=True, committed=reset.committed, seed=reset.seed, owner=connection
+    )
     return accept(with_slot(state, reset.slot, fresh), discarded)
 
 
 @defines("R12")
-def receive_hello_answer(state: ReceiverState, answer: HelloAnswer, data: bytes,
-                         connection: int) -> tuple[ReceiverState, Disposition]:
+def receive_hello_answer(
+    state: ReceiverState, answer: HelloAnswer, data: bytes, connection: int
+) -> tuple[ReceiverState, Disposition]:
     """A receiver sends HELLO answers and never receives one: UNEXPECTED_MESSAGE."""
     return refuse(state, "UNEXPECTED_MESSAGE")
 
@@ -517,7 +533,9 @@ def decoded_hello(data: bytes) -> Hello | None:
 
 
 @defines("R17", "R28")
-def receive_cancel(state: ReceiverState, cancel: Cancel, data: bytes, connection: int) -> tuple[ReceiverState, Disposition]:
+def receive_cancel(
+    state: ReceiverState, cancel: Cancel, data: bytes, connection: int
+) -> tuple[ReceiverState, Disposition]:
     """Invalidate the slot's live generation and discard its open round (consumable or not)."""
     problem = command_generation_problem(state.slots[cancel.slot], cancel.generation, connection)
     if problem is not None:

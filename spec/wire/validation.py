@@ -62,7 +62,9 @@ def check_payload_length(message: MessageLayout, payload_length: int, params: He
     """Refuse (UNEXPECTED_SIZE) a declared payload length outside :func:`payload_bounds`."""
     least, greatest = payload_bounds(message, params)
     if not least <= payload_length <= greatest:
-        raise reject("UNEXPECTED_SIZE", f"{message.name} payload of {payload_length} bytes, admitted {least}..{greatest}")
+        raise reject(
+            "UNEXPECTED_SIZE", f"{message.name} payload of {payload_length} bytes, admitted {least}..{greatest}"
+        )
 
 
 @defines("R18", "R19", "R27")
@@ -70,8 +72,9 @@ def route_of(message: Message) -> Route | None:
     """The round a message addresses; None for HELLO and HELLO_ANSWER, which address none."""
     if isinstance(message, (Hello, HelloAnswer)):
         return None
-    return Route(type(message).LAYOUT.code, message.session_id, message.slot, message.generation,
-                 getattr(message, "round", None))
+    return Route(
+        type(message).LAYOUT.code, message.session_id, message.slot, message.generation, getattr(message, "round", None)
+    )
 
 
 @defines("R18", "R19")
