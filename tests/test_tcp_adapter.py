@@ -30,11 +30,10 @@ from qconform.adapters.endpoint.worker import WorkerEndpoint  # noqa: E402
 from qconform.cli.arguments import check_adapter  # noqa: E402
 from qconform.cli.errors import UsageLineError  # noqa: E402
 from qconform.generators.corpus import default_vectors_dir  # noqa: E402
-from qconform.harness.adapter import AdapterError  # noqa: E402
+from qconform.harness.adapter import AdapterError, AdapterStartError  # noqa: E402
 from qconform.harness.judging.judge import judge  # noqa: E402
 from qconform.harness.transport.client import open_adapter  # noqa: E402
 from qconform.harness.transport.host import construct_adapter  # noqa: E402
-from qconform.harness.transport.shim_protocol import AdapterStartError  # noqa: E402
 from qconform.harness.transport.tcp_adapter import TcpAdapter, allocation_bound, parse_tcp_url  # noqa: E402
 from qconform.spec.wire.codec import encode_frame, encode_v1  # noqa: E402
 from qconform.spec.wire.header import seal  # noqa: E402

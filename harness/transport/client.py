@@ -23,9 +23,8 @@ import weakref
 from collections import deque
 from typing import Any, Callable, Sequence
 
-from qconform.harness.adapter import AdapterConfig, AdapterError, Outcome, Unimplemented
+from qconform.harness.adapter import AdapterConfig, AdapterError, AdapterStartError, Outcome, Unimplemented
 from qconform.harness.transport.shim_protocol import (
-    AdapterStartError,
     ProtocolError,
     check_output,
     check_sample_output,
