@@ -17,6 +17,18 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "Adapter",
+    "AdapterConfig",
+    "AdapterError",
+    "AdapterStartError",
+    "Capabilities",
+    "Outcome",
+    "PrecisionProfile",
+    "Unimplemented",
+]
+
 ENTRY_POINT_GROUP = "qconform.adapters"
 
 

@@ -18,6 +18,24 @@ from __future__ import annotations
 import json
 import struct
 
+__all__ = [
+    "ANSWER",
+    "APPLY",
+    "CHECK",
+    "COMMAND",
+    "ENVELOPE",
+    "ENVELOPE_SIZE",
+    "KINDS",
+    "MAGIC",
+    "MAX_BODY",
+    "ControlError",
+    "body_length",
+    "envelope",
+    "json_body",
+    "json_bytes",
+    "json_envelope",
+]
+
 MAGIC = b"QCTL"
 ENVELOPE = struct.Struct("<4sHHI")
 ENVELOPE_SIZE = ENVELOPE.size  # 12

@@ -27,6 +27,12 @@ from typing import Iterable
 
 from qconform.harness.verdicts import Verdict, VerdictClass
 
+__all__ = [
+    "SECTIONS",
+    "Expectations",
+    "ExpectationsError",
+]
+
 SECTIONS = ("disabled", "xfail")
 
 

@@ -15,6 +15,20 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+__all__ = [
+    "CLASS_ORDER",
+    "UNEXPECTED",
+    "Diff",
+    "Verdict",
+    "VerdictClass",
+    "brief",
+    "errored",
+    "failed",
+    "passed",
+    "precision",
+    "unsupported",
+]
+
 
 class VerdictClass(str, Enum):
     PASS = "pass"

@@ -1,4 +1,4 @@
-"""``qconform run`` (harness.run_command): argument checks, the pytest call, exit codes, reports."""
+"""``qconform run`` (cli.run, cli.arguments): argument checks, the pytest call, exit codes, reports."""
 
 from __future__ import annotations
 
