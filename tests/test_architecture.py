@@ -35,7 +35,6 @@ CONTRACT = (
     "qconform.harness.adapter",
     "qconform.harness.verdicts",
     "qconform.harness.expectations",
-    "qconform.harness.control",
 )
 
 #: folder -> module prefixes it may import (besides itself and the bare ``qconform`` package)
@@ -43,7 +42,13 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "spec": (),
     "generators": ("qconform.spec", "qconform.vectors"),
     "vectors": (),
-    "harness": ("qconform.spec", "qconform.generators", "qconform.adapters.catalog"),
+    # the catalog, and the endpoints' test-control envelope the TCP transport speaks
+    "harness": (
+        "qconform.spec",
+        "qconform.generators",
+        "qconform.adapters.catalog",
+        "qconform.adapters.endpoint.control",
+    ),
     "adapters": ("qconform.spec", "qconform.generators", *CONTRACT),
     "qconform": ("qconform.spec", "qconform.generators", "qconform.harness", "qconform.adapters"),
 }

@@ -31,7 +31,10 @@ pytest.importorskip("torch")
 import torch  # noqa: E402
 from endpoint_servers import check_committed_round  # noqa: E402
 
-from qconform.adapters.endpoint import stream  # noqa: E402
+from qconform.adapters.endpoint import (
+    control,
+    stream,  # noqa: E402
+)
 from qconform.adapters.endpoint.codec import Decoder  # noqa: E402
 from qconform.adapters.endpoint.deployment import hello_config  # noqa: E402
 from qconform.adapters.endpoint.model import DraftModel, TargetModel  # noqa: E402
@@ -41,7 +44,6 @@ from qconform.adapters.endpoint.worker import WorkerEndpoint  # noqa: E402
 from qconform.adapters.fault_proxy import Fault, FaultProxy  # noqa: E402
 from qconform.adapters.torch_candidate.philox import philox4x32_10  # noqa: E402
 from qconform.cli.endpoint import endpoint_group  # noqa: E402
-from qconform.harness import control
 from qconform.spec.proposal import SupportPolicy  # noqa: E402
 from qconform.spec.rng_abi import RngIdentity, uniform32_draw  # noqa: E402
 from qconform.spec.sampling import mass_draw  # noqa: E402

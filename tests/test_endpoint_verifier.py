@@ -17,13 +17,12 @@ import struct
 
 import pytest
 
-from qconform.adapters.endpoint import layout, stream
+from qconform.adapters.endpoint import control, layout, stream
 from qconform.adapters.endpoint.answers import fields_json
 from qconform.adapters.endpoint.codec import Decoder
 from qconform.adapters.endpoint.deployment import hello_config
 from qconform.adapters.endpoint.verifier import VerifierEndpoint
 from qconform.generators.families.wire_frames import hello_from_json
-from qconform.harness import control
 from qconform.spec.constants import M
 from qconform.spec.qrow import QRow
 from qconform.spec.wire.codec import completion_for, encode_frame, reply_from_row

@@ -18,13 +18,12 @@ pytest.importorskip("torch")
 
 from endpoint_servers import check_committed_round  # noqa: E402
 
-from qconform.adapters.endpoint import layout, stream  # noqa: E402
+from qconform.adapters.endpoint import control, layout, stream  # noqa: E402
 from qconform.adapters.endpoint.codec import Decoder, encode  # noqa: E402
 from qconform.adapters.endpoint.deployment import hello_config  # noqa: E402
 from qconform.adapters.endpoint.model import DraftModel, TargetModel  # noqa: E402
 from qconform.adapters.endpoint.target import Target  # noqa: E402
 from qconform.adapters.endpoint.worker import WorkerEndpoint  # noqa: E402
-from qconform.harness import control
 from qconform.spec.proposal import SupportPolicy  # noqa: E402
 
 pytestmark = pytest.mark.rules("R01", "R08", "R11", "R15", "R16", "R22", "R24", "R25")

@@ -11,8 +11,7 @@ import asyncio
 import contextlib
 import logging
 
-from qconform.harness import control
-
+from . import control
 from .stream import Item
 
 log = logging.getLogger("qconform.endpoint")

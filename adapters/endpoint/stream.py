@@ -14,9 +14,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from qconform.harness import control
-
-from . import layout
+from . import control, layout
 from .codec import Decoder, Refusal
 
 FRAME, ENVELOPE, BROKEN = "frame", "envelope", "broken"

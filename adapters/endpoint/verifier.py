@@ -28,9 +28,7 @@ import asyncio
 import logging
 import time
 
-from qconform.harness import control
-
-from . import layout, stream
+from . import control, layout, stream
 from .answers import counters_json, hello_fields, message_json, state_json, verdict_json
 from .codec import Refusal
 from .mutants import receiver_class

@@ -27,9 +27,8 @@ import numpy as np
 
 from qconform.adapters.torch_candidate.errors import CandidateError
 from qconform.adapters.torch_candidate.proposal import Proposal, propose
-from qconform.harness import control
 
-from . import layout, stream
+from . import control, layout, stream
 from .answers import hello_fields
 from .codec import Decoder, Message, Refusal, encode
 from .model import DraftModel

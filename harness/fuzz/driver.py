@@ -26,11 +26,12 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Flaky
 
+from qconform.generators import registry
 from qconform.generators.corpus import assemble_file, write_atomically
 from qconform.generators.encoding import canonical_json
 from qconform.generators.findings import entry_of, with_entry
 from qconform.generators.lint import lint_vector_file
-from qconform.generators.registry import FUZZ_GROUP, FuzzHooks, family_names, load_family
+from qconform.generators.registry import FUZZ_GROUP, FuzzHooks, load_family
 from qconform.generators.schemas import build_family_schema
 from qconform.generators.validation import VectorFileError, validate_against
 from qconform.harness.judging.judge import judge
@@ -48,7 +49,9 @@ VECTOR_KEYS = ("id", "comment", "flags", "rules", "result", "input", "expected")
 def fuzz_families() -> tuple[str, ...]:
     """The families the fuzzer draws inputs for (those whose :class:`Family` has ``fuzz``
     hooks and a ``solve``), in name order."""
-    return tuple(name for name in family_names() if (f := load_family(name)).fuzz is not None and f.solve is not None)
+    return tuple(
+        name for name in registry.family_names() if (f := load_family(name)).fuzz is not None and f.solve is not None
+    )
 
 
 def fuzz_hooks(name: str) -> FuzzHooks:

@@ -32,7 +32,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Callable, Hashable, Protocol, Sequence
 
-from qconform.generators.registry import family_names, load_family
+from qconform.generators import registry
 from qconform.harness.adapter import Adapter, AdapterConfig, AdapterError, Outcome, Unimplemented
 from qconform.harness.run.distributed import SINGLE, Ranks
 from qconform.harness.stat.chisquare import (
@@ -59,13 +59,13 @@ from qconform.spec.outcome_law import Law
 
 def stat_families() -> tuple[str, ...]:
     """The families statistical mode samples: those whose ``Family`` has ``stat`` hooks."""
-    return tuple(name for name in family_names() if load_family(name).stat is not None)
+    return tuple(name for name in registry.family_names() if registry.load_family(name).stat is not None)
 
 
 def case_laws(family: str, case_input: dict) -> list[Law]:
     """The exact law of every independent histogram a ``sample`` answer holds for a case
     (the family's ``stat.laws``)."""
-    hooks = load_family(family).stat
+    hooks = registry.load_family(family).stat
     if hooks is None:
         raise ValueError(f"statistical mode has no law for family {family}")
     return hooks.laws(case_input)

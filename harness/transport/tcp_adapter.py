@@ -32,9 +32,9 @@ import struct
 from typing import Sequence
 from urllib.parse import urlsplit
 
+from qconform.adapters.endpoint import control
 from qconform.generators.encoding import decode_blob
 from qconform.generators.families.wire_frames import fields_to_json, hello_from_json, q_row_json
-from qconform.harness import control
 from qconform.harness.adapter import Adapter, AdapterError, Capabilities, Outcome, PrecisionProfile
 from qconform.harness.transport.client import TCP_PREFIX
 from qconform.harness.transport.shim_protocol import ProtocolError, parse_precision

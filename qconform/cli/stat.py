@@ -25,10 +25,17 @@ from qconform.cli.errors import UsageLineError
 from qconform.harness.stat.runner import StatOptions, load_cases, run_stat, stat_families
 from qconform.harness.stat.sequential import LOOKS
 
-#: the families statistical mode samples (the ones with ``stat`` hooks)
-STAT_FAMILIES = stat_families()
 #: exit status when no case matches the selection (pytest's)
 NO_CASES = 5
+
+
+def _stat_families(_ctx, param, values: tuple[str, ...]) -> tuple[str, ...]:
+    """The ``--family`` values, each a family statistical mode samples (one with ``stat`` hooks)."""
+    known = stat_families()
+    for value in values:
+        if value not in known:
+            raise click.BadParameter(f"{value!r} is not one of {', '.join(map(repr, known))}.")
+    return values
 
 
 def _probability(_ctx, param, value: float) -> float:
@@ -42,7 +49,12 @@ def _probability(_ctx, param, value: float) -> float:
     "--adapter", default="torch-native-rng", show_default=True, help="Registered adapter name or shim:<command line>."
 )
 @click.option(
-    "--family", "families", multiple=True, type=click.Choice(STAT_FAMILIES), help="Only this family (repeatable)."
+    "--family",
+    "families",
+    multiple=True,
+    callback=_stat_families,
+    metavar="F",
+    help="Only this family (repeatable): one with a law to sample against (verification_round, distribution).",
 )
 @click.option(
     "--case", "patterns", multiple=True, metavar="GLOB", help="Only cases whose id matches this glob (repeatable)."
@@ -162,7 +174,7 @@ def stat_command(
 
     check_adapter(adapter)
     root = vectors or default_vectors_dir()
-    selected = families or STAT_FAMILIES
+    selected = families or stat_families()
     check_corpus(root, tuple(selected))
     from qconform.cli.arguments import check_keyword
 
