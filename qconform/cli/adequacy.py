@@ -15,9 +15,6 @@ import click
 
 from qconform.cli.errors import UsageLineError
 
-#: the run that CI makes (tests/test_adequacy.py): small, fixed, all killed or equivalent
-CI_SAMPLE = {"modules": ("sampling", "verification"), "sample": 24, "seed": 11}
-
 
 def _percent(_ctx, _param, value: str) -> Fraction:
     try:
