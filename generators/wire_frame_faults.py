@@ -32,7 +32,6 @@ from qconform.spec.wire.messages import (
     Completion,
     Hello,
     HelloAnswer,
-    Message,
     Reply,
     Reset,
     Step,

@@ -19,7 +19,6 @@ from typing import Any, Callable
 from qconform.harness.adapter import (
     AdapterConfig,
     AdapterError,
-    AdapterStartError,
     Capabilities,
     Outcome,
     PrecisionProfile,

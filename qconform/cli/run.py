@@ -17,7 +17,6 @@ atomic writer afterwards, so a failure to write it comes after the summary.
 
 from __future__ import annotations
 
-import shlex
 import tempfile
 from pathlib import Path
 

@@ -30,7 +30,7 @@ from qconform.spec.floats import Special, unpack_f32
 from qconform.spec.rules import defines
 from qconform.spec.wire import layout
 from qconform.spec.wire.checksum import crc32c
-from qconform.spec.wire.messages import Hello, Message, Reply, reply_tail
+from qconform.spec.wire.messages import Hello, Reply, reply_tail
 
 #: Decoding step 7 (fixed fields read, tail not yet read) and step 8 (stateless validation).
 FIXED, CONTENT = "fixed", "content"
