@@ -11,7 +11,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from qconform.generators.corpus import default_vectors_dir
 from qconform.generators.validation import load_index
@@ -21,20 +20,6 @@ GATE = REPO / "examples" / "ci" / "gate.sh"
 WORKFLOW = REPO / "examples" / "ci" / "qconform-gate.yml"
 QCONFORM = Path(sys.executable).with_name("qconform")
 FAMILIES = "rng_abi categorical_sampling"
-
-
-def missing_run_options() -> list[str]:
-    from qconform.cli import cli
-
-    text = CliRunner().invoke(cli, ["run", "--help"]).output
-    return [option for option in ("--corpus-root", "--require") if option not in text]
-
-
-@pytest.fixture
-def needs_gate_options():
-    missing = missing_run_options()
-    if missing:
-        pytest.skip(f"qconform run has no {' and no '.join(missing)} option yet (issue #12 §1); gate.sh uses it")
 
 
 def gate(tmp_path: Path, **settings: str) -> subprocess.CompletedProcess:
@@ -54,7 +39,7 @@ def gate(tmp_path: Path, **settings: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.rules()
-def test_the_gate_passes_the_torch_candidate_and_publishes_its_reports(tmp_path, needs_gate_options):
+def test_the_gate_passes_the_torch_candidate_and_publishes_its_reports(tmp_path):
     pytest.importorskip("torch")
     done = gate(tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -75,7 +60,7 @@ def test_the_gate_passes_the_torch_candidate_and_publishes_its_reports(tmp_path,
     ],
     ids=["mutant", "corpus-root", "required-family"],
 )
-def test_the_gate_fails(tmp_path, needs_gate_options, settings, message):
+def test_the_gate_fails(tmp_path, settings, message):
     pytest.importorskip("torch")
     done = gate(tmp_path, **settings)
     assert done.returncode != 0 and message in done.stdout + done.stderr, done.stdout[-3000:] + done.stderr[-3000:]
@@ -89,8 +74,7 @@ def test_the_gate_insists_on_its_pinned_version_and_settings(tmp_path):
     done = gate(tmp_path, **env)
     assert done.returncode != 0 and "QCONFORM_CORPUS_ROOT" in done.stderr
     done = gate(tmp_path, QCONFORM_EXPECTATIONS="no-such.toml")
-    if not missing_run_options():
-        assert done.returncode == 2 and "no-such.toml does not exist" in done.stderr
+    assert done.returncode == 2 and "no-such.toml does not exist" in done.stderr
 
 
 @pytest.mark.rules()
@@ -108,3 +92,16 @@ def test_the_documented_workflow_is_the_example_file():
     ):
         assert setting in block.group(1) and setting in GATE.read_text()
     assert "examples/ci/gate.sh" in block.group(1) and "junit.xml" in block.group(1)
+
+
+#: where the documents pin a corpus root for users to copy
+PINNED_ROOT_FILES = ("README.md", "docs/ci.md", "examples/ci/qconform-gate.yml")
+
+
+@pytest.mark.parametrize("name", PINNED_ROOT_FILES)
+def test_the_pinned_roots_in_the_documents_are_this_corpus(name):
+    """A root a user copies from the documents is the corpus this version ships: the gate it
+    pins passes, instead of refusing every run (a stale example is a broken recipe)."""
+    root = load_index(default_vectors_dir())["root"]
+    pinned = set(re.findall(r"\b[0-9a-f]{64}\b", (REPO / name).read_text(encoding="utf-8")))
+    assert pinned == {root}, f"{name} pins {sorted(pinned)}; the corpus root is {root} (run tests/../docs update)"
