@@ -279,11 +279,15 @@ def check_batch(inp: dict) -> None:
     requests = inp["requests"]
     if not 1 <= len(requests) <= MAX_REQUESTS or len({len(r["draft_tokens"]) for r in requests}) != 1:
         raise Refusal("BAD_SHAPE")
-    for r in requests:  # vLLM's metadata needs K q rows and K + 1 target rows
-        rows = (
-            len(r["p_rows"]["probabilities"]) if "probabilities" in r["p_rows"] else r["p_rows"]["weights"]["shape"][0]
-        )
-        if len(r["q_rows"]) != len(r["draft_tokens"]) or rows != len(r["draft_tokens"]) + 1:
+    for r in requests:  # vLLM's metadata needs K q rows and K + 1 target rows of V entries each
+        p = r["p_rows"]
+        if "probabilities" in p:
+            widths = [len(row) for row in p["probabilities"]]
+        else:
+            widths = [p["weights"]["shape"][1]] * p["weights"]["shape"][0]
+        if len(r["q_rows"]) != len(r["draft_tokens"]) or len(widths) != len(r["draft_tokens"]) + 1:
+            raise Refusal("BAD_SHAPE")
+        if any(width != inp["vocab"] for width in widths):
             raise Refusal("BAD_SHAPE")
 
 
