@@ -25,6 +25,8 @@ that counts is the case's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from qconform.generators.encoding import decode_rational
 from qconform.generators.families.verification_round import decode_request
 from qconform.harness.adapter import PrecisionProfile
@@ -137,33 +139,48 @@ def request_divergence(
     return None
 
 
-def compare(case: dict, output: dict, profile: PrecisionProfile) -> Verdict:
+#: ``divergence(want, got, request input, path) -> (diff, precision reason or None) | None`` of one request
+RequestDivergence = Callable[[dict, dict, dict, str], "tuple[Diff, str | None] | None"]
+
+
+def judge_requests(case: dict, output: dict, divergence: RequestDivergence, scope: str = "") -> Verdict:
+    """Walk the answered requests of ``case`` with the checks both modes share (structure,
+    at most K + 1 tokens or draws, tokens in the vocabulary), then judge the divergences
+    that ``divergence`` finds: any plain one fails, only declared-margin ones are precision.
+    ``scope`` is said in every message (the partial mode names what it judged)."""
     case_id, inputs = case["id"], case["input"]["requests"]
     wanted = case["expected"]["requests"]
     if set(output) != {"requests"} or not isinstance(output["requests"], list):
         raise Malformed("", "the answer must be exactly {requests: [...]}")
     if len(output["requests"]) != len(wanted):
         raise Malformed("requests", f"{len(output['requests'])} request answers for {len(wanted)} requests")
+    suffix = f" ({scope})" if scope else ""
     divergences: list[tuple[Diff, str | None]] = []
     for r, (want, got, inp) in enumerate(zip(wanted, output["requests"], inputs)):
         path = f"requests[{r}]"
         got = check_request(got, path, len(inp["draft_tokens"]))
         excess = too_many(got, path, len(inp["draft_tokens"]))
         if excess is not None:
-            return failed(case_id, f"more than K + 1 tokens or draws: {excess}", excess)
+            return failed(case_id, f"more than K + 1 tokens or draws: {excess}{suffix}", excess)
         bad_token = out_of_range(got, path, case["input"]["vocab"])
         if bad_token is not None:
-            return failed(case_id, f"token outside the vocabulary: {bad_token}", bad_token)
-        divergence = request_divergence(want, got, inp["draft_tokens"], path, profile)
-        if divergence is not None:
-            divergences.append(divergence)
-    if not divergences:
-        return passed(case_id)
+            return failed(case_id, f"token outside the vocabulary: {bad_token}{suffix}", bad_token)
+        found = divergence(want, got, inp, path)
+        if found is not None:
+            divergences.append(found)
     for diff, reason in divergences:
         if reason is None:
-            return failed(case_id, f"first divergence at {diff}", diff)
-    diff, reason = divergences[0]
-    return precision(case_id, f"divergence at {diff} within declared margins: {reason}", diff)
+            return failed(case_id, f"first divergence at {diff}{suffix}", diff)
+    if divergences:
+        diff, reason = divergences[0]
+        return precision(case_id, f"divergence at {diff} within declared margins: {reason}{suffix}", diff)
+    return passed(case_id, scope)
+
+
+def compare(case: dict, output: dict, profile: PrecisionProfile) -> Verdict:
+    return judge_requests(
+        case, output, lambda want, got, inp, path: request_divergence(want, got, inp["draft_tokens"], path, profile)
+    )
 
 
 # --- partial injection (docs/harness.md, "Partial injection") ------------------------------
@@ -248,31 +265,12 @@ def compare_partial(case: dict, output: dict, profile: PrecisionProfile, injecte
     flips within ``ratio_margin`` are ``precision``); every token the adapter drew itself
     must lie in the support of the row the spec draws it from, given the adapter's own
     accepted count. The law of those tokens is not judged here but by ``qconform stat``."""
-    case_id, inputs = case["id"], case["input"]["requests"]
-    wanted, vocab = case["expected"]["requests"], case["input"]["vocab"]
-    if set(output) != {"requests"} or not isinstance(output["requests"], list):
-        raise Malformed("", "the answer must be exactly {requests: [...]}")
-    if len(output["requests"]) != len(wanted):
-        raise Malformed("requests", f"{len(output['requests'])} request answers for {len(wanted)} requests")
-    divergences: list[tuple[Diff, str | None]] = []
-    for r, (want, got, inp) in enumerate(zip(wanted, output["requests"], inputs)):
-        path = f"requests[{r}]"
-        got = check_request(got, path, len(inp["draft_tokens"]))
-        excess = too_many(got, path, len(inp["draft_tokens"]))
-        if excess is not None:
-            return failed(case_id, f"more than K + 1 tokens or draws: {excess}", excess)
-        bad_token = out_of_range(got, path, vocab)
-        if bad_token is not None:
-            return failed(case_id, f"token outside the vocabulary: {bad_token}", bad_token)
-        divergence = partial_divergence(want, got, decode_request(inp, vocab), path, profile, injected)
-        if divergence is not None:
-            divergences.append(divergence)
+    vocab = case["input"]["vocab"]
     own = ", ".join(d for d in PARTIAL_MODE.domains if d not in injected)
     scope = f"partial injection: {', '.join(injected)} draw for draw; {own} tokens in support (law: qconform stat)"
-    for diff, reason in divergences:
-        if reason is None:
-            return failed(case_id, f"first divergence at {diff} ({scope})", diff)
-    if divergences:
-        diff, reason = divergences[0]
-        return precision(case_id, f"divergence at {diff} within declared margins: {reason} ({scope})", diff)
-    return passed(case_id, scope)
+    return judge_requests(
+        case,
+        output,
+        lambda want, got, inp, path: partial_divergence(want, got, decode_request(inp, vocab), path, profile, injected),
+        scope,
+    )
