@@ -207,6 +207,20 @@ def _resolve(path: str | Path) -> Path:
     return Path(path).expanduser().resolve()
 
 
+def _text_option(config: pytest.Config, name: str) -> str:
+    """An option that always holds text here: it has a default, or (``qconform_adapter``) the plugin runs only when set."""
+    value = config.getoption(name)
+    assert isinstance(value, str), name
+    return value
+
+
+def _list_option(config: pytest.Config, name: str) -> list[str]:
+    """A repeatable option (``action="append"``, default ``[]``)."""
+    value = config.getoption(name)
+    assert isinstance(value, list), name
+    return value
+
+
 class ConformanceRun:
     """The plugin object of one session with ``--qconform-adapter`` (on every process)."""
 
@@ -217,8 +231,8 @@ class ConformanceRun:
 
         self.config = config
         self.is_worker = hasattr(config, "workerinput")
-        self.adapter = config.getoption("qconform_adapter")
-        self.device = config.getoption("qconform_device")
+        self.adapter = _text_option(config, "qconform_adapter")
+        self.device = _text_option(config, "qconform_device")
         self.root = _resolve(config.getoption("qconform_vectors") or default_vectors_dir())
         try:
             self.index = load_index(self.root)
@@ -262,7 +276,7 @@ class ConformanceRun:
             config.args = [str(self.root / name) for name in self.family_files]
         if getattr(config.option, "dist", "no") == "load":
             config.option.dist = "loadgroup"
-        self.cases = set(config.getoption("qconform_case"))
+        self.cases = set(_list_option(config, "qconform_case"))
         self.start_error: str | None = None
         self.write_errors: list[str] = []
         self.signals = SignalGuard()
@@ -385,10 +399,12 @@ class ConformanceRun:
         case_id = case_id_of(report.nodeid)
         for name, value in report.user_properties:
             if name == CASE_PROPERTY and case_id is not None:
-                self.summary.case_info[case_id] = CaseInfo(
-                    **{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(value).items()},
-                    reproducer=self.rerun.command(case_id),
-                )
+                assert isinstance(value, str)  # CaseItem writes it as JSON text
+                # CaseInfo's fields, of several types (JSON lists back to tuples)
+                fields: dict[str, Any] = {
+                    k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(value).items()
+                }
+                self.summary.case_info[case_id] = CaseInfo(**fields, reproducer=self.rerun.command(case_id))
         if verdict is None and report.failed and case_id in self.index["cases"]:
             lines = str(report.longrepr).strip().splitlines()
             verdict = Verdict(
@@ -464,7 +480,7 @@ class ConformanceRun:
             *coverage_problems(
                 summary,
                 declared,
-                self.config.getoption("qconform_require"),
+                _list_option(self.config, "qconform_require"),
                 self.config.getoption("qconform_max_unsupported"),
             ),
         ]
