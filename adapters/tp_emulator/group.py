@@ -196,6 +196,7 @@ class RankGroup:
                         pending
                     )
                 continue
+            assert self.rank is not None  # start() joined the group, or it was already up
             self.rank.mutant = mutant
             done = self.run_pending(family, pending, outcomes)
             pending = pending[done:]
@@ -205,9 +206,13 @@ class RankGroup:
     def run_pending(self, family: str, pending: list[dict], outcomes: list[Outcome]) -> int:
         """Run the broadcast cases in order; return how many were answered (all, or up to and
         including the one where the group failed, after tearing it down)."""
+        rank = self.rank
+        assert rank is not None  # run() calls this on a started group
         for index, case_input in enumerate(pending):
             try:
-                outcomes.append(run_case(self.rank, family, case_input))
+                outcome = run_case(rank, family, case_input)
+                assert outcome is not None  # this process is rank 0, the leader: it always answers
+                outcomes.append(outcome)
             except Exception as exc:  # noqa: BLE001 - a dead or hung rank is this case's error
                 outcomes.append(AdapterError(f"rank group failed: {type(exc).__name__}: {exc}"))
                 self.close(healthy=False)
