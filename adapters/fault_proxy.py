@@ -53,7 +53,10 @@ MAX_FRAME = 64 << 20
 #: longest hold of ``delay`` and ``late_after_reset`` (seconds): every run ends by itself
 HOLD_S = 10.0
 
-REPLY_FIELDS = {f.name: (f.offset, f.type) for f in layout.REPLY.fields}
+#: name -> (offset, type) of REPLY's fixed fields (only a variable tail has a symbolic offset)
+REPLY_FIELDS: dict[str, tuple[int, str]] = {
+    f.name: (f.offset, f.type) for f in layout.REPLY.fields if isinstance(f.offset, int)
+}
 FORMATS = {"u16": "<H", "u32": "<I", "i32": "<i"}
 
 
@@ -70,6 +73,7 @@ def round_field(frame: bytes) -> tuple[int, int, int]:
         if frame_type(frame) == layout.REPLY.code
         else layout.COMPLETION.field("slot").offset
     )
+    assert isinstance(slot_offset, int)  # a fixed field
     return struct.unpack_from("<H", frame, layout.HEADER_SIZE + slot_offset)[0], generation, round_id
 
 
@@ -144,6 +148,7 @@ class FaultProxy:
 
     async def connection(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
+        assert task is not None  # asyncio runs each connection handler as a task
         self.tasks.add(task)
         try:
             upstream_reader, upstream_writer = await asyncio.open_connection(*self.upstream)

@@ -55,6 +55,7 @@ def median_split(masses: Sequence[Fraction]) -> int | None:
         cumulative += masses[v]
         if masses[v] > 0 and (best is None or abs(cumulative - half) < best[0]):
             best = (abs(cumulative - half), v)
+    assert best is not None  # two positive masses: the loop passes the first of them
     return best[1]
 
 

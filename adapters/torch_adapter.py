@@ -39,7 +39,7 @@ TORCH_DTYPES = {
 # --- the adapter's own codec (docs/vector-format.md) --------------------------------------
 
 
-def blob_tensor(blob: dict, device: str) -> torch.Tensor:
+def blob_tensor(blob: dict, device: str | torch.device) -> torch.Tensor:
     """A typed blob as a tensor: floats keep their dtype, u32 widens to int64."""
     data = bytearray(base64.b64decode(blob["b64"]))
     dtype = blob["dtype"]
@@ -72,19 +72,19 @@ def f32_scalar(obj: dict) -> float:
     return torch.tensor([int(obj["f32"], 16)], dtype=torch.int64).to(torch.int32).view(torch.float32).item()
 
 
-def q_row_counts(row: dict, vocab: int, device: str) -> torch.Tensor:
+def q_row_counts(row: dict, vocab: int, device: str | torch.device) -> torch.Tensor:
     """One q row (dense or sparse dyadic24 counts) as int64 dense counts ``[V]``,
     refused unless legal (:func:`qrow.legal_q_row`: R03, R07, R19)."""
     ids = blob_tensor(row["ids"], device) if row["representation"] == "sparse" else None
     return qrow.legal_q_row(blob_tensor(row["counts"], device), ids, vocab)
 
 
-def q_rows_dense(rows: Sequence[dict], vocab: int, device: str) -> torch.Tensor:
+def q_rows_dense(rows: Sequence[dict], vocab: int, device: str | torch.device) -> torch.Tensor:
     """q rows as int64 dense counts ``[n, V]``."""
     return torch.stack([q_row_counts(row, vocab, device) for row in rows])
 
 
-def p_rows_f64(obj: dict, device: str, vocab: int | None = None) -> torch.Tensor:
+def p_rows_f64(obj: dict, device: str | torch.device, vocab: int | None = None) -> torch.Tensor:
     """Target rows as FP64 weights ``[R, V]`` (rational rows are rounded: not exact); BAD_SHAPE for a
     rational row without ``vocab`` entries (when given), BAD_TARGET_ROW for one that does not sum to 1."""
     if "weights" in obj:
@@ -97,7 +97,7 @@ def p_rows_f64(obj: dict, device: str, vocab: int | None = None) -> torch.Tensor
     return torch.tensor([[float(v) for v in row] for row in rows], dtype=torch.float64, device=device)
 
 
-def q_row_json(counts: torch.Tensor | None, ids: torch.Tensor | None) -> dict:
+def q_row_json(counts: torch.Tensor, ids: torch.Tensor | None) -> dict:
     if ids is None:
         return {"representation": "dense", "counts": encode_ints("u32", counts)}
     keep = counts > 0
@@ -237,6 +237,7 @@ def propose_batch(requests: Sequence[dict], device: str) -> list[dict]:
     answers = []
     for b in range(len(requests)):
         if result.sparse is None:
+            assert result.counts is not None  # a dense proposal (no top-k) carries its counts
             rows = [q_row_json(result.counts[b, i], None) for i in range(base.shape[1])]
         else:
             rows = [q_row_json(result.sparse.counts[b, i], result.sparse.ids[b, i]) for i in range(base.shape[1])]

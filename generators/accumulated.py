@@ -19,7 +19,7 @@ Candidates never import this module (tests/test_candidate_independence.py).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -136,7 +136,7 @@ def sample_rows(counts: np.ndarray, u24: np.ndarray) -> np.ndarray:
     return np.argmax(np.cumsum(counts, axis=-1) > u24[..., None], axis=-1)
 
 
-def blob_u32(values: Sequence[int]) -> dict:
+def blob_u32(values: Iterable[int]) -> dict:
     return encode_blob("u32", [int(v) for v in values])
 
 
@@ -147,7 +147,7 @@ def dense_row(counts: np.ndarray) -> dict:
 def floor_log2(values: np.ndarray) -> np.ndarray:
     """``floor(log2 v)`` of integers ``1 <= v <= 2^24`` by comparisons (0 where ``v = 0``)."""
     v = np.asarray(values, dtype=np.int64)
-    return sum(((v >> t) > 0).astype(np.int64) for t in range(1, 25))
+    return sum((((v >> t) > 0).astype(np.int64) for t in range(1, 25)), np.zeros_like(v))
 
 
 def f32_bits(values: np.ndarray, bias: int) -> np.ndarray:

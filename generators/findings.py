@@ -68,6 +68,7 @@ def check_entries(path: Path, family: Family, entries: object) -> list[dict]:
     if error is not None:
         label = _entry_label(entries, error.json_path)
         raise FoundFileError(path, error.json_path, shorten(error.message) + label)
+    assert isinstance(entries, list)  # the found-file schema admits only a list of entry objects
     first_at: dict[str, int] = {}
     for n, entry in enumerate(entries):
         problems = lint_values(entry["input"], f"$[{n}].input")
@@ -103,6 +104,7 @@ def found_case(family: Family, entry: dict) -> Case:
     ``rules`` default to the family's rules; the result is ``invalid`` when the spec
     refuses the input, else ``valid``.
     """
+    assert family.solve is not None  # check_entries refuses entries of a family without solve
     expected = family.solve(entry["input"])
     return Case(
         name=entry["id"].split("/", 2)[2],

@@ -288,9 +288,9 @@ def budgets(depth: int) -> st.SearchStrategy[int | None]:
 
 
 @lru_cache(maxsize=None)
-def verification_requests(vocab: int, depth: int) -> st.SearchStrategy[dict]:
-    """One request object: its RNG identity, drafts, q rows, FP32 target rows, and maybe
-    stop tokens and a budget."""
+def verification_requests(vocab: int, depth: int) -> st.SearchStrategy[list[dict]]:
+    """1 to ``MAX_REQUESTS`` request objects: each its RNG identity, drafts, q rows, FP32
+    target rows, and maybe stop tokens and a budget."""
 
     @st.composite
     def requests(draw: st.DrawFn) -> dict:

@@ -122,9 +122,7 @@ def load_vector_file(path: Path | str, schema: dict | None = None, data: bytes |
     """
     path = Path(path)
     obj = parse_json(path, read_bytes(path) if data is None else data)
-    if schema is None:
-        schema = load_json_file(schema_path(path))
-    return check_vector_object(path, obj, schema)
+    return check_vector_object(path, obj, load_json_file(schema_path(path)) if schema is None else schema)
 
 
 def load_index(root: Path | str) -> dict:
@@ -179,7 +177,11 @@ def iter_cases(root_dir: Path | str, families: Sequence[str] | None = None) -> I
     root = Path(root_dir)
     index_path = root / INDEX_FILE
     index = load_index(root) if index_path.exists() or families is None else None
-    names = list(index["families"]) if families is None else list(families)
+    if families is None:
+        assert index is not None  # loaded above whenever no families are named
+        names = list(index["families"])
+    else:
+        names = list(families)
     for name in names:
         path = root / f"{name}.json"
         data = read_bytes(path)

@@ -19,7 +19,7 @@ import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from itertools import combinations
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from qconform.spec.constants import M
 from qconform.spec.qrow import QRow
@@ -138,13 +138,17 @@ def bad_q_checksum(d: Draft) -> Draft:
     return replace(d, bad_q_checksum=True)
 
 
+#: The draft a fault edits: :class:`Draft` for a v2 message, :class:`V1Draft` for the v1 frame.
+D = TypeVar("D", bound="Draft | V1Draft")
+
+
 @dataclass(frozen=True)
-class Fault:
+class Fault(Generic[D]):
     """Breaks exactly row ``row`` (1-based) of a check table, whose code is ``code``."""
 
     row: int
     code: str
-    apply: Callable[[Draft], Draft]
+    apply: Callable[[D], D]
     only: str | None = None  # "dense" or "sparse": the row holds only for that representation
 
 
@@ -161,7 +165,7 @@ def reply_base(representation: str) -> Draft:
     return Draft(reply_from_row(DEV.session_id, 1, 3, 9, 4100, token, row, DEV.dense_stride), DEV)
 
 
-REPLY_FAULTS: tuple[Fault, ...] = (
+REPLY_FAULTS: tuple[Fault[Draft], ...] = (
     Fault(1, "MISSING_Q", edit(entry_count=0)),
     Fault(2, "UNEXPECTED_SIZE", short_dense, "dense"),
     Fault(3, "SUPPORT_ABOVE_MAX", over_support, "sparse"),
@@ -198,7 +202,7 @@ def zero_q_at_token(d: Draft) -> Draft:
     return edit(token=4 if d.message.representation == layout.REPR_SPARSE else 45)(d)
 
 
-ALL_REPLY_FAULTS: tuple[Fault, ...] = tuple(
+ALL_REPLY_FAULTS: tuple[Fault[Draft], ...] = tuple(
     sorted(
         REPLY_FAULTS
         + tuple(value_fault(*v) for v in REPLY_VALUE_FAULTS)
@@ -214,7 +218,7 @@ ALL_REPLY_FAULTS: tuple[Fault, ...] = tuple(
 REPLY_TAIL_ROWS = frozenset(range(10, 20))
 
 STEP_BASE = Draft(Step(PROD.session_id, 3, 9, 4100, 32, 2, 0x3F800000, 1, 5, DIGEST), SMALL_REPLY)
-STEP_FAULTS: tuple[Fault, ...] = (
+STEP_FAULTS: tuple[Fault[Draft], ...] = (
     Fault(1, "SESSION_MISMATCH", bump("session_id", 1)),
     Fault(2, "TOO_MANY_SLOTS", edit(slot=PROD.max_slots)),
     Fault(3, "DEPTH_MISMATCH", edit(depth=PROD.depth + 1)),
@@ -223,7 +227,7 @@ STEP_FAULTS: tuple[Fault, ...] = (
     Fault(6, "NON_FINITE_VALUE", edit(temperature=NAN)),
     Fault(7, "NEGATIVE_VALUE", edit(temperature=NEG_ONE)),
 )
-ROUTE_FAULTS: tuple[Fault, ...] = STEP_FAULTS[:2]
+ROUTE_FAULTS: tuple[Fault[Draft], ...] = STEP_FAULTS[:2]
 COMPLETION_BASE = Draft(Completion(PROD.session_id, 3, 9, 4100, 2, 100, 7, 1, 5, 0, DIGEST), PROD)
 COMPLETION_FAULTS = ROUTE_FAULTS + (
     Fault(3, "DEPTH_MISMATCH", edit(row_count=PROD.depth - 1)),
@@ -262,7 +266,9 @@ HELLO_OFFERS: dict[str, object] = {
     "max_requests": PROD.max_requests + 1,
 }
 HELLO_BASE = Draft(PROD, PROD, negotiated=False)
-HELLO_FAULTS: tuple[Fault, ...] = (Fault(1, "UNEXPECTED_MESSAGE", lambda d: replace(d, negotiated=True)),) + tuple(
+HELLO_FAULTS: tuple[Fault[Draft], ...] = (
+    Fault(1, "UNEXPECTED_MESSAGE", lambda d: replace(d, negotiated=True)),
+) + tuple(
     Fault(row, code, edit(**{name: HELLO_OFFERS[name]}))
     for row, (name, code) in enumerate(IDENTITY_FIELDS + BOUND_FIELDS, start=2)
 )
@@ -295,7 +301,7 @@ def v1_edit(**changes) -> Callable[[V1Draft], V1Draft]:
     return lambda d: replace(d, **changes)
 
 
-V1_FAULTS: tuple[Fault, ...] = (
+V1_FAULTS: tuple[Fault[V1Draft], ...] = (
     Fault(1, "TRUNCATED", v1_edit(header_only=True)),
     Fault(2, "UNKNOWN_VERSION", v1_edit(version=2)),
     Fault(3, "UNKNOWN_MESSAGE_TYPE", v1_edit(message_type=2)),
@@ -342,12 +348,12 @@ EXCLUSIVE: dict[str, tuple[frozenset[frozenset[int]], str]] = {
 
 
 @dataclass(frozen=True)
-class Family:
+class Family(Generic[D]):
     """One message's faults, its valid base frame(s) and how a draft becomes (config, negotiated, bytes)."""
 
     name: str
-    bases: dict[str, object]
-    faults: tuple[Fault, ...]
+    bases: dict[str, D]
+    faults: tuple[Fault[D], ...]
     codes: tuple[str, ...]  # the codes of its check table, row by row (the spec's)
 
 
@@ -359,7 +365,7 @@ def table_codes(name: str) -> tuple[str, ...]:
     return tuple(c.code for c in checks.MESSAGE_CHECKS[layout.MESSAGE_CODES[name]])
 
 
-FAMILIES: tuple[Family, ...] = tuple(
+MESSAGE_FAMILIES: tuple[Family[Draft], ...] = tuple(
     Family(name, bases, faults, table_codes(name))
     for name, bases, faults in (
         ("HELLO", {"": HELLO_BASE}, HELLO_FAULTS),
@@ -370,12 +376,12 @@ FAMILIES: tuple[Family, ...] = tuple(
         ("RESET", {"": RESET_BASE}, RESET_FAULTS),
         ("CANCEL", {"": CANCEL_BASE}, ROUTE_FAULTS),
         ("HELLO_ANSWER", {"": HELLO_ANSWER_BASE}, HELLO_ANSWER_FAULTS),
-        ("V1_GREEDY_TOKENS", {"": V1Draft()}, V1_FAULTS),
     )
 )
+V1_FAMILY: Family[V1Draft] = Family("V1_GREEDY_TOKENS", {"": V1Draft()}, V1_FAULTS, table_codes("V1_GREEDY_TOKENS"))
 
 
-def rendered(draft: object) -> tuple[Hello, bool, bytes]:
+def rendered(draft: Draft | V1Draft) -> tuple[Hello, bool, bytes]:
     """(HELLO, negotiated, frame bytes) of a draft."""
     if isinstance(draft, V1Draft):
         return PROD, True, draft.frame()
@@ -401,33 +407,39 @@ class OrderCase:
 
 def order_cases() -> Iterator[OrderCase]:
     """Each fault alone, then each pair of faults that can fail together, for every message and representation."""
-    for family in FAMILIES:
-        assert tuple(f.code for f in family.faults) == family.codes, f"{family.name}: faults do not follow its table"
-        exclusive = EXCLUSIVE.get(family.name, (frozenset(), ""))[0]
-        kind = family.name.lower().replace("_greedy_tokens", "")
-        for variant, base in family.bases.items():
-            prefix = f"{kind}-{variant}-" if variant else f"{kind}-"
-            usable = [f for f in family.faults if f.only in (None, variant or None)]
-            for fault in usable:
-                config, negotiated, data = rendered(fault.apply(base))
-                yield OrderCase(
-                    prefix + slug(fault),
-                    f"{family.name}: row {fault.row} alone fails ({fault.code}).",
-                    config,
-                    negotiated,
-                    data,
-                    fault.code,
-                )
-            for first, second in combinations(usable, 2):
-                if frozenset((first.row, second.row)) in exclusive or first.code == second.code:
-                    continue
-                config, negotiated, data = rendered(first.apply(second.apply(base)))
-                yield OrderCase(
-                    f"{prefix}{slug(first)}-{slug(second)}",
-                    f"{family.name}: rows {first.row} ({first.code}) and {second.row} ({second.code}) "
-                    f"both fail; the earlier row is the reason.",
-                    config,
-                    negotiated,
-                    data,
-                    first.code,
-                )
+    for family in MESSAGE_FAMILIES:
+        yield from family_cases(family)
+    yield from family_cases(V1_FAMILY)
+
+
+def family_cases(family: Family[D]) -> Iterator[OrderCase]:
+    """The ``check_order`` cases of one message (every representation of it)."""
+    assert tuple(f.code for f in family.faults) == family.codes, f"{family.name}: faults do not follow its table"
+    exclusive = EXCLUSIVE.get(family.name, (frozenset(), ""))[0]
+    kind = family.name.lower().replace("_greedy_tokens", "")
+    for variant, base in family.bases.items():
+        prefix = f"{kind}-{variant}-" if variant else f"{kind}-"
+        usable = [f for f in family.faults if f.only in (None, variant or None)]
+        for fault in usable:
+            config, negotiated, data = rendered(fault.apply(base))
+            yield OrderCase(
+                prefix + slug(fault),
+                f"{family.name}: row {fault.row} alone fails ({fault.code}).",
+                config,
+                negotiated,
+                data,
+                fault.code,
+            )
+        for first, second in combinations(usable, 2):
+            if frozenset((first.row, second.row)) in exclusive or first.code == second.code:
+                continue
+            config, negotiated, data = rendered(first.apply(second.apply(base)))
+            yield OrderCase(
+                f"{prefix}{slug(first)}-{slug(second)}",
+                f"{family.name}: rows {first.row} ({first.code}) and {second.row} ({second.code}) "
+                f"both fail; the earlier row is the reason.",
+                config,
+                negotiated,
+                data,
+                first.code,
+            )

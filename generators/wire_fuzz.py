@@ -54,13 +54,14 @@ from qconform.spec.wire.codec import (
 )
 from qconform.spec.wire.header import seal
 from qconform.spec.wire.layout import FIELD_TYPES, HEADER, HEADER_SIZE
-from qconform.spec.wire.messages import Hello, Message, Reply, Reset, Step, reply_tail
+from qconform.spec.wire.messages import Hello, Message, Reply, Reset, Step, V1Greedy, reply_tail
 from qconform.spec.wire.receiver import FrameIn, ReceiverState, initial_state, step
 
 
 class Chooser(Protocol):
     def below(self, n: int) -> int:
         """A choice in 0..n-1."""
+        ...
 
 
 @dataclass
@@ -139,6 +140,7 @@ def seeds() -> list[Seed]:
     ]
     for name, config, data in pool:
         message = None if name == "v1" else decode_frame(data, config)
+        assert not isinstance(message, V1Greedy)  # only the "v1" seed is a v1 frame
         states = dev_states if config is DEV else prod_states
         fresh = initial_state(config)
         out.append(Seed(name, data, message, (fresh,) if name == "hello" else states, fresh))
@@ -162,7 +164,7 @@ def field_values(f: layout.Field, current: int | bytes, params: Hello) -> list[i
         return [bytes(32), current[:-1] + bytes([current[-1] ^ 1]), b"\xff" * 32]
     assert isinstance(current, int)
     if f.type == "f32":
-        return list(SPECIAL_F32) + [current ^ 0x80000000, current + 1]
+        return [*SPECIAL_F32, current ^ 0x80000000, current + 1]
     bits = 8 * FIELD_TYPES[f.type][1]
     bounds = [
         0,

@@ -25,6 +25,7 @@ import pkgutil
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeGuard
 
 from rich.console import Console
 from rich.table import Table
@@ -116,7 +117,7 @@ def family_coverage(vectors_dir: Path) -> tuple[dict[str, list[str]], list[str]]
     return covering, warnings
 
 
-def _is_rules_mark(node: ast.AST) -> bool:
+def _is_rules_mark(node: ast.AST) -> TypeGuard[ast.Call]:
     """``pytest.mark.rules(...)`` or ``mark.rules(...)``."""
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
         return False

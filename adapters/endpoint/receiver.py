@@ -149,6 +149,7 @@ class Receiver:
             if negotiated is None:
                 negotiate(message.fields, self.config)
             return message, None
+        assert negotiated is not None  # the decoder refuses any message but HELLO before HELLO (V2_BEFORE_HELLO)
         return message, self.validator.validate(message, negotiated)
 
     # -- events -------------------------------------------------------------------------

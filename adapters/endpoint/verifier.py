@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import TYPE_CHECKING
 
 from . import control, layout, stream
 from .answers import counters_json, hello_fields, message_json, state_json, verdict_json
@@ -34,6 +35,9 @@ from .codec import Refusal
 from .mutants import receiver_class
 from .receiver import Disposition, Receiver
 from .server import Endpoint
+
+if TYPE_CHECKING:  # the driving target needs torch, which the verifier alone does not
+    from .target import Target
 
 log = logging.getLogger("qconform.endpoint.verifier")
 
@@ -57,7 +61,7 @@ class VerifierEndpoint(Endpoint):
         self.receiver: Receiver = receiver_class(mutant)(config)
         self.bound: dict[int, Receiver] = {}
         #: the active driver of rounds, when one is attached (target.py)
-        self.target = None
+        self.target: Target | None = None
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, number: int) -> None:
         self.bound[number] = self.receiver

@@ -224,7 +224,7 @@ def verify_round(
     q: torch.Tensor | SparseCounts,
     p_weights: torch.Tensor,
     stop_tokens: Sequence[Sequence[int]] | None = None,
-    budget: Sequence[int] | None = None,
+    budget: Sequence[int | None] | None = None,
 ) -> VerifiedRound:
     """Standard verification of one round for B requests (see the module docstring).
 
@@ -232,7 +232,7 @@ def verify_round(
     int64 ``[B]``); ``draft_tokens``: int ``[B, K]``; ``q``: int64 counts ``[B, K, V]``
     or :class:`SparseCounts` ``[B, K, n]``; ``p_weights``: float ``[B, K + 1, V]``
     (row ``i`` is ``p_{i+1} = w / sum(w)``); ``stop_tokens``: per-request lists;
-    ``budget``: per-request maximum emitted count (None: unlimited). All tensors on
+    ``budget``: per-request maximum emitted count (None, for all or for one: unlimited). All tensors on
     one device, which the result uses.
     """
     device = p_weights.device

@@ -96,7 +96,7 @@ def allocate_row(rank: Rank, span: Span, weights: torch.Tensor, k: int | None) -
     return RowCounts(counts, owned, top, allocation)
 
 
-def allocation_row(rank: Rank, inp: dict, k: int | None) -> tuple[torch.Tensor, torch.Tensor, kernels.LocalRow]:
+def allocation_row(rank: Rank, inp: dict, k: int | None) -> tuple[torch.Tensor, torch.Tensor | None, kernels.LocalRow]:
     """(full counts, global support or None, the rank's row) of an allocation case, sharded evenly."""
     vocab = row_vocab(inp)
     if vocab == 0:
@@ -123,6 +123,7 @@ def allocation_dense(rank: Rank, inp: dict) -> dict | None:
 
 def allocation_sparse(rank: Rank, inp: dict) -> dict | None:
     counts, support, row = allocation_row(rank, inp, inp["k"])
+    assert support is not None  # a k was given: the row has a global top-k support
     weights = logit_weights(rank, row)
     if not rank.is_leader:
         return None

@@ -69,13 +69,14 @@ def rank_device(device: str, rank: int, world: int) -> torch.device:
     return torch.device("cuda", rank)
 
 
-def join(store: dist.Store, rank: int, world: int, device: str, work_timeout_s: float) -> Rank:
+def join(store: dist.Store, rank: int, world: int, device: str, work_timeout_s: float) -> Rank:  # pyright: ignore[reportPrivateImportUsage]  # torch.distributed re-exports it from C without listing it in __all__
     """Join the control and work groups as ``rank`` (every rank calls this, in the same order)."""
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=IDLE_TIMEOUT)
     where = rank_device(device, rank, world)
     if where.type == "cuda":
         torch.cuda.set_device(where)
     work = dist.new_group(backend=backend_for(device), timeout=timedelta(seconds=work_timeout_s))
+    assert isinstance(work, dist.ProcessGroup)  # every rank is a member of the work group
     return Rank(rank, world, where, work)
 
 
@@ -126,7 +127,7 @@ class RankGroup:
 
     def start(self) -> None:
         rank_device(self.device, 0, self.world)  # refuse a CUDA group wider than the GPUs before spawning
-        store = dist.TCPStore(
+        store = dist.TCPStore(  # pyright: ignore[reportPrivateImportUsage]  # torch.distributed re-exports it from C without listing it in __all__
             LOCALHOST,
             0,
             self.world,
@@ -160,7 +161,7 @@ class RankGroup:
             self.kill_workers(force=True)
             raise
 
-    def wait_ready(self, store: dist.Store) -> None:
+    def wait_ready(self, store: dist.Store) -> None:  # pyright: ignore[reportPrivateImportUsage]  # torch.distributed re-exports it from C without listing it in __all__
         """Wait until every worker registered in the store; fail fast if one exits."""
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         waiting = set(range(1, self.world))
@@ -196,6 +197,7 @@ class RankGroup:
                         pending
                     )
                 continue
+            assert self.rank is not None  # start() joined the group, or it was already up
             self.rank.mutant = mutant
             done = self.run_pending(family, pending, outcomes)
             pending = pending[done:]
@@ -205,9 +207,13 @@ class RankGroup:
     def run_pending(self, family: str, pending: list[dict], outcomes: list[Outcome]) -> int:
         """Run the broadcast cases in order; return how many were answered (all, or up to and
         including the one where the group failed, after tearing it down)."""
+        rank = self.rank
+        assert rank is not None  # run() calls this on a started group
         for index, case_input in enumerate(pending):
             try:
-                outcomes.append(run_case(self.rank, family, case_input))
+                outcome = run_case(rank, family, case_input)
+                assert outcome is not None  # this process is rank 0, the leader: it always answers
+                outcomes.append(outcome)
             except Exception as exc:  # noqa: BLE001 - a dead or hung rank is this case's error
                 outcomes.append(AdapterError(f"rank group failed: {type(exc).__name__}: {exc}"))
                 self.close(healthy=False)

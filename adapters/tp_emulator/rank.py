@@ -95,7 +95,7 @@ class Rank:
     def ints(self, values, dtype: torch.dtype = torch.int64) -> torch.Tensor:
         return torch.as_tensor(values, dtype=dtype, device=self.device)
 
-    def all_reduce(self, tensor: torch.Tensor, op: dist.ReduceOp = dist.ReduceOp.SUM) -> torch.Tensor:
+    def all_reduce(self, tensor: torch.Tensor, op: dist.ReduceOp.RedOpType = dist.ReduceOp.SUM) -> torch.Tensor:
         out = tensor.clone()
         dist.all_reduce(out, op=op, group=self.group)
         return out

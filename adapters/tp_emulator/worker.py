@@ -38,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--parent", type=int, required=True, help="the leader's process id")
     args = parser.parse_args(argv)
     threading.Thread(target=watch_parent, args=(args.parent,), daemon=True).start()
-    store = dist.TCPStore(
+    store = dist.TCPStore(  # pyright: ignore[reportPrivateImportUsage]  # torch.distributed re-exports it from C without listing it in __all__
         LOCALHOST, args.port, args.world, is_master=False, timeout=timedelta(seconds=STARTUP_TIMEOUT_S)
     )
     store.set(f"ready/{args.rank}", "1")

@@ -62,7 +62,7 @@ def quota_kernel(w_ptr, starts_ptr, lengths_ptr, floors_ptr, keys_ptr, remaining
         floor_sum += tl.reduce(floors, 0, ADD)
         positive += tl.reduce((live & (rest > 0)).to(tl.int64), 0, ADD)
     remaining = M_INT - floor_sum
-    ok = (total > 0) & (total < float("inf")) & (remaining >= 0) & (remaining < M_INT) & (remaining <= positive)
+    ok = (total > 0) & (total < float("inf")) & (remaining >= 0) & (remaining < M_INT) & (remaining <= positive)  # pyright: ignore[reportOperatorIssue]  # Triton: tl.reduce returns a tensor here, typed as possibly a tuple
     tl.store(remaining_ptr + row, tl.where(ok, remaining, 0))
     tl.store(flags_ptr + row, tl.load(flags_ptr + row) | tl.where(ok, 0, INCONSISTENT_ALLOCATION))
 
@@ -97,9 +97,9 @@ def allocate(
     counts = torch.zeros(weights.shape, dtype=torch.int64, device=weights.device)
     remaining = torch.empty(rows, dtype=torch.int64, device=weights.device)
     block = block_for(max_length)
-    quota_kernel[(rows,)](weights, starts, lengths, floors, keys, remaining, flags, BLOCK=block, **LAUNCH)
+    quota_kernel[(rows,)](weights, starts, lengths, floors, keys, remaining, flags, BLOCK=block, **LAUNCH)  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
     thresh, need = radix_select(keys, starts, lengths, remaining, max_length)
-    ticket_kernel[(rows,)](floors, keys, starts, lengths, thresh, need, counts, flags, BLOCK=block, **LAUNCH)
+    ticket_kernel[(rows,)](floors, keys, starts, lengths, thresh, need, counts, flags, BLOCK=block, **LAUNCH)  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
     return counts
 
 

@@ -27,7 +27,7 @@ def sparse_count(ids_ptr, counts_ptr, start, length, query, STEPS: tl.constexpr)
     """Counts at global IDs ``query`` in the sparse rows at ``start`` (0 outside the support)."""
     lo = query * 0
     hi = lo + length
-    for _ in tl.static_range(STEPS):
+    for _ in tl.static_range(STEPS):  # pyright: ignore[reportGeneralTypeIssues]  # Triton: tl.static_range is unrolled at compile time, typed as not iterable
         active = lo < hi
         mid = (lo + hi) // 2
         at = tl.load(ids_ptr + start + mid, mask=active, other=0)
@@ -96,8 +96,8 @@ def lookup_counts(q: QRows, rows: torch.Tensor, tokens: torch.Tensor) -> tuple[t
             out,
             flags,
             n,
-            STEPS=q.lookup_steps(),
-            BLOCK=QUERY_BLOCK,
+            STEPS=q.lookup_steps(),  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
+            BLOCK=QUERY_BLOCK,  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
             **LAUNCH,
         )
     return out, flags

@@ -114,7 +114,12 @@ def philox_blocks(counter: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
     out = torch.empty((n, 4), dtype=torch.int64, device=counter.device)
     if n:
         philox_kernel[(triton.cdiv(n, DRAW_BLOCK),)](
-            counter.contiguous(), key.contiguous(), out, n, BLOCK=DRAW_BLOCK, **LAUNCH
+            counter.contiguous(),
+            key.contiguous(),
+            out,
+            n,
+            BLOCK=DRAW_BLOCK,  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
+            **LAUNCH,
         )
     return out
 
@@ -150,7 +155,7 @@ def abi_draws(rows: list[tuple[int, int, int, int, int, int]], device: torch.dev
     out = torch.empty((n, 8), dtype=torch.int64, device=device)
     if n:
         table = torch.tensor(fields, dtype=torch.int64, device=device)
-        abi_draw_kernel[(triton.cdiv(n, DRAW_BLOCK),)](table, out, n, BLOCK=DRAW_BLOCK, **LAUNCH)
+        abi_draw_kernel[(triton.cdiv(n, DRAW_BLOCK),)](table, out, n, BLOCK=DRAW_BLOCK, **LAUNCH)  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
     return out
 
 

@@ -68,7 +68,7 @@ def propose(
     anchors: Sequence[int],
     last_tokens: Sequence[int],
     base_logits: torch.Tensor,
-    temperature: float,
+    temperature: float | Sequence[float],
     markov: tuple[torch.Tensor, torch.Tensor] | None,
     top_k: int | None,
 ) -> Proposal:

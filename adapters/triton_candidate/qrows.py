@@ -47,7 +47,7 @@ def qrow_check_kernel(counts_ptr, ids_ptr, starts_ptr, lengths_ptr, sparse_ptr, 
     first_order = tl.reduce(unordered, 0, MIN)
     flags = tl.where(
         first_range < n,
-        tl.where(first_range <= first_order, TOKEN_OUT_OF_RANGE, BAD_SPARSE_SUPPORT),
+        tl.where(first_range <= first_order, TOKEN_OUT_OF_RANGE, BAD_SPARSE_SUPPORT),  # pyright: ignore[reportOperatorIssue]  # Triton: tl.reduce returns a tensor here, typed as possibly a tuple
         tl.where(first_order < n, BAD_SPARSE_SUPPORT, 0),
     )
     flags = tl.where(flags == 0, tl.where(total == M_INT, 0, WRONG_TOTAL_MASS), flags)
@@ -129,7 +129,7 @@ class QRows:
                 self.sparse,
                 self.vocab,
                 flags,
-                BLOCK=block_for(self.max_length),
+                BLOCK=block_for(self.max_length),  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
                 **LAUNCH,
             )
         return flags

@@ -82,8 +82,8 @@ def sample_rows(q: QRows, draws: torch.Tensor) -> torch.Tensor:
         draws.contiguous(),
         n_draws,
         tokens,
-        BLOCK=block,
-        DRAWS=per,
+        BLOCK=block,  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
+        DRAWS=per,  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
         **LAUNCH,
     )
     return tokens

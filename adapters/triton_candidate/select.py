@@ -42,7 +42,7 @@ def radix_select_kernel(
     need = tl.load(want_ptr + seg)
     prefix = tl.full((), 0, tl.uint64)
     bins = tl.arange(0, 256)
-    for p in tl.static_range(KEY_BITS // 8):
+    for p in tl.static_range(KEY_BITS // 8):  # pyright: ignore[reportGeneralTypeIssues]  # Triton: tl.static_range is unrolled at compile time, typed as not iterable
         shift = KEY_BITS - 8 * (p + 1)  # a compile-time value: the loop is unrolled
         hist = tl.full([256], 0, tl.int32)
         for off in range(0, n, BLOCK):
@@ -135,7 +135,7 @@ def radix_select(
     thresh = torch.empty(segs, dtype=torch.int64, device=keys.device)
     need = torch.empty(segs, dtype=torch.int64, device=keys.device)
     block = block_for(max_length)
-    radix_select_kernel[(segs,)](keys, starts, lengths, want, thresh, need, KEY_BITS=KEY_BITS, BLOCK=block, **LAUNCH)
+    radix_select_kernel[(segs,)](keys, starts, lengths, want, thresh, need, KEY_BITS=KEY_BITS, BLOCK=block, **LAUNCH)  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
     return thresh, need
 
 
@@ -168,8 +168,8 @@ def select_compact(
         out_starts,
         out_keys,
         out_ids,
-        HAS_IDS=ids is not None,
-        BLOCK=block,
+        HAS_IDS=ids is not None,  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
+        BLOCK=block,  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
         **LAUNCH,
     )
     return out_keys, out_ids

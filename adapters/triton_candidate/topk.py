@@ -106,10 +106,10 @@ def top_k_support(weights: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Te
     weight rows ``[R, V]`` (FP32 or FP64) with 1 <= k <= V."""
     rows, vocab = weights.shape
     keys = torch.empty((rows, vocab), dtype=torch.int64, device=weights.device)
-    weight_keys_kernel[(rows,)](weights.contiguous(), keys, vocab, BLOCK=block_for(vocab), **LAUNCH)
+    weight_keys_kernel[(rows,)](weights.contiguous(), keys, vocab, BLOCK=block_for(vocab), **LAUNCH)  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
     cand_keys, cand_ids, per_row = shard_top_k(keys, k)
     top_keys, ids = merge_top_k(cand_keys, cand_ids, per_row, rows, k)
     support_weights = torch.empty((rows, k), dtype=torch.float64, device=weights.device)
     block = block_for(rows * k)
-    key_weights_kernel[(triton.cdiv(rows * k, block),)](top_keys, support_weights, rows * k, BLOCK=block, **LAUNCH)
+    key_weights_kernel[(triton.cdiv(rows * k, block),)](top_keys, support_weights, rows * k, BLOCK=block, **LAUNCH)  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
     return ids, support_weights

@@ -181,7 +181,7 @@ def residual_kernel(
         STEPS,
         BLOCK,
     )
-    ok = (total > 0) & (total < float("inf")) & (index < V)
+    ok = (total > 0) & (total < float("inf")) & (index < V)  # pyright: ignore[reportOperatorIssue]  # Triton: tl.reduce returns a tensor here, typed as possibly a tuple
     tl.store(token_ptr + b, tl.where(ok, index, -1))
     tl.store(u_ptr + b, u)
     tl.store(flags_ptr + b, tl.where(ok, 0, ZERO_RESIDUAL_MASS))
@@ -243,8 +243,9 @@ def check_inputs(
                 raise TritonCandidateError("ZERO_Q_AT_TOKEN", f"request {b} draft {i + 1}")
         if any(not 0 <= s < q.vocab for s in stops[b]):
             raise TritonCandidateError("TOKEN_OUT_OF_RANGE", f"request {b} stop token")
-        if budgets[b] is not None and budgets[b] < 1:
-            raise TritonCandidateError("BAD_SHAPE", f"request {b} budget {budgets[b]}")
+        budget = budgets[b]
+        if budget is not None and budget < 1:
+            raise TritonCandidateError("BAD_SHAPE", f"request {b} budget {budget}")
     return mass, counts_x
 
 
@@ -312,7 +313,7 @@ def verify_batch(
         u,
         ok,
         accepted,
-        KP=max(2, triton.next_power_of_2(depth)),
+        KP=max(2, triton.next_power_of_2(depth)),  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
         **LAUNCH,
     )
     token = torch.empty(batch, dtype=torch.int64, device=device)
@@ -334,8 +335,8 @@ def verify_batch(
         token,
         final_u,
         flags,
-        STEPS=q.lookup_steps(),
-        BLOCK=block_for(q.vocab),
+        STEPS=q.lookup_steps(),  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
+        BLOCK=block_for(q.vocab),  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
         **LAUNCH,
     )
     rows = zip(drafts.tolist(), u.tolist(), ok.tolist(), final_u.tolist(), token.tolist(), flags.tolist())

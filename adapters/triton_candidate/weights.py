@@ -166,8 +166,8 @@ def logits_to_weights(
         weights,
         flags,
         vocab,
-        HAS_BIAS=markov is not None,
-        BLOCK=block_for(vocab),
+        HAS_BIAS=markov is not None,  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
+        BLOCK=block_for(vocab),  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
         **LAUNCH,
     )
     return weights, flags
@@ -182,5 +182,5 @@ def weight_scan(weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         raise TritonCandidateError("EMPTY_ROW", "weight row has no entries")
     flags = torch.zeros(rows, dtype=torch.int32, device=weights.device)
     mass = torch.empty(rows, dtype=torch.float64, device=weights.device)
-    weight_scan_kernel[(rows,)](weights.contiguous(), vocab, flags, mass, BLOCK=block_for(vocab), **LAUNCH)
+    weight_scan_kernel[(rows,)](weights.contiguous(), vocab, flags, mass, BLOCK=block_for(vocab), **LAUNCH)  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
     return flags, mass

@@ -46,6 +46,10 @@ import os
 import struct
 import sys
 from fractions import Fraction
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch is imported when the sampler starts, after file descriptor 1 is moved
+    import torch
 
 M = 1 << 24
 MASK32 = 0xFFFFFFFF
@@ -159,12 +163,13 @@ class VllmSampler:
         self.device = torch.device(device)
         if kernels == "triton" and device == "cpu":
             stand_in_cpu_backend()
-        import vllm.v1.sample.rejection_sampler as rs
-        from vllm.triton_utils import HAS_TRITON
-        from vllm.v1.sample.logits_processor import LogitsProcessors
-        from vllm.v1.sample.metadata import SamplingMetadata
-        from vllm.v1.sample.sampler import Sampler
-        from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
+        # vLLM lives only in the shim's own environment (install.sh), never in the checker's: unresolved there.
+        import vllm.v1.sample.rejection_sampler as rs  # pyright: ignore[reportMissingImports]
+        from vllm.triton_utils import HAS_TRITON  # pyright: ignore[reportMissingImports]
+        from vllm.v1.sample.logits_processor import LogitsProcessors  # pyright: ignore[reportMissingImports]
+        from vllm.v1.sample.metadata import SamplingMetadata  # pyright: ignore[reportMissingImports]
+        from vllm.v1.sample.sampler import Sampler  # pyright: ignore[reportMissingImports]
+        from vllm.v1.spec_decode.metadata import SpecDecodeMetadata  # pyright: ignore[reportMissingImports]
 
         if kernels == "triton" and not HAS_TRITON:
             raise SystemExit("vllm shim: --kernels triton, but vLLM found no usable Triton")
@@ -172,7 +177,7 @@ class VllmSampler:
         self.rs, self.SamplingMetadata, self.SpecDecodeMetadata = rs, SamplingMetadata, SpecDecodeMetadata
         self.LogitsProcessors = LogitsProcessors
         if kernels == "cpu" and device == "cpu":
-            from vllm.platforms.cpu import CpuPlatform
+            from vllm.platforms.cpu import CpuPlatform  # pyright: ignore[reportMissingImports]  # as above
 
             CpuPlatform.register_triton_kernel_overrides()
             if patch == "expand":
@@ -193,7 +198,7 @@ class VllmSampler:
         drafts: list[list[int]],
         q: list[list[list[float]]],
         p: list[list[list[float]]],
-        generators: dict[int, object],
+        generators: dict[int, torch.Generator],
     ) -> list[list[int]]:
         """vLLM's output tokens per request (accepted drafts, then the recovered or bonus token)."""
         torch = self.torch
@@ -259,7 +264,8 @@ def stand_in_cpu_backend() -> None:
 
 def register_expand_fix() -> None:
     """vLLM PR #55006: expand into the output tensor itself, whatever its dtype."""
-    from vllm.triton_utils.dispatcher import register_kernels
+    # vLLM lives only in the shim's own environment (install.sh), never in the checker's: unresolved there.
+    from vllm.triton_utils.dispatcher import register_kernels  # pyright: ignore[reportMissingImports]
 
     def expand_fixed(output, input_val, cu_num_tokens, replace_from, replace_to, MAX_NUM_TOKENS=None):
         cu = cu_num_tokens.to("cpu").long()
@@ -390,7 +396,8 @@ def config(args: argparse.Namespace, vllm_sampler: VllmSampler) -> dict:
         "name": name,
         "protocol": 1,
         "device": args.device,
-        "vllm": vllm.__version__,
+        # the checker, with no vLLM installed, takes this folder (adapters/vllm) for the vllm package
+        "vllm": vllm.__version__,  # pyright: ignore[reportAttributeAccessIssue]
         "kernels": vllm_sampler.kernels,
         "patch": args.patch or "none",
         "capabilities": {
@@ -447,7 +454,7 @@ def answer(request: dict, args: argparse.Namespace, vllm: VllmSampler) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--kernels", choices=("cpu", "triton"), default="cpu")
     parser.add_argument("--patch", choices=("expand",), default=None)
     parser.add_argument("--device", default="cpu")

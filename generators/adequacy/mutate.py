@@ -239,6 +239,7 @@ def mutated_tree(path: Path, site: Site) -> ast.Module:
     elif isinstance(node, (ast.BinOp, ast.AugAssign)):
         node.op = BINARY_SWAPS[type(node.op)]()
     elif isinstance(node, ast.Constant):
+        assert type(node.value) is int  # sites() mutates only int constants
         node.value = node.value + site.detail
     elif isinstance(node, ast.Call):
         assert isinstance(node.func, ast.Name)

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
 
 from qconform.generators.adequacy import oracle
 from qconform.generators.adequacy.mutate import Site
@@ -75,7 +76,7 @@ def run(
     _CASES = cases
     context = multiprocessing.get_context("fork")
     pending = list(enumerate(jobs))[::-1]
-    running: dict[Connection, tuple[int, Job, multiprocessing.process.BaseProcess, float]] = {}
+    running: dict[Connection, tuple[int, Job, BaseProcess, float]] = {}
     results: dict[int, Finished] = {}
 
     def finish(conn: Connection, outcome: Outcome) -> None:
@@ -98,6 +99,7 @@ def run(
             send.close()
             running[receive] = (index, job, process, time.monotonic())
         for conn in wait(list(running), timeout=0.2):
+            assert isinstance(conn, Connection)  # wait returns some of the objects it is given: our pipe ends
             try:
                 outcome = conn.recv()
             except EOFError:

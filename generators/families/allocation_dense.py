@@ -162,6 +162,7 @@ class RowSource:
 
     def input_json(self) -> dict:
         if self.dtype == "logits":
+            assert self.temperature is not None  # every "logits" row is built with its temperature
             return {"logits": encode_blob("f32", self.bits), "temperature": encode_f32(self.temperature)}
         return {"weights": encode_blob(self.dtype, self.bits)}
 
@@ -206,6 +207,7 @@ def resolve(source: RowSource) -> ResolvedRow:
         return ResolvedRow(weights_from_f32(source.bits), source.bits, "f32", {})
     if source.dtype == "f64":
         return ResolvedRow(weights_from_f64(source.bits), source.bits, "f64", {})
+    assert source.temperature is not None  # every "logits" row is built with its temperature
     logit = weights_from_logits(source.bits, source.temperature)
     fields = {"weights": encode_blob("f32", logit.weights_f32), "exp_margin_ulp": encode_rational(logit.exp_margin_ulp)}
     return ResolvedRow(logit.weights, logit.weights_f32, "f32", fields)

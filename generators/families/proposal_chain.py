@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 from itertools import accumulate
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from qconform.generators.encoding import (
     decode_blob,
@@ -112,7 +112,7 @@ def random_matrix(rng: random.Random, rows: int, cols: int, scale: float) -> lis
     return [[f32_bits(scale * rng.randrange(-1 << 17, 1 << 17) / 65536) for _ in range(cols)] for _ in range(rows)]
 
 
-def matrix_blob(rows: list[list[int]]) -> dict:
+def matrix_blob(rows: Sequence[Sequence[int]]) -> dict:
     """An ``f32[R, C]`` blob of R rows of FP32 bit patterns."""
     return encode_blob("f32", [b for row in rows for b in row], [len(rows), len(rows[0]) if rows else 0])
 

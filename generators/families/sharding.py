@@ -188,6 +188,7 @@ def sharded_proposal(case_input: dict) -> ShardedQ:
     support = case_input["support"]
     k = support["k"] if support["policy"] == "top_k" else None
     if source.dtype == "logits":
+        assert source.temperature is not None  # every "logits" row is built with its temperature
         bit_shards, maxes, global_max = sharded_weights_from_logits(source.bits, source.temperature, ranges)
         weights = [shard_weight_partial(bits, "f32").weights for bits in bit_shards]
         return sharded_q(weights, ranges, k, maxes, global_max)

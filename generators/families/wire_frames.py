@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import replace
-from typing import Iterator
+from typing import Any, Iterator
 
 from qconform.generators.encoding import (
     decode_blob,
@@ -135,8 +135,8 @@ DIGEST_PATTERN = "^[0-9a-f]{64}$"
 # ---------------------------------------------------------------- JSON <-> messages
 
 
-def field_to_json(f: Field, value: int | bytes) -> object:
-    """One fixed field's JSON encoding by its layout type."""
+def field_to_json(f: Field, value: Any) -> object:
+    """One fixed field's JSON encoding by its layout type (``value``: bytes for a byte array, else int)."""
     if f.type == "u64":
         return encode_u64(value)
     if f.type == "f32":
@@ -148,7 +148,8 @@ def field_to_json(f: Field, value: int | bytes) -> object:
     return value
 
 
-def field_from_json(f: Field, value: object) -> int | bytes:
+def field_from_json(f: Field, value: Any) -> Any:
+    """One fixed field from its JSON encoding: a JSON value, and an int or bytes, by the layout type."""
     if f.type == "u64":
         return decode_u64(value)
     if f.type == "f32":

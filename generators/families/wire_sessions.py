@@ -1211,7 +1211,8 @@ def random_script(seed: int) -> Script:
     rng = random.Random(seed)
     s = Script()
     s.hello(max_slots=2)
-    generation, committed, rounds, open_steps, frames = [1, 1], [0, 500], [0, 0], [None, None], [[], []]
+    generation, committed, rounds, frames = [1, 1], [0, 500], [0, 0], [[], []]
+    open_steps: list[Step | None] = [None, None]
     s.reset(0, 1, 0)
     s.reset(1, 1, 500)
     actions = (

@@ -34,6 +34,7 @@ counts dropped).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from math import ceil
 
 from qconform.generators.encoding import decode_blob, decode_rational
@@ -62,11 +63,11 @@ def check_fields(expected: dict, output: dict) -> None:
         )
 
 
-def answered_blob(output: dict, key: str, dtype: str, shape: list[int] | None = None) -> list[int]:
+def answered_blob(output: dict, key: str, dtype: str, shape: Sequence[int | None] | None = None) -> list[int]:
     got_dtype, values, got_shape = decode_blob_answer(output[key], key)
     if got_dtype != dtype:
         raise Malformed(key, f"wrong dtype: expected {dtype}, got {got_dtype}")
-    if shape is not None and got_shape != shape:
+    if shape is not None and got_shape != list(shape):
         raise Malformed(key, f"wrong shape: expected {shape}, got {got_shape}")
     if shape is None and len(got_shape) != 1:
         raise Malformed(key, f"must be one-dimensional, has shape {got_shape}")

@@ -151,6 +151,7 @@ def judge_partial(case: dict, output: dict, config: AdapterConfig, injected: tup
     if refusal_code(output) is not None:
         return judge_output(case, output, config.precision)
     module = family_module(case_family(case))
+    assert module is not None  # a partly injected family has a PARTIAL_MODE, so a comparator module
     return module.compare_partial(case, output, config.precision, injected)
 
 

@@ -37,8 +37,10 @@ SUM_FIELDS = ("shifted_sum", "support_sum", "remainder_sum", "target_sum")
 def paired_parents(expected: dict, answer: dict) -> list[tuple[str, dict, object]]:
     """``(path, expected object, answered object)`` of the objects that hold sums: each
     ``shards[i]`` and ``merged`` (the answered one None where the answer lacks it)."""
-    shards = answer.get("shards") if isinstance(answer.get("shards"), list) else []
-    pairs = [
+    shards = answer.get("shards")
+    if not isinstance(shards, list):
+        shards = []
+    pairs: list[tuple[str, dict, object]] = [
         (f"shards[{i}]", want, shards[i] if i < len(shards) else None)
         for i, want in enumerate(expected.get("shards", []))
     ]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from qconform.generators.encoding import canonical_json
 from qconform.generators.registry import load_family
@@ -54,6 +54,11 @@ class Request:
         return len(self.body["draft_tokens"])
 
 
+def case_field(case: object, key: str) -> Any:
+    """A field of a case object or of a VectorCase: a JSON value, of another type for each key."""
+    return case.get(key) if isinstance(case, dict) else getattr(case, key)
+
+
 def corpus_requests(cases: Iterable) -> list[Request]:
     """The distinct requests of the valid ``verification_round`` cases (objects or
     :class:`~qconform.generators.validation.VectorCase`), in corpus order.
@@ -63,13 +68,12 @@ def corpus_requests(cases: Iterable) -> list[Request]:
     """
     found: dict[str, Request] = {}
     for case in cases:
-        get = case.get if isinstance(case, dict) else lambda key, c=case: getattr(c, key)
-        if get("result") != "valid":
+        if case_field(case, "result") != "valid":
             continue
-        inp, expected = get("input"), get("expected")
+        inp, expected = case_field(case, "input"), case_field(case, "expected")
         for index, (body, answer) in enumerate(zip(inp["requests"], expected["requests"])):
             key = canonical_json([inp["vocab"], body])
-            found.setdefault(key, Request(f"{get('id')}#{index}", inp["vocab"], body, answer))
+            found.setdefault(key, Request(f"{case_field(case, 'id')}#{index}", inp["vocab"], body, answer))
     return list(found.values())
 
 

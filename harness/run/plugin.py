@@ -137,6 +137,7 @@ def case_id_of(nodeid: str) -> str | None:
 def verdict_of(report: pytest.TestReport) -> Verdict | None:
     for name, value in report.user_properties:
         if name == PROPERTY:
+            assert isinstance(value, str)  # CaseItem writes it as JSON text
             return Verdict.from_json(json.loads(value))
     return None
 
@@ -207,6 +208,29 @@ def _resolve(path: str | Path) -> Path:
     return Path(path).expanduser().resolve()
 
 
+def _text_option(config: pytest.Config, name: str) -> str:
+    """An option that always holds text here: it has a default, or (``qconform_adapter``) the plugin runs only when set."""
+    value = config.getoption(name)
+    assert isinstance(value, str), name
+    return value
+
+
+def _worker_output(config: pytest.Config) -> dict[str, Any]:
+    """What an xdist worker hands back to the controller (JSON values of several kinds).
+
+    pytest-xdist sets ``workeroutput`` on a worker's config; ``pytest.Config`` does not declare it."""
+    output = getattr(config, "workeroutput")
+    assert isinstance(output, dict)
+    return output
+
+
+def _list_option(config: pytest.Config, name: str) -> list[str]:
+    """A repeatable option (``action="append"``, default ``[]``)."""
+    value = config.getoption(name)
+    assert isinstance(value, list), name
+    return value
+
+
 class ConformanceRun:
     """The plugin object of one session with ``--qconform-adapter`` (on every process)."""
 
@@ -217,14 +241,14 @@ class ConformanceRun:
 
         self.config = config
         self.is_worker = hasattr(config, "workerinput")
-        self.adapter = config.getoption("qconform_adapter")
-        self.device = config.getoption("qconform_device")
+        self.adapter = _text_option(config, "qconform_adapter")
+        self.device = _text_option(config, "qconform_device")
         self.root = _resolve(config.getoption("qconform_vectors") or default_vectors_dir())
         try:
             self.index = load_index(self.root)
         except VectorFileError as exc:
             raise pytest.UsageError(f"qconform: no usable corpus index: {exc}") from None
-        self.families = self._selected_families(config.getoption("qconform_family"))
+        self.families = self._selected_families(_list_option(config, "qconform_family"))
         expectations_path = config.getoption("qconform_expectations")
         try:
             self.expectations = Expectations.load(expectations_path) if expectations_path else Expectations()
@@ -262,7 +286,7 @@ class ConformanceRun:
             config.args = [str(self.root / name) for name in self.family_files]
         if getattr(config.option, "dist", "no") == "load":
             config.option.dist = "loadgroup"
-        self.cases = set(config.getoption("qconform_case"))
+        self.cases = set(_list_option(config, "qconform_case"))
         self.start_error: str | None = None
         self.write_errors: list[str] = []
         self.signals = SignalGuard()
@@ -320,7 +344,7 @@ class ConformanceRun:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         items = [item for item in session.items if isinstance(item, CaseItem)]
         if self.is_worker:
-            self.config.workeroutput[_WORKER_DESELECTED] = sorted(self.deselected)
+            _worker_output(self.config)[_WORKER_DESELECTED] = sorted(self.deselected)
             return
         self._collected([item.name for item in items])
         if self.config.option.collectonly:
@@ -385,11 +409,13 @@ class ConformanceRun:
         case_id = case_id_of(report.nodeid)
         for name, value in report.user_properties:
             if name == CASE_PROPERTY and case_id is not None:
-                self.summary.case_info[case_id] = CaseInfo(
-                    **{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(value).items()},
-                    reproducer=self.rerun.command(case_id),
-                )
-        if verdict is None and report.failed and case_id in self.index["cases"]:
+                assert isinstance(value, str)  # CaseItem writes it as JSON text
+                # CaseInfo's fields, of several types (JSON lists back to tuples)
+                fields: dict[str, Any] = {
+                    k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(value).items()
+                }
+                self.summary.case_info[case_id] = CaseInfo(**fields, reproducer=self.rerun.command(case_id))
+        if verdict is None and report.failed and case_id is not None and case_id in self.index["cases"]:
             lines = str(report.longrepr).strip().splitlines()
             verdict = Verdict(
                 VerdictClass.ERROR, case_id, f"harness error ({report.when}): {lines[-1] if lines else 'no details'}"
@@ -464,14 +490,14 @@ class ConformanceRun:
             *coverage_problems(
                 summary,
                 declared,
-                self.config.getoption("qconform_require"),
+                _list_option(self.config, "qconform_require"),
                 self.config.getoption("qconform_max_unsupported"),
             ),
         ]
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.is_worker:
-            self.config.workeroutput[_WORKER_CONFIG] = self._adapter_config_json()
+            _worker_output(self.config)[_WORKER_CONFIG] = self._adapter_config_json()
         elif not self.summary.adapter_config:
             self.summary.adapter_config = self._adapter_config_json()
         if self.signals.signum is not None:

@@ -29,9 +29,11 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
-from typing import Hashable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import mpmath
+
+from qconform.spec.outcome_law import RoundOutcome
 
 #: Cochran's rule: the least expected count of a bin
 MIN_EXPECTED = 5
@@ -43,11 +45,11 @@ DIGITS = 40
 class Bin:
     """Outcomes pooled into one bin, and the bin's exact probability."""
 
-    outcomes: tuple[Hashable, ...]
+    outcomes: tuple[RoundOutcome, ...]
     probability: Fraction
 
 
-def merge_bins(law: Mapping[Hashable, Fraction], samples: int, minimum: int = MIN_EXPECTED) -> list[Bin]:
+def merge_bins(law: Mapping[RoundOutcome, Fraction], samples: int, minimum: int = MIN_EXPECTED) -> list[Bin]:
     """The outcomes of positive probability in bins of expected count ``>= minimum`` at
     ``samples`` samples.
 
@@ -61,7 +63,7 @@ def merge_bins(law: Mapping[Hashable, Fraction], samples: int, minimum: int = MI
     ranked = sorted(((p, o) for o, p in law.items() if p > 0), key=lambda item: (item[0], item[1]))
     single = [Bin((o,), p) for p, o in ranked if p >= threshold]
     pools: list[Bin] = []
-    outcomes: list[Hashable] = []
+    outcomes: list[RoundOutcome] = []
     mass = Fraction(0)
     for p, o in ranked:
         if p >= threshold:
@@ -82,7 +84,7 @@ def merge_bins(law: Mapping[Hashable, Fraction], samples: int, minimum: int = MI
     return sorted(single + pools, key=lambda b: min(b.outcomes))
 
 
-def bin_counts(bins: Sequence[Bin], observed: Mapping[Hashable, int]) -> list[int]:
+def bin_counts(bins: Sequence[Bin], observed: Mapping[RoundOutcome, int]) -> list[int]:
     """The observed count of each bin."""
     return [sum(observed.get(o, 0) for o in b.outcomes) for b in bins]
 
@@ -178,7 +180,7 @@ def detectable_tv(df: int, samples: int, alpha: float, power: float) -> float:
     return math.sqrt(noncentrality_for_power(df, alpha, power) / (4 * samples))
 
 
-def noncentrality(bins: Sequence[Bin], alternative: Mapping[Hashable, Fraction], samples: int) -> float:
+def noncentrality(bins: Sequence[Bin], alternative: Mapping[RoundOutcome, Fraction], samples: int) -> float:
     """``n sum_b (a_b - e_b)^2 / e_b`` for the alternative law ``a`` over the same bins."""
     total = Fraction(0)
     for b in bins:

@@ -30,7 +30,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
-from typing import Callable, Hashable, Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 from qconform.generators import registry
 from qconform.harness.adapter import Adapter, AdapterConfig, AdapterError, Outcome, Unimplemented
@@ -54,7 +54,7 @@ from qconform.harness.stat.sequential import (
     spending_looks,
 )
 from qconform.harness.transport.shim_protocol import check_sample_output, sample_per_request
-from qconform.spec.outcome_law import Law
+from qconform.spec.outcome_law import Law, RoundOutcome
 
 
 def stat_families() -> tuple[str, ...]:
@@ -198,7 +198,7 @@ class Histogram:
 
     bins: list[Bin]
     counts: list[int]
-    impossible: dict[Hashable, int]
+    impossible: dict[RoundOutcome, int]
 
 
 @dataclass
@@ -422,9 +422,9 @@ class StatRunner:
         freedom (or an impossible outcome); verdicts and messages."""
         sampled = [s for s in self.states if s.case.result == "valid" and s.p_values and s.result.verdict == PASS]
         tested = [s for s in sampled if s.result.df > 0 or s.p_values[-1] == 0.0]
-        for state in tested:
-            state.result.p_value = sequential_p_value(state.p_values, self.looks)
-        for state, adjusted in zip(tested, holm([s.result.p_value for s in tested])):
+        p_values = [sequential_p_value(s.p_values, self.looks) for s in tested]
+        for state, p_value, adjusted in zip(tested, p_values, holm(p_values)):
+            state.result.p_value = p_value
             state.result.adjusted_p = adjusted
         for state in sampled:
             self.describe(state)

@@ -211,7 +211,7 @@ def verifier(
         from qconform.adapters.endpoint.target import Target
 
         worker_host, worker_port = parse_address(worker_address)
-        endpoint.target = Target(
+        target = Target(
             config,
             TargetModel.random(vocab, target_seed),
             worker_host,
@@ -222,5 +222,6 @@ def verifier(
             slots=slots,
             receiver_cls=receiver_class(mutant),
         )
-        driver = endpoint.target.run(rounds)
+        endpoint.target = target
+        driver = target.run(rounds)
     sys.exit(asyncio.run(serve_until_signalled(endpoint, host, port, driver, exit_after_rounds)))

@@ -248,7 +248,8 @@ def run(
         code = pytest.main(args + extra, plugins=[recorder])
         status = recorder.status if recorder.status is not None else from_pytest(int(code))
         if junit_tmp is not None and not list_only and status != RunExit.ADAPTER_START:
-            status = _publish_junit(junit_tmp, _absolute(junit_path), status)
+            assert junit_path is not None  # junit_tmp is set only with --junit
+            status = _publish_junit(junit_tmp, Path(junit_path).expanduser().resolve(), status)
     ctx.exit(int(status))
 
 

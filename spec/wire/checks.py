@@ -23,7 +23,7 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from qconform.spec.constants import M
 from qconform.spec.floats import Special, unpack_f32
@@ -35,6 +35,9 @@ from qconform.spec.wire.messages import Hello, Reply, reply_tail
 #: Decoding step 7 (fixed fields read, tail not yet read) and step 8 (stateless validation).
 FIXED, CONTENT = "fixed", "content"
 
+#: What a table's rows look at: :class:`Subject` for a v2 message, :class:`V1Subject` for a v1 frame.
+S = TypeVar("S")
+
 M_BITS: int = M.bit_length() - 1
 SIGN_BIT: int = 0x80000000
 #: Bytes of one sparse entry (int32 ID + FP32 q) and of one dense entry (FP32 q).
@@ -43,12 +46,12 @@ DENSE_ENTRY_BYTES: int = layout.Q_BYTES
 
 
 @dataclass(frozen=True)
-class Check:
+class Check(Generic[S]):
     """One row of a check table: the reason ``code`` when ``fails`` holds; ``when`` is the document's wording."""
 
     code: str
     when: str
-    fails: Callable[[Subject], bool]
+    fails: Callable[[S], bool]
     stage: str = CONTENT
 
 
@@ -157,7 +160,7 @@ def temperature_class(bits: int) -> str | None:
     return "NEGATIVE_VALUE" if negative or significand == 0 else None
 
 
-ROUTE_CHECKS: tuple[Check, ...] = (
+ROUTE_CHECKS: tuple[Check[Subject], ...] = (
     Check(
         "SESSION_MISMATCH",
         "`session_id` is not the negotiated session",
@@ -166,7 +169,8 @@ ROUTE_CHECKS: tuple[Check, ...] = (
     Check("TOO_MANY_SLOTS", "`slot` >= `max_slots`", lambda s: s.message.slot >= s.params.max_slots),  # type: ignore[union-attr]
 )
 
-STEP_CHECKS: tuple[Check, ...] = ROUTE_CHECKS + (
+STEP_CHECKS: tuple[Check[Subject], ...] = (
+    *ROUTE_CHECKS,
     Check("DEPTH_MISMATCH", "`depth` is not the negotiated depth", lambda s: s.message.depth != s.params.depth),
     Check(
         "SUPPORT_ABOVE_MAX",
@@ -190,7 +194,7 @@ STEP_CHECKS: tuple[Check, ...] = ROUTE_CHECKS + (
     ),
 )
 
-REPLY_CHECKS: tuple[Check, ...] = (
+REPLY_CHECKS: tuple[Check[Subject], ...] = (
     Check(
         "MISSING_Q",
         "`representation` is 0 or `entry_count` is 0",
@@ -264,7 +268,8 @@ REPLY_CHECKS: tuple[Check, ...] = (
     Check("ZERO_Q_AT_TOKEN", "`token` has count 0", lambda s: s.count_at(s.message.token) == 0),
 )
 
-COMPLETION_CHECKS: tuple[Check, ...] = ROUTE_CHECKS + (
+COMPLETION_CHECKS: tuple[Check[Subject], ...] = (
+    *ROUTE_CHECKS,
     Check("DEPTH_MISMATCH", "`row_count` is not the negotiated depth", lambda s: s.message.row_count != s.params.depth),
     Check("UNKNOWN_STATUS", "`status` is above 1 (FAILED)", lambda s: s.message.status > layout.STATUS_FAILED),
 )
@@ -275,7 +280,8 @@ def token_or_none(token: int, params: Hello) -> bool:
     return token == layout.NO_TOKEN or in_vocab(token, params)
 
 
-COMMIT_CHECKS: tuple[Check, ...] = ROUTE_CHECKS + (
+COMMIT_CHECKS: tuple[Check[Subject], ...] = (
+    *ROUTE_CHECKS,
     Check("POSITION_MISMATCH", "`accepted` > the negotiated depth", lambda s: s.message.accepted > s.params.depth),
     Check(
         "TOKEN_OUT_OF_RANGE",
@@ -284,7 +290,8 @@ COMMIT_CHECKS: tuple[Check, ...] = ROUTE_CHECKS + (
     ),
 )
 
-RESET_CHECKS: tuple[Check, ...] = ROUTE_CHECKS + (
+RESET_CHECKS: tuple[Check[Subject], ...] = (
+    *ROUTE_CHECKS,
     Check(
         "TOKEN_OUT_OF_RANGE",
         "`token` is neither -1 nor in [0, `vocab`)",
@@ -293,12 +300,12 @@ RESET_CHECKS: tuple[Check, ...] = ROUTE_CHECKS + (
 )
 
 #: A HELLO_ANSWER names no slot: its one rule is its status.
-HELLO_ANSWER_CHECKS: tuple[Check, ...] = (
+HELLO_ANSWER_CHECKS: tuple[Check[Subject], ...] = (
     Check("UNKNOWN_STATUS", "`status` is above 1 (REFUSED)", lambda s: s.message.status > layout.HELLO_REFUSED),
 )
 
 #: message type code -> its rows in check order (HELLO's are ``negotiation.IDENTITY_FIELDS`` and ``BOUND_FIELDS``).
-MESSAGE_CHECKS: dict[int, tuple[Check, ...]] = {
+MESSAGE_CHECKS: dict[int, tuple[Check[Subject], ...]] = {
     layout.STEP.code: STEP_CHECKS,
     layout.REPLY.code: REPLY_CHECKS,
     layout.COMPLETION.code: COMPLETION_CHECKS,
@@ -335,7 +342,7 @@ class V1Subject:
 
 V1_PAYLOAD_MAX: int = layout.V1_GREEDY.size + 4 * layout.V1_MAX_TOKENS
 
-V1_CHECKS: tuple[Check, ...] = (
+V1_CHECKS: tuple[Check[V1Subject], ...] = (
     Check("TRUNCATED", "fewer than 12 bytes", lambda s: len(s.data) < layout.V1_HEADER_SIZE, FIXED),
     Check("UNKNOWN_VERSION", "`version` is not 1", lambda s: s.header[1] != layout.V1_VERSION, FIXED),
     Check("UNKNOWN_MESSAGE_TYPE", "`message_type` is not 1", lambda s: s.header[2] != layout.V1_GREEDY.code, FIXED),
@@ -358,7 +365,7 @@ V1_CHECKS: tuple[Check, ...] = (
 
 
 @defines("R18", "R19")
-def first_failure(checks: Sequence[Check], subject: object, stage: str | None = None) -> Check | None:
+def first_failure(checks: Sequence[Check[S]], subject: S, stage: str | None = None) -> Check[S] | None:
     """The first row of ``checks`` (of ``stage`` only, when given) that fails on ``subject``, or None."""
     for check in checks:
         if (stage is None or check.stage == stage) and check.fails(subject):

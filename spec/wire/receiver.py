@@ -52,7 +52,7 @@ rows consumable (R16). Rules, in brief:
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Callable, Union
+from typing import Any, Callable, Union
 
 from qconform.spec.qrow import QRow
 from qconform.spec.rules import defines
@@ -544,7 +544,8 @@ def receive_cancel(
     return accept(with_slot(state, cancel.slot, replace(state.slots[cancel.slot], live=False)), discarded)
 
 
-Handler = Callable[[ReceiverState, Message, bytes, int], tuple[ReceiverState, Disposition]]
+#: A handler takes the one message type that keys it in HANDLERS, which a union parameter cannot say: ``Any``.
+Handler = Callable[[ReceiverState, Any, bytes, int], tuple[ReceiverState, Disposition]]
 HANDLERS: dict[type, Handler] = {
     Step: receive_step,
     Reply: receive_reply,
@@ -606,7 +607,8 @@ def fire_timeout(state: ReceiverState, index: int) -> tuple[ReceiverState, Dispo
     It guards the arrival of q: with no open round, or once the round is
     consumable (every row validated, R28), it is ignored.
     """
-    if index >= len(state.slots) or state.slots[index].open is None or state.slots[index].open.consumable:
+    open_round = state.slots[index].open if index < len(state.slots) else None
+    if open_round is None or open_round.consumable:
         return counted(state, "ignored_timers"), Disposition(IGNORE)
     state, discarded = discard(counted(state, "timeouts"), (index,))
     return state, Disposition(ACCEPT, None, discarded)

@@ -78,7 +78,7 @@ def route_of(message: Message) -> Route | None:
 
 
 @defines("R18", "R19")
-def enforce(checks: tuple[Check, ...], subject: Subject, stage: str) -> None:
+def enforce(checks: tuple[Check[Subject], ...], subject: Subject, stage: str) -> None:
     """Refuse with the first failing row of ``checks`` of ``stage`` (docs/wire-v2.md, "Check order")."""
     failed = first_failure(checks, subject, stage)
     if failed is not None:
