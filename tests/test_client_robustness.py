@@ -44,8 +44,9 @@ def test_the_inputs_mix_affected_and_clean_cases():
         ("nan", "adapter reported: output is not strict JSON"),
     ],
 )
-def test_per_case_faults_become_errors_of_exactly_the_affected_cases(mode, fragment):
-    with open_adapter(f"faulty:{mode}", timeout_s=30) as client:
+@pytest.mark.parametrize("strict_schema", [False, True], ids=["structure-only", "strict-schema"])
+def test_per_case_faults_become_errors_of_exactly_the_affected_cases(mode, fragment, strict_schema):
+    with open_adapter(f"faulty:{mode}", timeout_s=30, strict_schema=strict_schema) as client:
         outcomes = client.run_batch(ECHO_FAMILY, INPUTS)
         assert client.restarts == 0
     for case, hit, outcome in zip(INPUTS, HIT, outcomes):

@@ -230,8 +230,17 @@ class AdapterClient:
     counts how often the child was replaced after a failure.
     """
 
-    def __init__(self, spec: str, command: Sequence[str], device: str = "cpu", timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        spec: str,
+        command: Sequence[str],
+        device: str = "cpu",
+        timeout_s: float = 60.0,
+        strict_schema: bool = False,
+    ) -> None:
         self.spec = spec
+        #: walk every answer through the family's full JSON Schema (``--strict-schema``)
+        self.strict_schema = strict_schema
         self.command = list(command)
         self.device = device
         self.timeout_s = timeout_s
@@ -341,7 +350,9 @@ class AdapterClient:
         Never raises for adapter misbehaviour: such cases come back as
         :class:`AdapterError`. A family outside the adapter's capabilities is
         answered :class:`Unimplemented` without contacting the child.
-        ``schema_check=False`` skips the per-output JSON-schema check, for callers
+        Each output is checked for encoding (NaN, blob consistency), and walked
+        through the family's JSON Schema when the client is ``strict_schema``;
+        ``schema_check=False`` skips every per-output check, for callers
         that check every field they read themselves (``qconform accumulate``, whose
         canonical records refuse any malformed answer).
         """
@@ -349,7 +360,8 @@ class AdapterClient:
         if inputs and family not in self.config.capabilities.families:
             return [Unimplemented(f"{self.config.name} does not declare family {family}")] * len(inputs)
         request = {"op": "run", "family": family, "inputs": inputs}
-        check = (lambda output: check_output(family, output)) if schema_check else (lambda output: None)
+        strict = self.strict_schema
+        check = (lambda output: check_output(family, output, strict)) if schema_check else (lambda output: None)
         return self._batch(request, timeout_s, check)
 
     def sample_batch(
@@ -399,7 +411,7 @@ def outcomes_of(reply: dict, count: int, check: Callable[[dict], str | None]) ->
     return [entry_to_outcome(entry, check) for entry in outputs]
 
 
-def open_adapter(spec: str, device: str = "cpu", timeout_s: float = 60.0) -> AdapterClient:
+def open_adapter(spec: str, device: str = "cpu", timeout_s: float = 60.0, strict_schema: bool = False) -> AdapterClient:
     """Start the adapter ``spec`` and return a client for it.
 
     ``spec`` is a registered adapter name (``reference``, ``noop``, ``faulty:<mode>``,
@@ -407,7 +419,8 @@ def open_adapter(spec: str, device: str = "cpu", timeout_s: float = 60.0) -> Ada
     ``shim:<command line>`` for a program that speaks the protocol itself, or
     ``tcp://HOST:PORT`` for a wire v2 endpoint (served by the host as ``TcpAdapter``).
     Raises :class:`AdapterStartError` (``UnknownAdapter`` for an unknown name)
-    when the adapter cannot start.
+    when the adapter cannot start. ``strict_schema`` walks every answer through its
+    family's full JSON Schema (``qconform run --strict-schema``).
     """
     from qconform.adapters.catalog import shim_adapter, shim_adapter_command
 
@@ -424,4 +437,4 @@ def open_adapter(spec: str, device: str = "cpu", timeout_s: float = 60.0) -> Ada
         if spec not in names and not spec.startswith(TCP_PREFIX):
             raise UnknownAdapter(spec, list(names))
         command = host_command(spec, device)
-    return AdapterClient(spec, command, device, timeout_s)
+    return AdapterClient(spec, command, device, timeout_s, strict_schema)

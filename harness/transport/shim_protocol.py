@@ -336,19 +336,23 @@ def output_validator(family: str) -> Any:
     return jsonschema.Draft202012Validator(schema)
 
 
-def check_output(family: str, output: dict) -> str | None:
+def check_output(family: str, output: dict, strict_schema: bool = False) -> str | None:
     """Why ``output`` is not a well-formed answer for ``family``, or None.
 
-    Well-formed means: no non-finite numbers, every blob consistent, and (when
-    the family is registered) valid against its ``expected`` schema or a refusal.
+    Always: no non-finite numbers and every blob consistent (dtype, shape, byte
+    count). With ``strict_schema`` (``qconform run --strict-schema``), also valid
+    against the family's ``expected`` schema or a refusal, walked in full. Without
+    it (the default, docs/harness.md "Structure-only validation"), the structure is
+    checked by the family's comparator, which reads exactly the keys, shapes and
+    dtypes it compares and raises ``Malformed`` (an ``error``) on anything else.
     Well-formed but *wrong* answers are not judged here: they are the runner's
     ``fail``.
     """
     problem = encoding_problem(output)
     if problem:
         return problem
-    if is_refusal(output):
-        return None  # exactly REFUSAL_SCHEMA, one branch of the anyOf: no schema walk needed
+    if not strict_schema or is_refusal(output):
+        return None  # a refusal is exactly REFUSAL_SCHEMA, one branch of the anyOf: no walk needed
     validator = output_validator(family)
     if validator is None:
         return None
