@@ -46,6 +46,8 @@ GOAL_TORCH = 1.10
 ADAPTERS = ("noop", "reference", "torch")
 #: the label of the torch pass with the full JSON Schema walk (``--strict-schema``)
 STRICT = "torch --strict-schema"
+#: the labels of the passes in the JSON payload form (``--json-payload``)
+NOOP_JSON, TORCH_JSON = "noop json", "torch json"
 
 
 def live_children() -> list[int]:
@@ -92,12 +94,17 @@ def start_seconds(adapter: str) -> float:
 
 
 def through_harness(
-    adapter: str, corpus: dict[str, list[dict]], repeat: int, cpu_clock: bool, strict_schema: bool = False
+    adapter: str,
+    corpus: dict[str, list[dict]],
+    repeat: int,
+    cpu_clock: bool,
+    strict_schema: bool = False,
+    binary_payload: bool = True,
 ) -> tuple[dict[str, float], tuple[str, ...], float]:
     """Median seconds per family of ``repeat`` passes through the runner, the families the
     adapter declares, and its start-up seconds."""
     start = start_seconds(adapter)
-    client = open_adapter(adapter, timeout_s=600, strict_schema=strict_schema)
+    client = open_adapter(adapter, timeout_s=600, strict_schema=strict_schema, binary_payload=binary_payload)
     runner = CaseRunner(lambda: client)
     child = live_children()
     clock = (lambda: time.process_time() + process_cpu(child)) if cpu_clock else time.perf_counter
@@ -202,6 +209,13 @@ def report(
     if STRICT in harness:
         strict = sum(harness[STRICT][0][f] for f in torch_families if f in counts)
         lines.append(f"torch with --strict-schema / torch in process: {strict / own:.2f}x")
+    if TORCH_JSON in harness:
+        noop_json = sum(harness[NOOP_JSON][0][f] for f in torch_families if f in counts)
+        torch_json = sum(harness[TORCH_JSON][0][f] for f in torch_families if f in counts)
+        lines.append(
+            f"JSON payload form: noop overhead {100 * noop_json / own:.1f}% of torch's own time, "
+            f"torch through the harness / in process {torch_json / own:.2f}x"
+        )
     return lines
 
 
@@ -221,6 +235,11 @@ def main() -> None:
     parser.add_argument(
         "--strict-schema", action="store_true", help=f"add a {STRICT!r} pass: every answer walked by its JSON Schema"
     )
+    parser.add_argument(
+        "--json-payload",
+        action="store_true",
+        help=f"add {NOOP_JSON!r} and {TORCH_JSON!r} passes in the JSON payload form (the others are binary)",
+    )
     args = parser.parse_args()
     cpu_clock = args.clock == "cpu"
 
@@ -229,6 +248,9 @@ def main() -> None:
     harness = {adapter: through_harness(adapter, corpus, args.repeat, cpu_clock) for adapter in adapters}
     if args.strict_schema:
         harness[STRICT] = through_harness("torch", corpus, args.repeat, cpu_clock, strict_schema=True)
+    if args.json_payload:
+        harness[NOOP_JSON] = through_harness("noop", corpus, args.repeat, cpu_clock, binary_payload=False)
+        harness[TORCH_JSON] = through_harness("torch", corpus, args.repeat, cpu_clock, binary_payload=False)
     torch_families = [f for f in corpus if f in harness["torch"][1]]
     clock = time.process_time if cpu_clock else time.perf_counter
     torch_own = in_process_torch(corpus, torch_families, args.repeat, clock)

@@ -25,14 +25,21 @@ from typing import Any, Callable, Sequence
 
 from qconform.harness.adapter import AdapterConfig, AdapterError, AdapterStartError, Outcome, Unimplemented
 from qconform.harness.transport.shim_protocol import (
+    BINARY_PAYLOAD,
+    JSON_PAYLOAD,
+    PAYLOADS,
     ProtocolError,
     check_output,
     check_sample_output,
     decode_line,
+    encode_binary,
     encode_message,
     entry_to_outcome,
+    join_sections,
     parse_config,
+    parse_payload,
     quote,
+    section_sizes,
 )
 
 __all__ = ["AdapterClient", "AdapterStartError", "open_adapter", "host_command"]
@@ -128,6 +135,9 @@ class Child:
         except OSError as exc:
             raise AdapterStartError(f"cannot run {shlex.join(command)}: {exc}") from None
         self.lines: queue.Queue = queue.Queue()
+        #: binary payloads negotiated (docs/shim-protocol.md): a reply line announcing
+        #: ``sections`` is followed by their bytes, which the reader takes with it
+        self.binary = False
         self._stderr: deque[bytes] = deque()
         self._stderr_size = 0
         self._stderr_lock = threading.Lock()
@@ -142,7 +152,7 @@ class Child:
     def _read_stdout(self) -> None:
         try:
             for line in self.proc.stdout:
-                self.lines.put(line)
+                self.lines.put(self._with_sections(line) if self.binary else line)
         except (OSError, ValueError):
             pass
         self.lines.put(_EOF)
@@ -159,6 +169,19 @@ class Child:
         except (OSError, ValueError):
             pass
         self.proc.stderr.close()
+
+    def _with_sections(self, line: bytes) -> Any:
+        """A binary reply read whole, as ``(decoded message, section bytes)``; a line that does not
+        decode, or announces no sections, is passed on as it came (the caller names the fault)."""
+        try:
+            message = decode_line(line)
+            sizes = section_sizes(message)
+        except ProtocolError:
+            return line
+        if not sizes:
+            return line
+        data = self.proc.stdout.read(sum(sizes))
+        return (message, data, line)
 
     def stderr_tail(self, limit: int = STDERR_QUOTE) -> str:
         with self._stderr_lock:
@@ -237,8 +260,11 @@ class AdapterClient:
         device: str = "cpu",
         timeout_s: float = 60.0,
         strict_schema: bool = False,
+        binary_payload: bool = True,
     ) -> None:
         self.spec = spec
+        #: offer binary payloads in ``get_config`` (a child that does not take the offer gets JSON)
+        self.binary_payload = binary_payload
         #: walk every answer through the family's full JSON Schema (``--strict-schema``)
         self.strict_schema = strict_schema
         self.command = list(command)
@@ -258,7 +284,8 @@ class AdapterClient:
         child = Child(self.command)
         self._child = child
         try:
-            reply = self._exchange({"op": "get_config"}, self.timeout_s)
+            offer = list(PAYLOADS) if self.binary_payload else [JSON_PAYLOAD]
+            reply = self._exchange({"op": "get_config", "payload": offer}, self.timeout_s)
         except ChildFailure as exc:
             raise AdapterStartError(f"adapter {self.spec!r} did not start: {exc}") from None
         try:
@@ -269,7 +296,17 @@ class AdapterClient:
         except ProtocolError as exc:
             self._discard(child)
             raise AdapterStartError(f"adapter {self.spec!r} did not start: {child.failure(str(exc))}") from None
+        payload = parse_payload(reply["config"])
+        if payload not in offer:
+            self._discard(child)
+            raise AdapterStartError(f"adapter {self.spec!r} did not start: config.payload {payload!r} was not offered")
+        child.binary = payload == BINARY_PAYLOAD
         return config
+
+    @property
+    def payload(self) -> str:
+        """The payload form negotiated with the running child (docs/shim-protocol.md)."""
+        return BINARY_PAYLOAD if self._child is not None and self._child.binary else JSON_PAYLOAD
 
     def _check_device(self) -> None:
         devices = self.config.capabilities.devices
@@ -315,7 +352,8 @@ class AdapterClient:
         child = self._child
         assert child is not None
         request_id = self._take_id()
-        child.send(encode_message({"id": request_id, **request}))
+        encode = encode_binary if child.binary else encode_message
+        child.send(encode({"id": request_id, **request}))
         line = child.read_line(time.monotonic() + timeout_s)
         if line is None:
             self._discard(child)
@@ -325,7 +363,11 @@ class AdapterClient:
             self._discard(child)
             raise ChildFailure(child.failure(f"adapter {status} before answering request {request_id}"))
         try:
-            reply = decode_line(line)
+            if isinstance(line, tuple):  # a binary reply: its line decoded, then its sections
+                message, data, line = line
+                reply = join_sections(message, data)
+            else:
+                reply = decode_line(line)
             if reply.get("id") != request_id:
                 raise ProtocolError(
                     f"reply id {reply.get('id')!r} does not match request id {request_id}: {quote(line)}"
@@ -411,7 +453,9 @@ def outcomes_of(reply: dict, count: int, check: Callable[[dict], str | None]) ->
     return [entry_to_outcome(entry, check) for entry in outputs]
 
 
-def open_adapter(spec: str, device: str = "cpu", timeout_s: float = 60.0, strict_schema: bool = False) -> AdapterClient:
+def open_adapter(
+    spec: str, device: str = "cpu", timeout_s: float = 60.0, strict_schema: bool = False, binary_payload: bool = True
+) -> AdapterClient:
     """Start the adapter ``spec`` and return a client for it.
 
     ``spec`` is a registered adapter name (``reference``, ``noop``, ``faulty:<mode>``,
@@ -420,7 +464,8 @@ def open_adapter(spec: str, device: str = "cpu", timeout_s: float = 60.0, strict
     ``tcp://HOST:PORT`` for a wire v2 endpoint (served by the host as ``TcpAdapter``).
     Raises :class:`AdapterStartError` (``UnknownAdapter`` for an unknown name)
     when the adapter cannot start. ``strict_schema`` walks every answer through its
-    family's full JSON Schema (``qconform run --strict-schema``).
+    family's full JSON Schema (``qconform run --strict-schema``). ``binary_payload=False``
+    keeps every message in the JSON form even with a child that could take binary payloads.
     """
     from qconform.adapters.catalog import shim_adapter, shim_adapter_command
 
@@ -437,4 +482,4 @@ def open_adapter(spec: str, device: str = "cpu", timeout_s: float = 60.0, strict
         if spec not in names and not spec.startswith(TCP_PREFIX):
             raise UnknownAdapter(spec, list(names))
         command = host_command(spec, device)
-    return AdapterClient(spec, command, device, timeout_s, strict_schema)
+    return AdapterClient(spec, command, device, timeout_s, strict_schema, binary_payload)
