@@ -192,6 +192,7 @@ class Decoder:
         message = Message(message_type, dict(zip(spec.names, spec.codec.unpack_from(payload))))
         message.frame_raw = extend(raw(view[: layout.HEADER_SIZE]), length, payload_raw)
         if message_type == layout.REPLY:
+            assert params is not None  # the header refused a REPLY before the HELLO (V2_BEFORE_HELLO)
             message.tail = self.reply_tail(message, tail, params)
             message.tail_raw = tail_raw
         return message
@@ -218,7 +219,7 @@ class Decoder:
         return tail
 
     @staticmethod
-    def v1_message(payload: bytes, length: int) -> Message:
+    def v1_message(payload: bytes | memoryview, length: int) -> Message:
         """A v1 greedy frame's tokens: never sampled, never carries q (R12)."""
         (count,) = struct.unpack_from("<I", payload)
         if count > layout.V1_MAX_TOKENS:

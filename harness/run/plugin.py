@@ -238,9 +238,8 @@ class ConformanceRun:
             raise pytest.UsageError(f"qconform: {exc}") from None
         timeout = config.getoption("qconform_timeout")
         strict = bool(config.getoption("qconform_strict_schema"))
-        self.runner = CaseRunner(
-            lambda: open_client(self.adapter, self.device, timeout, strict), self.expectations, timeout
-        )
+        adapter, device = str(self.adapter), str(self.device)  # set: the plugin runs only with an adapter
+        self.runner = CaseRunner(lambda: open_client(adapter, device, timeout, strict), self.expectations, timeout)
         self.summary = RunSummary(
             RunHeader(
                 adapter=self.adapter,

@@ -178,9 +178,10 @@ class Child:
             sizes = section_sizes(message)
         except ProtocolError:
             return line
-        if not sizes:
+        stdout = self.proc.stdout
+        if not sizes or stdout is None:
             return line
-        data = self.proc.stdout.read(sum(sizes))
+        data = stdout.read(sum(sizes))
         return (message, data, line)
 
     def stderr_tail(self, limit: int = STDERR_QUOTE) -> str:
