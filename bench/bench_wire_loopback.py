@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import platform
+import socket
 import statistics
 import time
 from typing import Callable
@@ -56,6 +57,10 @@ from qconform.spec.sizes import (
 
 DEPTH = 5
 SEED = 0x5EED
+#: issue #14's goals: the endpoint's receive path at least 1/2.5 of a plain socket sink's
+#: throughput, and a live dense round at most 15x its ideal serialization time
+GOAL_SINK = 2.5
+GOAL_ROUND = 15
 
 
 def batch_rows(requests: int, vocab: int, seed: int = 7) -> tuple[np.ndarray, np.ndarray]:
@@ -121,6 +126,7 @@ def opened_receiver(params: dict, steps: list[Message]) -> Receiver:
                     "generation": 1,
                     "committed": step["anchor"],
                     "slot": step["slot"],
+                    "token": layout.NO_TOKEN,
                 },
             )
         )
@@ -159,20 +165,44 @@ async def serve_batch(frames: list[bytes], requests: int, encoder: Callable[[], 
     return await asyncio.start_server(handle, "127.0.0.1", 0)
 
 
+async def sink_round(sock: socket.socket, step_frames: list[bytes], buffer: bytearray) -> None:
+    """The plain socket sink: STEPs out, then the batch's bytes into one preallocated buffer
+    (``sock_recv_into``), nothing parsed or checked: the floor of this loopback in Python."""
+    loop = asyncio.get_running_loop()
+    await loop.sock_sendall(sock, b"".join(step_frames))
+    view, got = memoryview(buffer), 0
+    while got < len(buffer):
+        count = await loop.sock_recv_into(sock, view[got:])
+        if not count:
+            raise ConnectionError("the server closed the sink's connection")
+        got += count
+
+
 async def round_trips(
     params: dict, steps: list[Message], frames: list[bytes], repeat: int, live_encoder, clock: Callable[[], float]
-) -> tuple[list[float], list[float]]:
-    """(transfer-only times, live round-trip times): STEPs out, the batch back, framed (and, live, checked)."""
+) -> dict[str, list[float]]:
+    """Times of each kind of round, taken round-robin: ``sink`` (the bytes into a plain buffer),
+    ``transfer`` (read framed), ``receive`` (read framed, validated, decoded to counts: the
+    endpoint's receive path, frames pre-encoded) and ``live`` (the worker side encodes too)."""
     step_frames = [encode(layout.STEP, step.fields) for step in steps]
-    times: dict[str, list[float]] = {"transfer": [], "live": []}
+    times: dict[str, list[float]] = {"sink": [], "transfer": [], "receive": [], "live": []}
     servers = {
+        "sink": await serve_batch(frames, len(steps), None),
         "transfer": await serve_batch(frames, len(steps), None),
+        "receive": await serve_batch(frames, len(steps), None),
         "live": await serve_batch(frames, len(steps), live_encoder),
     }
     links = {}
     for name, server in servers.items():
-        links[name] = await asyncio.open_connection(*server.sockets[0].getsockname()[:2])
+        if name != "sink":
+            links[name] = await asyncio.open_connection(*server.sockets[0].getsockname()[:2])
+    sink = socket.create_connection(servers["sink"].sockets[0].getsockname()[:2])
+    sink.setblocking(False)
+    buffer = bytearray(sum(len(f) for f in frames))
     for _ in range(repeat):
+        start = clock()
+        await sink_round(sink, step_frames, buffer)
+        times["sink"].append(clock() - start)
         for name, (reader, writer) in links.items():
             start = clock()
             await stream.send(writer, *step_frames)
@@ -181,13 +211,15 @@ async def round_trips(
                 (await stream.read_item(reader, decoder, params, control_allowed=False)).data
                 for _ in range(len(frames))
             ]
-            if name == "live":
+            if name != "transfer":
                 decode_batch(validate_batch(params, steps, got), len(steps))
             times[name].append(clock() - start)
+    sink.close()
     for name, (reader, writer) in links.items():
         writer.close()
-        servers[name].close()
-    return times["transfer"], times["live"]
+    for server in servers.values():
+        server.close()
+    return times
 
 
 def crc_work(frames: list[bytes]) -> Callable[[], None]:
@@ -232,7 +264,7 @@ def main() -> None:
             start = clock()
             work()
             stages[name].append(clock() - start)
-    transfer, live = asyncio.run(
+    rounds = asyncio.run(
         round_trips(
             params,
             steps,
@@ -246,13 +278,15 @@ def main() -> None:
     ideal_ms = float(ideal) * 1e3
     rows = [
         ("encode (worker side)", median_ms(stages["encode"])),
-        ("send + receive, framed (loopback TCP)", median_ms(transfer)),
+        ("plain socket sink (loopback TCP, baseline)", median_ms(rounds["sink"])),
+        ("send + receive, framed (loopback TCP)", median_ms(rounds["transfer"])),
         ("receive-side validate (receiver)", median_ms(stages["validate"])),
         ("decode to counts [B, K, V]", median_ms(stages["decode"])),
         ("of which CRC-32C, one side", median_ms(stages["crc"])),
-        ("round trip, live (all of the above)", median_ms(live)),
+        ("endpoint receive path (framed, validated, decoded)", median_ms(rounds["receive"])),
+        ("round trip, live (all of the above)", median_ms(rounds["live"])),
     ]
-    total = median_ms(live)
+    total = median_ms(rounds["live"])
     header = (
         f"wire loopback: B = {args.requests} requests x K = {DEPTH} dense rows, V = {args.vocab}: "
         f"{q_bytes:,} q bytes, {wire_bytes:,} wire bytes; ideal serialization at 40 Gb/s "
@@ -270,6 +304,19 @@ def main() -> None:
     print(
         f"throughput (live round trip): {q_bytes / (total / 1e3) / 1e9 * 8:.2f} Gb/s of q, "
         f"{1e3 / total:.1f} batches/s; ideal {TABLE_LINK_BITS_PER_SECOND // 10**9} Gb/s"
+    )
+    sink_ms, receive_ms = median_ms(rounds["sink"]), median_ms(rounds["receive"])
+    ratio = sink_ms / receive_ms
+    print(
+        f"endpoint q throughput {q_bytes / receive_ms / 1e3:.0f} MB/s / plain socket sink "
+        f"{q_bytes / sink_ms / 1e3:.0f} MB/s = 1/{1 / ratio:.2f} "
+        f"({'meets' if ratio >= 1 / GOAL_SINK else 'misses'} the goal of 1/{GOAL_SINK})"
+    )
+    per_round = total / args.requests
+    print(
+        f"dense depth-{DEPTH} round (live round trip / {args.requests} requests): {per_round:.2f} ms = "
+        f"{per_round / (ideal_ms / args.requests):.1f}x the ideal {ideal_ms / args.requests:.3f} ms "
+        f"({'meets' if per_round <= GOAL_ROUND * ideal_ms / args.requests else 'misses'} the goal of {GOAL_ROUND}x)"
     )
 
 

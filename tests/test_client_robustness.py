@@ -8,6 +8,7 @@ import sys
 import textwrap
 import time
 from importlib.metadata import EntryPoint
+from pathlib import Path
 
 import pytest
 
@@ -44,8 +45,14 @@ def test_the_inputs_mix_affected_and_clean_cases():
         ("nan", "adapter reported: output is not strict JSON"),
     ],
 )
-def test_per_case_faults_become_errors_of_exactly_the_affected_cases(mode, fragment):
-    with open_adapter(f"faulty:{mode}", timeout_s=30) as client:
+@pytest.mark.parametrize(
+    "strict_schema, binary_payload",
+    [(False, True), (True, False)],
+    ids=["structure-only, binary", "strict-schema, json"],
+)
+def test_per_case_faults_become_errors_of_exactly_the_affected_cases(mode, fragment, strict_schema, binary_payload):
+    opened = open_adapter(f"faulty:{mode}", timeout_s=30, strict_schema=strict_schema, binary_payload=binary_payload)
+    with opened as client:
         outcomes = client.run_batch(ECHO_FAMILY, INPUTS)
         assert client.restarts == 0
     for case, hit, outcome in zip(INPUTS, HIT, outcomes):
@@ -99,11 +106,21 @@ def test_a_family_outside_the_capabilities_is_unsupported_without_a_request():
         assert client.restarts == 0
 
 
-def test_messages_of_several_megabytes_round_trip():
-    blob = encode_blob("u32", list(range(1_000_000)))  # a line of more than 5 MB each way
+@pytest.mark.parametrize("binary_payload, payload", [(True, "binary"), (False, "json")])
+def test_messages_of_several_megabytes_round_trip(binary_payload, payload):
+    blob = encode_blob("u32", list(range(1_000_000)))  # 4 MB of raw sections, or a 5 MB line, each way
     big = next(case for n in range(20) if not affected(case := {"n": n, "counts": blob}))
-    with open_adapter("faulty:hang") as client:
-        assert client.run_batch(ECHO_FAMILY, [big]) == [echoed(big)]
+    with open_adapter("faulty:hang", binary_payload=binary_payload) as client:
+        assert client.payload == payload  # the host takes the offer; without one it speaks JSON
+        assert client.run_batch(ECHO_FAMILY, [big, CLEAN[0]]) == [echoed(big), echoed(CLEAN[0])]
+
+
+def test_a_json_only_shim_is_never_sent_binary_payloads():
+    shim = Path(__file__).resolve().parents[1] / "examples" / "shim" / "python_shim.py"
+    with open_adapter(f"shim:{shlex.quote(sys.executable)} {shlex.quote(str(shim))}") as client:
+        assert client.payload == "json"
+        (outcome,) = client.run_batch("rng_abi", [{"bad": "input"}])
+        assert client.restarts == 0 and outcome is not None
 
 
 def test_close_ends_the_child_and_is_idempotent():

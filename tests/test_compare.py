@@ -9,9 +9,11 @@ import pytest
 from harness_stubs import adapter_config, available_families, family_cases
 
 from qconform.generators.encoding import decode_blob, encode_blob, encode_f32, encode_rational
+from qconform.generators.registry import load_family
 from qconform.harness.adapter import AdapterError, Unimplemented
 from qconform.harness.judging.judge import judge
 from qconform.harness.judging.value_diff import Malformed, first_difference
+from qconform.harness.transport.shim_protocol import check_output, entry_to_outcome
 from qconform.harness.verdicts import VerdictClass
 from qconform.spec.allocation_fp64 import allocate_dense_fp64
 from qconform.spec.sampling import sample_sparse
@@ -82,16 +84,16 @@ def test_outcome_kinds_and_capabilities(family):
 
 
 @pytest.mark.rules()
+@pytest.mark.parametrize("strict_schema", [False, True], ids=["structure-only", "strict-schema"])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_missing_and_extra_fields_are_errors(family):
+def test_missing_and_extra_fields_are_errors(family, strict_schema):
     case = first_case(family, "valid")
-    config = adapter_config([family])
     extra = dict(copy.deepcopy(case["expected"]), surplus=1)
-    assert judge(case, extra, config).cls is ERROR
+    assert through_the_checks(case, extra, strict_schema).cls is ERROR
     key = sorted(case["expected"])[0]
     missing = {k: v for k, v in copy.deepcopy(case["expected"]).items() if k != key}
-    verdict = judge(case, missing, config)
-    assert verdict.cls is ERROR and "malformed answer" in verdict.message
+    verdict = through_the_checks(case, missing, strict_schema)
+    assert verdict.cls is ERROR and "malformed" in verdict.message
 
 
 # --- exact decoding (no tolerance) ----------------------------------------------------------
@@ -528,3 +530,99 @@ def test_chain_draws_and_sampling_are_exact():
     assert judge(case, short, config).cls is ERROR
     slim = {k: case["expected"][k] for k in ("tokens", "rows", "draws")}
     assert judge(case, copy.deepcopy(slim), adapter_config([PC])).cls is PASS
+
+
+# --- garbage is an error on both validation paths (docs/harness.md, "Structure-only validation") ---
+
+#: a value of each JSON type, to put where another type belongs
+OTHER_TYPES = ("garbage", 7, [], {}, None, True)
+
+
+def first_blob(value: object, path: tuple = ()) -> tuple | None:
+    """The key path of the first blob inside ``value``, or None."""
+    if isinstance(value, dict):
+        if set(value) == {"dtype", "shape", "b64"}:
+            return path
+        items = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        found = first_blob(item, (*path, key))
+        if found is not None:
+            return found
+    return None
+
+
+def replaced(value: dict, path: tuple, new: object) -> dict:
+    out = copy.deepcopy(value)
+    holder = out
+    for key in path[:-1]:
+        holder = holder[key]
+    holder[path[-1]] = new
+    return out
+
+
+def garbage_answers(expected: dict, margins: tuple[str, ...] = ()) -> list[tuple[str, dict]]:
+    """Malformed variants of a valid ``expected``: missing and surplus keys, every top-level
+    value of every other JSON type, and its first blob with a NaN, another dtype or shape.
+    The family's ``margins`` are left alone: an answer may omit them, and no comparator
+    reads them (only ``--strict-schema`` types them when present)."""
+    variants = [("surplus key", dict(expected, surplus=1))]
+    for key in sorted(set(expected) - set(margins)):
+        variants.append((f"missing {key}", {k: v for k, v in expected.items() if k != key}))
+        for other in OTHER_TYPES:
+            if type(other) is not type(expected[key]):
+                variants.append((f"{key} as {other!r}", dict(expected, **{key: other})))
+    path = first_blob(expected)
+    if path is not None:
+        holder = expected
+        for key in path:
+            holder = holder[key]
+        values, shape = decode_blob(holder)
+        size = {"u8": 1, "i32": 4, "u32": 4, "f32": 4, "u64": 8, "f64": 8}[holder["dtype"]]
+        swap = {1: ("u8", "u8"), 4: ("i32", "u32"), 8: ("u64", "f64")}[size]
+        dtype = swap[0] if holder["dtype"] != swap[0] else swap[1]
+        if dtype != holder["dtype"]:
+            variants.append(("blob dtype", replaced(expected, path, {**holder, "dtype": dtype})))
+        variants.append(("blob shape", replaced(expected, path, {**holder, "shape": [1, *shape]})))
+        if holder["dtype"] == "f32" and values:
+            nan = encode_blob("f32", [0x7FC00000, *values[1:]], shape)
+            variants.append(("blob NaN", replaced(expected, path, nan)))
+    return variants
+
+
+def through_the_checks(case: dict, output: dict, strict_schema: bool):
+    """The verdict on ``output`` after the client's output check, as a run gives it."""
+    family = case["family"]
+    outcome = entry_to_outcome(
+        {"status": "ok", "output": output}, lambda out: check_output(family, out, strict_schema=strict_schema)
+    )
+    return judge(case, outcome, adapter_config([family]))
+
+
+#: (comparator, variant) pairs that are a ``fail`` by design, on both paths: a wire answer shaped
+#: differently from ``expected`` is a divergence the wire comparator names (harness/judging/wire.py)
+FAIL_BY_DESIGN = {("wire", "blob shape")}
+
+
+@pytest.mark.rules()
+@pytest.mark.parametrize("strict_schema", [False, True], ids=["structure-only", "strict-schema"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_garbage_answers_are_errors_on_both_validation_paths(family, strict_schema):
+    case = first_case(family, "valid")
+    assert through_the_checks(case, copy.deepcopy(case["expected"]), strict_schema).cls is PASS
+    spec = load_family(family)
+    wrong = []
+    for what, output in garbage_answers(case["expected"], spec.margins):
+        try:
+            verdict = through_the_checks(case, output, strict_schema)
+        except Exception as exc:  # noqa: BLE001 - a comparator that crashes on garbage is the bug sought
+            wrong.append((what, "raised", repr(exc)))
+            continue
+        if (spec.comparator, what) in FAIL_BY_DESIGN:
+            assert verdict.cls is FAIL, (what, verdict)
+        elif verdict.cls is not ERROR or "malformed" not in verdict.message:
+            wrong.append((what, verdict.cls, verdict.message))
+    assert wrong == []

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from qconform.adapters.endpoint import answers, layout
 from qconform.adapters.endpoint.codec import Decoder, Message, Refusal, encode
-from qconform.adapters.endpoint.crc32c import crc32c, crc32c_of_blocks
+from qconform.adapters.endpoint.crc32c import crc32c, crc32c_of_blocks, crc32c_update, shift_register
 from qconform.adapters.endpoint.crc32c import raw as raw_register
 from qconform.adapters.endpoint.deployment import hello_config
 from qconform.adapters.endpoint.receiver import Receiver
@@ -91,6 +91,19 @@ def test_blocks_combine_from_their_raw_registers(blocks):
     """A CRC of consecutive blocks built from each block's raw register alone (R16, R21)."""
     whole = b"".join(blocks)
     assert crc32c_of_blocks([(len(b), raw_register(b)) for b in blocks]) == checksum.crc32c(whole)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, (1 << 32) - 1), st.integers(0, 1 << 20) | st.sampled_from([0, 1, 517120, 517140]))
+def test_shifting_a_register_reads_no_byte_and_equals_feeding_zeros(register, n_bytes):
+    """shift_n by the x^(8n) operator, never by a CRC pass over n zero bytes (one pass per side)."""
+    register_after_zeros = checksum_zeros(register, n_bytes)
+    assert shift_register(register, n_bytes) == register_after_zeros
+
+
+def checksum_zeros(register: int, n_bytes: int) -> int:
+    """The raw register after ``n_bytes`` zero bytes, by feeding them (the definition)."""
+    return crc32c_update(register, bytes(n_bytes))
 
 
 # -- every vector, in-process ------------------------------------------------------------------

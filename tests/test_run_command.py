@@ -129,6 +129,15 @@ def test_a_clean_run_exits_0_and_writes_both_reports(corpus, monkeypatch, tmp_pa
     assert (tmp_path / "r.xml").read_text().count("<testcase") == len(corpus[1])
 
 
+@pytest.mark.parametrize("flag, strict", [((), False), (("--strict-schema",), True)])
+def test_strict_schema_reaches_the_client(corpus, monkeypatch, flag, strict):
+    scripted = ScriptedAdapter(corpus[1])
+    monkeypatch.setattr(plugin, "open_client", scripted.open)
+    result = invoke("--vectors", str(corpus[0]), "--adapter", "reference", *flag)
+    assert result.exit_code == 0, result.output
+    assert scripted.strict and set(scripted.strict) == {strict}
+
+
 def test_unexpected_results_exit_1_and_are_listed(corpus, monkeypatch, tmp_path):
     victim = next(c for c in corpus[1] if c["result"] == "valid")
     stub(monkeypatch, corpus[1], {victim["id"]: {"error": "ZERO_MASS"}})

@@ -32,11 +32,14 @@ from qconform.harness.transport.shim_protocol import (
     check_output,
     config_to_json,
     decode_line,
+    encode_binary,
     encode_message,
     encoding_problem,
     entry_to_outcome,
+    join_sections,
     outcome_to_entry,
     parse_config,
+    parse_payload,
 )
 
 pytestmark = pytest.mark.rules()
@@ -251,18 +254,28 @@ def toy_registry(monkeypatch):
 
 
 def test_outputs_are_checked_against_the_family_schema(toy_registry):
-    assert check_output("toy", {"tokens": [0, 3]}) is None
-    assert check_output("toy", {"error": "ANY_CODE"}) is None  # a refusal is well-formed
-    assert check_output("toy", {"tokens": [-1]}) == (
+    def check(output: dict) -> str | None:
+        return check_output("toy", output, strict_schema=True)
+
+    assert check({"tokens": [0, 3]}) is None
+    assert check({"error": "ANY_CODE"}) is None  # a refusal is well-formed
+    assert check({"tokens": [-1]}) == (
         "output['tokens'][0] does not match the toy output format: -1 is less than the minimum of 0"
     )
-    assert "'extra' was unexpected" in check_output("toy", {"tokens": [], "extra": 1})
-    assert check_output("toy", {"error": ""}).startswith("output['error'] does not match")
+    assert "'extra' was unexpected" in check({"tokens": [], "extra": 1})
+    assert check({"error": ""}).startswith("output['error'] does not match")
     for not_a_refusal in ({"error": 5}, {"error": "CODE", "detail": "x"}, {"error": None}):
-        assert check_output("toy", not_a_refusal) is not None, not_a_refusal
+        assert check(not_a_refusal) is not None, not_a_refusal
+    blob = {**encode_blob("u32", [5]), "shape": [2]}
+    assert check({"tokens": [], "counts": blob}).startswith("blob at output.counts holds 4 bytes")
+    assert check_output("not_registered", {"anything": [1]}, strict_schema=True) is None  # only encoding checks
+
+
+def test_the_structure_only_path_checks_encodings_and_leaves_the_structure_to_the_comparator(toy_registry):
+    assert check_output("toy", {"tokens": [-1], "extra": 1}) is None  # the comparator's to find
     blob = {**encode_blob("u32", [5]), "shape": [2]}
     assert check_output("toy", {"tokens": [], "counts": blob}).startswith("blob at output.counts holds 4 bytes")
-    assert check_output("not_registered", {"anything": [1]}) is None  # only encoding checks apply
+    assert check_output("toy", {"tokens": [NonFinite("NaN")]}) == "output.tokens[0] is NaN, which JSON does not allow"
 
 
 # --- the host, in process ---------------------------------------------------------------
@@ -366,3 +379,69 @@ def test_host_answers_requests_it_cannot_serve():
 def test_host_without_an_adapter_reports_why_it_failed_to_load():
     replies = serve(None, {"id": 1, "op": "get_config"}, {"id": 2, "op": "shutdown"}, load_error="no such thing")
     assert replies == [{"id": 1, "status": "error", "message": "no such thing"}, {"id": 2, "status": "ok"}]
+
+
+# --- binary payloads (docs/shim-protocol.md, "Binary payloads") ------------------------------
+
+
+def split_message(data: bytes) -> tuple[dict, bytes]:
+    line, _, rest = data.partition(b"\n")
+    return decode_line(line), rest
+
+
+def test_binary_messages_move_every_blob_to_a_section_and_back():
+    message = {
+        "id": 3,
+        "inputs": [{"row": encode_blob("f32", [1, 2, 3]), "k": 2}, {"ids": encode_blob("i32", [-1]), "x": [1, 2]}],
+        "empty": encode_blob("u8", []),
+    }
+    head, rest = split_message(encode_binary(message))
+    assert head["sections"] == [12, 4, 0] and len(rest) == 16
+    assert head["inputs"][0]["row"] == {"dtype": "f32", "shape": [3], "section": 0}
+    assert "b64" not in json.dumps(head)
+    assert join_sections(head, rest) == message
+    assert encode_binary({"id": 1, "op": "shutdown"}) == encode_message({"id": 1, "op": "shutdown"})
+    bad = {"dtype": "u32", "shape": [1], "b64": "AAA"}  # left in base64, for the checks to name
+    assert split_message(encode_binary({"out": bad}))[0] == {"out": bad}
+
+
+@pytest.mark.parametrize(
+    "head, data, fragment",
+    [
+        ({"sections": [4], "b": {"dtype": "u32", "shape": [1], "section": 1}}, b"abcd", "names section 1"),
+        ({"sections": [4, 0], "b": {"dtype": "u32", "shape": [1], "section": 0}}, b"abcd", "section 1 is named"),
+        ({"sections": [4], "b": {"dtype": "u32", "shape": [1], "section": 0}}, b"abc", "3 followed"),
+        ({"sections": [4], "b": [{"section": 0}, {"section": 0}]}, b"abcd", "names section 0"),
+        ({"sections": [-1]}, b"", "list of byte counts"),
+        ({"sections": "4"}, b"", "list of byte counts"),
+    ],
+)
+def test_malformed_sections_are_protocol_errors(head, data, fragment):
+    with pytest.raises(ProtocolError, match=fragment):
+        join_sections(head, data)
+
+
+def test_the_host_answers_in_the_binary_form_only_when_offered():
+    blob_adapter = ScriptedAdapter(answer=lambda inputs: [{"counts": case["counts"]} for case in inputs])
+    host, blob = Host(blob_adapter), encode_blob("u32", [7, 8])
+    out = io.BytesIO()
+    requests = [
+        encode_message({"id": 1, "op": "get_config", "payload": ["json", "binary"]}),
+        encode_binary({"id": 2, "op": "run", "family": "double", "inputs": [{"counts": blob}]}),
+    ]
+    assert host.serve(io.BytesIO(b"".join(requests)), out) == 0
+    config_line, rest = out.getvalue().split(b"\n", 1)
+    assert json.loads(config_line)["config"]["payload"] == "binary"
+    head, data = split_message(rest)
+    assert head["sections"] == [8] and join_sections(head, data)["outputs"] == [
+        {"status": "ok", "output": {"counts": blob}}
+    ]
+    (config,) = serve(ScriptedAdapter(), {"id": 1, "op": "get_config"})  # no offer: the JSON form
+    assert "payload" not in config["config"]
+
+
+def test_a_config_payload_must_be_known():
+    good = config_to_json(AdapterConfig("x", Capabilities(("rng_abi",)), PrecisionProfile()))
+    assert parse_payload(good) == "json" and parse_payload({**good, "payload": "binary"}) == "binary"
+    with pytest.raises(ProtocolError, match="config.payload must be one of"):
+        parse_config({**good, "payload": "shm"})

@@ -114,10 +114,11 @@ class Decoder:
         #: payload bytes allocated for the last frame decoded
         self.allocated = 0
 
-    def take(self, view: memoryview) -> bytes:
-        """Copy payload bytes into a buffer of their own, counting the allocation."""
+    def take(self, view: memoryview) -> memoryview:
+        """The payload bytes, counted as allocated: a view of the frame's own buffer, read in place
+        (the frame is ``bytes``, immutable); only a REPLY's tail is copied, once (:meth:`decode`)."""
         self.allocated += len(view)
-        return bytes(view)
+        return view
 
     @staticmethod
     def check_extent(view: memoryview, end: int) -> None:
@@ -131,7 +132,7 @@ class Decoder:
         if not least <= length <= greatest:
             raise Refusal("UNEXPECTED_SIZE", f"payload of {length} bytes, admitted {least}..{greatest}")
 
-    def read_payload(self, view: memoryview, start: int, length: int, limits: tuple[int, int]) -> bytes:
+    def read_payload(self, view: memoryview, start: int, length: int, limits: tuple[int, int]) -> memoryview:
         """The payload, once its declared length passed the bounds and the bytes present were counted."""
         self.check_bounds(length, limits)
         self.check_extent(view, start + length)
@@ -182,7 +183,8 @@ class Decoder:
         payload = self.read_payload(view, start, length, limits)
         (checksum,) = struct.unpack_from("<I", view, layout.CHECKSUM_OFFSET)
         split = layout.REPLY_FIXED if message_type == layout.REPLY else length
-        tail_raw = raw(payload[split:])
+        tail = bytes(payload[split:])  # the one copy of the q bytes: the checksum library reads only bytes
+        tail_raw = raw(tail)
         payload_raw = extend(raw(payload[:split]), length - split, tail_raw)
         if finish(extend(crc32c_update(INIT, view[: layout.CHECKSUM_OFFSET]), length, payload_raw)) != checksum:
             raise Refusal("CHECKSUM_MISMATCH", f"checksum field {checksum:#010x}")
@@ -190,12 +192,13 @@ class Decoder:
         message = Message(message_type, dict(zip(spec.names, spec.codec.unpack_from(payload))))
         message.frame_raw = extend(raw(view[: layout.HEADER_SIZE]), length, payload_raw)
         if message_type == layout.REPLY:
-            message.tail = self.reply_tail(message, payload, params)
+            assert params is not None  # the header refused a REPLY before the HELLO (V2_BEFORE_HELLO)
+            message.tail = self.reply_tail(message, tail, params)
             message.tail_raw = tail_raw
         return message
 
     @staticmethod
-    def reply_tail(message: Message, payload: bytes, params: dict) -> bytes:
+    def reply_tail(message: Message, tail: bytes, params: dict) -> bytes:
         """A REPLY's representation and entry count against the bounds, before its tail is read."""
         route, count, representation = message.route, message["entry_count"], message["representation"]
         if representation == layout.REPR_NONE or count == 0:
@@ -210,12 +213,13 @@ class Decoder:
             entry = layout.SPARSE_ENTRY
         else:
             raise Refusal("UNKNOWN_REPRESENTATION", f"representation {representation}", route)
-        if len(payload) != layout.REPLY_FIXED + entry * count:
-            raise Refusal("LENGTH_MISMATCH", f"{count} entries in {len(payload)} payload bytes", route)
-        return payload[layout.REPLY_FIXED :]
+        if len(tail) != entry * count:
+            payload = layout.REPLY_FIXED + len(tail)
+            raise Refusal("LENGTH_MISMATCH", f"{count} entries in {payload} payload bytes", route)
+        return tail
 
     @staticmethod
-    def v1_message(payload: bytes, length: int) -> Message:
+    def v1_message(payload: bytes | memoryview, length: int) -> Message:
         """A v1 greedy frame's tokens: never sampled, never carries q (R12)."""
         (count,) = struct.unpack_from("<I", payload)
         if count > layout.V1_MAX_TOKENS:

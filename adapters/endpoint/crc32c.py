@@ -15,15 +15,26 @@ GF(2): ``reg(R, B) = shift_|B|(R) xor reg(0, B)``, where ``shift_n`` feeds n zer
 bytes. So the raw register of a q tail (:func:`raw`), taken once, is extended
 into every checksum that covers the tail (:func:`extend`) without reading the
 tail again.
+
+``shift_n`` itself reads no bytes either: feeding n zero bytes multiplies the
+register by ``x^(8n)`` modulo the polynomial (zlib's ``crc32_combine``), so it is
+one carry-less multiplication by an operator computed once per length
+(:func:`shift_operator`) by repeated squaring. Feeding ``bytes(n)`` instead would
+be a second CRC pass over every tail at every checksum that extends it.
 """
 
 from __future__ import annotations
+
+from functools import lru_cache
 
 import google_crc32c
 
 INIT = 0xFFFFFFFF
 XOROUT = 0xFFFFFFFF
 MASK = 0xFFFFFFFF
+#: the reflected Castagnoli polynomial; in the reflected order bit 31 is x^0
+POLY = 0x82F63B78
+ONE = 1 << 31
 
 
 def as_bytes(data: bytes | bytearray | memoryview) -> bytes:
@@ -42,9 +53,33 @@ def raw(data: bytes | bytearray | memoryview) -> int:
     return crc32c_update(0, data)
 
 
+def multiply(a: int, b: int) -> int:
+    """``a * b`` modulo the polynomial, both in the reflected bit order (zlib's ``multmodp``)."""
+    product, bit = 0, ONE
+    while a:
+        if a & bit:
+            product ^= b
+            a ^= bit
+        bit >>= 1
+        b = (b >> 1) ^ POLY if b & 1 else b >> 1
+    return product
+
+
+@lru_cache(maxsize=256)
+def shift_operator(n_bytes: int) -> int:
+    """``x^(8 n_bytes)`` modulo the polynomial: feeding ``n_bytes`` zero bytes multiplies by it."""
+    operator, square = ONE, ONE >> 8  # x^0, and x^8: one zero byte
+    while n_bytes:
+        if n_bytes & 1:
+            operator = multiply(operator, square)
+        n_bytes >>= 1
+        square = multiply(square, square)
+    return operator
+
+
 def shift_register(register: int, n_bytes: int) -> int:
-    """``shift_n(register)``: the register after ``n_bytes`` zero bytes (``reg(0, zeros) = 0``)."""
-    return crc32c_update(register, bytes(n_bytes)) if register else 0
+    """``shift_n(register)``: the register after ``n_bytes`` zero bytes (``reg(0, zeros) = 0``), read from no byte."""
+    return multiply(shift_operator(n_bytes), register) if register else 0
 
 
 def extend(register: int, length: int, raw_block: int) -> int:

@@ -50,7 +50,7 @@ class RenormalizingValidator(Validator):
 class CopyFirstDecoder(Decoder):
     bounds_before_read = False
 
-    def read_payload(self, view: memoryview, start: int, length: int, limits: tuple[int, int]) -> bytes:
+    def read_payload(self, view: memoryview, start: int, length: int, limits: tuple[int, int]) -> memoryview:
         payload = self.take(view[start : start + length])
         self.check_extent(view, start + length)
         self.check_bounds(length, limits)

@@ -62,6 +62,18 @@ def scaled(bits: np.ndarray) -> np.ndarray:
     return bits.view("<f4").astype(np.float64) * float(layout.M)
 
 
+#: the smallest FP32 bit pattern that is non-finite or has its sign bit set: every pattern
+#: below it is a finite nonnegative value (+0.0 included)
+FIRST_NONFINITE_OR_NEGATIVE = 0x7F800000
+
+
+def scaled_f32(bits: np.ndarray) -> np.ndarray:
+    """``q * 2^24`` of finite nonnegative FP32 values, in FP32: exact, as a power-of-two scaling
+    (a value above 2^104 becomes +inf, which no check below M lets through)."""
+    with np.errstate(over="ignore"):
+        return bits.view("<f4") * np.float32(layout.M)
+
+
 class Validator:
     """The stateless checks; mutants override one method each (mutants.py)."""
 
@@ -155,20 +167,28 @@ class Validator:
 
     @staticmethod
     def value_classes(values: np.ndarray, route) -> None:
-        """Non-finite, then negative, then non-dyadic: the first class present anywhere is the reason."""
-        nonfinite, negative, nonzero = f32_fields(values)
-        if nonfinite.any():
-            raise Refusal("NON_FINITE_VALUE", "", route)
-        if negative.any():
-            raise Refusal("NEGATIVE_VALUE", "", route)
-        count = scaled(values[nonzero])
-        if np.any(np.floor(count) != count):
+        """Non-finite, then negative, then non-dyadic: the first class present anywhere is the reason.
+
+        One reduction over the bit patterns rules out the first two classes for a well-formed
+        row (every pattern below :data:`FIRST_NONFINITE_OR_NEGATIVE`); only a row that holds
+        one is classified element by element. Dyadic means ``q * 2^24`` is an integer.
+        """
+        if values.size and int(values.max()) >= FIRST_NONFINITE_OR_NEGATIVE:
+            nonfinite, negative, _ = f32_fields(values)
+            if nonfinite.any():
+                raise Refusal("NON_FINITE_VALUE", "", route)
+            if negative.any():
+                raise Refusal("NEGATIVE_VALUE", "", route)
+        count = scaled_f32(values)
+        if not np.array_equal(np.floor(count), count):
             raise Refusal("NON_DYADIC_VALUE", "", route)
 
     def counts(self, values: np.ndarray, route) -> np.ndarray:
-        """``c_v = q(v) * 2^24``, refused unless each is at most M and they sum to exactly M (R03)."""
-        count = scaled(values)
-        if np.any(count > layout.M):
+        """``c_v = q(v) * 2^24``, refused unless each is at most M and they sum to exactly M (R03).
+        Runs after :meth:`value_classes`: every value is finite, nonnegative and dyadic, so its
+        count is an integer that FP32 holds exactly up to M = 2^24."""
+        count = scaled_f32(values)
+        if np.any(count > np.float32(layout.M)):
             raise Refusal("WRONG_TOTAL_MASS", "a count alone exceeds M", route)
         counts = count.astype(np.int64)
         if int(counts.sum()) != layout.M:

@@ -59,7 +59,7 @@ def structural_difference(expected: Any, got: Any, path: str = "") -> Diff | Non
 
 
 def compare(case: dict, output: dict, profile: PrecisionProfile) -> Verdict:
-    problem = check_output(case_family(case), output)
+    problem = check_output(case_family(case), output, strict_schema=True)
     if problem is not None:
         raise Malformed("", problem)
     diff = structural_difference(case["expected"], output)

@@ -50,13 +50,13 @@ class Client(Protocol):
     def close(self) -> None: ...
 
 
-def open_client(adapter: str, device: str, timeout_s: float | None) -> Client:
+def open_client(adapter: str, device: str, timeout_s: float | None, strict_schema: bool = False) -> Client:
     """The default client factory: :func:`qconform.harness.transport.client.open_adapter`."""
     from qconform.harness.transport.client import open_adapter
 
     if timeout_s is None:
-        return open_adapter(adapter, device=device)
-    return open_adapter(adapter, device=device, timeout_s=timeout_s)
+        return open_adapter(adapter, device=device, strict_schema=strict_schema)
+    return open_adapter(adapter, device=device, timeout_s=timeout_s, strict_schema=strict_schema)
 
 
 class CaseRunner:

@@ -110,6 +110,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Fail the run when more than N cases are unsupported.",
     )
     group.addoption(
+        "--qconform-strict-schema",
+        action="store_true",
+        default=False,
+        help="Walk every answer through its family's full JSON Schema (default: the structure its comparator reads).",
+    )
+    group.addoption(
         "--qconform-record-failures",
         action="store_true",
         default=False,
@@ -255,7 +261,9 @@ class ConformanceRun:
         except ExpectationsError as exc:
             raise pytest.UsageError(f"qconform: {exc}") from None
         timeout = config.getoption("qconform_timeout")
-        self.runner = CaseRunner(lambda: open_client(self.adapter, self.device, timeout), self.expectations, timeout)
+        strict = bool(config.getoption("qconform_strict_schema"))
+        adapter, device = str(self.adapter), str(self.device)  # set: the plugin runs only with an adapter
+        self.runner = CaseRunner(lambda: open_client(adapter, device, timeout, strict), self.expectations, timeout)
         self.summary = RunSummary(
             RunHeader(
                 adapter=self.adapter,

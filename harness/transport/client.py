@@ -25,14 +25,21 @@ from typing import Any, Callable, Sequence
 
 from qconform.harness.adapter import AdapterConfig, AdapterError, AdapterStartError, Outcome, Unimplemented
 from qconform.harness.transport.shim_protocol import (
+    BINARY_PAYLOAD,
+    JSON_PAYLOAD,
+    PAYLOADS,
     ProtocolError,
     check_output,
     check_sample_output,
     decode_line,
+    encode_binary,
     encode_message,
     entry_to_outcome,
+    join_sections,
     parse_config,
+    parse_payload,
     quote,
+    section_sizes,
 )
 
 __all__ = ["AdapterClient", "AdapterStartError", "open_adapter", "host_command"]
@@ -128,6 +135,9 @@ class Child:
         except OSError as exc:
             raise AdapterStartError(f"cannot run {shlex.join(command)}: {exc}") from None
         self.lines: queue.Queue = queue.Queue()
+        #: binary payloads negotiated (docs/shim-protocol.md): a reply line announcing
+        #: ``sections`` is followed by their bytes, which the reader takes with it
+        self.binary = False
         self._stderr: deque[bytes] = deque()
         self._stderr_size = 0
         self._stderr_lock = threading.Lock()
@@ -142,7 +152,7 @@ class Child:
     def _read_stdout(self) -> None:
         try:
             for line in self.proc.stdout:
-                self.lines.put(line)
+                self.lines.put(self._with_sections(line) if self.binary else line)
         except (OSError, ValueError):
             pass
         self.lines.put(_EOF)
@@ -159,6 +169,20 @@ class Child:
         except (OSError, ValueError):
             pass
         self.proc.stderr.close()
+
+    def _with_sections(self, line: bytes) -> Any:
+        """A binary reply read whole, as ``(decoded message, section bytes)``; a line that does not
+        decode, or announces no sections, is passed on as it came (the caller names the fault)."""
+        try:
+            message = decode_line(line)
+            sizes = section_sizes(message)
+        except ProtocolError:
+            return line
+        stdout = self.proc.stdout
+        if not sizes or stdout is None:
+            return line
+        data = stdout.read(sum(sizes))
+        return (message, data, line)
 
     def stderr_tail(self, limit: int = STDERR_QUOTE) -> str:
         with self._stderr_lock:
@@ -230,8 +254,20 @@ class AdapterClient:
     counts how often the child was replaced after a failure.
     """
 
-    def __init__(self, spec: str, command: Sequence[str], device: str = "cpu", timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        spec: str,
+        command: Sequence[str],
+        device: str = "cpu",
+        timeout_s: float = 60.0,
+        strict_schema: bool = False,
+        binary_payload: bool = True,
+    ) -> None:
         self.spec = spec
+        #: offer binary payloads in ``get_config`` (a child that does not take the offer gets JSON)
+        self.binary_payload = binary_payload
+        #: walk every answer through the family's full JSON Schema (``--strict-schema``)
+        self.strict_schema = strict_schema
         self.command = list(command)
         self.device = device
         self.timeout_s = timeout_s
@@ -249,7 +285,8 @@ class AdapterClient:
         child = Child(self.command)
         self._child = child
         try:
-            reply = self._exchange({"op": "get_config"}, self.timeout_s)
+            offer = list(PAYLOADS) if self.binary_payload else [JSON_PAYLOAD]
+            reply = self._exchange({"op": "get_config", "payload": offer}, self.timeout_s)
         except ChildFailure as exc:
             raise AdapterStartError(f"adapter {self.spec!r} did not start: {exc}") from None
         try:
@@ -260,7 +297,17 @@ class AdapterClient:
         except ProtocolError as exc:
             self._discard(child)
             raise AdapterStartError(f"adapter {self.spec!r} did not start: {child.failure(str(exc))}") from None
+        payload = parse_payload(reply["config"])
+        if payload not in offer:
+            self._discard(child)
+            raise AdapterStartError(f"adapter {self.spec!r} did not start: config.payload {payload!r} was not offered")
+        child.binary = payload == BINARY_PAYLOAD
         return config
+
+    @property
+    def payload(self) -> str:
+        """The payload form negotiated with the running child (docs/shim-protocol.md)."""
+        return BINARY_PAYLOAD if self._child is not None and self._child.binary else JSON_PAYLOAD
 
     def _check_device(self) -> None:
         devices = self.config.capabilities.devices
@@ -306,7 +353,8 @@ class AdapterClient:
         child = self._child
         assert child is not None
         request_id = self._take_id()
-        child.send(encode_message({"id": request_id, **request}))
+        encode = encode_binary if child.binary else encode_message
+        child.send(encode({"id": request_id, **request}))
         line = child.read_line(time.monotonic() + timeout_s)
         if line is None:
             self._discard(child)
@@ -316,7 +364,11 @@ class AdapterClient:
             self._discard(child)
             raise ChildFailure(child.failure(f"adapter {status} before answering request {request_id}"))
         try:
-            reply = decode_line(line)
+            if isinstance(line, tuple):  # a binary reply: its line decoded, then its sections
+                message, data, line = line
+                reply = join_sections(message, data)
+            else:
+                reply = decode_line(line)
             if reply.get("id") != request_id:
                 raise ProtocolError(
                     f"reply id {reply.get('id')!r} does not match request id {request_id}: {quote(line)}"
@@ -341,7 +393,9 @@ class AdapterClient:
         Never raises for adapter misbehaviour: such cases come back as
         :class:`AdapterError`. A family outside the adapter's capabilities is
         answered :class:`Unimplemented` without contacting the child.
-        ``schema_check=False`` skips the per-output JSON-schema check, for callers
+        Each output is checked for encoding (NaN, blob consistency), and walked
+        through the family's JSON Schema when the client is ``strict_schema``;
+        ``schema_check=False`` skips every per-output check, for callers
         that check every field they read themselves (``qconform accumulate``, whose
         canonical records refuse any malformed answer).
         """
@@ -349,7 +403,8 @@ class AdapterClient:
         if inputs and family not in self.config.capabilities.families:
             return [Unimplemented(f"{self.config.name} does not declare family {family}")] * len(inputs)
         request = {"op": "run", "family": family, "inputs": inputs}
-        check = (lambda output: check_output(family, output)) if schema_check else (lambda output: None)
+        strict = self.strict_schema
+        check = (lambda output: check_output(family, output, strict)) if schema_check else (lambda output: None)
         return self._batch(request, timeout_s, check)
 
     def sample_batch(
@@ -399,7 +454,9 @@ def outcomes_of(reply: dict, count: int, check: Callable[[dict], str | None]) ->
     return [entry_to_outcome(entry, check) for entry in outputs]
 
 
-def open_adapter(spec: str, device: str = "cpu", timeout_s: float = 60.0) -> AdapterClient:
+def open_adapter(
+    spec: str, device: str = "cpu", timeout_s: float = 60.0, strict_schema: bool = False, binary_payload: bool = True
+) -> AdapterClient:
     """Start the adapter ``spec`` and return a client for it.
 
     ``spec`` is a registered adapter name (``reference``, ``noop``, ``faulty:<mode>``,
@@ -407,7 +464,9 @@ def open_adapter(spec: str, device: str = "cpu", timeout_s: float = 60.0) -> Ada
     ``shim:<command line>`` for a program that speaks the protocol itself, or
     ``tcp://HOST:PORT`` for a wire v2 endpoint (served by the host as ``TcpAdapter``).
     Raises :class:`AdapterStartError` (``UnknownAdapter`` for an unknown name)
-    when the adapter cannot start.
+    when the adapter cannot start. ``strict_schema`` walks every answer through its
+    family's full JSON Schema (``qconform run --strict-schema``). ``binary_payload=False``
+    keeps every message in the JSON form even with a child that could take binary payloads.
     """
     from qconform.adapters.catalog import shim_adapter, shim_adapter_command
 
@@ -424,4 +483,4 @@ def open_adapter(spec: str, device: str = "cpu", timeout_s: float = 60.0) -> Ada
         if spec not in names and not spec.startswith(TCP_PREFIX):
             raise UnknownAdapter(spec, list(names))
         command = host_command(spec, device)
-    return AdapterClient(spec, command, device, timeout_s)
+    return AdapterClient(spec, command, device, timeout_s, strict_schema, binary_payload)

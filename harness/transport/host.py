@@ -22,13 +22,17 @@ from typing import Any, BinaryIO, Callable, Protocol, Sequence, runtime_checkabl
 from qconform.harness.adapter import Adapter, AdapterError, Unimplemented
 from qconform.harness.transport.client import TCP_PREFIX
 from qconform.harness.transport.shim_protocol import (
+    BINARY_PAYLOAD,
     OPS,
     PROTOCOL_VERSION,
     ProtocolError,
     config_to_json,
     decode_line,
     encode_message,
+    join_sections,
     outcome_to_entry,
+    section_sizes,
+    to_sections,
 )
 
 
@@ -60,13 +64,20 @@ def describe_exception(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}{where}"
 
 
-def entry_json(outcome: Any) -> str:
-    """One serialized output entry; an outcome that is not strict JSON becomes an error entry."""
+def entry_json(outcome: Any, sections: list[bytes] | None = None) -> str:
+    """One serialized output entry; an outcome that is not strict JSON becomes an error entry.
+    With ``sections`` (binary payloads), its blobs' bytes are appended there instead."""
     if not isinstance(outcome, (dict, Unimplemented, AdapterError)):
         outcome = AdapterError(f"run_batch returned a {type(outcome).__name__} where an output object belongs")
+    entry, mark = outcome_to_entry(outcome), 0
     try:
-        return json.dumps(outcome_to_entry(outcome), separators=(",", ":"), allow_nan=False)
+        if sections is not None:
+            mark = len(sections)
+            entry = to_sections(entry, sections)
+        return json.dumps(entry, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
+        if sections is not None:
+            del sections[mark:]
         return json.dumps(outcome_to_entry(AdapterError(f"output is not strict JSON: {exc}")), separators=(",", ":"))
 
 
@@ -90,9 +101,9 @@ def _count(outcomes: Any) -> str:
     return f"{len(outcomes)} outcomes" if isinstance(outcomes, list) else f"a {type(outcomes).__name__}"
 
 
-def batch_reply(call: Callable[[list], Any], what: str, request_id: Any, inputs: list) -> bytes:
+def batch_reply(call: Callable[[list], Any], what: str, request_id: Any, inputs: list, binary: bool = False) -> bytes:
     """The serialized answer to a request whose outcomes ``call(inputs)`` computes
-    (``what`` names the adapter method, for messages)."""
+    (``what`` names the adapter method, for messages), in the binary form when ``binary``."""
     try:
         outcomes = call(inputs)
     except Exception:  # noqa: BLE001 - attribute it to cases below
@@ -100,25 +111,34 @@ def batch_reply(call: Callable[[list], Any], what: str, request_id: Any, inputs:
         outcomes = one_by_one(call, inputs, what)
     if not isinstance(outcomes, list) or len(outcomes) != len(inputs):
         return error_reply(request_id, f"{what} returned {_count(outcomes)} for {len(inputs)} inputs")
-    body = ",".join(entry_json(outcome) for outcome in outcomes)
+    sections: list[bytes] | None = [] if binary else None
+    body = ",".join(entry_json(outcome, sections) for outcome in outcomes)
     head = json.dumps(request_id)
-    return f'{{"id":{head},"status":"ok","outputs":[{body}]}}\n'.encode("utf-8")
+    if not sections:
+        return f'{{"id":{head},"status":"ok","outputs":[{body}]}}\n'.encode("utf-8")
+    sizes = json.dumps([len(data) for data in sections], separators=(",", ":"))
+    line = f'{{"id":{head},"status":"ok","outputs":[{body}],"sections":{sizes}}}\n'.encode("utf-8")
+    return line + b"".join(sections)
 
 
 def unimplemented_reply(adapter: Adapter, request_id: Any, what: str) -> bytes:
     return encode_message({"id": request_id, "status": "unimplemented", "reason": f"{adapter.name} does not {what}"})
 
 
-def run_reply(adapter: Adapter, families: tuple[str, ...], request_id: Any, family: Any, inputs: Any) -> bytes:
+def run_reply(
+    adapter: Adapter, families: tuple[str, ...], request_id: Any, family: Any, inputs: Any, binary: bool = False
+) -> bytes:
     """The serialized answer to one ``run`` request."""
     if not isinstance(family, str) or not isinstance(inputs, list):
         return error_reply(request_id, "run needs a string family and a list of inputs")
     if family not in families:
         return unimplemented_reply(adapter, request_id, f"implement {family}")
-    return batch_reply(lambda batch: adapter.run_batch(family, batch), "run_batch", request_id, inputs)
+    return batch_reply(lambda batch: adapter.run_batch(family, batch), "run_batch", request_id, inputs, binary)
 
 
-def sample_reply(adapter: Adapter, sampling: tuple[str, ...], request_id: Any, request: dict) -> bytes:
+def sample_reply(
+    adapter: Adapter, sampling: tuple[str, ...], request_id: Any, request: dict, binary: bool = False
+) -> bytes:
     """The serialized answer to one ``sample`` request (docs/stat-mode.md)."""
     family, inputs, samples, seed = (request.get(key) for key in ("family", "inputs", "samples", "seed"))
     if not isinstance(family, str) or not isinstance(inputs, list):
@@ -130,7 +150,11 @@ def sample_reply(adapter: Adapter, sampling: tuple[str, ...], request_id: Any, r
     if family not in sampling:
         return unimplemented_reply(adapter, request_id, f"sample {family}")
     return batch_reply(
-        lambda batch: adapter.sample_batch(family, batch, samples, int(seed)), "sample_batch", request_id, inputs
+        lambda batch: adapter.sample_batch(family, batch, samples, int(seed)),
+        "sample_batch",
+        request_id,
+        inputs,
+        binary,
     )
 
 
@@ -147,6 +171,8 @@ class Host:
         self.load_error = load_error
         self.families: tuple[str, ...] | None = None
         self.sampling: tuple[str, ...] | None = None
+        #: binary payloads, once a ``get_config`` offered them (docs/shim-protocol.md)
+        self.binary = False
 
     def answer(self, request: dict) -> tuple[bytes, bool]:
         """(reply line, keep serving) for one decoded request."""
@@ -159,16 +185,19 @@ class Host:
             config = self.adapter.config()
             self.families = config.capabilities.families
             self.sampling = config.capabilities.sampling
-            return encode_message({"id": request_id, "status": "ok", "config": config_to_json(config)}), True
+            offered = request.get("payload")
+            self.binary = isinstance(offered, list) and BINARY_PAYLOAD in offered
+            answer = config_to_json(config) | ({"payload": BINARY_PAYLOAD} if self.binary else {})
+            return encode_message({"id": request_id, "status": "ok", "config": answer}), True
         if op == "run":
             if self.families is None:
                 self.families = self.adapter.capabilities().families
-            reply = run_reply(self.adapter, self.families, request_id, request.get("family"), request.get("inputs"))
-            return reply, True
+            family, inputs = request.get("family"), request.get("inputs")
+            return run_reply(self.adapter, self.families, request_id, family, inputs, self.binary), True
         if op == "sample":
             if self.sampling is None:
                 self.sampling = self.adapter.capabilities().sampling
-            return sample_reply(self.adapter, self.sampling, request_id, request), True
+            return sample_reply(self.adapter, self.sampling, request_id, request, self.binary), True
         message = f"unknown op {op!r}; protocol {PROTOCOL_VERSION} has {', '.join(OPS)}"
         return error_reply(request_id, message), True
 
@@ -179,6 +208,9 @@ class Host:
                 continue
             try:
                 request = decode_line(line, "request")
+                sizes = section_sizes(request) if self.binary else []
+                if sizes:
+                    request = join_sections(request, proto_in.read(sum(sizes)))
             except ProtocolError as exc:
                 reply, keep_serving = error_reply(None, f"bad request: {exc}"), True
             else:

@@ -29,7 +29,13 @@ PROTOCOL_VERSION = 1
 OPS = ("get_config", "run", "sample", "shutdown")
 ENTRY_STATUSES = ("ok", "unimplemented", "error")
 #: keys of a ``get_config`` answer's ``config``; any other key lands in ``extra``
-CONFIG_KEYS = ("name", "protocol", "capabilities", "precision", "device")
+CONFIG_KEYS = ("name", "protocol", "capabilities", "precision", "device", "payload")
+#: payload forms (docs/shim-protocol.md, "Binary payloads"): every blob in base64 inside the
+#: JSON line (the default, all a hand-written shim needs), or raw sections after the line
+JSON_PAYLOAD, BINARY_PAYLOAD = "json", "binary"
+PAYLOADS = (JSON_PAYLOAD, BINARY_PAYLOAD)
+#: most raw bytes one binary message may announce (a sanity bound on a child's claim)
+MAX_SECTION_BYTES = 1 << 32
 CAPABILITY_KEYS = ("families", "injected_draws", "devices", "sampling", "injected_domains")
 PRECISION_KEYS = tuple(f.name for f in fields(PrecisionProfile))
 MARGIN_KEYS = ("exp_ulp", "ratio_margin", "residual_margin", "sum_rel")
@@ -72,6 +78,81 @@ def decode_line(line: bytes, what: str = "reply") -> dict:
     if not isinstance(message, dict):
         raise ProtocolError(f"{what} is not a JSON object: {quote(line)}")
     return message
+
+
+# --- binary payloads: raw sections after the JSON line -----------------------------------
+
+
+def encode_binary(message: dict) -> bytes:
+    """One message in the binary form: every blob's bytes moved out of the JSON into a raw
+    section (the blob keeps ``dtype`` and ``shape`` and names its ``section``), the line
+    listing the sections' byte counts under ``sections``, then the sections, concatenated.
+    A message without blobs is the plain JSON line."""
+    sections: list[bytes] = []
+    body = to_sections(message, sections)
+    if not sections:
+        return encode_message(message)
+    return encode_message({**body, "sections": [len(data) for data in sections]}) + b"".join(sections)
+
+
+def to_sections(value: Any, sections: list[bytes]) -> Any:
+    """``value`` with every blob's bytes appended to ``sections`` and the blob naming its section."""
+    if isinstance(value, dict):
+        if "b64" in value and isinstance(value["b64"], str):
+            try:
+                data = base64.b64decode(value["b64"], validate=True)
+            except binascii.Error:
+                return value  # left in base64 for the receiver's checks to name
+            sections.append(data)
+            return {key: item for key, item in value.items() if key != "b64"} | {"section": len(sections) - 1}
+        return {key: to_sections(item, sections) for key, item in value.items()}
+    if isinstance(value, list):
+        return [to_sections(item, sections) for item in value]
+    return value
+
+
+def section_sizes(message: dict) -> list[int]:
+    """The byte counts a binary message's ``sections`` announces (none: an empty list)."""
+    sizes = message.get("sections", [])
+    if not isinstance(sizes, list) or not all(type(n) is int and n >= 0 for n in sizes):
+        raise ProtocolError(f"sections must be a list of byte counts, got {quote(repr(sizes))}")
+    if sum(sizes) > MAX_SECTION_BYTES:
+        raise ProtocolError(f"sections announce {sum(sizes)} bytes, more than {MAX_SECTION_BYTES}")
+    return sizes
+
+
+def join_sections(message: dict, data: bytes) -> dict:
+    """A binary message read whole (its line decoded, then the bytes its ``sections`` announced) as
+    the JSON form: every blob that names a ``section`` gets its bytes back in base64. Each section
+    belongs to exactly one blob; anything else is a :class:`ProtocolError`."""
+    sizes = section_sizes(message)
+    if len(data) != sum(sizes):
+        raise ProtocolError(f"sections announce {sum(sizes)} bytes, {len(data)} followed")
+    offsets = [0]
+    for size in sizes:
+        offsets.append(offsets[-1] + size)
+    view, used = memoryview(data), [False] * len(sizes)
+    body = {key: value for key, value in message.items() if key != "sections"}
+    joined = _from_sections(body, view, offsets, used)
+    if not all(used):
+        raise ProtocolError(f"section {used.index(False)} is named by no blob")
+    return joined
+
+
+def _from_sections(value: Any, view: memoryview, offsets: list[int], used: list[bool]) -> Any:
+    if isinstance(value, dict):
+        if "section" in value:
+            index = value["section"]
+            if type(index) is not int or not 0 <= index < len(used) or used[index]:
+                raise ProtocolError(f"a blob names section {index!r}: not one of the {len(used)} unused sections")
+            used[index] = True
+            data = view[offsets[index] : offsets[index + 1]]
+            blob = {key: item for key, item in value.items() if key != "section"}
+            return blob | {"b64": base64.b64encode(data).decode("ascii")}
+        return {key: _from_sections(item, view, offsets, used) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_from_sections(item, view, offsets, used) for item in value]
+    return value
 
 
 # --- get_config ------------------------------------------------------------------
@@ -170,6 +251,14 @@ def parse_precision(obj: Any) -> PrecisionProfile:
     return PrecisionProfile(**values)
 
 
+def parse_payload(obj: dict) -> str:
+    """A ``get_config`` answer's ``config.payload``: the payload form of every later message."""
+    payload = obj.get("payload", JSON_PAYLOAD)
+    if payload not in PAYLOADS:
+        raise ProtocolError(f"config.payload must be one of {list(PAYLOADS)}, got {payload!r}")
+    return payload
+
+
 def parse_config(obj: Any) -> AdapterConfig:
     """Validate a ``get_config`` answer's ``config`` into an :class:`AdapterConfig`."""
     _expect(obj, dict, "config")
@@ -178,6 +267,7 @@ def parse_config(obj: Any) -> AdapterConfig:
             raise ProtocolError(f"config.{key} is missing")
     if obj["protocol"] != PROTOCOL_VERSION:
         raise ProtocolError(f"config.protocol is {obj['protocol']!r}; this harness speaks {PROTOCOL_VERSION}")
+    parse_payload(obj)
     return AdapterConfig(
         name=_expect(obj["name"], str, "config.name"),
         capabilities=parse_capabilities(obj["capabilities"]),
@@ -336,19 +426,23 @@ def output_validator(family: str) -> Any:
     return jsonschema.Draft202012Validator(schema)
 
 
-def check_output(family: str, output: dict) -> str | None:
+def check_output(family: str, output: dict, strict_schema: bool = False) -> str | None:
     """Why ``output`` is not a well-formed answer for ``family``, or None.
 
-    Well-formed means: no non-finite numbers, every blob consistent, and (when
-    the family is registered) valid against its ``expected`` schema or a refusal.
+    Always: no non-finite numbers and every blob consistent (dtype, shape, byte
+    count). With ``strict_schema`` (``qconform run --strict-schema``), also valid
+    against the family's ``expected`` schema or a refusal, walked in full. Without
+    it (the default, docs/harness.md "Structure-only validation"), the structure is
+    checked by the family's comparator, which reads exactly the keys, shapes and
+    dtypes it compares and raises ``Malformed`` (an ``error``) on anything else.
     Well-formed but *wrong* answers are not judged here: they are the runner's
     ``fail``.
     """
     problem = encoding_problem(output)
     if problem:
         return problem
-    if is_refusal(output):
-        return None  # exactly REFUSAL_SCHEMA, one branch of the anyOf: no schema walk needed
+    if not strict_schema or is_refusal(output):
+        return None  # a refusal is exactly REFUSAL_SCHEMA, one branch of the anyOf: no walk needed
     validator = output_validator(family)
     if validator is None:
         return None

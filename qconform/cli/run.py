@@ -165,6 +165,12 @@ def _absolute(path: str | None) -> Path | None:
 @click.option(
     "--max-unsupported", type=click.IntRange(min=0), metavar="N", help="Fail when more than N cases are unsupported."
 )
+@click.option(
+    "--strict-schema",
+    is_flag=True,
+    help="Also walk every answer through its family's full JSON Schema "
+    "(default: only the structure its comparator reads; docs/harness.md).",
+)
 @click.pass_context
 def run(
     ctx: click.Context,
@@ -186,6 +192,7 @@ def run(
     required: tuple[str, ...],
     max_unsupported: int | None,
     html_path: str | None = None,
+    strict_schema: bool = False,
 ) -> None:
     """Run the vector corpus against an adapter and report every case's verdict."""
     import pytest
@@ -223,6 +230,8 @@ def run(
     extra += [arg for family in required for arg in ("--qconform-require", family)]
     if max_unsupported is not None:
         extra += ["--qconform-max-unsupported", str(max_unsupported)]
+    if strict_schema:
+        extra += ["--qconform-strict-schema"]
     extra += ["--collect-only"] if list_only else ["--qconform-record-failures"]
     if exitfirst:
         extra += ["-x"]
