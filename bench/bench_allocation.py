@@ -37,12 +37,11 @@ from qconform.generators.families.allocation_dense import PRODUCTION_SEED, produ
 from qconform.spec.allocation import (
     DenseAllocation,
     allocate_dense,
-    allocate_dense_f32_bits,
     allocate_units,
 )
-from qconform.spec.allocation_certified import allocate_dense_f32_certified
+from qconform.spec.allocation_certified import allocate_dense_f32_bits, allocate_dense_f32_certified, f32_weight_units
 from qconform.spec.constants import VOCAB, M
-from qconform.spec.weights import f32_weight_units, weights_from_f32
+from qconform.spec.weights import weights_from_f32
 
 GOAL_RATIO = 2.0
 UNIFORM_ONE = 0x3F800000

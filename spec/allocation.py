@@ -21,11 +21,11 @@ parts is comparing the integer remainders ``(M * n_v) mod N``. Only the few
 tokens near the ticket threshold need their exact remainders
 (:func:`largest_remainders`).
 
-A fast path from FP32 bit patterns, exactly equal to
-``allocate_dense(weights_from_f32(bits))`` (its docstring says why; tests check
-it): :func:`allocate_dense_f32_bits` builds the integers ``n_v`` straight from the
-bits. A certified FP64 evaluation lives apart, in
-:mod:`qconform.spec.allocation_certified`: it is not normative.
+The fast paths live apart, in :mod:`qconform.spec.allocation_certified`, and
+are not normative: ``allocate_dense_f32_bits`` (integers ``n_v`` straight from
+FP32 bits, exactly equal to ``allocate_dense(weights_from_f32(bits))``) and a
+certified FP64 evaluation. No vector's answer is computed with them, so the
+vectors cannot pin them; tests prove them equal to the normative path.
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ from typing import Callable, Sequence
 from qconform.spec.constants import M
 from qconform.spec.errors import refuse
 from qconform.spec.rules import defines
-from qconform.spec.weights import f32_weight_units
 
 M_BITS: int = M.bit_length() - 1
 
@@ -193,21 +192,6 @@ def allocate_dense(weights: Sequence[Fraction]) -> DenseAllocation:
     zero mass (R05).
     """
     return allocate_units(checked_units(weights))
-
-
-@defines("R03", "R04", "R06", "R09")
-def allocate_dense_f32_bits(bits: Sequence[int]) -> DenseAllocation:
-    """``allocate_dense(weights_from_f32(bits))`` from the FP32 bit patterns, with no Fraction built.
-
-    Fast path, exactly equal: :func:`qconform.spec.weights.f32_weight_units` gives
-    integers ``n_v`` with ``w_v = n_v * 2^e`` for one exponent e, so
-    ``Q_v = M * w_v / W = M * n_v / N``, which is all :func:`allocate_units` reads;
-    ``allocate_dense`` runs the same function on other integers proportional to
-    the same weights (:func:`common_units`), and the tie gap ``(r - r') / N`` is a
-    ratio, unchanged when every ``n_v`` and N are scaled by one factor. The
-    refusals are those of ``weights_from_f32`` (R05).
-    """
-    return allocate_units(f32_weight_units(bits).units)
 
 
 @dataclass(frozen=True)

@@ -12,18 +12,78 @@ NumPy is optional: it is imported only when this module's functions run.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from fractions import Fraction
+from itertools import repeat
 from typing import TYPE_CHECKING, Sequence
 
-from qconform.spec.allocation import M_BITS, DenseAllocation, allocate_dense_f32_bits
+from qconform.spec.allocation import M_BITS, DenseAllocation, allocate_units
 from qconform.spec.constants import M
 from qconform.spec.errors import refuse
-from qconform.spec.floats import F32_FRACTION_BITS, F32_MIN_EXPONENT, F32_POS_INF
+from qconform.spec.floats import F32_FRACTION_BITS, F32_MIN_EXPONENT, F32_POS_INF, F32_SIGN
 from qconform.spec.rules import defines
-from qconform.spec.weights import F32_HIDDEN_BIT, MAGNITUDE_MASKS, check_weight_bits, f32_units
+from qconform.spec.weights import MAGNITUDE_MASKS, check_weight_bits
 
 if TYPE_CHECKING:
     import numpy
+
+# --- FP32 weights as integers in one unit: the exact fast path -----------------------------
+
+
+@dataclass(frozen=True)
+class WeightUnits:
+    """A row of weights as integers in one power-of-two unit: ``w_v = units[v] * 2^unit_exponent``."""
+
+    units: list[int]
+    unit_exponent: int
+
+
+F32_HIDDEN_BIT: int = 1 << F32_FRACTION_BITS
+
+
+def f32_units(pattern: int, e0: int) -> int:
+    """A nonnegative finite FP32 pattern as a multiple of ``2^(e0 - 150)``, for ``e0`` at most
+    its exponent field and at least 1 (see :func:`f32_weight_units`)."""
+    if pattern < F32_HIDDEN_BIT:
+        return pattern
+    return ((pattern & (F32_HIDDEN_BIT - 1)) | F32_HIDDEN_BIT) << ((pattern >> F32_FRACTION_BITS) - e0)
+
+
+@defines("R02", "R05")
+def f32_weight_units(bits: Sequence[int]) -> WeightUnits:
+    """The weights of :func:`weights_from_f32` as integers in one unit, with no Fraction built.
+
+    A finite FP32 pattern with exponent field ``E`` and fraction field ``F`` has
+    the magnitude ``(F + 2^23) * 2^(E - 150)`` when ``E >= 1`` (normal) and
+    ``F * 2^-149`` when ``E = 0`` (zero or subnormal). Let ``e0`` be the exponent
+    field of the smallest positive weight, at least 1. Every weight is then an
+    integer multiple of ``2^(e0 - 150)``: ``n_v = (F + 2^23) << (E - e0)`` when
+    ``E >= 1``, and ``n_v`` = the pattern itself when ``E = 0`` (a subnormal's
+    ``F``, which occurs only when ``e0 = 1``, or a zero). For nonnegative values
+    the patterns are ordered as the values are, so the smallest positive weight
+    has the least nonzero pattern. Refusals are those of ``weights_from_f32`` (R05);
+    -0.0 is zero.
+    """
+    check_weight_bits(bits, "f32")
+    magnitudes = [b & MAGNITUDE_MASKS["f32"] for b in bits] if F32_SIGN in bits else bits
+    e0 = max(min(filter(None, magnitudes)) >> F32_FRACTION_BITS, 1)
+    return WeightUnits(list(map(f32_units, magnitudes, repeat(e0))), e0 + F32_MIN_EXPONENT - 1)
+
+
+@defines("R03", "R04", "R06", "R09")
+def allocate_dense_f32_bits(bits: Sequence[int]) -> DenseAllocation:
+    """``allocate_dense(weights_from_f32(bits))`` from the FP32 bit patterns, with no Fraction built.
+
+    Fast path, exactly equal: :func:`qconform.spec.weights.f32_weight_units` gives
+    integers ``n_v`` with ``w_v = n_v * 2^e`` for one exponent e, so
+    ``Q_v = M * w_v / W = M * n_v / N``, which is all :func:`allocate_units` reads;
+    ``allocate_dense`` runs the same function on other integers proportional to
+    the same weights (:func:`common_units`), and the tie gap ``(r - r') / N`` is a
+    ratio, unchanged when every ``n_v`` and N are scaled by one factor. The
+    refusals are those of ``weights_from_f32`` (R05).
+    """
+    return allocate_units(f32_weight_units(bits).units)
+
 
 # --- A certified FP64 evaluation of the same allocation (optional NumPy) ------------------
 

@@ -85,24 +85,6 @@ class ShardRange:
 
 
 @defines("R31")
-def even_shard_ranges(vocab: int, shards: int) -> list[ShardRange]:
-    """S contiguous shards whose sizes differ by at most one, the larger ones first.
-
-    V = 129280 and S = 2 give two shards of 64640 tokens (R26's TP2 dense shard).
-    Refuses (BAD_SHARD_RANGES) unless ``1 <= S <= V``.
-    """
-    if not 1 <= shards <= vocab:
-        raise refuse("BAD_SHARD_RANGES", f"{shards} shards for a vocabulary of {vocab}")
-    base, extra = divmod(vocab, shards)
-    ranges, start = [], 0
-    for s in range(shards):
-        end = start + base + (1 if s < extra else 0)
-        ranges.append(ShardRange(start, end))
-        start = end
-    return ranges
-
-
-@defines("R31")
 def check_shard_ranges(ranges: Sequence[ShardRange], vocab: int) -> None:
     """Refuse (BAD_SHARD_RANGES) global shard ranges that are not S >= 1 nonempty,
     contiguous ranges covering ``0..V-1`` in rank order: every token has exactly one owner."""
@@ -487,12 +469,12 @@ def sharded_q(
     Dense: every rank's domain is its whole shard. Top-k: each rank offers its
     local top-k, the merge gives one global support, and each rank allocates on
     the support members it owns; the normalization is within the support (R07).
-    Refuses BAD_SUPPORT_SIZE for k outside 1..V and ZERO_MASS for W = 0.
+    Refuses BAD_SUPPORT_SIZE for k outside 1..V, then ZERO_MASS for W = 0 (in
+    :func:`allocate_sharded`: a top-k support of a row with W > 0 holds its heaviest,
+    positive weight, so the support sum is zero exactly when the row's is).
     """
     entries = [shard_entries(w, shard) for w, shard in zip(weights, ranges)]
     shifted = [shifted_sum(w) for w in weights]
-    if all_reduce_sum(shifted) == 0:
-        raise refuse("ZERO_MASS", "the all-reduced shifted sum is zero")
     candidates, support = None, None
     domains = entries
     if k is not None:

@@ -15,8 +15,9 @@ whatever the token IDs (the detail names the lowest offending ID); then zero
 total (``ZERO_MASS``). -0.0 is zero. A priority by class, not by ID, is what a
 parallel implementation computes: one flag per class, reduced over the row.
 
-For the exact integer allocation, :func:`f32_weight_units` gives FP32 weights
-as integers in one power-of-two unit, straight from their bits.
+:func:`qconform.spec.allocation_certified.f32_weight_units` (a fast path, not
+normative) gives FP32 weights as integers in one power-of-two unit, straight
+from their bits.
 """
 
 from __future__ import annotations
@@ -28,8 +29,6 @@ from typing import Callable, Sequence
 
 from qconform.spec.errors import refuse
 from qconform.spec.floats import (
-    F32_FRACTION_BITS,
-    F32_MIN_EXPONENT,
     F32_NEG_INF,
     F32_POS_INF,
     F32_SIGN,
@@ -126,46 +125,6 @@ def weights_from_f32(bits: Sequence[int]) -> list[Fraction]:
 def weights_from_f64(bits: Sequence[int]) -> list[Fraction]:
     """The exact values of FP64 weights ``w_v`` (bit patterns), refused as R05 says."""
     return exact_weights(bits, "f64")
-
-
-@dataclass(frozen=True)
-class WeightUnits:
-    """A row of weights as integers in one power-of-two unit: ``w_v = units[v] * 2^unit_exponent``."""
-
-    units: list[int]
-    unit_exponent: int
-
-
-F32_HIDDEN_BIT: int = 1 << F32_FRACTION_BITS
-
-
-def f32_units(pattern: int, e0: int) -> int:
-    """A nonnegative finite FP32 pattern as a multiple of ``2^(e0 - 150)``, for ``e0`` at most
-    its exponent field and at least 1 (see :func:`f32_weight_units`)."""
-    if pattern < F32_HIDDEN_BIT:
-        return pattern
-    return ((pattern & (F32_HIDDEN_BIT - 1)) | F32_HIDDEN_BIT) << ((pattern >> F32_FRACTION_BITS) - e0)
-
-
-@defines("R02", "R05")
-def f32_weight_units(bits: Sequence[int]) -> WeightUnits:
-    """The weights of :func:`weights_from_f32` as integers in one unit, with no Fraction built.
-
-    A finite FP32 pattern with exponent field ``E`` and fraction field ``F`` has
-    the magnitude ``(F + 2^23) * 2^(E - 150)`` when ``E >= 1`` (normal) and
-    ``F * 2^-149`` when ``E = 0`` (zero or subnormal). Let ``e0`` be the exponent
-    field of the smallest positive weight, at least 1. Every weight is then an
-    integer multiple of ``2^(e0 - 150)``: ``n_v = (F + 2^23) << (E - e0)`` when
-    ``E >= 1``, and ``n_v`` = the pattern itself when ``E = 0`` (a subnormal's
-    ``F``, which occurs only when ``e0 = 1``, or a zero). For nonnegative values
-    the patterns are ordered as the values are, so the smallest positive weight
-    has the least nonzero pattern. Refusals are those of ``weights_from_f32`` (R05);
-    -0.0 is zero.
-    """
-    check_weight_bits(bits, "f32")
-    magnitudes = [b & MAGNITUDE_MASKS["f32"] for b in bits] if F32_SIGN in bits else bits
-    e0 = max(min(filter(None, magnitudes)) >> F32_FRACTION_BITS, 1)
-    return WeightUnits(list(map(f32_units, magnitudes, repeat(e0))), e0 + F32_MIN_EXPONENT - 1)
 
 
 @dataclass(frozen=True)

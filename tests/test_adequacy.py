@@ -138,6 +138,23 @@ def test_the_boundary_mutant_drifts_on_the_draw_boundary_vectors() -> None:
     assert result.outcome.detail.startswith("$.requests[0].draws[1].token: expected 3, got 2")
 
 
+TOP_K_REFUSAL = "allocation:select_top_k:drop-raise:raise refuse('BAD_SUPPORT_SIZE', f'k={k!r} not in 1..{len(units)}')"
+
+
+def test_a_family_imported_as_a_package_attribute_sees_the_mutant() -> None:
+    """allocation_invalid reaches allocation_sparse by ``from qconform.generators.families import
+    allocation_sparse``; the re-import must bind the mutated module, not the package's stale
+    attribute (which made this mutant survive although allocation_invalid/support_size/k-zero kills it)."""
+    from qconform.generators.families import allocation_invalid  # the parent has the families loaded, as a run does
+
+    assert allocation_invalid.allocation_sparse is not None
+    (site,) = analysis.select(["allocation"], None, 0, frozenset({TOP_K_REFUSAL}))
+    cases = analysis.committed_cases(Path(os.environ.get("QCONFORM_VECTORS", "") or _vectors()), ["allocation_invalid"])
+    (result,) = runner.run([runner.Job(site, ("allocation_invalid",), 300)], cases, 1)
+    assert result.outcome.kind in (oracle.DRIFT, oracle.CRASH)
+    assert result.outcome.case.startswith("allocation_invalid/support_size/k-")
+
+
 def _vectors() -> Path:
     from qconform.generators.corpus import default_vectors_dir
 

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from qconform.spec.allocation import (
     allocate_dense,
-    allocate_dense_f32_bits,
     allocate_sparse,
     allocate_units,
     select_top_k,
@@ -20,15 +19,17 @@ from qconform.spec.allocation import (
 from qconform.spec.allocation_certified import (
     CERTIFIED_RELATIVE_ERROR,
     ExactQuotas,
+    allocate_dense_f32_bits,
     allocate_dense_f32_certified,
     certified_floors,
     certified_fp64_weights,
     certified_quotas,
     exact_total,
+    f32_weight_units,
 )
 from qconform.spec.constants import M
 from qconform.spec.errors import SpecError
-from qconform.spec.weights import f32_weight_units, weights_from_f32
+from qconform.spec.weights import weights_from_f32
 
 pytestmark = pytest.mark.rules("R04", "R06", "R07")
 

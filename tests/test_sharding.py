@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qconform.generators.encoding import f32_bits
+from qconform.generators.families.sharding import even_shard_ranges
 from qconform.spec.allocation import allocate_dense, allocate_sparse, select_top_k
 from qconform.spec.constants import VOCAB, M
 from qconform.spec.errors import SpecError
@@ -27,7 +28,6 @@ from qconform.spec.sharding import (
     agreed_weights,
     allocate_sharded,
     check_shard_ranges,
-    even_shard_ranges,
     kernel_oracles,
     local_top_k,
     merge_top_k,

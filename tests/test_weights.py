@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from qconform.spec.allocation_certified import f32_weight_units
 from qconform.spec.errors import SpecError
 from qconform.spec.floats import F32_NEG_INF, F32_POS_INF, F32_QUIET_NAN, decode_f32
 from qconform.spec.markov import markov_bias_f32
 from qconform.spec.weights import (
     check_weight_bits,
-    f32_weight_units,
     weights_from_f32,
     weights_from_f64,
     weights_from_logits,

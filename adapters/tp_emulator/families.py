@@ -236,6 +236,8 @@ def residual_case(rank: Rank, inp: dict) -> dict | None:
     if total <= 0:
         raise CandidateError("BAD_TARGET_ROW", "the all-reduced target sum is not positive")
     mass = residual_mass(rank, target, q_counts, fp64(total, "BAD_TARGET_ROW"))
+    if inp["residual_draws"] and not float(rank.all_reduce(mass.sum().reshape(1))[0]) > 0:
+        raise CandidateError("ZERO_MASS", "the residual max(p - q, 0) is zero on every rank: nothing to draw")
     draws = [kernels.sample_mass(rank, mass, spans, u) for u in inp["residual_draws"]]
     target_sums = rank.gather_exact_sums(target)
     positive = rank.all_gather(rank.ints([int((mass > 0).sum())])).reshape(-1).tolist()

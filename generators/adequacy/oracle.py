@@ -88,6 +88,11 @@ def install(site: Site) -> None:
     stale = imports.dependents(name)
     for loaded in [m for m in sys.modules if m in stale]:
         del sys.modules[loaded]
+        # ``from package import module`` reads the package's attribute before sys.modules: drop it
+        # too, or a re-imported importer would bind the stale, unmutated submodule
+        parent, _, child = loaded.rpartition(".")
+        if parent in sys.modules and parent not in stale:
+            vars(sys.modules[parent]).pop(child, None)
     sys.meta_path.insert(0, _MutantFinder(name, path, code))
 
 

@@ -399,6 +399,13 @@ def tie_cases() -> Iterator[Case]:
     yield dense_case(
         "random-with-duplicates", "Random weights with two duplicated values.", ("RANDOM_ROW",), RowSource.f32(row)
     )
+    yield dense_case(
+        "tie-below-winner-same-bucket",
+        "Weights 2210, 3853, 2210: two tickets remain; token 1's fractional part is above the tied pair's, all "
+        "three in the same 2^-12 bucket, so token 1 wins outright and the tie gives the last ticket to token 0.",
+        (),
+        RowSource.f32([2210.0, 3853.0, 2210.0]),
+    )
 
 
 def fp64_cases() -> Iterator[Case]:

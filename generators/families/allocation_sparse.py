@@ -194,6 +194,14 @@ def drop_cases() -> Iterator[Case]:
         RowSource.f32([0.0, 2.0, 0.0, 1.0, 0.0]),
         4,
     )
+    yield sparse_case(
+        "support-count-one",
+        "Weights 1, 3 * 2^-25, 2^-30 with k = 2: the second support member's quota is just below 1.5, so it "
+        "keeps count 1 (kept, not dropped) and token 0 the other M - 1.",
+        (),
+        RowSource.f32([1.0, 3 * 2.0**-25, 2.0**-30]),
+        2,
+    )
 
 
 def logit_cases() -> Iterator[Case]:

@@ -222,8 +222,8 @@ def random_cases() -> Iterator[Case]:
         )
 
 
-def invalid_case(name: str, comment: str, vocab: int, row: dict) -> Case:
-    case_input = {"vocab": vocab, "row": row, "draws": [0]}
+def invalid_case(name: str, comment: str, vocab: int, row: dict, draws: tuple[int, ...] = (0,)) -> Case:
+    case_input = {"vocab": vocab, "row": row, "draws": list(draws)}
     expected = solve(case_input)
     assert "error" in expected, f"invalid case {name} was accepted by the spec"
     return Case(
@@ -258,6 +258,14 @@ def invalid_cases() -> Iterator[Case]:
         "sparse-id-out-of-range", "A sparse ID equal to the vocabulary size.", 8, sparse([3, 8], [M // 2, M // 2])
     )
     yield invalid_case("sparse-negative-id", "A negative sparse ID.", 8, sparse([-1, 3], [M // 2, M // 2]))
+    yield invalid_case(
+        "sparse-length-mismatch",
+        "Two sparse IDs and three counts (the counts alone sum to M), and no draws: the row is refused "
+        "(BAD_SHAPE) when it is read, whether or not anything is drawn from it.",
+        8,
+        sparse([1, 3], [M // 2, M // 4, M // 4]),
+        draws=(),
+    )
 
 
 def build() -> Iterator[Group]:

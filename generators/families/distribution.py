@@ -204,6 +204,15 @@ def depth1_cases() -> Iterator[Case]:
         lambda _: dyadic_q([0, 0, 0, 0, M]),
         lambda _: fractions(*["1/5"] * 5),
     )
+    yield law_case(
+        "q-count-one-v2",
+        "q = (M - 1, 1) / M: token 1 has the smallest positive count, 1, and is still proposed; p = (1/2, 1/2).",
+        ("POOR_Q",),
+        2,
+        1,
+        lambda _: dyadic_q([M - 1, 1]),
+        lambda _: fractions("1/2", "1/2"),
+    )
 
 
 def depth2_cases() -> Iterator[Case]:

@@ -52,7 +52,7 @@ from qconform.generators.schemas import blob_schema
 from qconform.generators.schemas import closed_object as closed
 from qconform.spec.allocation_fp64 import fp64_error_bound
 from qconform.spec.constants import VOCAB, M
-from qconform.spec.errors import SpecError
+from qconform.spec.errors import SpecError, refuse
 from qconform.spec.qrow import QRow
 from qconform.spec.sampling import U32_LIMIT
 from qconform.spec.sharding import (
@@ -61,7 +61,6 @@ from qconform.spec.sharding import (
     ShardRange,
     agreed_weights,
     check_shard_ranges,
-    even_shard_ranges,
     sample_sharded_counts,
     sample_sharded_scaled,
     shard_residual,
@@ -74,7 +73,7 @@ from qconform.spec.sharding import (
     split_row,
 )
 
-RULES = ("R04", "R06", "R07", "R08", "R11", "R30", "R31", "R32", "R33", "R34")
+RULES = ("R04", "R05", "R06", "R07", "R08", "R10", "R11", "R30", "R31", "R32", "R33", "R34")
 PROPOSAL_RULES = ("R06", "R07", "R08", "R30", "R31", "R32", "R34")
 RESIDUAL_RULES = ("R04", "R11", "R31", "R33", "R34")
 
@@ -150,6 +149,17 @@ NOTES = {
         "k = 32 at V = 129280, the initial sparse candidate (R29), merged from four shards.",
         "Catches a merge that only works at small k or small V.",
     ),
+    "K_BOUNDS": Note(
+        "EDGE_CASE",
+        "The top-k size at the ends of its range 1..V: k = 1 (one token, every count) and k = V (the dense row) (R07).",
+        "Catches an off-by-one in the k range check or in the merge's candidate count.",
+    ),
+    "BAD_ROW": Note(
+        "EDGE_CASE",
+        "A row the unsharded spec refuses (NaN, all masked, zero mass, k outside 1..V, a target with no mass, "
+        "a residual with no mass): every rank refuses with the unsharded row's code (R05, R07, R33).",
+        "Catches a rank that answers from its own shard alone, or refuses with a local code.",
+    ),
     "BAD_RANGES": Note(
         "EDGE_CASE",
         "Global shard ranges with a gap, an empty shard or short coverage: refused with BAD_SHARD_RANGES (R31).",
@@ -159,6 +169,25 @@ NOTES = {
 
 
 # --- codec ------------------------------------------------------------------------------------
+
+
+def even_shard_ranges(vocab: int, shards: int) -> list[ShardRange]:
+    """S contiguous shards whose sizes differ by at most one, the larger ones first: how the
+    generator splits most case rows (R31). Not spec surface: every case carries its global
+    shard ranges, so no answer depends on how they were chosen.
+
+    V = 129280 and S = 2 give two shards of 64640 tokens (R26's TP2 dense shard).
+    Refuses (BAD_SHARD_RANGES) unless ``1 <= S <= V``.
+    """
+    if not 1 <= shards <= vocab:
+        raise refuse("BAD_SHARD_RANGES", f"{shards} shards for a vocabulary of {vocab}")
+    base, extra = divmod(vocab, shards)
+    ranges, start = [], 0
+    for s in range(shards):
+        end = start + base + (1 if s < extra else 0)
+        ranges.append(ShardRange(start, end))
+        start = end
+    return ranges
 
 
 def ranges_json(ranges: Sequence[ShardRange]) -> list[list[int]]:
@@ -416,7 +445,7 @@ def residual_case(
     comment: str,
     flags: tuple[str, ...],
     q_row: QRow,
-    p_weights: Sequence[int],
+    p_weights: Sequence[float],
     ranges: Sequence[ShardRange],
     seed: int = 0,
     on_boundaries: bool = False,
@@ -531,6 +560,15 @@ def dense_cases() -> Iterator[Case]:
         even_shard_ranges(10, 4),
         seed=8,
     )
+    yield proposal_case(
+        "one-hot-s2",
+        "One weight 1 (ID 4, shard 1), the rest 0: W = 1 in the common unit, the whole quota M is a whole "
+        "number, no tickets remain, shard 0 has count mass 0.",
+        (),
+        RowSource.f32([0.0, 0.0, 0.0, 0.0, 1.0, 0.0]),
+        split(0, 3, 6),
+        seed=9,
+    )
 
 
 def top_k_cases() -> Iterator[Case]:
@@ -579,6 +617,24 @@ def top_k_cases() -> Iterator[Case]:
         split(0, 2, 6),
         k=4,
         seed=15,
+    )
+    yield proposal_case(
+        "top1-s2",
+        "k = 1: the support is the one heaviest token (ID 4, on shard 1), which gets all M counts; no tickets remain.",
+        ("K_BOUNDS",),
+        RowSource.f32([0.5, 1.0, 3.0, 2.0, 4.0, 0.25, 1.5, 2.5]),
+        even_shard_ranges(8, 2),
+        k=1,
+        seed=16,
+    )
+    yield proposal_case(
+        "k-equals-vocab-s2",
+        "k = V = 6: the support is the whole row, the allocation is the dense one.",
+        ("K_BOUNDS",),
+        RowSource.f32([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+        split(0, 2, 6),
+        k=6,
+        seed=17,
     )
 
 
@@ -682,6 +738,26 @@ def residual_cases() -> Iterator[Case]:
         seed=36,
         on_boundaries=True,
     )
+    yield residual_case(
+        "target-sum-one-s2",
+        "Target weights (4, 0, 2, 2, 4, 2, 2, 0) / 16 sum to exactly W = 1 (not above it); uniform dense q; "
+        "the residual is 1/8 on tokens 0 and 4.",
+        (),
+        dense,
+        [0.25, 0.0, 0.125, 0.125, 0.25, 0.125, 0.125, 0.0],
+        even_shard_ranges(8, 2),
+        seed=37,
+    )
+    yield residual_case(
+        "single-unit-residual-s2",
+        "Uniform dense q, p = (3, 1, 2, 2, 2, 2, 2, 2) / 16: the whole residual is 1/16 on token 0, so its "
+        "masses scaled to integers by their common denominator total 1.",
+        (),
+        dense,
+        [3, 1, 2, 2, 2, 2, 2, 2],
+        even_shard_ranges(8, 2),
+        seed=38,
+    )
 
 
 def production_cases() -> Iterator[Case]:
@@ -741,6 +817,96 @@ def invalid_cases() -> Iterator[Case]:
         )
 
 
+def invalid_row_cases() -> Iterator[Case]:
+    """Rows and supports that the spec refuses, each with the code the unsharded row gets (R05, R07, R33)."""
+    nan, inf = float("nan"), float("-inf")
+    proposals = (
+        (
+            "nan-weight-shard1",
+            "A NaN weight on shard 1 only: every rank refuses NAN_WEIGHT.",
+            ("R05", "R31"),
+            RowSource.f32([1.0, 2.0, 3.0, nan, 1.0, 1.0]),
+            {"policy": "dense"},
+        ),
+        (
+            "nan-logit-shard0",
+            "A NaN logit on shard 0 only: every rank refuses NAN_LOGIT before the max all-reduce.",
+            ("R05", "R31"),
+            RowSource.logits([nan, 0.5, 1.0, -1.0, 2.0, 0.0], 1.0),
+            {"policy": "dense"},
+        ),
+        (
+            "all-masked-logits",
+            "Every logit of both shards is -inf: ALL_MASKED.",
+            ("R05", "R31"),
+            RowSource.logits([inf] * 6, 1.0),
+            {"policy": "dense"},
+        ),
+        (
+            "zero-weights",
+            "Every weight of both shards is 0: W = 0, ZERO_MASS.",
+            ("R06", "R31"),
+            RowSource.f32([0.0] * 6),
+            {"policy": "dense"},
+        ),
+        (
+            "k-zero",
+            "Top-k with k = 0: BAD_SUPPORT_SIZE.",
+            ("R07", "R30"),
+            RowSource.f32([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+            {"policy": "top_k", "k": 0},
+        ),
+        (
+            "k-above-vocab",
+            "Top-k with k = V + 1 = 7: BAD_SUPPORT_SIZE.",
+            ("R07", "R30"),
+            RowSource.f32([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+            {"policy": "top_k", "k": 7},
+        ),
+    )
+    for name, comment, rules, row, support in proposals:
+        case_input = {**row.input_json(), "shard_ranges": [[0, 3], [3, 6]], "support": support, "proposal_draws": [0]}
+        yield Case(
+            name=name,
+            comment=comment,
+            rules=rules,
+            flags=("BAD_ROW",),
+            input=case_input,
+            expected=solve(case_input),
+            result="invalid",
+        )
+    dense = encode_qrow(QRow.dense([M // 8] * 8))
+    residuals = (
+        (
+            "zero-target",
+            "Every target weight is 0: the all-reduced target sum is not positive, BAD_TARGET_ROW.",
+            [0.0] * 8,
+        ),
+        (
+            "p-equals-q",
+            "Uniform q and uniform p: the residual max(p - q, 0) is 0 everywhere, so a correction draw "
+            "has no mass to sample: ZERO_MASS.",
+            [1.0] * 8,
+        ),
+    )
+    for name, comment, p_weights in residuals:
+        case_input = {
+            "shard_ranges": [[0, 4], [4, 8]],
+            "q_row": dense,
+            "p_weights": encode_blob("f32", [f32_bits(w) if w else 0 for w in p_weights]),
+            "residual_draws": [0],
+        }
+        yield Case(
+            name=name,
+            comment=comment,
+            rules=("R10", "R11", "R33"),
+            flags=("BAD_ROW",),
+            input=case_input,
+            expected=solve(case_input),
+            result="invalid",
+        )
+
+
 def build() -> Iterator[Group]:
     yield Group(
         "dense_split",
@@ -762,6 +928,12 @@ def build() -> Iterator[Group]:
     yield Group(
         "invalid_ranges", "Global shard ranges that do not partition the vocabulary.", ("R31",), list(invalid_cases())
     )
+    yield Group(
+        "invalid_rows",
+        "Rows, supports and residuals the spec refuses, with the unsharded row's code.",
+        ("R05", "R07", "R10", "R11", "R30", "R31", "R33"),
+        list(invalid_row_cases()),
+    )
 
 
 NONNEG = {"type": "integer", "minimum": 0}
@@ -772,7 +944,7 @@ U32_DRAWS = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximu
 SUPPORT = {
     "oneOf": [
         closed({"policy": {"const": "dense"}}),
-        closed({"policy": {"const": "top_k"}, "k": {"type": "integer", "minimum": 1}}),
+        closed({"policy": {"const": "top_k"}, "k": {"type": "integer", "minimum": 0}}),
     ]
 }
 
@@ -853,6 +1025,26 @@ FAMILY = Family(
     build=build,
     solve=solve,
     input_schema={"oneOf": PROPOSAL_INPUTS + [RESIDUAL_INPUT]},
-    expected_schema={"oneOf": [PROPOSAL_ANSWER, RESIDUAL_ANSWER, closed({"error": {"enum": ["BAD_SHARD_RANGES"]}})]},
+    expected_schema={
+        "oneOf": [
+            PROPOSAL_ANSWER,
+            RESIDUAL_ANSWER,
+            closed(
+                {
+                    "error": {
+                        "enum": [
+                            "BAD_SHARD_RANGES",
+                            "NAN_WEIGHT",
+                            "NAN_LOGIT",
+                            "ALL_MASKED",
+                            "ZERO_MASS",
+                            "BAD_SUPPORT_SIZE",
+                            "BAD_TARGET_ROW",
+                        ]
+                    }
+                }
+            ),
+        ]
+    },
     comparator="sharding",
 )

@@ -824,6 +824,11 @@ def invalid_cases() -> Iterator[Case]:
     yield invalid_case(
         "zero-q-at-draft", "The draft token 2 lies outside the sparse q support.", [{**request, "draft_tokens": [2]}]
     )
+    yield invalid_case(
+        "zero-q-above-support",
+        "The draft token 5 lies above the whole sparse q support {1, 3}: q(5) = 0.",
+        [{**request, "draft_tokens": [5]}],
+    )
     yield invalid_case("draft-out-of-range", "Draft token 8 in a vocabulary of 8.", [{**request, "draft_tokens": [8]}])
     short = encode_p_probabilities([UNIFORM_P, [Fraction(1, 16)] * SMALL_VOCAB])
     yield invalid_case("target-row-not-normalized", "The bonus row sums to 1/2.", [{**request, "p_rows": short}])
