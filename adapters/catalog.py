@@ -14,6 +14,9 @@ from importlib.metadata import entry_points
 from typing import Any, Callable
 
 from qconform.adapters.stat_mutants import STAT_MUTANTS
+from qconform.adapters.stat_mutants import (
+    TILT as TILT,  # re-exported: the harness computes the stat mutants' exact laws
+)
 from qconform.adapters.tp_emulator.mutants import TP_MUTANTS
 from qconform.harness.adapter import ENTRY_POINT_GROUP, Adapter, AdapterStartError
 

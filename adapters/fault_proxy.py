@@ -33,8 +33,7 @@ import logging
 import struct
 from dataclasses import dataclass
 
-from qconform.spec.wire import layout
-from qconform.spec.wire.header import parse_header, seal
+from qconform.adapters.endpoint import codec, layout
 
 log = logging.getLogger("qconform.fault_proxy")
 
@@ -53,28 +52,17 @@ MAX_FRAME = 64 << 20
 #: longest hold of ``delay`` and ``late_after_reset`` (seconds): every run ends by itself
 HOLD_S = 10.0
 
-#: name -> (offset, type) of REPLY's fixed fields (only a variable tail has a symbolic offset)
-REPLY_FIELDS: dict[str, tuple[int, str]] = {
-    f.name: (f.offset, f.type) for f in layout.REPLY.fields if isinstance(f.offset, int)
-}
-FORMATS = {"u16": "<H", "u32": "<I", "i32": "<i"}
 
-
-def reply_field(frame: bytes, name: str) -> int:
-    offset, kind = REPLY_FIELDS[name]
-    return struct.unpack_from(FORMATS[kind], frame, layout.HEADER_SIZE + offset)[0]
+def fixed_fields(frame: bytes) -> dict:
+    """The fixed fields of a REPLY or COMPLETION frame by name (the reference endpoint's layout)."""
+    spec = layout.FIELDS[frame_type(frame)]
+    return dict(zip(spec.names, spec.codec.unpack_from(frame, layout.HEADER_SIZE)))
 
 
 def round_field(frame: bytes) -> tuple[int, int, int]:
-    """(slot, generation, round) of a REPLY or COMPLETION frame (same offsets for the three)."""
-    generation, round_id = struct.unpack_from("<II", frame, layout.HEADER_SIZE + 8)
-    slot_offset = (
-        layout.REPLY.field("slot").offset
-        if frame_type(frame) == layout.REPLY.code
-        else layout.COMPLETION.field("slot").offset
-    )
-    assert isinstance(slot_offset, int)  # a fixed field
-    return struct.unpack_from("<H", frame, layout.HEADER_SIZE + slot_offset)[0], generation, round_id
+    """(slot, generation, round) of a REPLY or COMPLETION frame."""
+    fields = fixed_fields(frame)
+    return fields["slot"], fields["generation"], fields["round"]
 
 
 def frame_type(frame: bytes) -> int:
@@ -83,18 +71,17 @@ def frame_type(frame: bytes) -> int:
 
 def redrawn(frame: bytes) -> bytes:
     """The REPLY ``frame`` with another token of positive q in its row, re-sealed (a redraw)."""
-    token, count = reply_field(frame, "token"), reply_field(frame, "entry_count")
-    tail = layout.HEADER_SIZE + layout.REPLY.size
-    if reply_field(frame, "representation") == layout.REPR_SPARSE:
-        ids = struct.unpack_from(f"<{count}i", frame, tail)
-        values = struct.unpack_from(f"<{count}I", frame, tail + 4 * count)
+    fields = fixed_fields(frame)
+    token, count = fields["token"], fields["entry_count"]
+    tail = frame[layout.HEADER_SIZE + layout.REPLY_FIXED :]
+    if fields["representation"] == layout.REPR_SPARSE:
+        ids = struct.unpack_from(f"<{count}i", tail)
+        values = struct.unpack_from(f"<{count}I", tail, 4 * count)
     else:
-        values = struct.unpack_from(f"<{count}I", frame, tail)
+        values = struct.unpack_from(f"<{count}I", tail)
         ids = tuple(range(count))
-    other = next((v for v, bits in zip(ids, values) if v != token and bits), token)
-    out = bytearray(frame)
-    struct.pack_into("<i", out, layout.HEADER_SIZE + REPLY_FIELDS["token"][0], other)
-    return seal(bytes(out))
+    fields["token"] = next((v for v, bits in zip(ids, values) if v != token and bits), token)
+    return codec.encode(layout.REPLY, fields, tail)
 
 
 @dataclass(frozen=True)
@@ -182,11 +169,11 @@ class FaultProxy:
             head = await reader.readexactly(layout.HEADER_SIZE)
         except asyncio.IncompleteReadError as exc:
             return exc.partial, False
-        header = parse_header(head)
-        if head[:4] != layout.V2_MAGIC or header.payload_length > MAX_FRAME:
+        payload_length = layout.HEADER.unpack(head)[4]
+        if head[:4] != layout.V2_MAGIC or payload_length > MAX_FRAME:
             return head, False
         try:
-            return head + await reader.readexactly(header.payload_length), True
+            return head + await reader.readexactly(payload_length), True
         except asyncio.IncompleteReadError as exc:
             return head + exc.partial, False
 
@@ -205,15 +192,15 @@ class FaultProxy:
                 return
             writer.write(data)
             await writer.drain()
-            if framed and frame_type(data) == layout.RESET.code:
+            if framed and frame_type(data) == layout.RESET:
                 self.reset_seen.set()
 
     def take_fault(self, data: bytes, seen: dict) -> Fault | None:
         kind = frame_type(data)
-        if kind not in (layout.REPLY.code, layout.COMPLETION.code):
+        if kind not in (layout.REPLY, layout.COMPLETION):
             return None
         key = round_field(data)
-        if kind == layout.REPLY.code:
+        if kind == layout.REPLY:
             index = seen.get(key, 0)
             seen[key] = index + 1
         else:

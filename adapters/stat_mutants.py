@@ -1,6 +1,6 @@
 """The names and one-line bugs of the statistical-mode mutants (docs/stat-mode.md).
 
-Kept apart from their exact laws (:mod:`qconform.adapters.stat_mutant_laws`, which
+Kept apart from their exact laws (:mod:`qconform.harness.stat.mutant_laws`, which
 imports the spec) so that the candidate that serves them,
 ``adapters/torch_native.py``, and the adapter catalog import neither the spec
 nor torch.

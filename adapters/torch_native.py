@@ -78,7 +78,7 @@ class NativeDraws:
 
 def tilted(mass: torch.Tensor, tilt: float) -> torch.Tensor:
     """The residual tilt of ``residual-tilt-1pct`` in FP64 (exactly:
-    :func:`qconform.adapters.stat_mutant_laws.tilted_masses`)."""
+    :func:`qconform.harness.stat.mutant_laws.tilted_masses`)."""
     positive = (mass > 0).nonzero().flatten()
     if positive.numel() < 2:
         return mass

@@ -1,7 +1,7 @@
 """Samples statistical mode needs to catch the stat mutants, against today's fixed-N distance tests.
 
 Run from the repository root: ``.venv/bin/python bench/bench_stat_power.py``. For
-each stat mutant (adapters/stat_mutant_laws.py: the correction reusing the acceptance
+each stat mutant (harness/stat/mutant_laws.py: the correction reusing the acceptance
 draw, and the residual tilted by 1% TV in the direction a chi-square sees worst)
 it prints the rounds per case that reach power 0.99 at family-wise level
 ``alpha = 1e-6``:
@@ -47,7 +47,6 @@ from statistics import NormalDist
 import numpy as np
 import torch
 
-from qconform.adapters.stat_mutant_laws import MUTANT_CORRECTIONS
 from qconform.adapters.stat_mutants import STAT_MUTANTS, TILT
 from qconform.adapters.torch_native import TorchNativeAdapter, tilted
 from qconform.generators.corpus import default_vectors_dir
@@ -63,6 +62,7 @@ from qconform.harness.stat.chisquare import (
     pearson,
     power_at,
 )
+from qconform.harness.stat.mutant_laws import MUTANT_CORRECTIONS
 from qconform.harness.stat.runner import StatOptions, final_df, load_cases
 from qconform.spec.outcome_law import request_outcome_law
 

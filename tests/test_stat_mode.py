@@ -18,7 +18,6 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qconform.adapters.stat_mutant_laws import MUTANT_CORRECTIONS, tilted_masses
 from qconform.generators.corpus import default_vectors_dir
 from qconform.generators.families.verification_round import decode_request
 from qconform.harness.adapter import Adapter, AdapterError, Capabilities, PrecisionProfile, Unimplemented
@@ -32,6 +31,7 @@ from qconform.harness.stat.chisquare import (
     ncx2_sf,
     power_at,
 )
+from qconform.harness.stat.mutant_laws import MUTANT_CORRECTIONS, tilted_masses
 from qconform.harness.stat.runner import FAIL, PASS, InProcess, StatOptions, load_cases, run_stat
 from qconform.harness.stat.sequential import sequential_p_value, spending_looks
 from qconform.harness.transport.host import Host

@@ -18,7 +18,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Sequence
 
-from qconform.adapters.stat_mutants import TILT
+from qconform.adapters.catalog import TILT
 from qconform.spec.distribution import mass_draw_law
 from qconform.spec.sampling import mass_draw_counts
 
