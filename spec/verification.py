@@ -25,6 +25,7 @@ from typing import Sequence
 from qconform.spec.arms import Arm, check_depth
 from qconform.spec.constants import MAX_REQUESTS, U32_BITS, M
 from qconform.spec.errors import refuse
+from qconform.spec.floats import F32_POS_INF, F32_SIGN
 from qconform.spec.qrow import QRow
 from qconform.spec.rng_abi import (
     Domain,
@@ -276,10 +277,33 @@ def verify_batch(requests: Sequence[RoundInput], arm: Arm | None = None) -> list
 
 
 @defines("R10")
+def check_target_weight_bits(bits: Sequence[int]) -> None:
+    """Refuse an FP32 target weight row that is no distribution: BAD_TARGET_ROW (R10).
+
+    A target row is the distribution p, whatever its encoding, so every way an FP32
+    weight row fails to be one has R10's one code, as an exact rational row that does
+    not sum to 1 has: a NaN, an infinity, a negative weight, or no positive weight.
+    -0.0 is zero. R05's weight codes (NAN_WEIGHT, NEGATIVE_WEIGHT, ZERO_MASS, ...) belong to the
+    draft's weights, which allocate q; they never answer for a target row
+    (docs/formats/verification_round.md, "Target rows").
+    """
+    for b in bits:
+        magnitude = b & ~F32_SIGN
+        if magnitude >= F32_POS_INF or (b & F32_SIGN and magnitude):
+            raise refuse("BAD_TARGET_ROW", f"target weight 0x{b:08x} is not a finite nonnegative number")
+    if not any(b & ~F32_SIGN for b in bits):
+        raise refuse("BAD_TARGET_ROW", f"all {len(bits)} target weights are zero")
+
+
+@defines("R10")
 def target_rows_from_f32(bits_rows: Sequence[Sequence[int]]) -> list[list[Fraction]]:
-    """Exact target rows from FP32 weight bit patterns: ``p_v = w_v / sum(w)`` (R10)."""
+    """Exact target rows from FP32 weight bit patterns: ``p_v = w_v / sum(w)`` (R10).
+
+    Each row is first checked by :func:`check_target_weight_bits`.
+    """
     rows: list[list[Fraction]] = []
     for bits in bits_rows:
+        check_target_weight_bits(bits)
         weights = weights_from_f32(bits)
         total = exact_total(weights)
         rows.append([w / total if w else ZERO for w in weights])

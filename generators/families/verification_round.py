@@ -34,6 +34,7 @@ from qconform.generators.registry import Case, Family, FuzzHooks, Group, Labels,
 from qconform.generators.schemas import closed_object as closed
 from qconform.spec.constants import MAX_REQUESTS, VOCAB, M
 from qconform.spec.errors import SpecError
+from qconform.spec.floats import F32_POS_INF, F32_SIGN
 from qconform.spec.outcome_law import Law, request_outcome_law
 from qconform.spec.qrow import QRow
 from qconform.spec.rng_abi import (
@@ -250,6 +251,15 @@ NOTES = {
         "FUNCTIONALITY",
         "V = 129280 with FP32 target weights normalized exactly (R10); the residual spans the full vocabulary.",
         "Catches residual sampling that is not over the full vocabulary, and index width problems.",
+    ),
+    "TARGET_WEIGHTS": Note(
+        "EDGE_CASE",
+        "An FP32 target weight row is the distribution p = w / sum(w) (R10): -0.0 is a zero weight; a NaN, an "
+        "infinity, a negative weight (even -2^-149) or a row with no positive weight is no distribution and is "
+        "refused BAD_TARGET_ROW, the one code of a bad target row whatever its encoding (R05's weight codes are "
+        "the draft's).",
+        "Catches -0.0 read as negative, a target row refused with a draft-weight code (ZERO_MASS, "
+        "NEGATIVE_WEIGHT), NaN or infinity let through to the ratio test.",
     ),
     "INVALID_REQUEST": Note(
         "MALFORMED_INPUT",
@@ -861,6 +871,67 @@ def invalid_cases() -> Iterator[Case]:
     )
 
 
+#: FP32 target weight rows that are no distribution (R10: BAD_TARGET_ROW, whatever the encoding),
+#: each the first row of a request whose bonus row is uniform weights.
+INVALID_TARGET_WEIGHTS: tuple[tuple[str, str, list[int]], ...] = (
+    ("target-weights-all-zero", "The first FP32 target row is all +0.0: no positive weight.", [0] * SMALL_VOCAB),
+    (
+        "target-weights-negative-zeros",
+        "The first FP32 target row is all -0.0: -0.0 is zero, so no positive weight.",
+        [F32_SIGN] * SMALL_VOCAB,
+    ),
+    (
+        "target-weight-negative",
+        "The first FP32 target row has w(0) = -1.0 among positive weights.",
+        [f32_bits(-1.0)] + weight_bits([2] * (SMALL_VOCAB - 1)),
+    ),
+    (
+        "target-weight-negative-subnormal",
+        "The first FP32 target row has w(0) = -2^-149, the negative number nearest zero.",
+        [F32_SIGN | 1] + weight_bits([1] * (SMALL_VOCAB - 1)),
+    ),
+    (
+        "target-weight-infinity",
+        "The first FP32 target row has w(2) = +inf.",
+        weight_bits([1, 1]) + [F32_POS_INF] + weight_bits([1] * (SMALL_VOCAB - 3)),
+    ),
+    (
+        "target-weight-nan",
+        "The first FP32 target row has w(2) = NaN (the quiet NaN 0x7fc00000).",
+        weight_bits([1, 1]) + [0x7FC00000] + weight_bits([1] * (SMALL_VOCAB - 3)),
+    ),
+    (
+        "target-weight-largest-nan",
+        "The first FP32 target row has w(2) = 0x7fffffff, the NaN with every fraction bit set.",
+        weight_bits([1, 1]) + [0x7FFFFFFF] + weight_bits([1] * (SMALL_VOCAB - 3)),
+    ),
+)
+
+
+def target_weight_cases() -> Iterator[Case]:
+    """FP32 target weight rows: -0.0 is zero; rows that are no distribution refuse BAD_TARGET_ROW (R10)."""
+    ident = RngIdentity(5, 0, 0, 0)
+    sparse = sparse_q({1: Fraction(1, 2), 3: Fraction(1, 2)})
+    uniform = weight_bits([1] * SMALL_VOCAB)
+    weights = [F32_SIGN, f32_bits(1.0), F32_SIGN, f32_bits(3.0)] + [F32_SIGN] * (SMALL_VOCAB - 4)
+    request = request_json(RoundInput(ident, [1], [sparse], []), encode_p_weights([weights, uniform]))
+    yield batch_case(
+        "negative-zero-weights",
+        "The first FP32 target row is -0.0 everywhere but w(1) = 1 and w(3) = 3: p = (0, 1/4, 0, 3/4, 0, ...).",
+        ("TARGET_WEIGHTS",),
+        [request],
+    )
+    for name, comment, first in INVALID_TARGET_WEIGHTS:
+        yield batch_case(
+            name,
+            comment,
+            ("TARGET_WEIGHTS", "INVALID_REQUEST"),
+            [{**request, "p_rows": encode_p_weights([first, uniform])}],
+            rules=("R10", "R11"),
+            result="invalid",
+        )
+
+
 def build() -> Iterator[Group]:
     yield Group(
         "acceptance_boundary",
@@ -909,6 +980,13 @@ def build() -> Iterator[Group]:
         "Residual sampling over V = 129280 with FP32 target weights.",
         RULES + ("R07",),
         list(production_cases()),
+    )
+    yield Group(
+        "target_weights",
+        "FP32 target weight rows: -0.0 is zero; a NaN, an infinity, a negative weight or no positive weight "
+        "refuses BAD_TARGET_ROW (R10).",
+        ("R10", "R11"),
+        list(target_weight_cases()),
     )
     yield Group("invalid_requests", "Requests refused before any draw.", ("R11", "R19", "R27"), list(invalid_cases()))
 
