@@ -143,8 +143,8 @@ def p_rows(obj: dict) -> list[list[float]]:
     out = []
     for r in range(rows):
         row = flat[r * vocab : (r + 1) * vocab]
-        total = math.fsum(row)
-        out.append([w / total for w in row])
+        total = math.fsum(row)  # 0 for a row with no positive weight: every probability 0, log p = -inf
+        out.append([w / total if total else 0.0 for w in row])
     return out
 
 
