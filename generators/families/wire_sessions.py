@@ -48,6 +48,8 @@ from qconform.spec.wire.receiver import (
     FrameIn,
     ReceiverState,
     Timeout,
+    consumable_rows,
+    counter,
     initial_state,
     step,
 )
@@ -132,17 +134,21 @@ NOTES = {
 }
 
 POSITION_MODULUS = 1 << 32
+#: The answer's counter names: the reason codes and the event counters (R25), sorted.
+COUNTER_NAMES: tuple[str, ...] = tuple(sorted((*REASONS, *EVENT_COUNTERS)))
 
 
 # ---------------------------------------------------------------- solve
 
 
 def event_from_json(obj: dict) -> Event:
+    """The event of one input item; without ``connection`` it is on the spec's default connection."""
+    on = {"connection": obj["connection"]} if "connection" in obj else {}
     if "frame" in obj:
-        return FrameIn(bytes(decode_blob(obj["frame"], "u8")[0]), obj.get("connection", 0))
+        return FrameIn(bytes(decode_blob(obj["frame"], "u8")[0]), **on)
     if "timeout" in obj:
         return Timeout(obj["timeout"])
-    return Disconnect(obj.get("connection", 0))
+    return Disconnect(**on)
 
 
 def verdict_json(verdict: Disposition) -> dict:
@@ -173,7 +179,7 @@ def state_json(state: ReceiverState) -> dict:
                     "round": current.step.round,
                     "anchor": current.step.anchor,
                     "rows": len(current.replies),
-                    "consumable": current.consumable,
+                    "consumable": consumable_rows(state, index) is not None,
                 },
             }
         )
@@ -192,7 +198,13 @@ def solve(case_input: dict) -> dict:
     for obj in case_input["events"]:
         state, verdict = step(state, event_from_json(obj))
         verdicts.append(verdict_json(verdict))
-    return {"verdicts": verdicts, "final": state_json(state), "counters": dict(state.counters)}
+    return {"verdicts": verdicts, "final": state_json(state), "counters": counters_json(state)}
+
+
+def counters_json(state: ReceiverState) -> dict:
+    """Every counter the receiver defines (R25: one per reason code, one per event), zero ones left out."""
+    assert set(dict(state.counters)) <= set(COUNTER_NAMES), state.counters
+    return {name: counter(state, name) for name in COUNTER_NAMES if counter(state, name)}
 
 
 # ---------------------------------------------------------------- building sequences
