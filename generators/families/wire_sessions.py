@@ -1067,6 +1067,76 @@ def hole_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     )
 
 
+def boundary_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
+    """Each check of the receiver exactly at its boundary, where an off-by-one implementation differs."""
+    high = POSITION_MODULUS - 8
+    s = opened(committed=high)
+    r1 = s.step(0, 1, 1, high)
+    s.full_round(r1)
+    s.commit(r1, 2)
+    r2 = s.step(0, 1, 2, high + 3)
+    s.full_round(r2)
+    s.commit(r2, 4)
+    r3 = s.step(0, 1, 3, 0)
+    s.full_round(r3)
+    yield (
+        "position-high-half",
+        "Positions at and above 2^31 are plain u32 values: anchor 2^32 - 8 commits 2^32 - 5, "
+        "then the bonus of a round at 2^32 - 5 commits exactly 2^32 = position 0.",
+        ("LIMITS", "HAPPY_PATH"),
+        s,
+    )
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    frames = s.full_round(r1)
+    s.commit(r1, 1)
+    s.raw(frames[0])
+    s.complete(r1, frames)
+    s.commit(r1, 1)
+    s.full_round(s.step(0, 1, 2, 102))
+    yield (
+        "retries-after-commit",
+        "After round 1 committed (its round ID is the slot's last), an identical retry of its first REPLY, "
+        "of its COMPLETION and of its COMMIT are STALE_ROUND and discard nothing; round 2 completes.",
+        ("STALE_OR_DUPLICATE", "RETRY"),
+        s,
+    )
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100, policy=3)
+    s.full_round(r1)
+    s.commit(r1, 2)
+    yield (
+        "support-at-policy",
+        "Rows of exactly 3 entries under support policy k = 3 are accepted (SUPPORT_ABOVE_MAX is above k).",
+        ("LIMITS",),
+        s,
+    )
+
+    s = Script()
+    s.timeout(0)
+    s.hello(max_slots=2)
+    s.reset(0, 1, 100)
+    r0 = s.step(0, 1, 1, 100)
+    s.replies(r0, range(2))
+    outside = s.step(2, 1, 1, 100, send=False)
+    s.raw(s.reply_frame(outside, 0))
+    s.timeout(2)
+    s.reset(1, 1, 500)
+    r1 = s.step(1, 1, 1, 500)
+    s.replies(r1, range(2))
+    s.timeout(1)
+    s.replies(r0, range(2, 5))
+    yield (
+        "last-slot-and-beyond",
+        "Two slots negotiated: a timeout before HELLO (no slot yet) and for slot 2 are ignored, a REPLY for "
+        "slot 2 is TOO_MANY_SLOTS and discards nothing, the timeout of slot 1 (the last) discards its round.",
+        ("LIMITS", "DISCARD"),
+        s,
+    )
+
+
 def ending_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     for name, comment, accepted, token, wrong in (
         ("correction", "A rejection after 2 accepted: the correction commits anchor + 3.", 2, 7, 2),
@@ -1366,6 +1436,12 @@ GROUPS = (
         "Position wraparound, a sixth reply, COMMIT of 0, an identical STEP retry.",
         ("R14", "R16", "R24", "R27"),
         hole_cases,
+    ),
+    (
+        "boundaries",
+        "Each receiver check exactly at its boundary: positions above 2^31, the last round, support k, the last slot.",
+        ("R14", "R19", "R24", "R25", "R27"),
+        boundary_cases,
     ),
     ("connections", "Several connections sharing one endpoint.", ("R12", "R24", "R25"), connection_cases),
     ("arms", "Fixed-depth arms: negotiated by HELLO depth, refused when not negotiated.", ("R27", "R35"), arm_cases),
