@@ -48,6 +48,8 @@ from qconform.spec.wire.receiver import (
     FrameIn,
     ReceiverState,
     Timeout,
+    consumable_rows,
+    counter,
     initial_state,
     step,
 )
@@ -132,17 +134,21 @@ NOTES = {
 }
 
 POSITION_MODULUS = 1 << 32
+#: The answer's counter names: the reason codes and the event counters (R25), sorted.
+COUNTER_NAMES: tuple[str, ...] = tuple(sorted((*REASONS, *EVENT_COUNTERS)))
 
 
 # ---------------------------------------------------------------- solve
 
 
 def event_from_json(obj: dict) -> Event:
+    """The event of one input item; without ``connection`` it is on the spec's default connection."""
+    on = {"connection": obj["connection"]} if "connection" in obj else {}
     if "frame" in obj:
-        return FrameIn(bytes(decode_blob(obj["frame"], "u8")[0]), obj.get("connection", 0))
+        return FrameIn(bytes(decode_blob(obj["frame"], "u8")[0]), **on)
     if "timeout" in obj:
         return Timeout(obj["timeout"])
-    return Disconnect(obj.get("connection", 0))
+    return Disconnect(**on)
 
 
 def verdict_json(verdict: Disposition) -> dict:
@@ -173,7 +179,7 @@ def state_json(state: ReceiverState) -> dict:
                     "round": current.step.round,
                     "anchor": current.step.anchor,
                     "rows": len(current.replies),
-                    "consumable": current.consumable,
+                    "consumable": consumable_rows(state, index) is not None,
                 },
             }
         )
@@ -192,7 +198,13 @@ def solve(case_input: dict) -> dict:
     for obj in case_input["events"]:
         state, verdict = step(state, event_from_json(obj))
         verdicts.append(verdict_json(verdict))
-    return {"verdicts": verdicts, "final": state_json(state), "counters": dict(state.counters)}
+    return {"verdicts": verdicts, "final": state_json(state), "counters": counters_json(state)}
+
+
+def counters_json(state: ReceiverState) -> dict:
+    """Every counter the receiver defines (R25: one per reason code, one per event), zero ones left out."""
+    assert set(dict(state.counters)) <= set(COUNTER_NAMES), state.counters
+    return {name: counter(state, name) for name in COUNTER_NAMES if counter(state, name)}
 
 
 # ---------------------------------------------------------------- building sequences
@@ -1055,6 +1067,76 @@ def hole_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     )
 
 
+def boundary_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
+    """Each check of the receiver exactly at its boundary, where an off-by-one implementation differs."""
+    high = POSITION_MODULUS - 8
+    s = opened(committed=high)
+    r1 = s.step(0, 1, 1, high)
+    s.full_round(r1)
+    s.commit(r1, 2)
+    r2 = s.step(0, 1, 2, high + 3)
+    s.full_round(r2)
+    s.commit(r2, 4)
+    r3 = s.step(0, 1, 3, 0)
+    s.full_round(r3)
+    yield (
+        "position-high-half",
+        "Positions at and above 2^31 are plain u32 values: anchor 2^32 - 8 commits 2^32 - 5, "
+        "then the bonus of a round at 2^32 - 5 commits exactly 2^32 = position 0.",
+        ("LIMITS", "HAPPY_PATH"),
+        s,
+    )
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    frames = s.full_round(r1)
+    s.commit(r1, 1)
+    s.raw(frames[0])
+    s.complete(r1, frames)
+    s.commit(r1, 1)
+    s.full_round(s.step(0, 1, 2, 102))
+    yield (
+        "retries-after-commit",
+        "After round 1 committed (its round ID is the slot's last), an identical retry of its first REPLY, "
+        "of its COMPLETION and of its COMMIT are STALE_ROUND and discard nothing; round 2 completes.",
+        ("STALE_OR_DUPLICATE", "RETRY"),
+        s,
+    )
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100, policy=3)
+    s.full_round(r1)
+    s.commit(r1, 2)
+    yield (
+        "support-at-policy",
+        "Rows of exactly 3 entries under support policy k = 3 are accepted (SUPPORT_ABOVE_MAX is above k).",
+        ("LIMITS",),
+        s,
+    )
+
+    s = Script()
+    s.timeout(0)
+    s.hello(max_slots=2)
+    s.reset(0, 1, 100)
+    r0 = s.step(0, 1, 1, 100)
+    s.replies(r0, range(2))
+    outside = s.step(2, 1, 1, 100, send=False)
+    s.raw(s.reply_frame(outside, 0))
+    s.timeout(2)
+    s.reset(1, 1, 500)
+    r1 = s.step(1, 1, 1, 500)
+    s.replies(r1, range(2))
+    s.timeout(1)
+    s.replies(r0, range(2, 5))
+    yield (
+        "last-slot-and-beyond",
+        "Two slots negotiated: a timeout before HELLO (no slot yet) and for slot 2 are ignored, a REPLY for "
+        "slot 2 is TOO_MANY_SLOTS and discards nothing, the timeout of slot 1 (the last) discards its round.",
+        ("LIMITS", "DISCARD"),
+        s,
+    )
+
+
 def ending_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     for name, comment, accepted, token, wrong in (
         ("correction", "A rejection after 2 accepted: the correction commits anchor + 3.", 2, 7, 2),
@@ -1354,6 +1436,12 @@ GROUPS = (
         "Position wraparound, a sixth reply, COMMIT of 0, an identical STEP retry.",
         ("R14", "R16", "R24", "R27"),
         hole_cases,
+    ),
+    (
+        "boundaries",
+        "Each receiver check exactly at its boundary: positions above 2^31, the last round, support k, the last slot.",
+        ("R14", "R19", "R24", "R25", "R27"),
+        boundary_cases,
     ),
     ("connections", "Several connections sharing one endpoint.", ("R12", "R24", "R25"), connection_cases),
     ("arms", "Fixed-depth arms: negotiated by HELLO depth, refused when not negotiated.", ("R27", "R35"), arm_cases),

@@ -367,10 +367,8 @@ def receive_step(state: ReceiverState, step: Step, data: bytes, connection: int)
         if data == slot.open.step_frame:
             return counted(state, "duplicate_retries"), Disposition(DUPLICATE)
         return refuse(state, "UNEXPECTED_MESSAGE")
-    if slot.last_round is not None and step.round == slot.last_round:
-        return refuse(state, "DUPLICATE_ROUND")
-    if slot.last_round is not None and step.round < slot.last_round:
-        return refuse(state, "STALE_ROUND")
+    if slot.last_round is not None and step.round <= slot.last_round:
+        return refuse(state, "DUPLICATE_ROUND" if step.round == slot.last_round else "STALE_ROUND")
     if step.anchor != slot.committed:
         return refuse(state, "POSITION_MISMATCH")
     params = state.link(connection)
@@ -435,6 +433,21 @@ def receive_completion(
 
 
 @defines("R11", "R16", "R17")
+def committed_after(anchor: int, accepted: int, emitted: int) -> int | None:
+    """The committed position after a round anchored at ``anchor`` that accepted ``accepted`` drafts
+    and emitted ``emitted`` tokens, None when no round ends so.
+
+    A round emits its accepted drafts, then a correction or bonus token unless
+    emission ended early (a stop token or the output budget on the last accepted
+    draft): ``accepted + 1`` or ``accepted`` tokens, never none. The committed
+    position moves past every emitted token.
+    """
+    if emitted not in (accepted, accepted + 1) or emitted == 0:
+        return None
+    return (anchor + emitted) % POSITION_MODULUS
+
+
+@defines("R11", "R16", "R17")
 def commit_target(anchor: int, accepted: int, token: int) -> int | None:
     """The one committed position a COMMIT of ``accepted`` drafts and ``token`` may name, None if none.
 
@@ -442,9 +455,7 @@ def commit_target(anchor: int, accepted: int, token: int) -> int | None:
     (-1: emission ended at a stop token or the output budget on the last
     accepted draft, so at least one draft was accepted): ``anchor + accepted``.
     """
-    if token == layout.NO_TOKEN:
-        return None if accepted == 0 else (anchor + accepted) % POSITION_MODULUS
-    return (anchor + accepted + 1) % POSITION_MODULUS
+    return committed_after(anchor, accepted, accepted if token == layout.NO_TOKEN else accepted + 1)
 
 
 @defines("R11", "R16", "R17")
@@ -454,12 +465,13 @@ def commit_for_round(anchor: int, accepted: int, emitted: tuple[int, ...]) -> tu
     ``accepted`` and ``emitted`` are those of ``verification.verify_round``: a
     correction or bonus emits ``accepted + 1`` tokens, the last one the COMMIT's
     token; an early end (stop token, budget) emits ``accepted`` and the COMMIT
-    names no token (-1). The committed position moves past every emitted token.
+    names no token (-1). The position is :func:`committed_after`'s.
     """
-    if len(emitted) not in (accepted, accepted + 1) or (len(emitted) == accepted and accepted == 0):
+    new_committed = committed_after(anchor, accepted, len(emitted))
+    if new_committed is None:
         raise ValueError(f"{len(emitted)} tokens emitted with {accepted} accepted is no round outcome")
     token = emitted[-1] if len(emitted) == accepted + 1 else layout.NO_TOKEN
-    return accepted, token, (anchor + len(emitted)) % POSITION_MODULUS
+    return accepted, token, new_committed
 
 
 @defines("R16", "R17")
@@ -518,7 +530,7 @@ def receive_hello_answer(
 def hello_answer(hello: Hello, verdict: Disposition) -> bytes:
     """The HELLO_ANSWER frame of the receiver's ``verdict`` on ``hello``: accepted, or refused with its reason."""
     if verdict.kind == ACCEPT:
-        return encode_frame(HelloAnswer(hello.session_id, layout.HELLO_ACCEPTED, bytes(32)))
+        return encode_frame(HelloAnswer(hello.session_id, layout.HELLO_ACCEPTED, ascii_field("")))
     assert verdict.reason is not None
     return encode_frame(HelloAnswer(hello.session_id, layout.HELLO_REFUSED, ascii_field(verdict.reason)))
 
@@ -577,7 +589,7 @@ def check_frame(data: bytes, config: Hello, negotiated: Hello | None) -> tuple[M
 
 
 @defines("R12", "R13", "R18", "R19")
-def receive_frame(state: ReceiverState, data: bytes, connection: int = 0) -> tuple[ReceiverState, Disposition]:
+def receive_frame(state: ReceiverState, data: bytes, connection: int) -> tuple[ReceiverState, Disposition]:
     """Check a frame under its connection's HELLO, route it, and answer a HELLO (:func:`hello_answer`)."""
     state, verdict = judge_frame(state, data, connection)
     hello = decoded_hello(data)
@@ -615,7 +627,7 @@ def fire_timeout(state: ReceiverState, index: int) -> tuple[ReceiverState, Dispo
 
 
 @defines("R24", "R25")
-def disconnect(state: ReceiverState, connection: int = 0) -> tuple[ReceiverState, Disposition]:
+def disconnect(state: ReceiverState, connection: int) -> tuple[ReceiverState, Disposition]:
     """Discard every open round of the connection, end its generations, forget its HELLO.
 
     Another connection's HELLO, slots and rounds are untouched.
@@ -640,13 +652,20 @@ def step(state: ReceiverState, event: Event) -> tuple[ReceiverState, Disposition
 
 @defines("R16")
 def consumable_rows(state: ReceiverState, index: int) -> tuple[QRow, ...] | None:
-    """The validated q rows of a slot's open round once its COMPLETION validated; None before."""
-    current = state.slots[index].open
-    if current is None or not current.consumable or state.negotiated is None:
+    """The validated q rows of a slot's open round once its COMPLETION validated; None before.
+
+    The rows were validated under the HELLO of the connection whose RESET opened
+    the round (the slot's owner), which is negotiated while the round is open.
+    """
+    slot = state.slots[index]
+    current = slot.open
+    if current is None or not current.consumable:
         return None
+    params = state.link(slot.owner)
+    assert params is not None  # a disconnect discards its connection's open rounds
     rows = []
     for data in current.replies:
-        reply = decode_frame(data, state.negotiated)
+        reply = decode_frame(data, params)
         assert isinstance(reply, Reply)
-        rows.append(validate_reply(reply, state.negotiated))
+        rows.append(validate_reply(reply, params))
     return tuple(rows)
