@@ -52,7 +52,17 @@ def test_frames_hold_valid_frames_of_every_message_type():
         for case in cases("wire_frames")
         if case["expected"].get("verdict") == "accept"
     }
-    assert accepted == {"HELLO", "STEP", "REPLY", "COMPLETION", "COMMIT", "RESET", "CANCEL", "V1_GREEDY_TOKENS"}
+    assert accepted == {
+        "HELLO",
+        "STEP",
+        "REPLY",
+        "COMPLETION",
+        "COMMIT",
+        "RESET",
+        "CANCEL",
+        "HELLO_ANSWER",
+        "V1_GREEDY_TOKENS",
+    }
 
 
 def test_frames_pin_the_bytes_a_sender_writes_for_every_message_type():

@@ -402,6 +402,40 @@ def valid_cases() -> Iterator[Case]:
         want="accept",
     )
     yield case(
+        "v1_greedy_empty",
+        "A v1 greedy frame of no token (payload_length 4, the least).",
+        ("V1_COEXISTENCE",),
+        PROD,
+        encode_v1([]),
+        want="accept",
+    )
+    yield case(
+        "v1_greedy_64_tokens",
+        "A v1 greedy frame of 64 tokens (payload_length 260, the most), token 0 among them.",
+        ("V1_COEXISTENCE",),
+        PROD,
+        encode_v1(list(range(layout.V1_MAX_TOKENS))),
+        want="accept",
+    )
+    yield case(
+        "reply_sparse_q_one",
+        "A sparse REPLY of one ID with q = 1.0 (0x3f800000): the count 2^24, the largest.",
+        ("VALID_FRAME", "PRODUCTION_SHAPE"),
+        PROD,
+        encode_frame(reply(sparse_row(PROD.vocab, [129279], [M]), token=129279)),
+        want="accept",
+    )
+    for status, reason in ((layout.HELLO_ACCEPTED, ""), (layout.HELLO_REFUSED, "VOCAB_MISMATCH")):
+        name = "accepted" if status == layout.HELLO_ACCEPTED else "refused"
+        yield case(
+            f"hello_answer_{name}",
+            f"A HELLO_ANSWER with status {name.upper()} ({status}) is a valid frame.",
+            ("VALID_FRAME", "PRODUCTION_SHAPE"),
+            PROD,
+            encode_frame(HelloAnswer(SID, status, ascii_field(reason))),
+            want="accept",
+        )
+    yield case(
         "v1_greedy_before_hello",
         "A v1 greedy frame parses as v1 before HELLO too.",
         ("V1_COEXISTENCE",),
@@ -554,6 +588,22 @@ def class_frames() -> Iterator[tuple[str, str, Hello, bool, bytes, tuple[str, ..
         ("SPARSE_ABOVE_DENSE",),
     )
     yield "UNEXPECTED_SIZE", "v1-too-many-tokens", PROD, True, encode_v1(list(range(65))), ("V1_COEXISTENCE",)
+    yield (
+        "UNEXPECTED_SIZE",
+        "v1-payload-0",
+        PROD,
+        True,
+        struct.pack("<4sHHI", layout.V1_MAGIC, layout.V1_VERSION, layout.V1_GREEDY.code, 0),
+        ("V1_COEXISTENCE",),
+    )
+    yield (
+        "UNEXPECTED_SIZE",
+        "v1-payload-261",
+        PROD,
+        True,
+        patched(encode_v1(list(range(layout.V1_MAX_TOKENS))) + b"\0", 8, "<I", 261, False),
+        ("V1_COEXISTENCE",),
+    )
     yield "V2_BEFORE_HELLO", "step", PROD, False, step, ("V1_COEXISTENCE",)
     yield "V2_BEFORE_HELLO", "reply", PROD, False, reply_frame, ("V1_COEXISTENCE",)
     yield (
@@ -621,6 +671,7 @@ def class_frames() -> Iterator[tuple[str, str, Hello, bool, bytes, tuple[str, ..
     yield "TOKEN_OUT_OF_RANGE", "reply-token-vocab", PROD, True, encode_frame(resealed_reply(reply(), token=129280)), ()
     yield "TOKEN_OUT_OF_RANGE", "commit-token-vocab", PROD, True, encode_frame(replace(COMMIT, token=129280)), ()
     yield "TOKEN_OUT_OF_RANGE", "v1-negative-token", PROD, True, encode_v1([3, -5]), ("V1_COEXISTENCE",)
+    yield "TOKEN_OUT_OF_RANGE", "v1-token-minus-1", PROD, True, encode_v1([3, -1]), ("V1_COEXISTENCE",)
     yield (
         "SPARSE_ID_OUT_OF_RANGE",
         "padding-sentinel-minus-1",
