@@ -368,6 +368,14 @@ def valid_cases() -> Iterator[Case]:
         want="accept",
     )
     yield case(
+        "step_support_max",
+        "A STEP asking for a sparse support of exactly max_support = 256 IDs (the most).",
+        ("VALID_FRAME", "PRODUCTION_SHAPE"),
+        PROD,
+        encode_frame(replace(STEP, support_policy=PROD.max_support)),
+        want="accept",
+    )
+    yield case(
         "completion_failed",
         "A COMPLETION with status FAILED is a valid frame (the receiver discards).",
         ("VALID_FRAME", "PRODUCTION_SHAPE"),
