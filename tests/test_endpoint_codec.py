@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import base64
 import json
+import struct
 from dataclasses import replace
 from pathlib import Path
 
@@ -131,9 +132,48 @@ def frame_answer(receiver: Receiver, data: bytes, negotiated: bool) -> dict:
 def test_every_wire_frames_vector():
     for case in cases("wire_frames"):
         inp = case["input"]
+        if "encode" in inp:  # the endpoint's own sender writes the same bytes
+            sent = answers.message_frame(answers.hello_fields(inp["hello"]), inp["encode"])
+            assert sent == raw(case["expected"]["frame"]), case["id"]
+            continue
         receiver = Receiver(answers.hello_fields(inp["hello"]))
         receiver.negotiated = receiver.config if inp["negotiated"] else None
         assert frame_answer(receiver, raw(inp["frame"]), inp["negotiated"]) == case["expected"], case["id"]
+
+
+def encoding_failures() -> list[str]:
+    """The ``encoding`` cases of ``wire_frames`` whose bytes the endpoint's sender does not write."""
+    return [
+        case["id"]
+        for case in cases("wire_frames")
+        if "encode" in case["input"]
+        and answers.message_frame(answers.hello_fields(case["input"]["hello"]), case["input"]["encode"])
+        != raw(case["expected"]["frame"])
+    ]
+
+
+@pytest.mark.parametrize(
+    ("bug", "caught"),
+    [
+        # a dense row sent without its zero padding up to the stride (R20)
+        ("dense_tail", ("reply_dense_padded",)),
+        # a v1 frame whose payload length leaves out the token count
+        ("encode_v1", ("v1_greedy", "v1_greedy_empty", "v1_greedy_max")),
+    ],
+)
+def test_encoding_vectors_catch_a_seeded_sender_bug(monkeypatch, bug: str, caught: tuple[str, ...]):
+    from qconform.adapters.endpoint import replies
+
+    if bug == "dense_tail":
+        monkeypatch.setattr(replies, "dense_tail", lambda counts, stride: replies.q_values(counts))
+    else:
+
+        def short_v1(tokens: list[int]) -> bytes:
+            payload = struct.pack(f"<I{len(tokens)}i", len(tokens), *tokens)
+            return layout.V1_HEADER.pack(layout.V1_MAGIC, 1, 1, len(payload) - 4) + payload
+
+        monkeypatch.setattr(answers, "encode_v1", short_v1)
+    assert encoding_failures() == [f"wire_frames/encoding/{name}" for name in caught]
 
 
 def test_every_wire_sessions_vector():

@@ -48,9 +48,36 @@ def test_sessions_pin_every_stateful_reason():
 
 def test_frames_hold_valid_frames_of_every_message_type():
     accepted = {
-        case["expected"]["message"]["type"] for case in cases("wire_frames") if case["expected"]["verdict"] == "accept"
+        case["expected"]["message"]["type"]
+        for case in cases("wire_frames")
+        if case["expected"].get("verdict") == "accept"
     }
-    assert accepted == {"HELLO", "STEP", "REPLY", "COMPLETION", "COMMIT", "RESET", "CANCEL", "V1_GREEDY_TOKENS"}
+    assert accepted == {
+        "HELLO",
+        "STEP",
+        "REPLY",
+        "COMPLETION",
+        "COMMIT",
+        "RESET",
+        "CANCEL",
+        "HELLO_ANSWER",
+        "V1_GREEDY_TOKENS",
+    }
+
+
+def test_frames_pin_the_bytes_a_sender_writes_for_every_message_type():
+    encoded = {case["input"]["encode"]["type"] for case in cases("wire_frames") if "encode" in case["input"]}
+    assert encoded == {
+        "HELLO",
+        "HELLO_ANSWER",
+        "STEP",
+        "REPLY",
+        "COMPLETION",
+        "COMMIT",
+        "RESET",
+        "CANCEL",
+        "V1_GREEDY_TOKENS",
+    }
 
 
 def test_family_files_stay_small():

@@ -9,9 +9,10 @@ stripped, digests as hex, q rows as typed little-endian blobs.
 from __future__ import annotations
 
 from . import layout
-from .blobs import blob
-from .codec import Message
+from .blobs import array, blob
+from .codec import Message, encode, encode_v1
 from .receiver import Disposition, Receiver
+from .replies import row_reply
 from .validation import QRow
 
 
@@ -65,6 +66,33 @@ def message_json(message: Message, row: QRow | None) -> dict:
     if row is not None:
         out["q"] = row_json(row)
     return out
+
+
+def message_frame(config: dict, obj: dict) -> bytes:
+    """The frame this endpoint sends for a message of the ``wire_frames`` encoding cases, under ``config``.
+
+    A REPLY is given its routing fields, token and q row; the rest comes from the
+    worker's own sender (``replies.row_reply``), the code that writes its rounds.
+    """
+    if obj["type"] == layout.V1_NAME:
+        return encode_v1(list(obj["tokens"]))
+    message_type = next(code for code, name in layout.TYPE_NAMES.items() if name == obj["type"])
+    if message_type != layout.REPLY:
+        spec = layout.FIELDS[message_type]
+        return encode(message_type, {name: field_value(kind, obj[name]) for name, kind in zip(spec.names, spec.kinds)})
+    q = obj["q"]
+    ids = array(q["ids"], "i32") if q["representation"] == "sparse" else None
+    route = Message(
+        layout.STEP,
+        {
+            "session_id": int(obj["session_id"]),
+            "generation": obj["generation"],
+            "round": obj["round"],
+            "anchor": obj["position"],
+            "slot": obj["slot"],
+        },
+    )
+    return row_reply(route, 0, obj["token"], array(q["counts"], "u32"), ids, config["dense_stride"]).data
 
 
 def verdict_json(verdict: Disposition) -> dict:

@@ -61,6 +61,14 @@ def reply_frame(step: Message, index: int, token: int, tail: bytes, entries: int
     )
 
 
+def row_reply(step: Message, index: int, token: int, counts: np.ndarray, ids: np.ndarray | None, stride: int) -> Sealed:
+    """The REPLY of draft ``index`` for one sampled row: dense (``ids`` None) padded to ``stride``, or sparse."""
+    if ids is None:
+        return reply_frame(step, index, token, dense_tail(counts, stride), stride, layout.REPR_DENSE)
+    tail, entries = sparse_tail(ids, counts)
+    return reply_frame(step, index, token, tail, entries, layout.REPR_SPARSE)
+
+
 def completion_frame(step: Message, replies: list[Sealed], status: int = layout.STATUS_OK) -> bytes:
     """The COMPLETION of ``step``'s round over its REPLY frames (FAILED: the worker gives the round up)."""
     return encode(

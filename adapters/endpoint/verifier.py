@@ -15,7 +15,8 @@ With control allowed it answers the envelopes of ``control.py``: CHECK (the
 stateless verdict on one frame, with the decoded message), APPLY (one frame
 through the state machine: its verdict, the discarded slots and the payload
 bytes the decoder allocated), and the commands ``about``, ``configure`` (a
-fresh receiver under a HELLO-shaped configuration), ``timeout`` (a slot's
+fresh receiver under a HELLO-shaped configuration), ``encode`` (the frame this
+endpoint sends for a message given as JSON, under a configuration), ``timeout`` (a slot's
 watchdog), ``connection`` (this connection's number), ``disconnect_status``
 (the verdict of connection N's disconnect once it ended; without N, of the last
 disconnect once the other connections of this receiver ended), ``state``, ``journal`` (what was
@@ -30,7 +31,8 @@ import time
 from typing import TYPE_CHECKING
 
 from . import control, layout, stream
-from .answers import counters_json, hello_fields, message_json, state_json, verdict_json
+from .answers import counters_json, hello_fields, message_frame, message_json, state_json, verdict_json
+from .blobs import blob
 from .codec import Refusal
 from .mutants import receiver_class
 from .receiver import Disposition, Receiver
@@ -117,6 +119,8 @@ class VerifierEndpoint(Endpoint):
             self.receiver = receiver_class(self.mutant)(hello_fields(request["config"]))
             self.bound[number] = self.receiver
             return {"ok": True}
+        if op == "encode":
+            return {"frame": blob("u8", list(message_frame(hello_fields(request["config"]), request["message"])))}
         if op == "timeout":
             verdict = receiver.timeout(int(request["slot"]))
             log.info("conn %d: slot %s watchdog: %s", number, request["slot"], describe(verdict))

@@ -32,7 +32,7 @@ from . import control, layout, stream
 from .answers import hello_fields
 from .codec import Decoder, Message, Refusal, encode
 from .model import DraftModel
-from .replies import completion_frame, dense_tail, reply_frame, sparse_tail
+from .replies import completion_frame, row_reply
 from .server import Endpoint
 from .validation import Validator
 
@@ -233,13 +233,11 @@ class WorkerEndpoint(Endpoint):
         slot.tokens = result.tokens[0].tolist()
         for i, token in enumerate(slot.tokens):
             if result.sparse is None:
-                tail = dense_tail(result.counts[0, i].cpu().numpy(), self.hello["dense_stride"])
-                frames.append(reply_frame(step, i, token, tail, self.hello["dense_stride"], layout.REPR_DENSE))
+                assert result.counts is not None  # a dense proposal carries its counts
+                counts, ids = result.counts[0, i].cpu().numpy(), None
             else:
-                tail, entries = sparse_tail(
-                    result.sparse.ids[0, i].cpu().numpy(), result.sparse.counts[0, i].cpu().numpy()
-                )
-                frames.append(reply_frame(step, i, token, tail, entries, layout.REPR_SPARSE))
+                counts, ids = result.sparse.counts[0, i].cpu().numpy(), result.sparse.ids[0, i].cpu().numpy()
+            frames.append(row_reply(step, i, token, counts, ids, self.hello["dense_stride"]))
         return [f.data for f in frames] + [completion_frame(step, frames)], draws_json(result)
 
     # -- test control ------------------------------------------------------------------------

@@ -6,6 +6,10 @@ been negotiated, and the bytes of one frame. The answer is the stateless
 verdict of ``qconform.spec.wire.receiver.check_frame``: the decoded message, or
 the reason code of the first failing check (docs/wire-v2.md, "Decoding order").
 
+An ``encode`` case instead hands over a message (a REPLY: its routing fields,
+token and q row) and the answer is the exact frame a sender writes for it
+(:func:`encoded`): the sender's bytes are normative too.
+
 Groups: one valid frame per message type (the production V = 129280 dense row
 included), at least one invalid frame per stateless reason class, and
 systematic mutations of small valid frames (every header field off by one,
@@ -42,9 +46,11 @@ from qconform.spec.wire.codec import (
 from qconform.spec.wire.header import seal
 from qconform.spec.wire.layout import FIELD_TYPES, HEADER, HEADER_SIZE, Field
 from qconform.spec.wire.messages import (
+    MESSAGE_CLASSES,
     Cancel,
     Commit,
     Hello,
+    HelloAnswer,
     Message,
     Reply,
     Reset,
@@ -121,6 +127,18 @@ NOTES = {
         "NEGATIVE_VALUE, dense and sparse alike; a zero count is sent only as +0.0.",
         "Catches a receiver that compares values (-0.0 == 0) where the wire decides on bits.",
     ),
+    "SPARSE_ABOVE_DENSE": Note(
+        "EDGE_CASE",
+        "A configuration whose full sparse support (36 + 8 max_support bytes) is larger than "
+        "its dense row (36 + 4 dense_stride): V = 60, stride 64, max support 40.",
+        "Catches a receiver that bounds a REPLY by the dense row alone, or by the sparse one alone (R18).",
+    ),
+    "ENCODING": Note(
+        "BASIC",
+        "A message (for a REPLY: its routing fields, token and q row) and the exact frame bytes a sender writes.",
+        "Catches a sender whose bytes differ from the normative layout: field order, dense padding, "
+        "entry count, FP32 q values, checksums (R12-R17, R20, R21).",
+    ),
     "FULL_VOCAB_DENSE": Note(
         "EDGE_CASE",
         "A dense REPLY over the full 129280-token vocabulary (517,176-byte frame).",
@@ -191,9 +209,55 @@ def message_json(message: Message | V1Greedy, row: QRow | None) -> dict:
     return out
 
 
+#: The REPLY fields a sender is given; ``entry_count``, ``q_checksum`` and ``representation`` follow from its q row.
+REPLY_GIVEN = ("session_id", "generation", "round", "position", "token", "slot")
+
+
+def q_row_from_json(obj: dict, vocab: int) -> QRow:
+    """A q row from its ``qRow`` object (a dense row lists ``vocab`` counts)."""
+    counts = decode_blob(obj["counts"], "u32")[0]
+    if obj["representation"] == "dense":
+        return QRow.dense(counts)
+    return QRow.sparse(vocab, decode_blob(obj["ids"], "i32")[0], counts)
+
+
+def encoded(obj: dict, config: Hello) -> bytes:
+    """The exact frame a sender writes for the message ``obj`` under the negotiated ``config`` (R12-R17, R20, R21).
+
+    A REPLY is given its routing fields, its token and its q row; the sender
+    derives the rest (``codec.reply_from_row``): the representation, the entry
+    count (a dense row padded with zero entries to ``dense_stride``), the FP32
+    q values and the probability checksum.
+    """
+    if obj["type"] == layout.V1_GREEDY.name:
+        return encode_v1(obj["tokens"])
+    message = layout.MESSAGES[layout.MESSAGE_CODES[obj["type"]]]
+    if message is layout.REPLY:
+        given = {f.name: field_from_json(f, obj[f.name]) for f in message.fields if f.name in REPLY_GIVEN}
+        row = q_row_from_json(obj["q"], config.vocab)
+        sealed = reply_from_row(
+            given["session_id"],
+            given["slot"],
+            given["generation"],
+            given["round"],
+            given["position"],
+            given["token"],
+            row,
+            config.dense_stride,
+        )
+        return encode_frame(sealed)
+    cls = MESSAGE_CLASSES[message.code]
+    return encode_frame(cls(**{f.name: field_from_json(f, obj[f.name]) for f in message.fields}))
+
+
 def solve(case_input: dict) -> dict:
-    """The spec's verdict on one frame: ``accept`` with the decoded message, or ``reject`` with the reason."""
+    """The spec's verdict on one frame: ``accept`` with the decoded message, or ``reject`` with the reason.
+
+    An ``encode`` case instead asks for the frame of a message: ``{"frame": bytes}``.
+    """
     hello = hello_from_json(case_input["hello"])
+    if "encode" in case_input:
+        return {"frame": encode_blob("u8", list(encoded(case_input["encode"], hello)))}
     negotiated = hello if case_input["negotiated"] else None
     data = bytes(decode_blob(case_input["frame"], "u8")[0])
     try:
@@ -209,6 +273,8 @@ def solve(case_input: dict) -> dict:
 
 PROD = example_config()
 DEV = example_config(vocab=60, dense_stride=64, max_support=16)
+#: A full sparse support (40 entries, 356 bytes) is larger than a dense row (64 entries, 292 bytes).
+WIDE = example_config(vocab=60, dense_stride=64, max_support=40)
 SID = PROD.session_id
 DIGEST = bytes(range(32))
 ONE_F32 = 0x3F800000
@@ -256,6 +322,8 @@ def resealed_reply(base: Reply, **fields) -> Reply:
     return replace(changed, q_checksum=crc32c(reply_tail(changed)))
 
 
+WIDE_ROW = sparse_row(WIDE.vocab, list(range(WIDE.max_support)), [M // 64] * 32 + [M // 16] * 8)
+WIDE_FRAME = encode_frame(reply(WIDE_ROW, WIDE, token=0))
 STEP = Step(SID, 3, 9, 4100, 32, 2, ONE_F32, 1, 5, DIGEST)
 DEV_STEP = replace(STEP, support_policy=0)
 REPLY_FRAMES = [encode_frame(reply(position=4100 + i)) for i in range(5)]
@@ -300,6 +368,14 @@ def valid_cases() -> Iterator[Case]:
         want="accept",
     )
     yield case(
+        "step_support_max",
+        "A STEP asking for a sparse support of exactly max_support = 256 IDs (the most).",
+        ("VALID_FRAME", "PRODUCTION_SHAPE"),
+        PROD,
+        encode_frame(replace(STEP, support_policy=PROD.max_support)),
+        want="accept",
+    )
+    yield case(
         "completion_failed",
         "A COMPLETION with status FAILED is a valid frame (the receiver discards).",
         ("VALID_FRAME", "PRODUCTION_SHAPE"),
@@ -317,6 +393,15 @@ def valid_cases() -> Iterator[Case]:
         want="accept",
     )
     yield case(
+        "reply_sparse_above_dense_size",
+        "A sparse REPLY of max_support = 40 entries (356 bytes): larger than the 292-byte dense row, "
+        "and admitted, as the largest REPLY is the larger of the two.",
+        ("VALID_FRAME", "SPARSE_ABOVE_DENSE"),
+        WIDE,
+        WIDE_FRAME,
+        want="accept",
+    )
+    yield case(
         "v1_greedy",
         "A v1 greedy frame parses as v1 after HELLO and is never sampled.",
         ("V1_COEXISTENCE",),
@@ -324,6 +409,40 @@ def valid_cases() -> Iterator[Case]:
         encode_v1([5, 6, 7]),
         want="accept",
     )
+    yield case(
+        "v1_greedy_empty",
+        "A v1 greedy frame of no token (payload_length 4, the least).",
+        ("V1_COEXISTENCE",),
+        PROD,
+        encode_v1([]),
+        want="accept",
+    )
+    yield case(
+        "v1_greedy_64_tokens",
+        "A v1 greedy frame of 64 tokens (payload_length 260, the most), token 0 among them.",
+        ("V1_COEXISTENCE",),
+        PROD,
+        encode_v1(list(range(layout.V1_MAX_TOKENS))),
+        want="accept",
+    )
+    yield case(
+        "reply_sparse_q_one",
+        "A sparse REPLY of one ID with q = 1.0 (0x3f800000): the count 2^24, the largest.",
+        ("VALID_FRAME", "PRODUCTION_SHAPE"),
+        PROD,
+        encode_frame(reply(sparse_row(PROD.vocab, [129279], [M]), token=129279)),
+        want="accept",
+    )
+    for status, reason in ((layout.HELLO_ACCEPTED, ""), (layout.HELLO_REFUSED, "VOCAB_MISMATCH")):
+        name = "accepted" if status == layout.HELLO_ACCEPTED else "refused"
+        yield case(
+            f"hello_answer_{name}",
+            f"A HELLO_ANSWER with status {name.upper()} ({status}) is a valid frame.",
+            ("VALID_FRAME", "PRODUCTION_SHAPE"),
+            PROD,
+            encode_frame(HelloAnswer(SID, status, ascii_field(reason))),
+            want="accept",
+        )
     yield case(
         "v1_greedy_before_hello",
         "A v1 greedy frame parses as v1 before HELLO too.",
@@ -409,6 +528,7 @@ def class_frames() -> Iterator[tuple[str, str, Hello, bool, bytes, tuple[str, ..
     yield "BAD_MAGIC", "magic-qsmq", PROD, True, b"QSMQ" + step[4:], ()
     yield "BAD_MAGIC", "http-request", PROD, True, b"GET / HTTP/1.1\r\n\r\n", ()
     yield "BAD_MAGIC", "zeros", PROD, True, bytes(20), ()
+    yield "BAD_MAGIC", "four-bytes", PROD, True, b"QSMQ", ()
     yield "UNKNOWN_VERSION", "header-version-3", PROD, True, header_patched(step, "version", 3), ()
     yield "UNKNOWN_VERSION", "header-version-1", PROD, True, header_patched(step, "version", 1), ()
     yield "UNKNOWN_VERSION", "v1-version-2", PROD, True, patched(encode_v1([1]), 4, "<H", 2, False), ("V1_COEXISTENCE",)
@@ -467,7 +587,31 @@ def class_frames() -> Iterator[tuple[str, str, Hello, bool, bytes, tuple[str, ..
         encode_frame(DEV_STEP),
         (),
     )
+    yield (
+        "UNEXPECTED_SIZE",
+        "sparse-above-largest-reply",
+        WIDE,
+        True,
+        header_patched(WIDE_FRAME + b"\0", "payload_length", len(WIDE_FRAME) - HEADER_SIZE + 1),
+        ("SPARSE_ABOVE_DENSE",),
+    )
     yield "UNEXPECTED_SIZE", "v1-too-many-tokens", PROD, True, encode_v1(list(range(65))), ("V1_COEXISTENCE",)
+    yield (
+        "UNEXPECTED_SIZE",
+        "v1-payload-0",
+        PROD,
+        True,
+        struct.pack("<4sHHI", layout.V1_MAGIC, layout.V1_VERSION, layout.V1_GREEDY.code, 0),
+        ("V1_COEXISTENCE",),
+    )
+    yield (
+        "UNEXPECTED_SIZE",
+        "v1-payload-261",
+        PROD,
+        True,
+        patched(encode_v1(list(range(layout.V1_MAX_TOKENS))) + b"\0", 8, "<I", 261, False),
+        ("V1_COEXISTENCE",),
+    )
     yield "V2_BEFORE_HELLO", "step", PROD, False, step, ("V1_COEXISTENCE",)
     yield "V2_BEFORE_HELLO", "reply", PROD, False, reply_frame, ("V1_COEXISTENCE",)
     yield (
@@ -535,6 +679,7 @@ def class_frames() -> Iterator[tuple[str, str, Hello, bool, bytes, tuple[str, ..
     yield "TOKEN_OUT_OF_RANGE", "reply-token-vocab", PROD, True, encode_frame(resealed_reply(reply(), token=129280)), ()
     yield "TOKEN_OUT_OF_RANGE", "commit-token-vocab", PROD, True, encode_frame(replace(COMMIT, token=129280)), ()
     yield "TOKEN_OUT_OF_RANGE", "v1-negative-token", PROD, True, encode_v1([3, -5]), ("V1_COEXISTENCE",)
+    yield "TOKEN_OUT_OF_RANGE", "v1-token-minus-1", PROD, True, encode_v1([3, -1]), ("V1_COEXISTENCE",)
     yield (
         "SPARSE_ID_OUT_OF_RANGE",
         "padding-sentinel-minus-1",
@@ -798,6 +943,98 @@ def check_order_cases() -> Iterator[Case]:
         yield case(c.name, c.comment, ("CHECK_ORDER",), c.config, c.data, c.negotiated, c.want)
 
 
+# ---------------------------------------------------------------- encoding
+
+
+def encode_input(config: Hello, message: Message | V1Greedy, row: QRow | None = None) -> dict:
+    """An ``encode`` case input: the message as the sender is given it (a REPLY: routing fields, token, q row)."""
+    if isinstance(message, V1Greedy):
+        obj: dict = {"type": layout.V1_GREEDY.name, "tokens": list(message.tokens)}
+    elif isinstance(message, Reply):
+        assert row is not None
+        fields = fields_to_json(message)
+        obj = {"type": layout.REPLY.name, **{name: fields[name] for name in REPLY_GIVEN}, "q": q_row_json(row)}
+    else:
+        obj = message_json(message, None)
+    return {"hello": fields_to_json(config), "encode": obj}
+
+
+def encode_case(name: str, comment: str, config: Hello, message: Message | V1Greedy, row: QRow | None = None) -> Case:
+    """An encoding case; its frame is checked to decode, under ``config``, to the message it encodes."""
+    case_input = encode_input(config, message, row)
+    expected = solve(case_input)
+    data = bytes(decode_blob(expected["frame"], "u8")[0])
+    negotiated = not isinstance(message, Hello)
+    back = solve(frame_input(config, negotiated, data))
+    assert back["verdict"] == "accept", (name, back)
+    if row is not None:
+        assert back["message"]["q"] == q_row_json(row), name
+    kind = layout.V1_GREEDY if isinstance(message, V1Greedy) else type(message).LAYOUT
+    rules = ENCODING_RULES[kind.name]
+    return Case(name=name, comment=comment, rules=rules, flags=("ENCODING",), input=case_input, expected=expected)
+
+
+#: The rules whose layout each encoding case pins (the frame checksum of every v2 frame is R21).
+ENCODING_RULES = {
+    "HELLO": ("R13", "R21"),
+    "HELLO_ANSWER": ("R13", "R21"),
+    "STEP": ("R14", "R21"),
+    "REPLY": ("R15", "R20", "R21"),
+    "COMPLETION": ("R16", "R21"),
+    "COMMIT": ("R17", "R21"),
+    "RESET": ("R17", "R21"),
+    "CANCEL": ("R17", "R21"),
+    layout.V1_GREEDY.name: ("R12",),
+}
+
+
+def encoding_cases() -> Iterator[Case]:
+    """A message of every type, REPLY rows dense (padded and not) and sparse, and v1 frames: the exact bytes."""
+    yield encode_case("hello", "The production HELLO.", PROD, PROD)
+    yield encode_case(
+        "hello_answer", "An accepting HELLO_ANSWER.", PROD, HelloAnswer(SID, layout.HELLO_ACCEPTED, bytes(32))
+    )
+    yield encode_case("step", "A STEP asking for a top-32 sparse support.", PROD, STEP)
+    yield encode_case("step_dense", "A STEP asking for dense rows.", PROD, DEV_STEP)
+    yield encode_case("completion", "The COMPLETION of five REPLY frames.", PROD, COMPLETION)
+    yield encode_case("commit", "A COMMIT of one accepted draft and its correction.", PROD, COMMIT)
+    yield encode_case("commit_no_token", "A COMMIT with no token (-1).", PROD, replace(COMMIT, token=layout.NO_TOKEN))
+    yield encode_case("reset", "A RESET to a new generation.", PROD, RESET)
+    yield encode_case("cancel", "A CANCEL of a slot's generation.", PROD, CANCEL)
+    for name, comment, config, row, token in (
+        ("reply_sparse", "A sparse row of three IDs.", PROD, SMALL_ROW, 7),
+        ("reply_sparse_k32", "A sparse row of 32 IDs.", PROD, K32_ROW, 11),
+        ("reply_sparse_one", "A sparse row of one ID with q = 1.", PROD, sparse_row(PROD.vocab, [129279], [M]), 129279),
+        ("reply_sparse_wide", "A sparse row of 40 IDs, larger than the dense row.", WIDE, WIDE_ROW, 0),
+        (
+            "reply_dense_padded",
+            "A dense row of 60 counts, padded with 4 zero entries to the stride 64 (R20).",
+            DEV,
+            DEV_DENSE_ROW,
+            0,
+        ),
+        (
+            "reply_dense_unpadded",
+            "A dense row whose vocabulary is its stride: no padding.",
+            example_config(vocab=64, max_support=16),
+            QRow.dense([M // 2, 0, 1, M // 2 - 1] + [0] * 60),
+            3,
+        ),
+    ):
+        message = reply(row, config, token=token)
+        yield encode_case(
+            name, comment + " The sender derives representation, entry count and checksum.", config, message, row
+        )
+    yield encode_case("v1_greedy", "A v1 greedy frame of three tokens.", PROD, V1Greedy((5, 6, 7)))
+    yield encode_case("v1_greedy_empty", "A v1 greedy frame of no token.", PROD, V1Greedy(()))
+    yield encode_case(
+        "v1_greedy_max",
+        f"A v1 greedy frame of {layout.V1_MAX_TOKENS} tokens, the most it carries.",
+        PROD,
+        V1Greedy(tuple(range(layout.V1_MAX_TOKENS))),
+    )
+
+
 def build() -> Iterator[Group]:
     yield Group(
         "valid_frames",
@@ -823,6 +1060,12 @@ def build() -> Iterator[Group]:
         "fail together: the earlier row is the reason.",
         FAMILY_RULES,
         list(check_order_cases()),
+    )
+    yield Group(
+        "encoding",
+        "A message of every type (a REPLY given its q row) and the exact frame bytes a sender writes.",
+        ("R12", "R13", "R14", "R15", "R16", "R17", "R20", "R21"),
+        list(encoding_cases()),
     )
     yield Group(
         "bit_flips",
@@ -864,9 +1107,33 @@ def message_schema(message: layout.MessageLayout) -> dict:
 HELLO_SCHEMA = closed(fields_schema(layout.HELLO.fields))
 REASON_SCHEMA = {"enum": sorted(REASONS)}
 
+V1_SCHEMA = closed(
+    {
+        "type": {"const": layout.V1_GREEDY.name},
+        "tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+    }
+)
+#: What a sender is given: every fixed field, but a REPLY's routing fields, token and q row only.
+REPLY_GIVEN_SCHEMA = closed(
+    {
+        "type": {"const": layout.REPLY.name},
+        **fields_schema(tuple(f for f in layout.REPLY.fields if f.name in REPLY_GIVEN)),
+        "q": {"$ref": "#/$defs/qRow"},
+    }
+)
+ENCODE_SCHEMA = {
+    "oneOf": [message_schema(m) for m in layout.MESSAGES.values() if m is not layout.REPLY]
+    + [REPLY_GIVEN_SCHEMA, V1_SCHEMA]
+}
+
 INPUT_SCHEMA = {
     "$defs": {"helloParams": HELLO_SCHEMA},
-    **closed({"hello": {"$ref": "#/$defs/helloParams"}, "negotiated": {"type": "boolean"}, "frame": blob_schema("u8")}),
+    "oneOf": [
+        closed(
+            {"hello": {"$ref": "#/$defs/helloParams"}, "negotiated": {"type": "boolean"}, "frame": blob_schema("u8")}
+        ),
+        closed({"hello": {"$ref": "#/$defs/helloParams"}, "encode": ENCODE_SCHEMA}),
+    ],
 }
 
 EXPECTED_SCHEMA = {
@@ -874,27 +1141,18 @@ EXPECTED_SCHEMA = {
         closed(
             {
                 "verdict": {"const": "accept"},
-                "message": {
-                    "oneOf": [message_schema(m) for m in layout.MESSAGES.values()]
-                    + [
-                        closed(
-                            {
-                                "type": {"const": layout.V1_GREEDY.name},
-                                "tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}},
-                            }
-                        )
-                    ]
-                },
+                "message": {"oneOf": [message_schema(m) for m in layout.MESSAGES.values()] + [V1_SCHEMA]},
             }
         ),
         closed({"verdict": {"const": "reject"}, "reason": REASON_SCHEMA}),
+        closed({"frame": blob_schema("u8")}),
     ]
 }
 
 FAMILY = Family(
     name="wire_frames",
     description="Single wire v2 frames under a negotiated HELLO: the decoded message, or the reason code of "
-    "the first failing check (docs/wire-v2.md).",
+    "the first failing check (docs/wire-v2.md); and the exact frame a sender writes for a message.",
     rules=FAMILY_RULES,
     notes=NOTES,
     build=build,

@@ -14,7 +14,8 @@ serves:
   state and counters. R18 is checked on the side: a frame whose declared length
   fails the negotiated bounds must cost the endpoint no payload allocation (as
   the endpoint reports it in ``allocated``; no report is taken as none), else
-  the answer is the refusal ``ALLOCATED_BEFORE_BOUNDS`` (a ``fail``);
+  the answer is the refusal ``ALLOCATED_BEFORE_BOUNDS`` (a ``fail``); an
+  ``encode`` case is the ``encode`` command, whose frame is the answer;
 * a **worker** (drafter leader) plays ``proposal_chain`` end to end: the case's
   draft model goes to the worker (``configure``), then on a fresh connection the
   harness is the target: it negotiates the worker's HELLO, sends RESET and STEP,
@@ -242,6 +243,8 @@ class TcpAdapter(Adapter):
             link.close()
 
     def frame_case(self, link: EndpointLink, inp: dict) -> dict:
+        if "encode" in inp:  # the endpoint's own sender writes the message's frame
+            return {"frame": link.command("encode", config=inp["hello"], message=inp["encode"])["frame"]}
         link.command("configure", config=inp["hello"])
         params = hello_from_json(inp["hello"])
         if inp["negotiated"]:
