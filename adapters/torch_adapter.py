@@ -208,9 +208,9 @@ def propose_batch(requests: Sequence[dict], device: str) -> list[dict]:
     ``propose`` call: each request keeps its own identity, last token, temperature
     and base logits (R22); more than four requests, or requests of different
     depths, support policies or Markov heads are BAD_SHAPE (R27)."""
+    if not 1 <= len(requests) <= MAX_REQUESTS:
+        raise CandidateError("BAD_SHAPE", f"{len(requests)} requests; a batch holds 1 to {MAX_REQUESTS} (R27)")
     first = requests[0]
-    if len(requests) > MAX_REQUESTS:
-        raise CandidateError("BAD_SHAPE", f"{len(requests)} requests; the batch bound is {MAX_REQUESTS} (R27)")
     if any(
         r["support"] != first["support"] or r["markov"] != first["markov"] or r["depth"] != first["depth"]
         for r in requests

@@ -170,16 +170,22 @@ def request_rows(request: dict, vocab: int, device: str) -> RoundRows:
 
 
 def chain_rows(inp: dict, device: str) -> RoundRows:
-    """The rows of a ``distribution`` input: q and p looked up by the accepted prefix."""
+    """The rows of a ``distribution`` input: q and p looked up by the accepted prefix.
+    Depth 0, or a prefix the round reaches without its row, is BAD_SHAPE."""
     vocab = inp["vocab"]
+    if inp["depth"] < 1:
+        raise CandidateError("BAD_SHAPE", f"depth {inp['depth']}: a round drafts K >= 1 tokens")
 
-    def key(prefix: Prefix) -> str:
-        return ",".join(map(str, prefix))
+    def row(table: str, prefix: Prefix):
+        key = ",".join(map(str, prefix))
+        if key not in inp[table]:
+            raise CandidateError("BAD_SHAPE", f"no {table} row for the prefix {key!r}")
+        return inp[table][key]
 
     return RoundRows(
         depth=inp["depth"],
-        q_counts=lambda prefix: torch_adapter.q_row_counts(inp["q"][key(prefix)], vocab, device),
-        p_weights=lambda prefix: torch_adapter.p_rows_f64({"probabilities": [inp["p"][key(prefix)]]}, device)[0],
+        q_counts=lambda prefix: torch_adapter.q_row_counts(row("q", prefix), vocab, device),
+        p_weights=lambda prefix: torch_adapter.p_rows_f64({"probabilities": [row("p", prefix)]}, device)[0],
         propose=sampled_drafts,
         ends=lambda emitted: False,
     )

@@ -219,9 +219,9 @@ def allocation_invalid(inp: dict, device: str) -> dict:
 def propose_batch(requests: list[dict], device: str) -> list[dict]:
     """Proposal chains of one batch of requests of one draft model, in one batched launch
     sequence; each request keeps its own identity, last token, temperature and logits."""
+    if not 1 <= len(requests) <= MAX_REQUESTS:
+        raise TritonCandidateError("BAD_SHAPE", f"{len(requests)} requests; a batch holds 1 to {MAX_REQUESTS} (R27)")
     first = requests[0]
-    if len(requests) > MAX_REQUESTS:
-        raise TritonCandidateError("BAD_SHAPE", f"{len(requests)} requests; the batch bound is {MAX_REQUESTS} (R27)")
     if any(
         r["support"] != first["support"] or r["markov"] != first["markov"] or r["depth"] != first["depth"]
         for r in requests

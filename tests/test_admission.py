@@ -141,6 +141,19 @@ def test_every_sequential_stopping_rule_is_lossless(data):
     assert audit.law == product_law(scenario, horizon)
 
 
+@given(st.data(), st.booleans())
+@settings(max_examples=25, deadline=None)
+def test_every_policy_law_has_the_target_support(data, measurable):
+    """With a real uniform, a policy moves mass but never removes or adds a sequence: every sequence
+    of positive target mass keeps positive mass, and none of zero target mass gains any (the
+    argument is in spec/equivalent_mutants.toml, `moved_mass`). So `moved_mass` and the TV see the
+    same keys in both laws."""
+    scenario = data.draw(markov_scenarios())
+    horizon = data.draw(st.integers(1, 3))
+    audit = audit_policy(table_policy(random_table(data, scenario, measurable)), scenario, horizon)
+    assert set(audit.law) == set(audit.target)
+
+
 @given(st.data())
 @settings(max_examples=25, deadline=None)
 def test_reading_the_admitted_draft_is_always_flagged(data):

@@ -227,8 +227,10 @@ def test_an_fma_evaluation_of_the_markov_bias_changes_committed_q_rows(monkeypat
     caught = []
     for group in corpus["testGroups"]:
         for case in group["tests"]:
+            if "rows" not in case["expected"]:
+                continue  # a refused chain: FMA is about the bias of an accepted one
             got = family.solve(case["input"])
-            if "rows" in case["expected"] and got.get("rows") != case["expected"]["rows"]:
+            if got.get("rows") != case["expected"]["rows"]:
                 caught.append(case["id"])
     assert caught == FMA_CAUGHT_BY
 

@@ -62,7 +62,18 @@ def propose(
     if base_logits.dim() != 3:
         raise CandidateError("BAD_SHAPE", f"base logits must be [B, K, V], got {list(base_logits.shape)}")
     device = base_logits.device
-    batch, depth, _ = base_logits.shape
+    batch, depth, vocab = base_logits.shape
+    if depth == 0:
+        raise CandidateError("BAD_SHAPE", "a chain drafts K >= 1 tokens (R35)")
+    if markov is not None:
+        left, right = markov
+        if left.dim() != 2 or right.dim() != 2:
+            raise CandidateError("BAD_SHAPE", "Markov factors must be matrices [V, r] and [r, V]")
+        if left.shape[0] != vocab or left.shape[1] != right.shape[0] or right.shape[1] != vocab:
+            raise CandidateError(
+                "BAD_SHAPE",
+                f"Markov factors {list(left.shape)} and {list(right.shape)} for base logits over V = {vocab}",
+            )
     key = seed_keys(seeds, device)
     if key.shape[0] != batch:
         raise CandidateError("BAD_SHAPE", f"{key.shape[0]} seeds for {batch} requests")
@@ -72,6 +83,8 @@ def propose(
     counters, word0 = draw_word0(key, positions, round_id, generation, PROPOSAL)
     u24 = u24_of(word0)
     prev = per_request(last_token, batch, device)
+    if bool(((prev < 0) | (prev >= vocab)).any()):
+        raise CandidateError("TOKEN_OUT_OF_RANGE", f"a last committed token is not in 0..{vocab - 1}")
     if markov is not None:
         markov = (markov[0].to(device), markov[1].to(device))
     tokens, dense_rows, sparse_rows = [], [], []

@@ -81,6 +81,17 @@ def propose(
     """
     batch, depth, vocab = base_logits.shape
     device = base_logits.device
+    if depth == 0:
+        raise TritonCandidateError("BAD_SHAPE", "a chain drafts K >= 1 tokens (R35)")
+    if markov is not None:
+        left, right = markov
+        if left.dim() != 2 or right.dim() != 2:
+            raise TritonCandidateError("BAD_SHAPE", "Markov factors must be matrices [V, r] and [r, V]")
+        if left.shape[0] != vocab or left.shape[1] != right.shape[0] or right.shape[1] != vocab:
+            raise TritonCandidateError(
+                "BAD_SHAPE",
+                f"Markov factors {list(left.shape)} and {list(right.shape)} for base logits over V = {vocab}",
+            )
     if top_k is not None and not 1 <= top_k <= vocab:
         raise TritonCandidateError("BAD_SUPPORT_SIZE", f"k = {top_k} for V = {vocab}")
     counters, u24 = proposal_draws(seeds, generations, rounds, anchors, depth, device)

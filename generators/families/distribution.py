@@ -32,6 +32,7 @@ from qconform.spec.distribution import (
     round_deviation,
     round_law,
 )
+from qconform.spec.errors import SpecError
 from qconform.spec.outcome_law import Law, chain_outcome_law
 from qconform.spec.qrow import QRow
 
@@ -91,6 +92,25 @@ NOTES = {
         "Catches verifying a later position against the wrong row.",
     ),
     "RANDOM_ROWS": Note("BASIC", "Random rows from a fixed generator seed.", "General agreement."),
+    "ACCEPTANCE_ROUNDS_TO_ONE": Note(
+        "EDGE_CASE",
+        "p(x)/q(x) lies in (1 - 2^-32, 1): the 32-bit acceptance ceil(2^32 p/q) / 2^32 is 1, the real one is "
+        "not, so the real-uniform law holds a correction sequence the quantized law lacks.",
+        "Catches an acceptance rounded down (or compared with >= on the 32-bit draw), and a deviation summed "
+        "over the sequences of both laws instead of the sequences of either.",
+    ),
+    "P_EQUALS_Q_TOKEN": Note(
+        "EDGE_CASE",
+        "p(v) = q(v) exactly for one token v while other tokens have p > q: v has no residual mass and does "
+        "not count in the bound's s (the tokens with r_v > 0).",
+        "Catches a residual support counted with p >= q.",
+    ),
+    "INVALID_TABLE": Note(
+        "MALFORMED_INPUT",
+        "Depth 0, or a q or p table without the row of a prefix the round can reach: BAD_SHAPE.",
+        "Catches a law computed for a round that drafts nothing, and a missing row read as zeros or as "
+        "another prefix's row.",
+    ),
 }
 
 
@@ -108,8 +128,15 @@ def rationals(values: list[Fraction]) -> list[str]:
 
 
 def solve(case_input: dict) -> dict:
-    """The spec's exact laws and deviations for one input."""
-    vocab, depth, q, p = decode_law_input(case_input)
+    """The spec's exact laws and deviations for one input, or the refusal code."""
+    try:
+        return exact_laws(*decode_law_input(case_input))
+    except SpecError as error:
+        return {"error": error.code}
+
+
+def exact_laws(vocab: int, depth: int, q: dict[Prefix, QRow], p: dict[Prefix, list[Fraction]]) -> dict:
+    """The expected object of a valid input."""
     deviation = quantization_deviation(vocab, depth, q, p)
     round_dev = round_deviation(vocab, depth, q, p)
     return {
@@ -205,6 +232,25 @@ def depth1_cases() -> Iterator[Case]:
         lambda _: fractions(*["1/5"] * 5),
     )
     yield law_case(
+        "acceptance-rounds-to-one-v2",
+        "q = (1/2, 1/2), p = (1/2 - 2^-40, 1/2 + 2^-40): draft 0 is accepted with 1 - 2^-39 by a real uniform "
+        "and always by the 32-bit draw, so only the real-uniform law emits the correction (1,).",
+        ("ACCEPTANCE_ROUNDS_TO_ONE", "POOR_Q"),
+        2,
+        1,
+        lambda _: dyadic_q([half, half]),
+        lambda _: fractions(Fraction(1, 2) - Fraction(1, 2**40), Fraction(1, 2) + Fraction(1, 2**40)),
+    )
+    yield law_case(
+        "p-equals-q-on-one-token-v3",
+        "q = (1/2, 1/4, 1/4), p = (1/2, 1/2, 0): p(0) = q(0) exactly, only token 1 has residual mass (s = 1).",
+        ("P_EQUALS_Q_TOKEN", "P_ZERO_WHERE_Q_POSITIVE"),
+        3,
+        1,
+        lambda _: dyadic_q([half, quarter, quarter]),
+        lambda _: fractions("1/2", "1/2", 0),
+    )
+    yield law_case(
         "q-count-one-v2",
         "q = (M - 1, 1) / M: token 1 has the smallest positive count, 1, and is still proposed; p = (1/2, 1/2).",
         ("POOR_Q",),
@@ -287,10 +333,51 @@ def random_cases() -> Iterator[Case]:
         )
 
 
+def invalid_case(name: str, comment: str, case_input: dict) -> Case:
+    """A table the spec refuses BAD_SHAPE."""
+    expected = solve(case_input)
+    assert expected == {"error": "BAD_SHAPE"}, (name, expected)
+    return Case(
+        name=name,
+        comment=comment,
+        rules=RULES,
+        flags=("INVALID_TABLE",),
+        input=case_input,
+        expected=expected,
+        result="invalid",
+    )
+
+
+def invalid_cases() -> Iterator[Case]:
+    half = rationals(fractions("1/2", "1/2"))
+    halves = encode_qrow(dyadic_q([M // 2, M // 2]))
+    yield invalid_case(
+        "depth-zero",
+        "Depth 0 with a q row and a p row for the empty prefix: a round drafts K >= 1 tokens.",
+        {"vocab": 2, "depth": 0, "q": {"": halves}, "p": {"": half}},
+    )
+    yield invalid_case(
+        "q-row-missing-for-reachable-prefix",
+        "Depth 2, q = p = (1/2, 1/2): draft 1 is always accepted, but q has no row for the prefix (1).",
+        {
+            "vocab": 2,
+            "depth": 2,
+            "q": {"": halves, "0": halves},
+            "p": {prefix_key(k): half for k in prefixes(2, 2)},
+        },
+    )
+
+
 def build() -> Iterator[Group]:
     yield Group("depth1", "Depth-1 rounds.", RULES, list(depth1_cases()))
     yield Group("depth2", "Depth-2 rounds with prefix-dependent rows.", RULES + ("R01",), list(depth2_cases()))
     yield Group("random", "Random rows.", RULES, list(random_cases()))
+    yield Group(
+        "invalid",
+        "Tables the exact law refuses: depth 0, a reachable prefix without its row.",
+        RULES,
+        list(invalid_cases()),
+    )
 
 
 RATIONALS = {"type": "array", "items": {"$ref": "#/$defs/rational"}}
@@ -306,6 +393,29 @@ def outcome_laws(case_input: dict) -> list[Law]:
     return [chain_outcome_law(*decode_law_input(case_input))]
 
 
+#: The expected object of a valid input.
+LAWS = closed(
+    {
+        "emitted_law": {
+            "type": "array",
+            "items": closed(
+                {
+                    "tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1},
+                    "probability": {"$ref": "#/$defs/rational"},
+                }
+            ),
+        },
+        "first_token_law": RATIONALS,
+        "first_token_law_real_uniform": RATIONALS,
+        "target": RATIONALS,
+        "tv_deviation": {"$ref": "#/$defs/rational"},
+        "deviation_bound": {"$ref": "#/$defs/rational"},
+        "round_tv_deviation": {"$ref": "#/$defs/rational"},
+        "round_deviation_bound": {"$ref": "#/$defs/rational"},
+    }
+)
+
+
 FAMILY = Family(
     name="distribution",
     description="The exact law of one round's emitted tokens at small vocabularies, and its quantization deviation.",
@@ -316,30 +426,11 @@ FAMILY = Family(
     input_schema=closed(
         {
             "vocab": {"type": "integer", "minimum": 2, "maximum": 64},
-            "depth": {"type": "integer", "minimum": 1},
+            "depth": {"type": "integer", "minimum": 0},
             "q": {"type": "object", "propertyNames": PREFIX_KEYS, "additionalProperties": {"$ref": "#/$defs/qRow"}},
             "p": {"type": "object", "propertyNames": PREFIX_KEYS, "additionalProperties": RATIONALS},
         }
     ),
-    expected_schema=closed(
-        {
-            "emitted_law": {
-                "type": "array",
-                "items": closed(
-                    {
-                        "tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1},
-                        "probability": {"$ref": "#/$defs/rational"},
-                    }
-                ),
-            },
-            "first_token_law": RATIONALS,
-            "first_token_law_real_uniform": RATIONALS,
-            "target": RATIONALS,
-            "tv_deviation": {"$ref": "#/$defs/rational"},
-            "deviation_bound": {"$ref": "#/$defs/rational"},
-            "round_tv_deviation": {"$ref": "#/$defs/rational"},
-            "round_deviation_bound": {"$ref": "#/$defs/rational"},
-        }
-    ),
+    expected_schema={"oneOf": [LAWS, closed({"error": {"enum": ["BAD_SHAPE"]}})]},
     stat=StatHooks(per_request=False, laws=outcome_laws),
 )

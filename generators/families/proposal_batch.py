@@ -46,7 +46,7 @@ NOTES = {
     "TOP_K_CHAIN": Note("FUNCTIONALITY", "Top-k sparse q rows (R07).", "General agreement for sparse batches."),
     "INCOMPATIBLE_BATCH": Note(
         "MALFORMED_INPUT",
-        "More than four requests, or requests of different depths, support policies or draft models (R27).",
+        "No request, more than four, or requests of different depths, support policies or draft models (R27).",
         "Catches a batch assembled from incompatible shapes instead of refused.",
     ),
 }
@@ -70,7 +70,7 @@ def batch_case(
     return Case(
         name=name,
         comment=comment,
-        rules=RULES + (("R07",) if inputs[0].support.k else ()),
+        rules=RULES + (("R07",) if inputs and inputs[0].support.k else ()),
         flags=flags,
         input=case_input,
         expected=expected,
@@ -131,6 +131,7 @@ def batch_cases() -> Iterator[Case]:
 
 def invalid_cases() -> Iterator[Case]:
     five = requests_of_one_model(0xBA73, 16, (1.0, 0.9, 1.1, 1.2, 0.7), SupportPolicy.dense())
+    yield batch_case("empty", "No request: a batch holds 1 to 4 (R27).", ("INCOMPATIBLE_BATCH",), [], "invalid")
     yield batch_case(
         "five-requests", "Five requests: the batch bound is four (R27).", ("INCOMPATIBLE_BATCH",), five, "invalid"
     )
@@ -178,7 +179,7 @@ FAMILY = Family(
     margins=chain.FAMILY.margins,
     build=build,
     solve=solve,
-    input_schema=closed({"requests": {"type": "array", "minItems": 1, "items": chain.FAMILY.input_schema}}),
+    input_schema=closed({"requests": {"type": "array", "items": chain.FAMILY.input_schema}}),
     expected_schema={
         "oneOf": [
             closed(
@@ -187,7 +188,7 @@ FAMILY = Family(
                         "type": "array",
                         "minItems": 1,
                         "maxItems": MAX_REQUESTS,
-                        "items": chain.FAMILY.expected_schema,
+                        "items": chain.ANSWER,
                     }
                 }
             ),

@@ -104,6 +104,25 @@ NOTES = {
         "Draft temperature other than 1.",
         "Catches the temperature applied after the bias shift, to the target instead, or not at all.",
     ),
+    "SUBNORMAL_BIAS": Note(
+        "EDGE_CASE",
+        "The Markov products are FP32 subnormals (2^-100 times 2^-49 .. 2^-40) and the draft temperature is "
+        "2^-126, so a bias of a few units of 2^-149 moves the scaled logits by up to 2^-14 and changes the counts.",
+        "Catches subnormals flushed to zero in the bias, and an accumulator that does not start from +0.0.",
+    ),
+    "SHORTEST_CHAIN": Note(
+        "EDGE_CASE",
+        "Depth K = 1: one row, conditioned on the committed token only.",
+        "Catches a chain that needs two rows, or refuses or pads a depth-1 round.",
+    ),
+    "INVALID_CHAIN": Note(
+        "MALFORMED_INPUT",
+        "A chain the worker must refuse: depth 0, base logits or Markov factors whose shapes disagree "
+        "(BAD_SHAPE), a top-k support with k > V (BAD_SUPPORT_SIZE), or a last committed token outside 0..V-1 "
+        "(TOKEN_OUT_OF_RANGE).",
+        "Catches an empty answer to depth 0, factors read past (or short of) their rank or vocabulary, and a "
+        "token -1 that indexes the last Markov row instead of being refused.",
+    ),
 }
 
 
@@ -293,6 +312,13 @@ def chain_cases() -> Iterator[Case]:
         ("DENSE_CHAIN", "NO_MARKOV"),
         make_input(0xC4A6, 48, 2, 0.0, 1.0, SupportPolicy.dense(), ident),
     )
+    one = make_input(0xC4A9, 32, 2, 1.5, 1.0, SupportPolicy.dense(), ident)
+    yield chain_case(
+        "dense-v32-depth1",
+        "Depth K = 1 over V = 32: the shortest chain, one row conditioned on x_0.",
+        ("DENSE_CHAIN", "SHORTEST_CHAIN"),
+        replace(one, base_logits=one.base_logits[:1]),
+    )
 
 
 def identity_cases() -> Iterator[Case]:
@@ -328,6 +354,99 @@ def tie_cases() -> Iterator[Case]:
     )
 
 
+def subnormal_bias_input(identity: RngIdentity) -> ProposalInput:
+    """A chain whose Markov bias is FP32 subnormal and matters: every left row is
+    ``[2^-100]``, the right row holds 0 and +-2^-49 .. 2^-40, so the bias of every
+    token is 0 or a product of at most 2^-140; the base logits are 0 and +-2^-126 ..
+    3 * 2^-126 and the temperature 2^-126, which scales them (and the bias) to
+    ``|s| <= 3``. Flushing the subnormal bias to zero, or starting the accumulator at
+    another value than +0.0, changes the counts of row 1 (and of later rows)."""
+    logits = [f32_bits(x * 2.0**-126) for x in (2, 2, -2, 0, 3, 2, -1, 3)]
+    right = [[f32_bits(x) for x in (2.0**-40, 2.0**-49, -(2.0**-45), 0.0, -(2.0**-47), 0.0, 0.0, 0.0)]]
+    left = [[f32_bits(2.0**-100)] for _ in logits]
+    rows = [logits, logits[::-1], logits[2:] + logits[:2]]
+    return ProposalInput(rows, left, right, 3, f32_bits(2.0**-126), SupportPolicy.dense(), identity)
+
+
+def subnormal_cases() -> Iterator[Case]:
+    yield chain_case(
+        "dense-v8-subnormal-bias",
+        "Subnormal Markov products and T = 2^-126 over V = 8, depth 3: the bias of a few 2^-149 units moves "
+        "the counts.",
+        ("DENSE_CHAIN", "SUBNORMAL_BIAS", "TEMPERATURE"),
+        subnormal_bias_input(RngIdentity(seed=0x5AB, generation=1, round=1, anchor=0)),
+    )
+
+
+def invalid_case(name: str, comment: str, inp: ProposalInput, code: str, vocab_of_logits: int | None = None) -> Case:
+    """A chain the spec refuses with ``code``; ``vocab_of_logits`` gives the width of an
+    empty (depth-0) base-logits blob."""
+    case_input = encode_input(inp)
+    if vocab_of_logits is not None:
+        case_input["base_logits"] = encode_blob("f32", [], [0, vocab_of_logits])
+    expected = solve(case_input)
+    assert expected == {"error": code}, (name, expected)
+    return Case(
+        name=name,
+        comment=comment,
+        rules=("R01", "R05", "R35") + (("R07",) if inp.support.k else ()),
+        flags=("INVALID_CHAIN",),
+        input=case_input,
+        expected=expected,
+        result="invalid",
+    )
+
+
+def invalid_cases() -> Iterator[Case]:
+    ident = RngIdentity(seed=20240607, generation=1, round=3, anchor=1000)
+    base = make_input(0xC4D1, 16, 2, 1.0, 1.0, SupportPolicy.dense(), ident)
+    yield invalid_case(
+        "depth-zero",
+        "Depth K = 0 (base logits f32[0, 16]): a round drafts K >= 1 tokens (R35).",
+        replace(base, base_logits=[]),
+        "BAD_SHAPE",
+        vocab_of_logits=16,
+    )
+    wide = make_input(0xC4D2, 24, 2, 1.0, 1.0, SupportPolicy.dense(), ident)
+    yield invalid_case(
+        "logits-wider-than-markov",
+        "Base logits over 24 tokens, Markov factors over 16, x_0 = 20: the shapes disagree (BAD_SHAPE), "
+        "refused before x_0 is checked against the factors.",
+        replace(base, base_logits=wide.base_logits, last_committed_token=20),
+        "BAD_SHAPE",
+    )
+    yield invalid_case(
+        "markov-rank-mismatch",
+        "Left factor f32[16, 2], right factor f32[3, 16]: the ranks disagree.",
+        replace(base, markov_right=[*base.markov_right, base.markov_right[0]]),
+        "BAD_SHAPE",
+    )
+    yield invalid_case(
+        "markov-right-wider",
+        "Right factor f32[2, 17] for a vocabulary of 16 (the left factor's rows and the logits).",
+        replace(base, markov_right=[[*row, row[0]] for row in base.markov_right]),
+        "BAD_SHAPE",
+    )
+    yield invalid_case(
+        "topk-k-above-vocab",
+        "Top-17 support over V = 16: k must be in 1..V (R07).",
+        replace(base, support=SupportPolicy.top_k(17)),
+        "BAD_SUPPORT_SIZE",
+    )
+    yield invalid_case(
+        "last-token-at-vocab",
+        "x_0 = V = 16: one past the last token.",
+        replace(base, last_committed_token=16),
+        "TOKEN_OUT_OF_RANGE",
+    )
+    yield invalid_case(
+        "last-token-negative",
+        "x_0 = -1: refused, not read as the last Markov row.",
+        replace(base, last_committed_token=-1),
+        "TOKEN_OUT_OF_RANGE",
+    )
+
+
 def boundary_seed(inp: ProposalInput, offset: int) -> int:
     """The first seed from the input's own whose row-1 proposal draw is ``C_v + offset`` for
     an interior cumulative count ``C_v`` of row 1 (which no seed changes: it is conditioned on
@@ -358,7 +477,12 @@ def boundary_cases() -> Iterator[Case]:
 
 
 def build() -> Iterator[Group]:
-    yield Group("chains", "Depth-5 chains, dense and top-k, Markov-conditioned.", RULES, list(chain_cases()))
+    yield Group(
+        "chains",
+        "Depth-5 chains, dense and top-k, Markov-conditioned, and one depth-1 chain.",
+        RULES,
+        list(chain_cases()),
+    )
     yield Group(
         "exact_ties",
         "Rows that tie exactly between equal weights, decided by the lowest ID; no FP64 uncertainty.",
@@ -366,6 +490,18 @@ def build() -> Iterator[Group]:
         list(tie_cases()),
     )
     yield Group("rng_identity", "Chains that pin the draw keys.", RULES, list(identity_cases()))
+    yield Group(
+        "subnormal_bias",
+        "A Markov bias of FP32 subnormals that changes the counts at a tiny draft temperature.",
+        RULES,
+        list(subnormal_cases()),
+    )
+    yield Group(
+        "invalid_inputs",
+        "Chains the worker must refuse: depth 0, disagreeing shapes, k > V, x_0 outside the vocabulary.",
+        ("R01", "R05", "R07", "R35"),
+        list(invalid_cases()),
+    )
     yield Group(
         "draw_boundaries",
         "Row 1's draw on a cumulative boundary of its q row, from either side.",
@@ -389,6 +525,17 @@ DRAW = closed(
         "u24": {"type": "integer", "minimum": 0, "maximum": M - 1},
     }
 )
+#: One chain's answer (also each request's answer in ``proposal_batch``).
+ANSWER = closed(
+    {
+        "tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+        "rows": {"type": "array", "items": {"$ref": "#/$defs/qRow"}},
+        "draws": {"type": "array", "items": DRAW},
+        "exp_margin_ulp": RATIONALS,
+        "tie_gap": RATIONALS,
+        "fp64_may_differ": {"type": "array", "items": {"type": "boolean"}},
+    }
+)
 
 FAMILY = Family(
     name="proposal_chain",
@@ -404,23 +551,16 @@ FAMILY = Family(
             "generation": {"type": "integer", "minimum": 0},
             "round": {"type": "integer", "minimum": 0},
             "anchor": {"type": "integer", "minimum": 0},
-            "depth": {"type": "integer", "minimum": 1},
-            "last_committed_token": {"type": "integer", "minimum": 0},
+            "depth": {"type": "integer", "minimum": 0},
+            "last_committed_token": {"type": "integer"},
             "temperature": {"$ref": "#/$defs/f32"},
             "support": SUPPORT,
             "base_logits": blob_schema("f32"),
             "markov": closed({"left": blob_schema("f32"), "right": blob_schema("f32")}),
         }
     ),
-    expected_schema=closed(
-        {
-            "tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}},
-            "rows": {"type": "array", "items": {"$ref": "#/$defs/qRow"}},
-            "draws": {"type": "array", "items": DRAW},
-            "exp_margin_ulp": RATIONALS,
-            "tie_gap": RATIONALS,
-            "fp64_may_differ": {"type": "array", "items": {"type": "boolean"}},
-        }
-    ),
+    expected_schema={
+        "oneOf": [ANSWER, closed({"error": {"enum": ["BAD_SHAPE", "BAD_SUPPORT_SIZE", "TOKEN_OUT_OF_RANGE"]}})]
+    },
     comparator="proposal",
 )

@@ -23,7 +23,10 @@ serves:
   (``qconform.spec.wire.receiver``). The round's tokens and validated q rows,
   with the draws the worker reports (``trace``), are the answer, which the
   family's comparator checks against the spec draw for draw. A frame the spec
-  receiver refuses makes the answer ``WIRE_<REASON>`` (a ``fail``).
+  receiver refuses makes the answer ``WIRE_<REASON>`` (a ``fail``). A chain the
+  spec refuses for its shapes or ``x_0`` (``check_shapes``, ``check_factors``), or
+  whose k the negotiation refuses (``k > V``), cannot be carried: the worker loads
+  its model out of band and no round exists to play, so it is ``unsupported``.
 """
 
 from __future__ import annotations
@@ -35,10 +38,14 @@ from urllib.parse import urlsplit
 
 from qconform.adapters.endpoint import control
 from qconform.generators.encoding import decode_blob
+from qconform.generators.families.proposal_chain import decode_input
 from qconform.generators.families.wire_frames import fields_to_json, hello_from_json, q_row_json
-from qconform.harness.adapter import Adapter, AdapterError, Capabilities, Outcome, PrecisionProfile
+from qconform.harness.adapter import Adapter, AdapterError, Capabilities, Outcome, PrecisionProfile, Unimplemented
 from qconform.harness.transport.client import TCP_PREFIX
 from qconform.harness.transport.shim_protocol import ProtocolError, parse_precision
+from qconform.spec.errors import SpecError
+from qconform.spec.markov import check_factors
+from qconform.spec.proposal import check_shapes
 from qconform.spec.wire import layout
 from qconform.spec.wire.codec import decode_frame, encode_frame
 from qconform.spec.wire.header import check_header, parse_header
@@ -295,10 +302,19 @@ class TcpAdapter(Adapter):
     def proposal_chain(self, inputs: list[dict]) -> list[Outcome]:
         return [self.chain_case(inp) for inp in inputs]
 
-    def chain_case(self, inp: dict) -> dict:
+    def chain_case(self, inp: dict) -> Outcome:
         vocab = decode_blob(inp["base_logits"])[1][1]
         k = inp["support"].get("k", 0)
-        config = example_config(vocab=vocab, max_support=k or min(16, vocab))
+        try:
+            chain = decode_input(inp)
+            check_shapes(chain)
+            check_factors(chain.last_committed_token, chain.markov_left, chain.markov_right)
+            config = example_config(vocab=vocab, max_support=k or min(16, vocab), depth=inp["depth"])
+        except SpecError as refused:
+            return Unimplemented(
+                f"a wire v2 worker loads its draft model out of band (control configure) and negotiates "
+                f"k <= V; this chain is refused before any round ({refused.code}), so no round can carry it"
+            )
         model = {
             "base_logits": inp["base_logits"],
             "markov": inp["markov"],
