@@ -155,7 +155,10 @@ def validate_batch(params: dict, steps: list[Message], frames: list[bytes]) -> R
 
 
 def decode_batch(receiver: Receiver, requests: int) -> np.ndarray:
-    return np.stack([np.stack([row.dense() for row in receiver.consumable_rows(b)[1]]) for b in range(requests)])
+    """The batch's validated rows as one int64 array [B, K, V], each row copied once (as the target
+    stacks a round's rows); stacking per request first would copy every row twice."""
+    rows = [row.dense() for b in range(requests) for row in receiver.consumable_rows(b)[1]]
+    return np.stack(rows).reshape(requests, DEPTH, -1)
 
 
 async def serve_batch(frames: list[bytes], requests: int, encoder: Callable[[], list[bytes]] | None):
