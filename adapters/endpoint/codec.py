@@ -46,7 +46,7 @@ class Message:
 
     type: int
     fields: dict = field(default_factory=dict)
-    tail: bytes = b""
+    tail: bytes | memoryview = b""
     tokens: tuple[int, ...] = ()
     #: raw CRC registers (crc32c.raw) of the REPLY tail and of the whole frame, kept from decoding
     tail_raw: int | None = None
@@ -116,7 +116,8 @@ class Decoder:
 
     def take(self, view: memoryview) -> memoryview:
         """The payload bytes, counted as allocated: a view of the frame's own buffer, read in place
-        (the frame is ``bytes``, immutable); only a REPLY's tail is copied, once (:meth:`decode`)."""
+        (nothing writes a frame once read: ``bytes``, or the buffer a stream read it into); no
+        payload byte is copied, a REPLY's tail included (:meth:`decode`)."""
         self.allocated += len(view)
         return view
 
@@ -183,7 +184,7 @@ class Decoder:
         payload = self.read_payload(view, start, length, limits)
         (checksum,) = struct.unpack_from("<I", view, layout.CHECKSUM_OFFSET)
         split = layout.REPLY_FIXED if message_type == layout.REPLY else length
-        tail = bytes(payload[split:])  # the one copy of the q bytes: the checksum library reads only bytes
+        tail = payload[split:]  # a view: the q bytes are never copied (crc32c reads a buffer in place)
         tail_raw = raw(tail)
         payload_raw = extend(raw(payload[:split]), length - split, tail_raw)
         if finish(extend(crc32c_update(INIT, view[: layout.CHECKSUM_OFFSET]), length, payload_raw)) != checksum:
@@ -198,7 +199,7 @@ class Decoder:
         return message
 
     @staticmethod
-    def reply_tail(message: Message, tail: bytes, params: dict) -> bytes:
+    def reply_tail(message: Message, tail: memoryview, params: dict) -> memoryview:
         """A REPLY's representation and entry count against the bounds, before its tail is read."""
         route, count, representation = message.route, message["entry_count"], message["representation"]
         if representation == layout.REPR_NONE or count == 0:

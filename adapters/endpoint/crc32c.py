@@ -19,7 +19,8 @@ tail again.
 ``shift_n`` itself reads no bytes either: feeding n zero bytes multiplies the
 register by ``x^(8n)`` modulo the polynomial (zlib's ``crc32_combine``), so it is
 one carry-less multiplication by an operator computed once per length
-(:func:`shift_operator`) by repeated squaring. Feeding ``bytes(n)`` instead would
+(:func:`shift_operator`) by repeated squaring, done as four table lookups
+(:func:`shift_tables`, built once per length). Feeding ``bytes(n)`` instead would
 be a second CRC pass over every tail at every checksum that extends it.
 """
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import google_crc32c
+import numpy as np
 
 INIT = 0xFFFFFFFF
 XOROUT = 0xFFFFFFFF
@@ -37,9 +39,10 @@ POLY = 0x82F63B78
 ONE = 1 << 31
 
 
-def as_bytes(data: bytes | bytearray | memoryview) -> bytes:
-    """The library takes read-only ``bytes``; other buffers are copied once."""
-    return data if type(data) is bytes else bytes(data)
+def as_bytes(data: bytes | bytearray | memoryview) -> bytes | np.ndarray:
+    """What the library reads: ``bytes``, or a NumPy view of any other buffer (it refuses a
+    ``memoryview`` or ``bytearray`` but reads an array's buffer): nothing is copied."""
+    return data if type(data) is bytes else np.frombuffer(data, dtype=np.uint8)
 
 
 def crc32c_update(register: int, data: bytes | bytearray | memoryview) -> int:
@@ -77,9 +80,30 @@ def shift_operator(n_bytes: int) -> int:
     return operator
 
 
+@lru_cache(maxsize=256)
+def shift_tables(n_bytes: int) -> tuple[tuple[int, ...], ...]:
+    """``shift_n`` as four 256-entry tables, one per byte of the register: the map is linear over
+    GF(2), so ``shift_n(r)`` is the XOR of the images of r's four bytes (32 multiplications per length)."""
+    operator = shift_operator(n_bytes)
+    tables = []
+    for byte in range(4):
+        table = [0] * 256
+        for bit in range(8):
+            table[1 << bit] = multiply(operator, 1 << (8 * byte + bit))
+        for index in range(3, 256):
+            low = index & -index
+            if index != low:
+                table[index] = table[low] ^ table[index ^ low]
+        tables.append(tuple(table))
+    return tuple(tables)
+
+
 def shift_register(register: int, n_bytes: int) -> int:
     """``shift_n(register)``: the register after ``n_bytes`` zero bytes (``reg(0, zeros) = 0``), read from no byte."""
-    return multiply(shift_operator(n_bytes), register) if register else 0
+    if not register:
+        return 0
+    t0, t1, t2, t3 = shift_tables(n_bytes)
+    return t0[register & 0xFF] ^ t1[(register >> 8) & 0xFF] ^ t2[(register >> 16) & 0xFF] ^ t3[register >> 24]
 
 
 def extend(register: int, length: int, raw_block: int) -> int:

@@ -11,8 +11,8 @@ import asyncio
 import contextlib
 import logging
 
-from . import control
-from .stream import Item
+from . import control, stream
+from .stream import FrameReader, FrameWriter, Item
 
 log = logging.getLogger("qconform.endpoint")
 
@@ -31,12 +31,12 @@ class Endpoint:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Listen on ``host:port`` (0: an ephemeral port); the port listened on."""
-        self.server = await asyncio.start_server(self._connection, host, port)
+        self.server = await stream.start_server(self._connection, host, port)
         self.address = self.server.sockets[0].getsockname()[:2]
         log.info("%s listening on %s:%d", self.role, *self.address)
         return self.address[1]
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _connection(self, reader: FrameReader, writer: FrameWriter) -> None:
         self.connections += 1
         number = self.connections
         self.active[number] = asyncio.current_task()
@@ -57,7 +57,7 @@ class Endpoint:
                 await writer.wait_closed()
             log.info("%s conn %d closed", self.role, number)
 
-    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, number: int) -> None:
+    async def serve(self, reader: FrameReader, writer: FrameWriter, number: int) -> None:
         raise NotImplementedError
 
     def closed(self, number: int) -> None:

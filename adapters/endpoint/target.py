@@ -229,8 +229,8 @@ class Target:
         self.host, self.port = host, port
         self.seed, self.support_policy, self.temperature_bits = seed, support_policy, temperature_bits
         self.watchdog_s, self.slot_count, self.connect_timeout_s = watchdog_s, slots, connect_timeout_s
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
+        self.reader: stream.FrameReader | None = None
+        self.writer: stream.FrameWriter | None = None
         self.reading: asyncio.Task | None = None
         #: which connection is current (a link lost twice is handled once)
         self.link = 0
@@ -249,7 +249,7 @@ class Target:
         deadline = loop.time() + self.connect_timeout_s
         while True:
             try:
-                self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+                self.reader, self.writer = await stream.open_connection(self.host, self.port)
                 break
             except OSError as exc:
                 if loop.time() > deadline:

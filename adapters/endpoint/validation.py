@@ -2,7 +2,8 @@
 
 A REPLY's q row is checked in the order of docs/wire-v2.md ("q validation"),
 each value class over the whole row before the next, with numpy over the FP32
-bit patterns: the probability checksum, the sampled token's range, the sparse
+bit patterns (a well-formed row passes every value check in a few passes,
+:func:`well_formed_counts`; a row that fails one is checked class by class): the probability checksum, the sampled token's range, the sparse
 IDs (range, repeats, order) or the dense padding (all-zero bytes), non-finite
 then negative then non-dyadic values, zero sparse entries, the exact total M,
 and a positive count at the sampled token. Counts are recovered exactly as
@@ -65,6 +66,8 @@ def scaled(bits: np.ndarray) -> np.ndarray:
 #: the smallest FP32 bit pattern that is non-finite or has its sign bit set: every pattern
 #: below it is a finite nonnegative value (+0.0 included)
 FIRST_NONFINITE_OR_NEGATIVE = 0x7F800000
+#: the bit pattern of 1.0: every pattern at most this is a finite value in [0, 1]
+ONE_BITS = 0x3F800000
 
 
 def scaled_f32(bits: np.ndarray) -> np.ndarray:
@@ -76,6 +79,40 @@ def scaled_f32(bits: np.ndarray) -> np.ndarray:
 
 class Validator:
     """The stateless checks; mutants override one method each (mutants.py)."""
+
+    def __init__(self) -> None:
+        #: work arrays of :meth:`well_formed_counts` by name, reused from row to row (a fresh
+        #: half-megabyte array costs its page faults every time)
+        self.work: dict[str, np.ndarray] = {}
+
+    def scratch(self, name: str, dtype: type, size: int) -> np.ndarray:
+        array = self.work.get(name)
+        if array is None or len(array) < size:
+            array = self.work[name] = np.empty(size, dtype=dtype)
+        return array[:size]
+
+    def well_formed_counts(self, values: np.ndarray) -> np.ndarray | None:
+        """The int64 counts of a row that passes every value check at once (finite, nonnegative,
+        dyadic, each at most M, summing to M), from a few vectorized passes over the whole row;
+        None when any check fails, and the checks then run one by one, in order, to name the reason.
+
+        One ``max`` over the bit patterns puts every value in [0, 1]; ``q * 2^24`` in FP32 is exact
+        (a power-of-two scaling) and at most M, so its truncation to int32 is exact on integers and
+        converts back to FP32 exactly: the row is dyadic iff that round trip returns every value.
+        (FP32 to int32 and int32 to int64 are vector conversions; FP32 to int64 is not.)
+        """
+        size = values.size
+        if not size or int(values.max()) > ONE_BITS:
+            return None
+        count, back = self.scratch("count", np.float32, size), self.scratch("back", np.float32, size)
+        truncated = self.scratch("truncated", np.int32, size)
+        np.multiply(values.view("<f4"), np.float32(layout.M), out=count)
+        np.copyto(truncated, count, casting="unsafe")
+        np.copyto(back, truncated, casting="unsafe")
+        if not np.array_equal(back, count):
+            return None
+        counts = truncated.astype(np.int64)
+        return counts if int(counts.sum()) == layout.M else None
 
     def validate(self, message: Message, params: dict) -> QRow | None:
         """Every stateless check of a decoded non-HELLO v2 message; a REPLY's validated row."""
@@ -143,10 +180,12 @@ class Validator:
             if np.any(values[vocab:] != 0):
                 raise Refusal("NONZERO_DENSE_PADDING", "dense padding is not all-zero bytes", route)
             values = values[:vocab]
-        self.value_classes(values, route)
+        counts = self.well_formed_counts(values)
+        if counts is None:
+            self.value_classes(values, route)
         if ids is not None and np.any((values & np.uint32(0x7FFFFFFF)) == 0):
             raise Refusal("NONCANONICAL_SUPPORT", "a sparse entry has zero q", route)
-        row = QRow(vocab, self.counts(values, route), ids)
+        row = QRow(vocab, self.counts(values, route) if counts is None else counts, ids)
         if row.count(token) == 0:
             raise Refusal("ZERO_Q_AT_TOKEN", f"q({token}) = 0", route)
         return row

@@ -65,7 +65,7 @@ class VerifierEndpoint(Endpoint):
         #: the active driver of rounds, when one is attached (target.py)
         self.target: Target | None = None
 
-    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, number: int) -> None:
+    async def serve(self, reader: stream.FrameReader, writer: stream.FrameWriter, number: int) -> None:
         self.bound[number] = self.receiver
         while True:
             receiver = self.bound[number]

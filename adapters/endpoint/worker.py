@@ -87,7 +87,7 @@ class WorkerEndpoint(Endpoint):
 
     # -- one connection --------------------------------------------------------------------
 
-    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, number: int) -> None:
+    async def serve(self, reader: stream.FrameReader, writer: stream.FrameWriter, number: int) -> None:
         params = {**self.hello, "session_id": (self.hello["session_id"] + number - 1) % (1 << 64)}
         await stream.send(writer, encode(layout.HELLO, params))
         log.info(
