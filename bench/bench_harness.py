@@ -102,9 +102,12 @@ def through_harness(
     binary_payload: bool = True,
 ) -> tuple[dict[str, float], tuple[str, ...], float]:
     """Median seconds per family of ``repeat`` passes through the runner, the families the
-    adapter declares, and its start-up seconds."""
+    adapter declares, and its start-up seconds. As in ``qconform run``, the judge reads a binary
+    reply's blobs raw (docs/adapters.md, "Raw blobs")."""
     start = start_seconds(adapter)
-    client = open_adapter(adapter, timeout_s=600, strict_schema=strict_schema, binary_payload=binary_payload)
+    client = open_adapter(
+        adapter, timeout_s=600, strict_schema=strict_schema, binary_payload=binary_payload, raw_blobs=binary_payload
+    )
     runner = CaseRunner(lambda: client)
     child = live_children()
     clock = (lambda: time.process_time() + process_cpu(child)) if cpu_clock else time.perf_counter
@@ -181,7 +184,11 @@ def report(
     own = sum(torch_own.values())
     ratio = noop_on_torch / own
     with_answers = (torch_harness - own) / own
+    import torch
+
     lines = [
+        f"torch intra-op threads {torch.get_num_threads()} in process, OMP_NUM_THREADS "
+        f"{os.environ.get('OMP_NUM_THREADS', 'unset')} for both it and the adapter child (which inherits it)",
         f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs, {platform.python_implementation()} "
         f"{platform.python_version()}, {args.clock} clock, median of {args.repeat} passes; adapter start-up "
         + ", ".join(f"{a} {harness[a][2]:.2f} s" for a in labels)
