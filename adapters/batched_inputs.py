@@ -13,6 +13,8 @@ from typing import Hashable, Sequence
 
 import numpy as np
 
+from qconform.harness.adapter import blob_bytes
+
 M = 1 << 24
 MASK32 = 0xFFFFFFFF
 DOMAIN_NAMES = ("PROPOSAL", "ACCEPT", "CORRECTION")
@@ -24,7 +26,7 @@ def blobs(objs: Sequence[dict], dtype: str, np_dtype: str) -> np.ndarray:
     width = np.dtype(np_dtype).itemsize
     parts = []
     for obj in objs:
-        data = base64.b64decode(obj["b64"], validate=True)
+        data = blob_bytes(obj)
         if obj["dtype"] != dtype or len(data) != width * int(np.prod(obj["shape"], dtype=np.int64)):
             raise ValueError(f"a blob is not {dtype} of its shape")
         parts.append(data)

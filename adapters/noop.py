@@ -19,6 +19,8 @@ NOOP_CODE = "NOOP"
 
 class NoopAdapter(Adapter):
     name = "noop"
+    #: it reads no input: the host hands it the sections as they are (no base64 for nothing)
+    raw_blobs = True
 
     def capabilities(self) -> Capabilities:
         return Capabilities(families=family_names(), injected_draws=True, devices=("cpu", "cuda"))

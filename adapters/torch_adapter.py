@@ -12,7 +12,6 @@ kernel function replaced by a seeded bug.
 
 from __future__ import annotations
 
-import base64
 from fractions import Fraction
 from typing import Callable, Sequence
 
@@ -21,50 +20,20 @@ import torch
 from qconform.adapters import torch_batched
 from qconform.adapters.torch_candidate import allocation, philox, proposal, qrow, sampling, verification, weights
 from qconform.adapters.torch_candidate.errors import CandidateError
+from qconform.adapters.torch_codec import (
+    DOMAINS,
+    blob_tensor,
+    draw_answer,
+    encode_ints,
+    request_answers,
+    word,
+)
 from qconform.harness.adapter import Adapter, AdapterError, Capabilities, Outcome, PrecisionProfile
 
 MAX_REQUESTS = 4
-DOMAINS = {"PROPOSAL": philox.PROPOSAL, "ACCEPT": philox.ACCEPT, "CORRECTION": philox.CORRECTION}
-DOMAIN_NAMES = {code: name for name, code in DOMAINS.items()}
-TORCH_DTYPES = {
-    "f32": torch.float32,
-    "f64": torch.float64,
-    "i32": torch.int32,
-    "u32": torch.int64,
-    "u64": torch.int64,
-    "u8": torch.uint8,
-}
 
 
-# --- the adapter's own codec (docs/vector-format.md) --------------------------------------
-
-
-def blob_tensor(blob: dict, device: str | torch.device) -> torch.Tensor:
-    """A typed blob as a tensor: floats keep their dtype, u32 widens to int64."""
-    data = bytearray(base64.b64decode(blob["b64"]))
-    dtype = blob["dtype"]
-    if dtype == "u32":
-        raw = (
-            torch.frombuffer(data, dtype=torch.int32).to(torch.int64) & 0xFFFFFFFF
-            if data
-            else torch.zeros(0, dtype=torch.int64)
-        )
-    elif data:
-        raw = torch.frombuffer(data, dtype=TORCH_DTYPES[dtype]).clone()
-    else:
-        raw = torch.zeros(0, dtype=TORCH_DTYPES[dtype])
-    return raw.reshape(blob["shape"]).to(device)
-
-
-def encode_ints(dtype: str, values: torch.Tensor) -> dict:
-    """32-bit integers (or FP32 bit patterns) as a little-endian blob of ``dtype``."""
-    flat = values.detach().to("cpu", torch.int64).reshape(-1)
-    data = flat.to(torch.int32).numpy().astype("<i4").tobytes()
-    return {"dtype": dtype, "shape": list(values.shape), "b64": base64.b64encode(data).decode("ascii")}
-
-
-def word(value: int) -> str:
-    return f"0x{value & 0xFFFFFFFF:08x}"
+# --- the adapter's own codec (docs/vector-format.md; blobs, words: torch_codec) -------------
 
 
 def f32_scalar(obj: dict) -> float:
@@ -126,14 +95,7 @@ def rng_abi(inp: dict, device: str) -> dict:
         raise CandidateError("BAD_RNG_FIELD", "position, round and generation are 32-bit words")
     pos, rnd, gen = (torch.tensor([f], dtype=torch.int64, device=device) for f in fields)
     counter = philox.counter_words(pos, rnd, gen, DOMAINS[inp["domain"]], inp["draw_counter"])
-    out = philox.philox4x32_10(counter, key)[0].tolist()
-    return {
-        "key": [word(w) for w in key[0].tolist()],
-        "counter": [word(w) for w in counter[0].tolist()],
-        "output": [word(w) for w in out],
-        "u24": out[0] >> 8,
-        "u32": out[0],
-    }
+    return draw_answer(key[0].tolist(), counter[0].tolist(), philox.philox4x32_10(counter, key)[0].tolist())
 
 
 def rng_schedule(inp: dict, key: torch.Tensor, device: str) -> dict:
@@ -284,26 +246,7 @@ def verification_round(inp: dict, device: str) -> dict:
         [r.get("stop_tokens", []) for r in requests],
         [r.get("budget") for r in requests],
     )
-    return {
-        "requests": [
-            {
-                "accepted": out.accepted,
-                "emitted": out.emitted,
-                "draws": [
-                    {
-                        "domain": DOMAIN_NAMES[d.domain],
-                        "position": d.position,
-                        "draw_counter": d.draw_counter,
-                        "u32": d.u32,
-                        "decision": d.decision,
-                        "token": d.token,
-                    }
-                    for d in out.draws
-                ],
-            }
-            for out in result.outcomes()
-        ]
-    }
+    return {"requests": request_answers(result)}
 
 
 FAMILIES: dict[str, Callable[[dict, str], dict]] = {
@@ -322,6 +265,8 @@ class TorchAdapter(Adapter):
     """The torch candidate: FP64 allocation, FP64 ratios and residuals, Philox in torch."""
 
     name = "torch"
+    #: its codec (torch_codec) reads blobs in both forms and answers raw ones
+    raw_blobs = True
 
     def capabilities(self) -> Capabilities:
         return Capabilities(families=tuple(FAMILIES), injected_draws=True, devices=("cpu", "cuda"))

@@ -25,18 +25,15 @@ from qconform.adapters.batched_inputs import (
     allocation_key,
     blobs,
     categorical_key,
-    encode_u32,
     legal_dense,
     rng_key,
     verification_key,
-    word,
 )
 from qconform.adapters.torch_candidate import allocation, philox, sampling, verification, weights
 from qconform.adapters.torch_candidate.errors import CandidateError
+from qconform.adapters.torch_codec import DOMAINS, draw_answer, encode_ints, request_answers
 
 MASK32 = 0xFFFFFFFF
-DOMAINS = {"PROPOSAL": philox.PROPOSAL, "ACCEPT": philox.ACCEPT, "CORRECTION": philox.CORRECTION}
-DOMAIN_NAMES = {code: name for name, code in DOMAINS.items()}
 
 
 # --- one function per family: (inputs of one shape, device) -> answers ---------------------
@@ -53,17 +50,7 @@ def rng_many(inputs: Sequence[dict], device: str) -> list[dict]:
         raise CandidateError("BAD_RNG_FIELD", "position, round and generation are 32-bit words")
     counter = philox.counter_words(fields[:, 0], fields[:, 1], fields[:, 2], DOMAINS[inputs[0]["domain"]], fields[:, 3])
     out = philox.philox4x32_10(counter, key).tolist()
-    keys = key.tolist()
-    return [
-        {
-            "key": [word(w) for w in keys[b]],
-            "counter": [word(w) for w in c],
-            "output": [word(w) for w in out[b]],
-            "u24": out[b][0] >> 8,
-            "u32": out[b][0],
-        }
-        for b, c in enumerate(counter.tolist())
-    ]
+    return [draw_answer(k, c, o) for k, c, o in zip(key.tolist(), counter.tolist(), out)]
 
 
 def categorical_many(inputs: Sequence[dict], device: str) -> list[dict]:
@@ -82,8 +69,8 @@ def allocation_many(inputs: Sequence[dict], device: str) -> list[dict]:
     bits = blobs([inp["weights"] for inp in inputs], "f32", "<f4").reshape(len(inputs), vocab)
     w = torch.from_numpy(bits.copy()).to(device)
     weights.validate_weights(w)
-    counts = allocation.largest_remainder_counts(w).cpu().numpy()
-    return [{"counts": encode_u32(row)} for row in counts]
+    counts = allocation.largest_remainder_counts(w)
+    return [{"counts": encode_ints("u32", row)} for row in counts]
 
 
 def verification_many(inputs: Sequence[dict], device: str) -> list[dict]:
@@ -110,28 +97,7 @@ def verification_many(inputs: Sequence[dict], device: str) -> list[dict]:
         [[] for _ in requests],
         [None for _ in requests],
     )
-    return [
-        {
-            "requests": [
-                {
-                    "accepted": out.accepted,
-                    "emitted": out.emitted,
-                    "draws": [
-                        {
-                            "domain": DOMAIN_NAMES[d.domain],
-                            "position": d.position,
-                            "draw_counter": d.draw_counter,
-                            "u32": d.u32,
-                            "decision": d.decision,
-                            "token": d.token,
-                        }
-                        for d in out.draws
-                    ],
-                }
-            ]
-        }
-        for out in result.outcomes()
-    ]
+    return [{"requests": [answer]} for answer in request_answers(result)]
 
 
 #: family -> (shape key of an input, or None when this path does not take it; the batched solver)

@@ -18,10 +18,13 @@ second estimate, which includes the answer path (large output blobs, the
 comparators), is ``torch through the harness - torch in process``.
 
 Times are medians of the repeats, on the wall clock, or with ``--clock cpu`` on the CPU
-clock of this process plus the adapter's child (from ``/proc/<pid>/stat``, Linux,
-10 ms ticks), which other jobs on a shared machine disturb far less; torch's intra-op
-threads count in both torch columns alike. Adapter start-up is excluded and printed
-apart.
+clock of this process plus the adapter's child (its process CPU-time clock, Linux,
+nanoseconds), which other jobs on a shared machine disturb far less; torch's intra-op
+threads count in both torch columns alike, and both run as many of them
+(``OMP_NUM_THREADS``, inherited by the child, sets both). The passes alternate: noop, torch
+through the harness, torch in process, again, so that a load that comes and goes weighs on
+every column alike (the reference passes, the slowest, come after). Adapter start-up is
+excluded and printed apart.
 ``--markdown`` prints the results as a section of bench/RESULTS.md.
 """
 
@@ -60,13 +63,18 @@ def live_children() -> list[int]:
 
 
 def process_cpu(pids: Sequence[int]) -> float:
-    """CPU seconds (user + system) of running processes ``pids``, from ``/proc/<pid>/stat``."""
-    ticks = 0
+    """CPU seconds (user + system) of running processes ``pids``, all their threads: their
+    process CPU-time clocks (Linux, nanoseconds; ``clock_getcpuclockid``), or where that clock
+    cannot be read, ``/proc/<pid>/stat`` (10 ms ticks)."""
+    seconds = 0.0
     for pid in pids:
-        with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
+        try:
+            seconds += time.clock_gettime(((~pid) << 3) | 2)  # MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)
+        except OSError:
+            with open(f"/proc/{pid}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+            seconds += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return seconds
 
 
 def corpus_by_family() -> dict[str, list[dict]]:
@@ -93,50 +101,57 @@ def start_seconds(adapter: str) -> float:
     return time.perf_counter() - began
 
 
-def through_harness(
-    adapter: str,
-    corpus: dict[str, list[dict]],
-    repeat: int,
-    cpu_clock: bool,
-    strict_schema: bool = False,
-    binary_payload: bool = True,
-) -> tuple[dict[str, float], tuple[str, ...], float]:
-    """Median seconds per family of ``repeat`` passes through the runner, the families the
-    adapter declares, and its start-up seconds."""
-    start = start_seconds(adapter)
-    client = open_adapter(adapter, timeout_s=600, strict_schema=strict_schema, binary_payload=binary_payload)
-    runner = CaseRunner(lambda: client)
-    child = live_children()
-    clock = (lambda: time.process_time() + process_cpu(child)) if cpu_clock else time.perf_counter
-    passes: dict[str, list[float]] = defaultdict(list)
-    for _ in range(repeat):
+class Harnessed:
+    """One adapter started through the runner, timed pass by pass (:meth:`one_pass`)."""
+
+    def __init__(self, adapter: str, cpu_clock: bool, strict_schema: bool = False, binary_payload: bool = True) -> None:
+        self.start = start_seconds(adapter)
+        running = set(live_children())
+        # as in ``qconform run``, the judge reads a binary reply's blobs raw (docs/adapters.md, "Raw blobs")
+        self.client = open_adapter(
+            adapter, timeout_s=600, strict_schema=strict_schema, binary_payload=binary_payload, raw_blobs=binary_payload
+        )
+        child = [pid for pid in live_children() if pid not in running]  # this adapter's child alone
+        self.clock = (lambda: time.process_time() + process_cpu(child)) if cpu_clock else time.perf_counter
+        self.runner = CaseRunner(lambda: self.client)
+        self.passes: dict[str, list[float]] = defaultdict(list)
+
+    def one_pass(self, corpus: dict[str, list[dict]]) -> None:
         for family, cases in corpus.items():
-            began = clock()
-            verdicts = runner.run(cases)
-            passes[family].append(clock() - began)
+            began = self.clock()
+            verdicts = self.runner.run(cases)
+            self.passes[family].append(self.clock() - began)
             errors = [v.line() for v in verdicts if v.cls.value == "error"]
             assert len(verdicts) == len(cases) and not errors, errors[:3]
-    declared = client.config.capabilities.families
-    runner.close()
-    return {family: statistics.median(times) for family, times in passes.items()}, declared, start
+
+    def result(self) -> tuple[dict[str, float], tuple[str, ...], float]:
+        """Median seconds per family, the families the adapter declares, its start-up seconds; closes it."""
+        declared = self.client.config.capabilities.families
+        self.runner.close()
+        return {family: statistics.median(times) for family, times in self.passes.items()}, declared, self.start
 
 
-def in_process_torch(
-    corpus: dict[str, list[dict]], families: Sequence[str], repeat: int, clock: Callable[[], float]
-) -> dict[str, float]:
-    """Median seconds per family of ``TorchAdapter.run_batch`` on the runner's chunks."""
-    from qconform.adapters.torch_adapter import TorchAdapter
+class InProcessTorch:
+    """``TorchAdapter.run_batch`` in this process on the runner's chunks, timed pass by pass."""
 
-    adapter = TorchAdapter()
-    passes: dict[str, list[float]] = defaultdict(list)
-    for _ in range(repeat):
-        for family in families:
+    def __init__(self, families: Sequence[str], clock: Callable[[], float]) -> None:
+        from qconform.adapters.torch_adapter import TorchAdapter
+
+        self.adapter = TorchAdapter()
+        self.families = families
+        self.clock = clock
+        self.passes: dict[str, list[float]] = defaultdict(list)
+
+    def one_pass(self, corpus: dict[str, list[dict]]) -> None:
+        for family in self.families:
             inputs = [case["input"] for case in corpus.get(family, [])]
-            began = clock()
+            began = self.clock()
             for start in range(0, len(inputs), CHUNK):
-                adapter.run_batch(family, inputs[start : start + CHUNK])
-            passes[family].append(clock() - began)
-    return {family: statistics.median(times) for family, times in passes.items()}
+                self.adapter.run_batch(family, inputs[start : start + CHUNK])
+            self.passes[family].append(self.clock() - began)
+
+    def result(self) -> dict[str, float]:
+        return {family: statistics.median(times) for family, times in self.passes.items()}
 
 
 def ms(seconds: float, cases: int) -> str:
@@ -181,7 +196,11 @@ def report(
     own = sum(torch_own.values())
     ratio = noop_on_torch / own
     with_answers = (torch_harness - own) / own
+    import torch
+
     lines = [
+        f"torch intra-op threads {torch.get_num_threads()} in process, OMP_NUM_THREADS "
+        f"{os.environ.get('OMP_NUM_THREADS', 'unset')} for both it and the adapter child (which inherits it)",
         f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs, {platform.python_implementation()} "
         f"{platform.python_version()}, {args.clock} clock, median of {args.repeat} passes; adapter start-up "
         + ", ".join(f"{a} {harness[a][2]:.2f} s" for a in labels)
@@ -244,16 +263,26 @@ def main() -> None:
     cpu_clock = args.clock == "cpu"
 
     corpus = corpus_by_family()
-    adapters = [a for a in ADAPTERS if not (args.skip_reference and a == "reference")]
-    harness = {adapter: through_harness(adapter, corpus, args.repeat, cpu_clock) for adapter in adapters}
+    runs = {adapter: Harnessed(adapter, cpu_clock) for adapter in ADAPTERS if adapter != "reference"}
     if args.strict_schema:
-        harness[STRICT] = through_harness("torch", corpus, args.repeat, cpu_clock, strict_schema=True)
+        runs[STRICT] = Harnessed("torch", cpu_clock, strict_schema=True)
     if args.json_payload:
-        harness[NOOP_JSON] = through_harness("noop", corpus, args.repeat, cpu_clock, binary_payload=False)
-        harness[TORCH_JSON] = through_harness("torch", corpus, args.repeat, cpu_clock, binary_payload=False)
-    torch_families = [f for f in corpus if f in harness["torch"][1]]
-    clock = time.process_time if cpu_clock else time.perf_counter
-    torch_own = in_process_torch(corpus, torch_families, args.repeat, clock)
+        runs[NOOP_JSON] = Harnessed("noop", cpu_clock, binary_payload=False)
+        runs[TORCH_JSON] = Harnessed("torch", cpu_clock, binary_payload=False)
+    torch_families = [f for f in corpus if f in runs["torch"].client.config.capabilities.families]
+    own = InProcessTorch(torch_families, time.process_time if cpu_clock else time.perf_counter)
+    # the passes alternate (noop, torch through the harness, torch in process, ...), so that a load
+    # that comes and goes on a shared machine weighs on every column alike
+    for _ in range(args.repeat):
+        for run in (*runs.values(), own):
+            run.one_pass(corpus)
+    harness = {label: run.result() for label, run in runs.items()}
+    if not args.skip_reference:  # the slowest pass by far, on its own
+        reference = Harnessed("reference", cpu_clock)
+        for _ in range(args.repeat):
+            reference.one_pass(corpus)
+        harness = {"noop": harness["noop"], "reference": reference.result(), **harness}
+    torch_own = own.result()
     print(
         f"harness overhead: {sum(len(c) for c in corpus.values())} cases of {len(corpus)} families "
         f"through the runner ({CHUNK} cases per run_batch)"

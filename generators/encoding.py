@@ -56,22 +56,36 @@ def decode_blob(blob: Any, dtype: str | None = None) -> tuple[list[int], list[in
     """Unpack a typed blob into (flat values, shape). f32/f64 yield bit patterns."""
     if not isinstance(blob, dict) or set(blob) != {"dtype", "shape", "b64"}:
         raise EncodingError("a blob must be an object with exactly dtype, shape and b64")
-    if blob["dtype"] not in DTYPES:
-        raise EncodingError(f"unknown blob dtype {blob['dtype']!r}")
-    if dtype is not None and blob["dtype"] != dtype:
-        raise EncodingError(f"blob has dtype {blob['dtype']!r}, expected {dtype!r}")
-    code, size = DTYPES[blob["dtype"]]
+    _check_dtype(blob["dtype"], dtype)
     try:
         data = base64.b64decode(blob["b64"], validate=True)
     except (ValueError, TypeError) as exc:
         raise EncodingError(f"blob b64 is not valid base64: {exc}") from None
-    shape = blob["shape"]
+    return decode_blob_data(blob["dtype"], blob["shape"], data, dtype), blob["shape"]
+
+
+def _check_dtype(blob_dtype: Any, dtype: str | None) -> None:
+    if blob_dtype not in DTYPES:
+        raise EncodingError(f"unknown blob dtype {blob_dtype!r}")
+    if dtype is not None and blob_dtype != dtype:
+        raise EncodingError(f"blob has dtype {blob_dtype!r}, expected {dtype!r}")
+
+
+def decode_blob_data(blob_dtype: Any, shape: Any, data: Any, dtype: str | None = None) -> list[int]:
+    """The flat values of a blob of ``blob_dtype`` and ``shape`` whose little-endian bytes are
+    ``data`` (any contiguous buffer: decoded base64, or a binary payload's raw section)."""
+    _check_dtype(blob_dtype, dtype)
+    code, size = DTYPES[blob_dtype]
     if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
         raise EncodingError(f"blob shape {shape!r} is not a list of nonnegative integers")
+    try:
+        data = memoryview(data).cast("B")
+    except TypeError:
+        raise EncodingError(f"blob bytes are a {type(data).__name__}, not contiguous bytes") from None
     count = _shape_size(shape)
-    if len(data) != count * size:
-        raise EncodingError(f"blob holds {len(data)} bytes, shape {shape} of {blob['dtype']} needs {count * size}")
-    return list(struct.unpack(f"<{count}{code}", data)), shape
+    if data.nbytes != count * size:
+        raise EncodingError(f"blob holds {data.nbytes} bytes, shape {shape} of {blob_dtype} needs {count * size}")
+    return list(struct.unpack(f"<{count}{code}", data))
 
 
 def encode_rational(x: Fraction | int) -> str:

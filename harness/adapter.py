@@ -13,6 +13,7 @@ Third-party adapters register a factory under the entry-point group
 
 from __future__ import annotations
 
+import base64
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
@@ -27,9 +28,21 @@ __all__ = [
     "Outcome",
     "PrecisionProfile",
     "Unimplemented",
+    "blob_bytes",
 ]
 
 ENTRY_POINT_GROUP = "qconform.adapters"
+#: the keys of a typed blob (docs/vector-format.md) in the JSON form, its bytes in base64,
+#: and in the raw form, its little-endian bytes as they are (docs/adapters.md, "Raw blobs")
+B64_BLOB_KEYS = frozenset({"dtype", "shape", "b64"})
+RAW_BLOB_KEYS = frozenset({"dtype", "shape", "raw"})
+
+
+def blob_bytes(blob: dict) -> bytes | memoryview:
+    """The bytes of a typed blob in either form: ``raw`` as it is, ``b64`` decoded
+    (a ``ValueError`` when it is not base64)."""
+    raw = blob.get("raw")
+    return raw if raw is not None else base64.b64decode(blob["b64"], validate=True)
 
 
 @dataclass(frozen=True)
@@ -133,6 +146,11 @@ class Adapter(ABC):
 
     #: registry name, e.g. ``torch``
     name: str = "abstract"
+    #: True for an adapter that takes its inputs' typed blobs in the raw form
+    #: ``{"dtype", "shape", "raw": bytes-like}`` and may answer blobs in it (docs/adapters.md,
+    #: "Raw blobs"): the host then hands it the binary payload's sections without base64
+    #: round trips. False (the default): every blob in and out is ``{"dtype", "shape", "b64"}``.
+    raw_blobs: bool = False
 
     def __init__(self, device: str = "cpu") -> None:
         self.device = device

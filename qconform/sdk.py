@@ -46,12 +46,14 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 
 from qconform.harness.adapter import (
+    RAW_BLOB_KEYS,
     Adapter,
     AdapterError,
     Capabilities,
     Outcome,
     PrecisionProfile,
     Unimplemented,
+    blob_bytes,
 )
 
 #: blob dtype -> NumPy dtype (little-endian), docs/vector-format.md "Value encodings"
@@ -164,8 +166,8 @@ def round_draws(seed: int, generation: int, round_id: int, anchor: int, depth: i
 def decode(value: Any, to_array: Callable[[np.ndarray], Any] = lambda a: a) -> Any:
     """A case input with every blob decoded into an array (``to_array`` may move it to torch)."""
     if isinstance(value, dict):
-        if set(value) == BLOB_KEYS and value["dtype"] in BLOB_DTYPES:
-            data = base64.b64decode(value["b64"])
+        if set(value) in (BLOB_KEYS, RAW_BLOB_KEYS) and value["dtype"] in BLOB_DTYPES:
+            data = blob_bytes(value)
             return to_array(np.frombuffer(data, dtype=BLOB_DTYPES[value["dtype"]]).reshape(value["shape"]).copy())
         return {k: decode(v, to_array) for k, v in value.items()}
     if isinstance(value, list):
@@ -251,6 +253,8 @@ class EngineAdapter(Adapter):
     """
 
     name = "engine"
+    #: :func:`decode` reads both blob forms: the host hands over a binary payload's sections raw
+    raw_blobs = True
     arrays: ClassVar[str] = "numpy"
     profile: ClassVar[PrecisionProfile] = PrecisionProfile()
     injected_draws: ClassVar[bool] = True

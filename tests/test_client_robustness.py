@@ -19,6 +19,7 @@ from qconform.adapters.noop import NoopAdapter
 from qconform.generators.encoding import encode_blob
 from qconform.harness.adapter import AdapterError, Unimplemented
 from qconform.harness.transport.client import AdapterStartError, host_command, open_adapter
+from qconform.harness.transport.shim_protocol import to_json_blobs
 
 pytestmark = pytest.mark.rules()
 
@@ -46,12 +47,20 @@ def test_the_inputs_mix_affected_and_clean_cases():
     ],
 )
 @pytest.mark.parametrize(
-    "strict_schema, binary_payload",
-    [(False, True), (True, False)],
-    ids=["structure-only, binary", "strict-schema, json"],
+    "strict_schema, binary_payload, raw_blobs",
+    [(False, True, False), (True, False, False), (False, True, True), (True, True, True)],
+    ids=["structure-only, binary", "strict-schema, json", "structure-only, raw", "strict-schema, raw"],
 )
-def test_per_case_faults_become_errors_of_exactly_the_affected_cases(mode, fragment, strict_schema, binary_payload):
-    opened = open_adapter(f"faulty:{mode}", timeout_s=30, strict_schema=strict_schema, binary_payload=binary_payload)
+def test_per_case_faults_become_errors_of_exactly_the_affected_cases(
+    mode, fragment, strict_schema, binary_payload, raw_blobs
+):
+    opened = open_adapter(
+        f"faulty:{mode}",
+        timeout_s=30,
+        strict_schema=strict_schema,
+        binary_payload=binary_payload,
+        raw_blobs=raw_blobs,
+    )
     with opened as client:
         outcomes = client.run_batch(ECHO_FAMILY, INPUTS)
         assert client.restarts == 0
@@ -59,7 +68,8 @@ def test_per_case_faults_become_errors_of_exactly_the_affected_cases(mode, fragm
         if hit:
             assert isinstance(outcome, AdapterError) and fragment in outcome.message, outcome
         else:
-            assert outcome == echoed(case)
+            assert to_json_blobs(outcome) == echoed(case)
+            assert raw_blobs == ("raw" in repr(outcome))
 
 
 BATCH_FAULTS = {

@@ -13,7 +13,7 @@ from qconform.generators.registry import load_family
 from qconform.harness.adapter import AdapterError, Unimplemented
 from qconform.harness.judging.judge import judge
 from qconform.harness.judging.value_diff import Malformed, first_difference
-from qconform.harness.transport.shim_protocol import check_output, entry_to_outcome
+from qconform.harness.transport.shim_protocol import check_output, entry_to_outcome, to_raw_blobs
 from qconform.harness.verdicts import VerdictClass
 from qconform.spec.allocation_fp64 import allocate_dense_fp64
 from qconform.spec.sampling import sample_sparse
@@ -44,6 +44,16 @@ def test_the_expected_answer_passes_every_case(family):
     config = adapter_config([family])
     verdicts = [judge(case, copy.deepcopy(case["expected"]), config) for case in family_cases(family)]
     assert [v for v in verdicts if v.cls is not PASS] == []
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_expected_answer_in_the_raw_blob_form_passes_every_case(family):
+    """The judge reads an answer's blobs raw (a binary reply's sections, docs/adapters.md) as in base64."""
+    config = adapter_config([family])
+    for case in family_cases(family):
+        raw = to_raw_blobs(copy.deepcopy(case["expected"]))
+        assert check_output(family, raw) is None and check_output(family, raw, strict_schema=True) is None
+        assert judge(case, raw, config).cls is PASS, case["id"]
 
 
 @pytest.mark.rules()
@@ -125,14 +135,20 @@ def test_blobs_compare_decoded_values_at_the_first_index():
     want = encode_blob("u32", [1, 2, 3, 4, 5, 6], [2, 3])
     diff = first_difference({"c": want}, {"c": encode_blob("u32", [1, 2, 3, 4, 9, 6], [2, 3])})
     assert (diff.path, diff.expected, diff.got) == ("c[1,1]", "5", "9")
+    raw_diff = first_difference({"c": want}, to_raw_blobs({"c": encode_blob("u32", [1, 2, 3, 4, 9, 6], [2, 3])}))
+    assert raw_diff == diff
     for bad in (
         encode_blob("i32", [1, 2, 3, 4, 5, 6], [2, 3]),
         encode_blob("u32", [1, 2, 3, 4, 5, 6], [6]),
         {"dtype": "u32", "shape": [2, 3], "b64": "AAAA"},
+        {"dtype": "u32", "shape": [2, 3], "raw": b"\0" * 23},
+        {"dtype": "u32", "shape": [2, 3], "raw": "AAAA"},
         "AQAAAA==",
     ):
         with pytest.raises(Malformed):
             first_difference({"c": want}, {"c": bad})
+        with pytest.raises(Malformed):
+            first_difference({"c": want}, {"c": to_raw_blobs(bad)})
 
 
 @pytest.mark.rules()
@@ -142,6 +158,8 @@ def test_one_ulp_is_a_difference_and_nan_is_garbage():
     assert first_difference(encode_blob("f32", [one]), encode_blob("f32", [next_up])).path == "[0]"
     with pytest.raises(Malformed, match="NaN"):
         first_difference(encode_blob("f32", [one, one]), encode_blob("f32", [one, nan]))
+    with pytest.raises(Malformed, match="NaN"):
+        first_difference(encode_blob("f32", [one, one]), to_raw_blobs(encode_blob("f32", [one, nan])))
     with pytest.raises(Malformed, match="NaN"):
         first_difference(encode_f32(one), encode_f32(nan))
 

@@ -17,19 +17,12 @@ from typing import Callable
 
 import torch
 
-from qconform.adapters.torch_adapter import (
-    DOMAIN_NAMES,
-    MAX_REQUESTS,
-    encode_ints,
-    p_rows_f64,
-    q_row_counts,
-    q_row_json,
-    q_rows_dense,
-)
+from qconform.adapters.torch_adapter import MAX_REQUESTS, p_rows_f64, q_row_counts, q_row_json, q_rows_dense
 from qconform.adapters.torch_candidate.allocation import M
 from qconform.adapters.torch_candidate.errors import CandidateError
 from qconform.adapters.torch_candidate.philox import ACCEPT, CORRECTION, draw_word0, request_seed, seed_keys, u32_of
 from qconform.adapters.torch_candidate.verification import accepts, check_shapes, residual_rows
+from qconform.adapters.torch_codec import DOMAIN_NAMES, encode_ints
 
 from . import kernels
 from .rank import Rank, Span, checked_spans, even_spans, fp64

@@ -28,11 +28,12 @@ from fractions import Fraction
 import torch
 import torch.distributed as dist
 
-from qconform.adapters.torch_adapter import blob_tensor, f32_scalar
+from qconform.adapters.torch_adapter import f32_scalar
 from qconform.adapters.torch_candidate.allocation import M
 from qconform.adapters.torch_candidate.errors import CandidateError
 from qconform.adapters.torch_candidate.sampling import sample_counts
 from qconform.adapters.torch_candidate.weights import fp32_temperatures
+from qconform.adapters.torch_codec import blob_tensor
 
 from .rank import Rank, Span, fp64
 

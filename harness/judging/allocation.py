@@ -89,7 +89,7 @@ def token_counts(row: dict, answered: bool, vocab: int | None) -> dict[int, int]
 
 def sparse_problem(output: dict) -> Diff | None:
     """Why a sparse answer is not canonical (ids strictly ascending, no zero count), if it is not."""
-    ids, counts = decode_blob(output["ids"])[0], decode_blob(output["counts"])[0]
+    ids, counts = decode_blob_answer(output["ids"], "ids")[1], decode_blob_answer(output["counts"], "counts")[1]
     for i in range(1, len(ids)):
         if ids[i] <= ids[i - 1]:
             return Diff(f"ids[{i}]", f"an id above {ids[i - 1]}", str(ids[i]))
@@ -97,6 +97,15 @@ def sparse_problem(output: dict) -> Diff | None:
         if count == 0:
             return Diff(f"counts[{i}]", "a positive count (zero counts are dropped)", "0")
     return None
+
+
+def dense_count_difference(want: list[int], got: list[int]) -> Diff | None:
+    """The first token whose dense counts differ (both of V entries), as :func:`count_difference`
+    finds it, without a dict of V entries."""
+    if want == got:
+        return None
+    token = next(i for i, (a, b) in enumerate(zip(want, got)) if a != b)
+    return Diff(f"counts[{token}]", str(want[token]), str(got[token]))
 
 
 def count_difference(want: dict[int, int], got: dict[int, int], sparse: bool) -> Diff | None:
@@ -146,9 +155,13 @@ def compare(case: dict, output: dict, profile: PrecisionProfile) -> Verdict:
     case_id, expected = case["id"], case["expected"]
     check_fields(expected, output)
     sparse = "ids" in expected
-    vocab = None if sparse else decode_blob(expected["counts"])[1][0]
-    got_counts = token_counts(output, True, vocab)
-    total = sum(got_counts.values())
+    want_dense, shape = ([], []) if sparse else decode_blob(expected["counts"])
+    if sparse:
+        got_counts = token_counts(output, True, None)
+        total = sum(got_counts.values())
+    else:
+        got_dense = answered_blob(output, "counts", "u32", shape)
+        total = sum(got_dense)
     if total != M:
         return failed(case_id, f"answered counts sum to {total}, not M = {M}", Diff("sum(counts)", str(M), str(total)))
     problem = sparse_problem(output) if sparse else None
@@ -166,7 +179,10 @@ def compare(case: dict, output: dict, profile: PrecisionProfile) -> Verdict:
         if want_support != got_support:
             diff = Diff("support", str(want_support), str(got_support))
             return failed(case_id, f"selected support differs: {diff}", diff)
-    diff = count_difference(token_counts(expected, False, vocab), got_counts, sparse)
+    if sparse:
+        diff = count_difference(token_counts(expected, False, None), got_counts, True)
+    else:
+        diff = dense_count_difference(want_dense, got_dense)
     if diff is not None:
         reason = fp64_excuse(expected, profile)
         if reason is None:

@@ -21,11 +21,13 @@ from typing import Any
 from qconform.generators.encoding import (
     EncodingError,
     decode_blob,
+    decode_blob_data,
     decode_f32,
     decode_rational,
     decode_u64,
     decode_word,
 )
+from qconform.harness.adapter import RAW_BLOB_KEYS
 from qconform.harness.verdicts import Diff
 
 _WORD = re.compile(r"0x[0-9a-f]{8}\Z")
@@ -71,11 +73,15 @@ def index_path(path: str, flat: int, shape: list[int]) -> str:
 
 
 def decode_blob_answer(got: Any, path: str) -> tuple[str, list[int], list[int]]:
-    """(dtype, values, shape) of an answered blob, or :class:`Malformed`."""
-    if not isinstance(got, dict) or set(got) != _BLOB_KEYS:
+    """(dtype, values, shape) of an answered blob, in the JSON form or the raw form of a binary
+    reply (``{"dtype", "shape", "raw"}``, docs/adapters.md), or :class:`Malformed`."""
+    if not isinstance(got, dict) or set(got) not in (_BLOB_KEYS, RAW_BLOB_KEYS):
         raise Malformed(path, f"expected a blob (dtype, shape, b64), got {type(got).__name__}")
     try:
-        values, shape = decode_blob(got)
+        if "raw" in got:
+            values, shape = decode_blob_data(got["dtype"], got["shape"], got["raw"]), got["shape"]
+        else:
+            values, shape = decode_blob(got)
     except EncodingError as exc:
         raise Malformed(path, str(exc)) from None
     return got["dtype"], values, shape
@@ -88,6 +94,8 @@ def blob_difference(expected: dict, got: Any, path: str) -> Diff | None:
         raise Malformed(path, f"wrong dtype: expected {dtype}, got {got_dtype}")
     if have_shape != want_shape:
         raise Malformed(path, f"wrong shape: expected {want_shape}, got {have_shape}")
+    if have == want:
+        return None  # equal items: neither a difference nor a NaN the expected value lacks
     for flat, (a, b) in enumerate(zip(want, have)):
         if is_nan(dtype, b) and not is_nan(dtype, a):
             raise Malformed(index_path(path, flat, want_shape), f"NaN {show(dtype, b)}")

@@ -51,12 +51,13 @@ class Client(Protocol):
 
 
 def open_client(adapter: str, device: str, timeout_s: float | None, strict_schema: bool = False) -> Client:
-    """The default client factory: :func:`qconform.harness.transport.client.open_adapter`."""
+    """The default client factory: :func:`qconform.harness.transport.client.open_adapter`, whose
+    binary replies' blobs reach :func:`judge` raw (it reads both blob forms)."""
     from qconform.harness.transport.client import open_adapter
 
     if timeout_s is None:
-        return open_adapter(adapter, device=device, strict_schema=strict_schema)
-    return open_adapter(adapter, device=device, timeout_s=timeout_s, strict_schema=strict_schema)
+        return open_adapter(adapter, device=device, strict_schema=strict_schema, raw_blobs=True)
+    return open_adapter(adapter, device=device, timeout_s=timeout_s, strict_schema=strict_schema, raw_blobs=True)
 
 
 class CaseRunner:

@@ -262,10 +262,14 @@ class AdapterClient:
         timeout_s: float = 60.0,
         strict_schema: bool = False,
         binary_payload: bool = True,
+        raw_blobs: bool = False,
     ) -> None:
         self.spec = spec
         #: offer binary payloads in ``get_config`` (a child that does not take the offer gets JSON)
         self.binary_payload = binary_payload
+        #: hand the blobs of binary replies to the caller in the raw form (docs/adapters.md,
+        #: "Raw blobs"), not re-encoded in base64: for a caller that reads both forms (the judge)
+        self.raw_blobs = raw_blobs
         #: walk every answer through the family's full JSON Schema (``--strict-schema``)
         self.strict_schema = strict_schema
         self.command = list(command)
@@ -366,7 +370,7 @@ class AdapterClient:
         try:
             if isinstance(line, tuple):  # a binary reply: its line decoded, then its sections
                 message, data, line = line
-                reply = join_sections(message, data)
+                reply = join_sections(message, data, self.raw_blobs)
             else:
                 reply = decode_line(line)
             if reply.get("id") != request_id:
@@ -455,7 +459,12 @@ def outcomes_of(reply: dict, count: int, check: Callable[[dict], str | None]) ->
 
 
 def open_adapter(
-    spec: str, device: str = "cpu", timeout_s: float = 60.0, strict_schema: bool = False, binary_payload: bool = True
+    spec: str,
+    device: str = "cpu",
+    timeout_s: float = 60.0,
+    strict_schema: bool = False,
+    binary_payload: bool = True,
+    raw_blobs: bool = False,
 ) -> AdapterClient:
     """Start the adapter ``spec`` and return a client for it.
 
@@ -466,7 +475,9 @@ def open_adapter(
     Raises :class:`AdapterStartError` (``UnknownAdapter`` for an unknown name)
     when the adapter cannot start. ``strict_schema`` walks every answer through its
     family's full JSON Schema (``qconform run --strict-schema``). ``binary_payload=False``
-    keeps every message in the JSON form even with a child that could take binary payloads.
+    keeps every message in the JSON form even with a child that could take binary payloads;
+    ``raw_blobs`` hands the blobs of binary replies over in the raw form (``{"dtype", "shape",
+    "raw"}``, docs/adapters.md), for a caller that reads both forms, such as the judge.
     """
     from qconform.adapters.catalog import shim_adapter, shim_adapter_command
 
@@ -483,4 +494,4 @@ def open_adapter(
         if spec not in names and not spec.startswith(TCP_PREFIX):
             raise UnknownAdapter(spec, list(names))
         command = host_command(spec, device)
-    return AdapterClient(spec, command, device, timeout_s, strict_schema, binary_payload)
+    return AdapterClient(spec, command, device, timeout_s, strict_schema, binary_payload, raw_blobs)

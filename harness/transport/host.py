@@ -32,6 +32,8 @@ from qconform.harness.transport.shim_protocol import (
     join_sections,
     outcome_to_entry,
     section_sizes,
+    to_json_blobs,
+    to_raw_blobs,
     to_sections,
 )
 
@@ -64,9 +66,10 @@ def describe_exception(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}{where}"
 
 
-def entry_json(outcome: Any, sections: list[bytes] | None = None) -> str:
+def entry_json(outcome: Any, sections: list[bytes | memoryview] | None = None, raw: bool = False) -> str:
     """One serialized output entry; an outcome that is not strict JSON becomes an error entry.
-    With ``sections`` (binary payloads), its blobs' bytes are appended there instead."""
+    With ``sections`` (binary payloads), its blobs' bytes are appended there instead; else
+    ``raw`` (an adapter that may answer raw blobs) puts its raw blobs in base64."""
     if not isinstance(outcome, (dict, Unimplemented, AdapterError)):
         outcome = AdapterError(f"run_batch returned a {type(outcome).__name__} where an output object belongs")
     entry, mark = outcome_to_entry(outcome), 0
@@ -74,6 +77,8 @@ def entry_json(outcome: Any, sections: list[bytes] | None = None) -> str:
         if sections is not None:
             mark = len(sections)
             entry = to_sections(entry, sections)
+        elif raw:
+            entry = to_json_blobs(entry)
         return json.dumps(entry, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         if sections is not None:
@@ -101,9 +106,12 @@ def _count(outcomes: Any) -> str:
     return f"{len(outcomes)} outcomes" if isinstance(outcomes, list) else f"a {type(outcomes).__name__}"
 
 
-def batch_reply(call: Callable[[list], Any], what: str, request_id: Any, inputs: list, binary: bool = False) -> bytes:
+def batch_reply(
+    call: Callable[[list], Any], what: str, request_id: Any, inputs: list, binary: bool = False, raw: bool = False
+) -> bytes:
     """The serialized answer to a request whose outcomes ``call(inputs)`` computes
-    (``what`` names the adapter method, for messages), in the binary form when ``binary``."""
+    (``what`` names the adapter method, for messages), in the binary form when ``binary``;
+    ``raw``: the adapter may answer raw blobs (:attr:`Adapter.raw_blobs`)."""
     try:
         outcomes = call(inputs)
     except Exception:  # noqa: BLE001 - attribute it to cases below
@@ -111,8 +119,8 @@ def batch_reply(call: Callable[[list], Any], what: str, request_id: Any, inputs:
         outcomes = one_by_one(call, inputs, what)
     if not isinstance(outcomes, list) or len(outcomes) != len(inputs):
         return error_reply(request_id, f"{what} returned {_count(outcomes)} for {len(inputs)} inputs")
-    sections: list[bytes] | None = [] if binary else None
-    body = ",".join(entry_json(outcome, sections) for outcome in outcomes)
+    sections: list[bytes | memoryview] | None = [] if binary else None
+    body = ",".join(entry_json(outcome, sections, raw) for outcome in outcomes)
     head = json.dumps(request_id)
     if not sections:
         return f'{{"id":{head},"status":"ok","outputs":[{body}]}}\n'.encode("utf-8")
@@ -133,7 +141,9 @@ def run_reply(
         return error_reply(request_id, "run needs a string family and a list of inputs")
     if family not in families:
         return unimplemented_reply(adapter, request_id, f"implement {family}")
-    return batch_reply(lambda batch: adapter.run_batch(family, batch), "run_batch", request_id, inputs, binary)
+    return batch_reply(
+        lambda batch: adapter.run_batch(family, batch), "run_batch", request_id, inputs, binary, adapter.raw_blobs
+    )
 
 
 def sample_reply(
@@ -155,6 +165,7 @@ def sample_reply(
         request_id,
         inputs,
         binary,
+        adapter.raw_blobs,
     )
 
 
@@ -209,8 +220,11 @@ class Host:
             try:
                 request = decode_line(line, "request")
                 sizes = section_sizes(request) if self.binary else []
+                raw = self.adapter is not None and self.adapter.raw_blobs
                 if sizes:
-                    request = join_sections(request, proto_in.read(sum(sizes)))
+                    request = join_sections(request, proto_in.read(sum(sizes)), raw)
+                elif raw and not self.binary:
+                    request = to_raw_blobs(request)
             except ProtocolError as exc:
                 reply, keep_serving = error_reply(None, f"bad request: {exc}"), True
             else:

@@ -17,6 +17,8 @@ from functools import lru_cache
 from typing import Any, Callable
 
 from qconform.harness.adapter import (
+    B64_BLOB_KEYS,
+    RAW_BLOB_KEYS,
     AdapterConfig,
     AdapterError,
     Capabilities,
@@ -88,27 +90,74 @@ def encode_binary(message: dict) -> bytes:
     section (the blob keeps ``dtype`` and ``shape`` and names its ``section``), the line
     listing the sections' byte counts under ``sections``, then the sections, concatenated.
     A message without blobs is the plain JSON line."""
-    sections: list[bytes] = []
+    sections: list[bytes | memoryview] = []
     body = to_sections(message, sections)
     if not sections:
         return encode_message(message)
     return encode_message({**body, "sections": [len(data) for data in sections]}) + b"".join(sections)
 
 
-def to_sections(value: Any, sections: list[bytes]) -> Any:
-    """``value`` with every blob's bytes appended to ``sections`` and the blob naming its section."""
+def map_blobs(value: Any, change: Callable[[dict], Any]) -> Any:
+    """``value`` with every typed blob (an object holding ``b64`` or ``raw``) replaced by ``change(blob)``."""
     if isinstance(value, dict):
-        if "b64" in value and isinstance(value["b64"], str):
-            try:
-                data = base64.b64decode(value["b64"], validate=True)
-            except binascii.Error:
-                return value  # left in base64 for the receiver's checks to name
-            sections.append(data)
-            return {key: item for key, item in value.items() if key != "b64"} | {"section": len(sections) - 1}
-        return {key: to_sections(item, sections) for key, item in value.items()}
+        if "b64" in value or "raw" in value:
+            return change(value)
+        return {key: map_blobs(item, change) for key, item in value.items()}
     if isinstance(value, list):
-        return [to_sections(item, sections) for item in value]
+        return [map_blobs(item, change) for item in value]
     return value
+
+
+def raw_bytes(blob: dict) -> memoryview | None:
+    """A blob's bytes, flat, without a copy: its raw bytes (any contiguous buffer), or its
+    base64 decoded; None when there are none to take (base64 that does not decode, a ``raw``
+    that is not a buffer), so that the blob stays as it is for the receiver's checks to name."""
+    try:
+        if "raw" in blob:
+            return memoryview(blob["raw"]).cast("B")
+        if isinstance(blob["b64"], str):
+            return memoryview(base64.b64decode(blob["b64"], validate=True))
+    except (TypeError, ValueError):
+        pass
+    return None
+
+
+def without_bytes(blob: dict) -> dict:
+    return {key: item for key, item in blob.items() if key not in ("b64", "raw")}
+
+
+def to_sections(value: Any, sections: list[bytes | memoryview]) -> Any:
+    """``value`` with every blob's bytes appended to ``sections`` and the blob naming its section."""
+
+    def section(blob: dict) -> dict:
+        data = raw_bytes(blob)
+        if data is None:
+            return blob
+        sections.append(data)
+        return without_bytes(blob) | {"section": len(sections) - 1}
+
+    return map_blobs(value, section)
+
+
+def to_raw_blobs(value: Any) -> Any:
+    """``value`` with every blob in the raw form (``raw`` bytes for ``b64``; one whose base64
+    does not decode is left as it is)."""
+
+    def raw(blob: dict) -> dict:
+        data = raw_bytes(blob) if "b64" in blob else None
+        return blob if data is None else without_bytes(blob) | {"raw": data.obj}
+
+    return map_blobs(value, raw)
+
+
+def to_json_blobs(value: Any) -> Any:
+    """``value`` with every blob in the JSON form (``b64`` for ``raw`` bytes)."""
+
+    def b64(blob: dict) -> dict:
+        data = raw_bytes(blob) if "raw" in blob else None
+        return blob if data is None else without_bytes(blob) | {"b64": base64.b64encode(data).decode("ascii")}
+
+    return map_blobs(value, b64)
 
 
 def section_sizes(message: dict) -> list[int]:
@@ -121,10 +170,11 @@ def section_sizes(message: dict) -> list[int]:
     return sizes
 
 
-def join_sections(message: dict, data: bytes) -> dict:
+def join_sections(message: dict, data: bytes, raw: bool = False) -> dict:
     """A binary message read whole (its line decoded, then the bytes its ``sections`` announced) as
-    the JSON form: every blob that names a ``section`` gets its bytes back in base64. Each section
-    belongs to exactly one blob; anything else is a :class:`ProtocolError`."""
+    the JSON form: every blob that names a ``section`` gets its bytes back in base64, or with
+    ``raw`` as they are (``"raw"``: bytes, the raw form of docs/adapters.md). Each
+    section belongs to exactly one blob; anything else is a :class:`ProtocolError`."""
     sizes = section_sizes(message)
     if len(data) != sum(sizes):
         raise ProtocolError(f"sections announce {sum(sizes)} bytes, {len(data)} followed")
@@ -133,13 +183,13 @@ def join_sections(message: dict, data: bytes) -> dict:
         offsets.append(offsets[-1] + size)
     view, used = memoryview(data), [False] * len(sizes)
     body = {key: value for key, value in message.items() if key != "sections"}
-    joined = _from_sections(body, view, offsets, used)
+    joined = _from_sections(body, view, offsets, used, raw)
     if not all(used):
         raise ProtocolError(f"section {used.index(False)} is named by no blob")
     return joined
 
 
-def _from_sections(value: Any, view: memoryview, offsets: list[int], used: list[bool]) -> Any:
+def _from_sections(value: Any, view: memoryview, offsets: list[int], used: list[bool], raw: bool) -> Any:
     if isinstance(value, dict):
         if "section" in value:
             index = value["section"]
@@ -148,10 +198,10 @@ def _from_sections(value: Any, view: memoryview, offsets: list[int], used: list[
             used[index] = True
             data = view[offsets[index] : offsets[index + 1]]
             blob = {key: item for key, item in value.items() if key != "section"}
-            return blob | {"b64": base64.b64encode(data).decode("ascii")}
-        return {key: _from_sections(item, view, offsets, used) for key, item in value.items()}
+            return blob | ({"raw": bytes(data)} if raw else {"b64": base64.b64encode(data).decode("ascii")})
+        return {key: _from_sections(item, view, offsets, used, raw) for key, item in value.items()}
     if isinstance(value, list):
-        return [_from_sections(item, view, offsets, used) for item in value]
+        return [_from_sections(item, view, offsets, used, raw) for item in value]
     return value
 
 
@@ -316,18 +366,26 @@ def entry_to_outcome(entry: Any, check: Callable[[dict], str | None]) -> Outcome
 
 
 def blob_problem(blob: dict, where: str) -> str | None:
-    """Why a typed blob is inconsistent (dtype, shape, byte count), or None."""
-    dtype, shape, b64 = blob.get("dtype"), blob.get("shape"), blob.get("b64")
-    if set(blob) != {"dtype", "shape", "b64"}:
+    """Why a typed blob, in the JSON form (``b64``) or the raw form (``raw`` bytes, docs/adapters.md),
+    is inconsistent (dtype, shape, byte count), or None."""
+    dtype, shape = blob.get("dtype"), blob.get("shape")
+    if set(blob) not in (B64_BLOB_KEYS, RAW_BLOB_KEYS):
         return f"blob at {where} must have exactly dtype, shape, b64; has {sorted(blob)}"
     if dtype not in BLOB_ITEM_SIZE:
         return f"blob at {where} has unknown dtype {dtype!r} (known: {sorted(BLOB_ITEM_SIZE)})"
     if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
         return f"blob at {where} has shape {shape!r}, not a list of nonnegative integers"
-    try:
-        size = len(base64.b64decode(b64, validate=True)) if isinstance(b64, str) else -1
-    except binascii.Error as exc:
-        return f"blob at {where} has invalid base64: {exc}"
+    if "raw" in blob:
+        data = raw_bytes(blob)
+        if data is None:
+            return f"blob at {where} has raw {type(blob['raw']).__name__}, not contiguous bytes"
+        size = data.nbytes
+    else:
+        b64 = blob["b64"]
+        try:
+            size = len(base64.b64decode(b64, validate=True)) if isinstance(b64, str) else -1
+        except binascii.Error as exc:
+            return f"blob at {where} has invalid base64: {exc}"
     count = 1
     for dim in shape:
         count *= dim
@@ -343,7 +401,7 @@ def encoding_problem(value: Any, where: str = "output") -> str | None:
     if isinstance(value, float) and value != value:  # a NaN that was never serialized
         return f"{where} is NaN"
     if isinstance(value, dict):
-        if "b64" in value:
+        if "b64" in value or "raw" in value:
             return blob_problem(value, where)
         items = ((f"{where}.{k}", v) for k, v in value.items())
     elif isinstance(value, list):
@@ -358,16 +416,10 @@ def encoding_problem(value: Any, where: str = "output") -> str | None:
 
 
 def without_payloads(value: Any) -> Any:
-    """``value`` with every blob's ``b64`` emptied: the schema then checks the
-    structure without scanning megabytes of base64 (already checked by
+    """``value`` with every blob's bytes emptied (``b64: ""``, also for a raw blob): the schema
+    then checks the structure without scanning megabytes of base64 (already checked by
     :func:`blob_problem`)."""
-    if isinstance(value, dict):
-        if "b64" in value:
-            return {**value, "b64": ""}
-        return {key: without_payloads(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [without_payloads(item) for item in value]
-    return value
+    return map_blobs(value, lambda blob: without_bytes(blob) | {"b64": ""})
 
 
 #: ``{"error": CODE}``: a refusal of an input; any nonempty code is well-formed
