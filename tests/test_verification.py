@@ -246,9 +246,13 @@ def test_batch_bound():
 def test_target_rows_from_f32_normalize_exactly():
     bits = [[f32_bits(1.0), f32_bits(2.0), 0, f32_bits(0.5)], [f32_bits(3.0), 0, 0, 0]]
     assert target_rows_from_f32(bits) == [[Fraction(2, 7), Fraction(4, 7), 0, Fraction(1, 7)], [Fraction(1), 0, 0, 0]]
-    with pytest.raises(SpecError) as err:
-        target_rows_from_f32([[0, 0]])
-    assert err.value.code == "ZERO_MASS"
+    # A target row that is no distribution is BAD_TARGET_ROW whatever its encoding (R10), never a
+    # draft-weight code: all zeros, all -0.0, a negative weight (even -2^-149), an infinity, a NaN.
+    for row in ([0, 0], [0x80000000, 0x80000000], [f32_bits(1.0), 0x80000001], [0x7F800000, 0], [0, 0x7FC00001]):
+        with pytest.raises(SpecError) as err:
+            target_rows_from_f32([row])
+        assert err.value.code == "BAD_TARGET_ROW", row
+    assert target_rows_from_f32([[0x80000000, f32_bits(2.0)]]) == [[0, Fraction(1)]]  # -0.0 is zero
 
 
 # --- the vectors against an independent verifier with seeded bugs --------------------------
