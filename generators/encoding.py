@@ -127,10 +127,16 @@ def encode_u64(value: int) -> str:
     return str(value)
 
 
-def decode_u64(text: Any) -> int:
+def decode_decimal(text: Any) -> int:
+    """A ``u64`` field's nonnegative integer, range not checked: the pattern admits 20 digits, so
+    2^64 and above can be written, and ``rng_abi`` lets the spec refuse such a seed (BAD_RNG_FIELD)."""
     if not isinstance(text, str) or not text.isdigit():
         raise EncodingError(f"64-bit integer {text!r} is not a decimal string")
-    value = int(text)
+    return int(text)
+
+
+def decode_u64(text: Any) -> int:
+    value = decode_decimal(text)
     if value >= 1 << 64:
         raise EncodingError(f"64-bit integer {text!r} is out of range")
     return value

@@ -132,18 +132,6 @@ def mass_draw(masses: Sequence[Fraction], u32: int) -> tuple[int, Fraction]:
 
 
 @defines("R11")
-def sample_mass(masses: Sequence[Fraction], u32: int) -> int:
-    """The first ``v`` whose cumulative mass satisfies ``C_v * 2^32 > u32 * R`` (R11)."""
-    return mass_draw(masses, u32)[0]
-
-
-@defines("R11")
-def mass_draw_margin(masses: Sequence[Fraction], u32: int) -> Fraction:
-    """Distance of ``u32 / 2^32`` to the nearest edge of the chosen token's interval (see :func:`mass_draw`)."""
-    return mass_draw(masses, u32)[1]
-
-
-@defines("R11")
 def mass_draw_counts(masses: Sequence[Fraction]) -> list[int]:
     """How many of the ``2^32`` draw values the mass rule maps to each token.
 

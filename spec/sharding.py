@@ -608,7 +608,7 @@ def sample_sharded_mass(
     Rank s needs only the total R and the mass before it (an all-gather of S
     masses); its token is the first owned ``v`` with ``(C_{before} + C^local_v) * 2^32 >
     u32 * R``, which is the unsharded rule of
-    :func:`qconform.spec.sampling.sample_mass` on the concatenated row.
+    :func:`qconform.spec.sampling.mass_draw` on the concatenated row.
     """
     return sample_sharded_scaled(sharded_integer_masses(shard_masses), ranges, u32)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING, Callable, Iterator
 
-from qconform.generators.encoding import decode_u64, decode_word, encode_u64, encode_word
+from qconform.generators.encoding import decode_decimal, decode_word, encode_u64, encode_word
 from qconform.generators.registry import Case, Family, FuzzHooks, Group, Labels, Note
 from qconform.generators.schemas import closed_object as closed
 from qconform.spec.errors import SpecError
@@ -103,14 +103,16 @@ DOMAIN_NAMES = [d.name for d in Domain]
 
 
 def kat_output(case_input: dict) -> dict:
-    counter = tuple(decode_word(w) for w in case_input["counter"])
-    key = tuple(decode_word(w) for w in case_input["key"])
-    return {"output": [encode_word(w) for w in philox4x32(counter, key, case_input["rounds"])]}
+    """Philox4x32-10 of one known-answer input; ``rounds`` is the constant 10 (the schema's ``const``),
+    named in the input as Random123's ``kat_vectors`` line names it, never a free parameter."""
+    c0, c1, c2, c3 = (decode_word(w) for w in case_input["counter"])
+    k0, k1 = (decode_word(w) for w in case_input["key"])
+    return {"output": [encode_word(w) for w in philox4x32((c0, c1, c2, c3), (k0, k1))]}
 
 
 def draw_key_output(case_input: dict) -> dict:
     key = DrawKey(
-        seed=decode_u64(case_input["seed"]),
+        seed=decode_decimal(case_input["seed"]),
         generation=case_input["generation"],
         round=case_input["round"],
         position=case_input["position"],
@@ -128,7 +130,7 @@ def draw_key_output(case_input: dict) -> dict:
 
 def schedule_output(case_input: dict) -> dict:
     ident = RngIdentity(
-        decode_u64(case_input["seed"]), case_input["generation"], case_input["round"], case_input["anchor"]
+        decode_decimal(case_input["seed"]), case_input["generation"], case_input["round"], case_input["anchor"]
     )
     depth = case_input["depth"]
 
@@ -311,7 +313,7 @@ def round_schedule_cases() -> Iterator[Case]:
 
 
 def invalid_case(name: str, comment: str, fields: dict) -> Case:
-    case_input = {**fields, "seed": encode_u64(fields["seed"])}
+    case_input = {**fields, "seed": str(fields["seed"])}  # the u64 text, 2^64 included (20 digits)
     return solved_case(name, comment, ("R22", "R24"), ("OUT_OF_RANGE_FIELD",), case_input, result="invalid")
 
 
@@ -325,6 +327,16 @@ def invalid_field_cases() -> Iterator[Case]:
         "generation-2pow32", "Generation 2^32 does not fit counter word 2.", {**base, "generation": 1 << 32}
     )
     yield invalid_case("round-2pow32", "Round 2^32 does not fit counter word 1.", {**base, "round": 1 << 32})
+    yield invalid_case(
+        "seed-2pow64",
+        "Seed 2^64 does not fit the two key words; it is refused, not taken mod 2^64.",
+        {**base, "seed": 1 << 64},
+    )
+    yield invalid_case(
+        "position-negative",
+        "Position -1 is no 32-bit word; it is refused, not wrapped to 2^32 - 1.",
+        {**base, "position": -1},
+    )
 
 
 def unseeded_cases() -> Iterator[Case]:
@@ -364,6 +376,8 @@ def build() -> Iterator[Group]:
 WORD4 = {"type": "array", "items": {"$ref": "#/$defs/word32"}, "minItems": 4, "maxItems": 4}
 WORD2 = {"type": "array", "items": {"$ref": "#/$defs/word32"}, "minItems": 2, "maxItems": 2}
 NONNEG = {"type": "integer", "minimum": 0}
+#: an input field of a key: any integer, so that the refusals of fields out of range (negative or too wide) are inputs
+FIELD = {"type": "integer"}
 
 
 SCHEDULE_DRAWS = {
@@ -377,11 +391,11 @@ INPUT_SCHEMA = {
         closed(
             {
                 "seed": {"$ref": "#/$defs/u64"},
-                "generation": NONNEG,
-                "round": NONNEG,
-                "position": NONNEG,
+                "generation": FIELD,
+                "round": FIELD,
+                "position": FIELD,
                 "domain": {"enum": DOMAIN_NAMES},
-                "draw_counter": NONNEG,
+                "draw_counter": FIELD,
             }
         ),
         closed(
