@@ -39,11 +39,9 @@ from itertools import compress, repeat
 from operator import add, and_, floordiv, gt, lshift, rshift
 from typing import Callable, Sequence
 
-from qconform.spec.constants import M
+from qconform.spec.constants import M_BITS, M
 from qconform.spec.errors import refuse
 from qconform.spec.rules import defines
-
-M_BITS: int = M.bit_length() - 1
 
 
 @dataclass(frozen=True)

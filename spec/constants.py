@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+#: log2 of the total dyadic mass: q(v) = c_v / 2^M_BITS (R03).
+M_BITS: int = 24
+
 #: Total dyadic mass: counts c_v are nonnegative integers summing to M (R03).
-M: int = 1 << 24
+M: int = 1 << M_BITS
 
 #: Production vocabulary (R13).
 VOCAB: int = 129280

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from qconform.spec.constants import M
+from qconform.spec.constants import M_BITS
 from qconform.spec.floats import round_ratio_f32
 from qconform.spec.qrow import check_counts
 from qconform.spec.rules import defines
-
-M_BITS: int = M.bit_length() - 1
 
 
 @defines("R03", "R09")

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Generic, TypeVar
 
-from qconform.spec.constants import M
+from qconform.spec.constants import M_BITS, M
 from qconform.spec.floats import Special, unpack_f32
 from qconform.spec.rules import defines
 from qconform.spec.wire import layout
@@ -38,7 +38,6 @@ FIXED, CONTENT = "fixed", "content"
 #: What a table's rows look at: :class:`Subject` for a v2 message, :class:`V1Subject` for a v1 frame.
 S = TypeVar("S")
 
-M_BITS: int = M.bit_length() - 1
 SIGN_BIT: int = 0x80000000
 #: Bytes of one sparse entry (int32 ID + FP32 q) and of one dense entry (FP32 q).
 SPARSE_ENTRY_BYTES: int = layout.ID_BYTES + layout.Q_BYTES
