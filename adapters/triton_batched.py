@@ -50,7 +50,9 @@ DOMAIN_NAMES = {code: name for name, code in DOMAINS.items()}
 
 def dense_rows(counts: np.ndarray, vocab: int, device: str) -> QRows:
     """Contiguous dense q rows ``[R, vocab]`` (int64) as a q-row table."""
-    return QRows.of_segments(vocab, torch.from_numpy(counts.reshape(-1, vocab).copy()).to(device), None, len(counts), vocab)
+    return QRows.of_segments(
+        vocab, torch.from_numpy(counts.reshape(-1, vocab).copy()).to(device), None, len(counts), vocab
+    )
 
 
 def rng_many(inputs: Sequence[dict], device: str) -> list[dict]:

