@@ -4,6 +4,7 @@ the committed hashes, ``qconform accumulate`` and its localisation of a divergen
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 
@@ -23,6 +24,10 @@ from qconform.spec import sampling
 from qconform.spec.philox import KNOWN_ANSWERS, philox4x32
 
 pytestmark = pytest.mark.rules("R06", "R08", "R11", "R22", "R23")
+
+# The Triton tests below run the candidate on the CPU, in this process: Triton reads
+# TRITON_INTERPRET when it is first imported, so it is set before any test imports it.
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 #: stream cases per family of the differential test: 10^5 in all, weighted by the spec's speed
 DIFFERENTIAL = {
@@ -316,13 +321,11 @@ def test_a_seeded_triton_kernel_bug_is_killed_by_the_stream(monkeypatch, tmp_pat
     ``v`` with ``C_v 2^32 >= u32 R``: the boundary bug of issue #11), run through the batched
     tile kernels: the stream's first exact bonus boundary (case 520) fails, and the case is
     printed as an ordinary vector."""
-    import importlib.util
     import inspect
     import sys
 
-    if importlib.util.find_spec("triton") is None:  # not imported: Triton reads TRITON_INTERPRET on import
-        pytest.skip("triton is not installed")
-    from qconform.adapters.triton_adapter import TritonAdapter  # sets TRITON_INTERPRET=1 without CUDA
+    pytest.importorskip("triton")
+    from qconform.adapters.triton_adapter import TritonAdapter
     from qconform.adapters.triton_candidate import verification
 
     source = inspect.getsource(verification.residual_scan.fn)
