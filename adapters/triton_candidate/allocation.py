@@ -58,17 +58,17 @@ def quota_kernel(
     n = length[:, None]
     longest = tl.reduce(length, 0, MAX)
     lanes = tl.full([ROWS, BLOCK], 0, tl.float64)
-    for off in range(0, longest, BLOCK):
+    for off in range(0, longest, BLOCK):  # pyright: ignore[reportArgumentType]  # Triton: tl.reduce returns a tensor here, typed as possibly a tuple
         i = off + tl.arange(0, BLOCK)[None, :]
         lanes += tl.load(w_ptr + start + i, mask=i < n, other=0.0).to(tl.float64)
     total = tl.reduce(lanes, 1, ADD)
     floor_sum = tl.full([ROWS], 0, tl.int64)
     positive = tl.full([ROWS], 0, tl.int64)
-    for off in range(0, longest, BLOCK):
+    for off in range(0, longest, BLOCK):  # pyright: ignore[reportArgumentType]  # Triton: tl.reduce returns a tensor here, typed as possibly a tuple
         i = off + tl.arange(0, BLOCK)[None, :]
         live = i < n
         w = tl.load(w_ptr + start + i, mask=live, other=0.0).to(tl.float64)
-        quota = (w / total[:, None]) * M_FLOAT
+        quota = (w / total[:, None]) * M_FLOAT  # pyright: ignore[reportArgumentType]  # Triton: a [:, None] index of a tl.reduce result, typed as possibly a tuple
         whole = tl.floor(quota)
         rest = quota - whole
         floors = tl.where(live, whole.to(tl.int64), 0)
@@ -104,7 +104,7 @@ def ticket_kernel(
     start, length, thresh, need = selection(row, row_live, starts_ptr, lengths_ptr, thresh_ptr, need_ptr)
     ties = tl.full([ROWS], 0, tl.int64)
     total = tl.full([ROWS], 0, tl.int64)
-    for off in range(0, tl.reduce(length, 0, MAX), BLOCK):
+    for off in range(0, tl.reduce(length, 0, MAX), BLOCK):  # pyright: ignore[reportArgumentType]  # Triton: tl.reduce returns a tensor here, typed as possibly a tuple
         i = off + tl.arange(0, BLOCK)[None, :]
         live = i < length[:, None]
         at = start[:, None] + i
@@ -130,10 +130,34 @@ def allocate(
         return counts
     block, tile = row_tile(max_length, rows)
     grid = (triton.cdiv(rows, tile),)
-    sizes = {"ROWS": tile, "BLOCK": block}
-    quota_kernel[grid](weights, starts, lengths, rows, floors, keys, remaining, flags, **sizes, **LAUNCH)
+    quota_kernel[grid](
+        weights,
+        starts,
+        lengths,
+        rows,
+        floors,
+        keys,
+        remaining,
+        flags,
+        ROWS=tile,  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
+        BLOCK=block,  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
+        **LAUNCH,
+    )
     thresh, need = radix_select(keys, starts, lengths, remaining, max_length)
-    ticket_kernel[grid](floors, keys, starts, lengths, thresh, need, rows, counts, flags, **sizes, **LAUNCH)
+    ticket_kernel[grid](
+        floors,
+        keys,
+        starts,
+        lengths,
+        thresh,
+        need,
+        rows,
+        counts,
+        flags,
+        ROWS=tile,  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
+        BLOCK=block,  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
+        **LAUNCH,
+    )
     return counts
 
 

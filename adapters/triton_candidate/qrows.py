@@ -46,7 +46,7 @@ def qrow_check_kernel(
     out_of_range = tl.full([ROWS, BLOCK], 0, tl.int64) + n
     unordered = tl.full([ROWS, BLOCK], 0, tl.int64) + n
     total = tl.full([ROWS], 0, tl.int64)
-    for off in range(0, tl.reduce(length, 0, MAX), BLOCK):
+    for off in range(0, tl.reduce(length, 0, MAX), BLOCK):  # pyright: ignore[reportArgumentType]  # Triton: tl.reduce returns a tensor here, typed as possibly a tuple
         i = off + tl.arange(0, BLOCK)[None, :]
         live = i < n
         counts = tl.load(counts_ptr + start + i, mask=live, other=0)

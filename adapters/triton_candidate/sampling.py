@@ -53,7 +53,7 @@ def categorical_kernel(
     n = length[:, None]
     index = tl.full([ROWS, DRAWS], 0, tl.int64)
     carry = tl.full([ROWS, 1], 0, tl.int64)
-    for off in range(0, tl.reduce(length, 0, MAX), BLOCK):
+    for off in range(0, tl.reduce(length, 0, MAX), BLOCK):  # pyright: ignore[reportArgumentType]  # Triton: tl.reduce returns a tensor here, typed as possibly a tuple
         i = off + tl.arange(0, BLOCK)[None, :]
         live = i < n
         counts = tl.load(counts_ptr + start + i, mask=live, other=0)

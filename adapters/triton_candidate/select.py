@@ -59,7 +59,7 @@ def radix_select_kernel(
     for p in tl.static_range(KEY_BITS // 8):  # pyright: ignore[reportGeneralTypeIssues]  # Triton: tl.static_range is unrolled at compile time, typed as not iterable
         shift = KEY_BITS - 8 * (p + 1)  # a compile-time value: the loop is unrolled
         hist = tl.full([ROWS * 256], 0, tl.int32)
-        for off in range(0, tl.reduce(length, 0, MAX), BLOCK):
+        for off in range(0, tl.reduce(length, 0, MAX), BLOCK):  # pyright: ignore[reportArgumentType]  # Triton: tl.reduce returns a tensor here, typed as possibly a tuple
             i = off + tl.arange(0, BLOCK)[None, :]
             live = i < n
             key = tl.load(keys_ptr + start + i, mask=live, other=0).to(tl.uint64, bitcast=True)
@@ -72,7 +72,7 @@ def radix_select_kernel(
         count = tl.reshape(hist, [ROWS, 256]).to(tl.int64)
         at_least = tl.reduce(count, 1, ADD, keep_dims=True) - tl.associative_scan(count, 1, ADD) + count  # digit >= b
         chosen = tl.reduce(tl.where(at_least >= need[:, None], bins, 0), 1, MAX)
-        above = tl.reduce(tl.where(bins == chosen[:, None], at_least - count, 0), 1, ADD)
+        above = tl.reduce(tl.where(bins == chosen[:, None], at_least - count, 0), 1, ADD)  # pyright: ignore[reportArgumentType]  # Triton: a [:, None] index of a tl.reduce result, typed as possibly a tuple
         need = need - above
         prefix = prefix | (chosen.to(tl.uint64) << shift)
     tl.store(thresh_ptr + seg, prefix.to(tl.int64, bitcast=True), mask=seg_live)
@@ -129,7 +129,7 @@ def compact_kernel(
     id_base = tl.load(id_base_ptr + seg, mask=seg_live, other=0)[:, None]
     ties = tl.full([ROWS], 0, tl.int64)
     written = tl.full([ROWS, 1], 0, tl.int64)
-    for off in range(0, tl.reduce(length, 0, MAX), BLOCK):
+    for off in range(0, tl.reduce(length, 0, MAX), BLOCK):  # pyright: ignore[reportArgumentType]  # Triton: tl.reduce returns a tensor here, typed as possibly a tuple
         i = off + tl.arange(0, BLOCK)[None, :]
         raw, taken, ties = take_block(keys_ptr, start[:, None] + i, i < length[:, None], thresh, need, ties)
         step = taken.to(tl.int64)

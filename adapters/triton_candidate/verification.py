@@ -149,7 +149,7 @@ def residual_scan(
             sparse[:, None],
             STEPS,
         )
-        cumulative = carry[:, None] + tl.associative_scan(r, 1, ADD)
+        cumulative = carry[:, None] + tl.associative_scan(r, 1, ADD)  # pyright: ignore[reportArgumentType]  # Triton: a [:, None] index of a tl.reduce result, typed as possibly a tuple
         index += tl.reduce((live & (cumulative * TWO32 <= target[:, None])).to(tl.int64), 1, ADD)
         carry = tl.reduce(cumulative, 1, MAX)
     return carry, index
