@@ -2,10 +2,13 @@
 
 As :mod:`qconform.adapters.torch_batched` for the torch candidate: same-shape cases
 sent in one ``run_batch`` call (``qconform accumulate``, docs/accumulated.md) are
-decoded together and launched once (one program per row), instead of once per case.
-Verification launches four requests at a time, the kernels' batch bound (R27). A case
-outside the shapes handled here, and every case of a group whose launch refuses, is
-answered by the adapter's one-case path. Never imports the spec or the generators.
+decoded together and launched once, instead of once per case. The kernels put short
+rows in tiles (many cases per program, ``launch.row_tile``), so in the interpreter a
+group costs about one program per kernel. Verification sends every case as its own
+round of one request (R27 bounds a round, not a launch) to one ``verify_rounds``
+call. A case outside the shapes handled here, and every case of a group whose launch
+refuses, is answered by the adapter's one-case path. Never imports the spec or the
+generators.
 """
 
 from __future__ import annotations
@@ -37,17 +40,19 @@ from qconform.adapters.triton_candidate import (
     allocate_rows,
     raise_flags,
     sample,
-    verify_batch,
     weight_scan,
 )
-from qconform.adapters.triton_candidate.verification import MAX_REQUESTS
+from qconform.adapters.triton_candidate.verification import verify_rounds
 
 DOMAINS = {"PROPOSAL": PROPOSAL, "ACCEPT": ACCEPT, "CORRECTION": CORRECTION}
 DOMAIN_NAMES = {code: name for name, code in DOMAINS.items()}
 
 
 def dense_rows(counts: np.ndarray, vocab: int, device: str) -> QRows:
-    return QRows.build(vocab, [(None, torch.from_numpy(row)) for row in counts], device)
+    """Contiguous dense q rows ``[R, vocab]`` (int64) as a q-row table."""
+    return QRows.of_segments(
+        vocab, torch.from_numpy(counts.reshape(-1, vocab).copy()).to(device), None, len(counts), vocab
+    )
 
 
 def rng_many(inputs: Sequence[dict], device: str) -> list[dict]:
@@ -98,49 +103,47 @@ def allocation_many(inputs: Sequence[dict], device: str) -> list[dict]:
 
 def verification_many(inputs: Sequence[dict], device: str) -> list[dict]:
     vocab, depth = inputs[0]["vocab"], len(inputs[0]["requests"][0]["draft_tokens"])
-    answers: list[dict] = []
-    for at in range(0, len(inputs), MAX_REQUESTS):
-        requests = [inp["requests"][0] for inp in inputs[at : at + MAX_REQUESTS]]
-        q = blobs([row["counts"] for r in requests for row in r["q_rows"]], "u32", "<u4").astype(np.int64)
-        q = q.reshape(-1, vocab)
-        if not legal_dense(q):
-            raise TritonCandidateError("WRONG_TOTAL_MASS", "a q row is not a dyadic24 row")
-        if any(r["p_rows"]["weights"]["shape"] != [depth + 1, vocab] for r in requests):
-            raise ValueError("p rows of another shape")
-        p = blobs([r["p_rows"]["weights"] for r in requests], "f32", "<f4").astype(np.float64)
-        drafts = torch.tensor([r["draft_tokens"] for r in requests], dtype=torch.int64, device=device)
-        idents = [Identity(int(r["seed"]), r["generation"], r["round"], r["anchor"]) for r in requests]
-        outcomes = verify_batch(
-            idents,
-            drafts,
-            dense_rows(q, vocab, device),
-            torch.from_numpy(p.reshape(len(requests), depth + 1, vocab)).to(device),
-            [[] for _ in requests],
-            [None for _ in requests],
-        )
-        answers += [
-            {
-                "requests": [
-                    {
-                        "accepted": out.accepted,
-                        "emitted": out.emitted,
-                        "draws": [
-                            {
-                                "domain": DOMAIN_NAMES[d.domain],
-                                "position": d.position,
-                                "draw_counter": 0,
-                                "u32": d.u32,
-                                "decision": d.decision,
-                                "token": d.token,
-                            }
-                            for d in out.draws
-                        ],
-                    }
-                ]
-            }
-            for out in outcomes
-        ]
-    return answers
+    requests = [inp["requests"][0] for inp in inputs]
+    q = blobs([row["counts"] for r in requests for row in r["q_rows"]], "u32", "<u4").astype(np.int64)
+    q = q.reshape(-1, vocab)
+    if not legal_dense(q):
+        raise TritonCandidateError("WRONG_TOTAL_MASS", "a q row is not a dyadic24 row")
+    if any(r["p_rows"]["weights"]["shape"] != [depth + 1, vocab] for r in requests):
+        raise ValueError("p rows of another shape")
+    p = blobs([r["p_rows"]["weights"] for r in requests], "f32", "<f4").astype(np.float64)
+    drafts = torch.tensor([r["draft_tokens"] for r in requests], dtype=torch.int64, device=device)
+    idents = [Identity(int(r["seed"]), r["generation"], r["round"], r["anchor"]) for r in requests]
+    outcomes = verify_rounds(
+        idents,
+        drafts,
+        dense_rows(q, vocab, device),
+        torch.from_numpy(p.reshape(len(requests), depth + 1, vocab)).to(device),
+        [[] for _ in requests],
+        [None for _ in requests],
+        [1] * len(requests),  # each case is one round of one request
+    )
+    return [
+        {
+            "requests": [
+                {
+                    "accepted": out.accepted,
+                    "emitted": out.emitted,
+                    "draws": [
+                        {
+                            "domain": DOMAIN_NAMES[d.domain],
+                            "position": d.position,
+                            "draw_counter": 0,
+                            "u32": d.u32,
+                            "decision": d.decision,
+                            "token": d.token,
+                        }
+                        for d in out.draws
+                    ],
+                }
+            ]
+        }
+        for out in outcomes
+    ]
 
 
 BATCHED: dict[str, tuple[Callable[[dict], Hashable | None], Callable[[Sequence[dict], str], list[dict]]]] = {

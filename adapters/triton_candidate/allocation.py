@@ -1,4 +1,4 @@
-"""dyadic24 count allocation in FP64 (R03, R06), one program per row.
+"""dyadic24 count allocation in FP64 (R03, R06): one program per row, or per tile of short rows.
 
 For each row (a segment of a flat weight buffer, FP32 or FP64):
 
@@ -26,8 +26,8 @@ import triton
 import triton.language as tl
 
 from .errors import INCONSISTENT_ALLOCATION
-from .launch import LAUNCH, block_for
-from .reductions import ADD
+from .launch import LAUNCH, row_tile
+from .reductions import ADD, MAX
 from .select import radix_select, selection, take_block
 
 #: total dyadic mass
@@ -36,54 +36,84 @@ M_FLOAT = tl.constexpr(16777216.0)
 M_INT = tl.constexpr(1 << 24)
 
 
-@triton.jit
-def quota_kernel(w_ptr, starts_ptr, lengths_ptr, floors_ptr, keys_ptr, remaining_ptr, flags_ptr, BLOCK: tl.constexpr):
-    """Per row: FP64 floors and remainder keys of the quotas, the tickets left, the flags."""
-    row = tl.program_id(0)
-    start = tl.load(starts_ptr + row)
-    n = tl.load(lengths_ptr + row)
-    lanes = tl.full([BLOCK], 0, tl.float64)
-    for off in range(0, n, BLOCK):
-        i = off + tl.arange(0, BLOCK)
+@triton.jit(do_not_specialize=["n_rows"])
+def quota_kernel(
+    w_ptr,
+    starts_ptr,
+    lengths_ptr,
+    n_rows,
+    floors_ptr,
+    keys_ptr,
+    remaining_ptr,
+    flags_ptr,
+    ROWS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Per row of the program's tile: FP64 floors and remainder keys of the quotas, the
+    tickets left, the flags."""
+    row = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
+    row_live = row < n_rows
+    start = tl.load(starts_ptr + row, mask=row_live, other=0)[:, None]
+    length = tl.load(lengths_ptr + row, mask=row_live, other=0)
+    n = length[:, None]
+    longest = tl.reduce(length, 0, MAX)
+    lanes = tl.full([ROWS, BLOCK], 0, tl.float64)
+    for off in range(0, longest, BLOCK):  # pyright: ignore[reportArgumentType]  # Triton: tl.reduce returns a tensor here, typed as possibly a tuple
+        i = off + tl.arange(0, BLOCK)[None, :]
         lanes += tl.load(w_ptr + start + i, mask=i < n, other=0.0).to(tl.float64)
-    total = tl.reduce(lanes, 0, ADD)
-    floor_sum = tl.full((), 0, tl.int64)
-    positive = tl.full((), 0, tl.int64)
-    for off in range(0, n, BLOCK):
-        i = off + tl.arange(0, BLOCK)
+    total = tl.reduce(lanes, 1, ADD)
+    floor_sum = tl.full([ROWS], 0, tl.int64)
+    positive = tl.full([ROWS], 0, tl.int64)
+    for off in range(0, longest, BLOCK):  # pyright: ignore[reportArgumentType]  # Triton: tl.reduce returns a tensor here, typed as possibly a tuple
+        i = off + tl.arange(0, BLOCK)[None, :]
         live = i < n
         w = tl.load(w_ptr + start + i, mask=live, other=0.0).to(tl.float64)
-        quota = (w / total) * M_FLOAT
+        quota = (w / total[:, None]) * M_FLOAT  # pyright: ignore[reportArgumentType]  # Triton: a [:, None] index of a tl.reduce result, typed as possibly a tuple
         whole = tl.floor(quota)
         rest = quota - whole
         floors = tl.where(live, whole.to(tl.int64), 0)
         tl.store(floors_ptr + start + i, floors, mask=live)
         tl.store(keys_ptr + start + i, rest.to(tl.int64, bitcast=True), mask=live)
-        floor_sum += tl.reduce(floors, 0, ADD)
-        positive += tl.reduce((live & (rest > 0)).to(tl.int64), 0, ADD)
+        floor_sum += tl.reduce(floors, 1, ADD)
+        positive += tl.reduce((live & (rest > 0)).to(tl.int64), 1, ADD)
     remaining = M_INT - floor_sum
     ok = (total > 0) & (total < float("inf")) & (remaining >= 0) & (remaining < M_INT) & (remaining <= positive)  # pyright: ignore[reportOperatorIssue]  # Triton: tl.reduce returns a tensor here, typed as possibly a tuple
-    tl.store(remaining_ptr + row, tl.where(ok, remaining, 0))
-    tl.store(flags_ptr + row, tl.load(flags_ptr + row) | tl.where(ok, 0, INCONSISTENT_ALLOCATION))
+    tl.store(remaining_ptr + row, tl.where(ok, remaining, 0), mask=row_live)
+    flags = tl.load(flags_ptr + row, mask=row_live, other=0)
+    tl.store(flags_ptr + row, flags | tl.where(ok, 0, INCONSISTENT_ALLOCATION), mask=row_live)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_rows"])
 def ticket_kernel(
-    floors_ptr, keys_ptr, starts_ptr, lengths_ptr, thresh_ptr, need_ptr, counts_ptr, flags_ptr, BLOCK: tl.constexpr
+    floors_ptr,
+    keys_ptr,
+    starts_ptr,
+    lengths_ptr,
+    thresh_ptr,
+    need_ptr,
+    n_rows,
+    counts_ptr,
+    flags_ptr,
+    ROWS: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
-    """Per row: counts = floors + one ticket for each selected remainder; the sum must be M."""
-    row = tl.program_id(0)
-    start, n, thresh, need = selection(row, starts_ptr, lengths_ptr, thresh_ptr, need_ptr)
-    ties = tl.full((), 0, tl.int64)
-    total = tl.full((), 0, tl.int64)
-    for off in range(0, n, BLOCK):
-        i = off + tl.arange(0, BLOCK)
-        live = i < n
-        _, ticket, ties = take_block(keys_ptr, start + i, live, thresh, need, ties)
-        counts = tl.load(floors_ptr + start + i, mask=live, other=0) + ticket.to(tl.int64)
-        tl.store(counts_ptr + start + i, counts, mask=live)
-        total += tl.reduce(counts, 0, ADD)
-    tl.store(flags_ptr + row, tl.load(flags_ptr + row) | tl.where(total == M_INT, 0, INCONSISTENT_ALLOCATION))
+    """Per row of the program's tile: counts = floors + one ticket for each selected
+    remainder; the sum must be M."""
+    row = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
+    row_live = row < n_rows
+    start, length, thresh, need = selection(row, row_live, starts_ptr, lengths_ptr, thresh_ptr, need_ptr)
+    ties = tl.full([ROWS], 0, tl.int64)
+    total = tl.full([ROWS], 0, tl.int64)
+    for off in range(0, tl.reduce(length, 0, MAX), BLOCK):  # pyright: ignore[reportArgumentType]  # Triton: tl.reduce returns a tensor here, typed as possibly a tuple
+        i = off + tl.arange(0, BLOCK)[None, :]
+        live = i < length[:, None]
+        at = start[:, None] + i
+        _, ticket, ties = take_block(keys_ptr, at, live, thresh, need, ties)
+        counts = tl.load(floors_ptr + at, mask=live, other=0) + ticket.to(tl.int64)
+        tl.store(counts_ptr + at, counts, mask=live)
+        total += tl.reduce(counts, 1, ADD)
+    flags = tl.load(flags_ptr + row, mask=row_live, other=0)
+    tl.store(flags_ptr + row, flags | tl.where(total == M_INT, 0, INCONSISTENT_ALLOCATION), mask=row_live)
 
 
 def allocate(
@@ -96,10 +126,38 @@ def allocate(
     keys = torch.empty(weights.shape, dtype=torch.int64, device=weights.device)
     counts = torch.zeros(weights.shape, dtype=torch.int64, device=weights.device)
     remaining = torch.empty(rows, dtype=torch.int64, device=weights.device)
-    block = block_for(max_length)
-    quota_kernel[(rows,)](weights, starts, lengths, floors, keys, remaining, flags, BLOCK=block, **LAUNCH)  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
+    if rows == 0:
+        return counts
+    block, tile = row_tile(max_length, rows)
+    grid = (triton.cdiv(rows, tile),)
+    quota_kernel[grid](
+        weights,
+        starts,
+        lengths,
+        rows,
+        floors,
+        keys,
+        remaining,
+        flags,
+        ROWS=tile,  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
+        BLOCK=block,  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
+        **LAUNCH,
+    )
     thresh, need = radix_select(keys, starts, lengths, remaining, max_length)
-    ticket_kernel[(rows,)](floors, keys, starts, lengths, thresh, need, counts, flags, BLOCK=block, **LAUNCH)  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
+    ticket_kernel[grid](
+        floors,
+        keys,
+        starts,
+        lengths,
+        thresh,
+        need,
+        rows,
+        counts,
+        flags,
+        ROWS=tile,  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
+        BLOCK=block,  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
+        **LAUNCH,
+    )
     return counts
 
 

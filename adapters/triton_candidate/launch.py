@@ -7,6 +7,14 @@ vocabulary loop walks the row in blocks of :data:`GPU_BLOCK` elements; the
 interpreter pays per operation, not per element, so it takes whole rows in blocks
 of up to :data:`INTERPRETER_BLOCK`.
 
+Rows of at most :data:`SHORT_ROW` elements (the accumulated streams' V <= 8,
+docs/accumulated.md) share a program: the row-wise kernels take a ``ROWS``
+constexpr, a case axis in the block, so one program handles a ``[ROWS, BLOCK]``
+tile of rows (:func:`row_tile`). Each row is still computed on its own, by the same
+operations in the same order, so the tile changes no result; it amortises the
+interpreter's per-operation cost over thousands of rows (one program per batch), and
+natively it fills a block with many short rows instead of one.
+
 Every launch passes ``enable_fp_fusion=False``: the FP32 order of the design
 (``f32(acc + f32(a * b))``) forbids contracting a multiply and an add into one FMA.
 """
@@ -24,6 +32,11 @@ GPU_BLOCK = 1024
 INTERPRETER_BLOCK = 1 << 15
 #: smallest block (the radix histogram has 256 bins)
 MIN_BLOCK = 256
+#: rows of at most this many elements share a program (a ``[ROWS, BLOCK]`` tile)
+SHORT_ROW = 64
+#: elements of one ``[ROWS, BLOCK]`` tile of short rows
+INTERPRETER_TILE = 1 << 16
+GPU_TILE = 1 << 11
 #: keyword arguments of every launch
 LAUNCH = {"enable_fp_fusion": False}
 
@@ -40,6 +53,18 @@ def block_for(length: int) -> int:
     if not interpreting():
         return GPU_BLOCK
     return max(MIN_BLOCK, min(INTERPRETER_BLOCK, triton.next_power_of_2(max(int(length), 1))))
+
+
+def row_tile(length: int, rows: int, width: int = 1) -> tuple[int, int]:
+    """(BLOCK, ROWS) of a row-wise kernel over ``rows`` rows of at most ``length`` elements:
+    one row per program in blocks of :func:`block_for` for long rows; for short rows the
+    row rounded up to a power of two, and as many rows per program as a tile holds
+    (``width`` elements per row element: e.g. the draws compared with each count)."""
+    if length > SHORT_ROW:
+        return block_for(length), 1
+    block = max(2, triton.next_power_of_2(max(int(length), 1)))
+    cap = max(1, (INTERPRETER_TILE if interpreting() else GPU_TILE) // (block * width))
+    return block, min(1 << (cap.bit_length() - 1), triton.next_power_of_2(max(int(rows), 1)))
 
 
 def check_device(device: torch.device | str) -> None:

@@ -16,10 +16,11 @@ import triton
 import triton.language as tl
 
 from .errors import TOKEN_OUT_OF_RANGE
-from .launch import LAUNCH
+from .launch import LAUNCH, interpreting
 from .qrows import QRows
 
-QUERY_BLOCK = 128
+#: queries per program (the interpreter pays per operation: thousands at once)
+QUERY_BLOCK = 1 << 14 if interpreting() else 128
 
 
 @triton.jit

@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from .errors import TritonCandidateError
-from .launch import LAUNCH
+from .launch import LAUNCH, interpreting
 
 MASK32 = 0xFFFFFFFF
 #: Tag of the unseeded-request seed (docs/rng-abi.md, *Request seeds*).
@@ -37,8 +37,8 @@ def request_seed(request: dict) -> int:
 PROPOSAL = 0x01
 ACCEPT = 0x02
 CORRECTION = 0x03
-#: draws per program of the draw kernels
-DRAW_BLOCK = 128
+#: draws per program of the draw kernels (the interpreter pays per operation: thousands at once)
+DRAW_BLOCK = 1 << 14 if interpreting() else 128
 
 
 @triton.jit

@@ -25,7 +25,11 @@ from .launch import LAUNCH
 
 P64, P32, F32, F64, I32 = "*i64", "*i32", "*fp32", "*fp64", "i32"
 
-#: (kernel, runtime argument types in order, constexpr values)
+#: a tile of short rows as the host launches it natively (``launch.row_tile``, V <= 8)
+SHORT = {"ROWS": 256, "BLOCK": 8}
+
+#: (kernel, runtime argument types in order, constexpr values); the row-wise kernels twice:
+#: one long row per program, and a tile of short rows
 KERNELS = (
     (philox.philox_kernel, (P64, P64, P64, I32), {"BLOCK": 128}),
     (philox.abi_draw_kernel, (P64, P64, I32), {"BLOCK": 128}),
@@ -34,18 +38,42 @@ KERNELS = (
         (F32, I32, F32, F32, I32, P64, F32, F32, P32, I32),
         {"HAS_BIAS": True, "BLOCK": 1024},
     ),
-    (weights.weight_scan_kernel, (F64, I32, P32, F64), {"BLOCK": 1024}),
-    (allocation.quota_kernel, (F32, P64, P64, P64, P64, P64, P32), {"BLOCK": 1024}),
-    (select.radix_select_kernel, (P64,) * 6, {"KEY_BITS": 64, "BLOCK": 1024}),
-    (allocation.ticket_kernel, (P64,) * 7 + (P32,), {"BLOCK": 1024}),
+    (weights.weight_scan_kernel, (F64, I32, I32, P32, F64), {"ROWS": 1, "BLOCK": 1024}),
+    (weights.weight_scan_kernel, (F64, I32, I32, P32, F64), SHORT),
+    (allocation.quota_kernel, (F32, P64, P64, I32, P64, P64, P64, P32), {"ROWS": 1, "BLOCK": 1024}),
+    (allocation.quota_kernel, (F32, P64, P64, I32, P64, P64, P64, P32), SHORT),
+    (select.radix_select_kernel, (P64,) * 4 + (I32, P64, P64), {"KEY_BITS": 64, "ROWS": 1, "BLOCK": 1024}),
+    (select.radix_select_kernel, (P64,) * 4 + (I32, P64, P64), {"KEY_BITS": 64, "ROWS": 8, "BLOCK": 8}),
+    (allocation.ticket_kernel, (P64,) * 6 + (I32, P64, P32), {"ROWS": 1, "BLOCK": 1024}),
+    (allocation.ticket_kernel, (P64,) * 6 + (I32, P64, P32), SHORT),
     (topk.weight_keys_kernel, (F32, P64, I32), {"BLOCK": 1024}),
-    (select.compact_kernel, (P64,) * 11, {"HAS_IDS": True, "BLOCK": 1024}),
+    (select.compact_kernel, (P64,) * 9 + (I32, P64, P64), {"HAS_IDS": True, "ROWS": 1, "BLOCK": 1024}),
     (topk.key_weights_kernel, (P64, F64, I32), {"BLOCK": 1024}),
-    (qrows.qrow_check_kernel, (P64,) * 5 + (I32, P32), {"BLOCK": 1024}),
-    (sampling.categorical_kernel, (P64,) * 6 + (I32, P64), {"BLOCK": 1024, "DRAWS": 16}),
+    (qrows.qrow_check_kernel, (P64,) * 5 + (I32, I32, P32), {"ROWS": 1, "BLOCK": 1024}),
+    (qrows.qrow_check_kernel, (P64,) * 5 + (I32, I32, P32), SHORT),
+    (sampling.categorical_kernel, (P64,) * 6 + (I32, I32, P64), {"ROWS": 1, "BLOCK": 1024, "DRAWS": 16}),
+    (sampling.categorical_kernel, (P64,) * 6 + (I32, I32, P64), {"ROWS": 64, "BLOCK": 8, "DRAWS": 4}),
     (lookup.q_lookup_kernel, (P64,) * 7 + (I32, P64, P32, I32), {"STEPS": 7, "BLOCK": 128}),
-    (verification.acceptance_kernel, (P64, P64, F64, F64, P64, P64, I32, I32, P64, P32, P64), {"KP": 8}),
-    (verification.residual_kernel, (F64, F64) + (P64,) * 8 + (I32, I32, P64, P64, P32), {"STEPS": 7, "BLOCK": 1024}),
+    (
+        verification.acceptance_kernel,
+        (P64, P64, F64, F64, P64, P64, I32, I32, I32, P64, P32, P64),
+        {"ROWS": 1, "KP": 8},
+    ),
+    (
+        verification.acceptance_kernel,
+        (P64, P64, F64, F64, P64, P64, I32, I32, I32, P64, P32, P64),
+        {"ROWS": 256, "KP": 8},
+    ),
+    (
+        verification.residual_kernel,
+        (F64, F64) + (P64,) * 8 + (I32, I32, I32, P64, P64, P32),
+        {"STEPS": 7, "ROWS": 1, "BLOCK": 1024},
+    ),
+    (
+        verification.residual_kernel,
+        (F64, F64) + (P64,) * 8 + (I32, I32, I32, P64, P64, P32),
+        {"STEPS": 1, **SHORT},
+    ),
 )
 
 #: PTX that breaks the design's arithmetic anywhere it appears
@@ -76,14 +104,15 @@ def signature(kernel, types: tuple[str, ...], constants: dict) -> dict[str, str]
 
 def audit_kernel(kernel, types: tuple[str, ...], constants: dict, target: GPUTarget) -> KernelAudit:
     """Compile one kernel for ``target`` and list what its PTX gets wrong."""
+    name = kernel.__name__ + (f"[ROWS={constants['ROWS']}]" if constants.get("ROWS", 1) > 1 else "")
     source = triton.compiler.ASTSource(fn=kernel, signature=signature(kernel, types, constants), constexprs=constants)
     try:
         ptx = triton.compile(source, target=target, options=dict(LAUNCH)).asm["ptx"]
     except Exception as exc:  # noqa: BLE001 - a compile error is a finding, reported with its text
-        return KernelAudit(kernel.__name__, (f"does not compile: {str(exc)[:400]}",))
+        return KernelAudit(name, (f"does not compile: {str(exc)[:400]}",))
     problems = [f"{why} ({pattern})" for pattern, why in FORBIDDEN.items() if re.search(pattern, ptx)]
     problems += [f"missing {pattern}" for pattern in REQUIRED.get(kernel.__name__, ()) if not re.search(pattern, ptx)]
-    return KernelAudit(kernel.__name__, tuple(problems))
+    return KernelAudit(name, tuple(problems))
 
 
 def audit(capability: int = 90) -> list[KernelAudit]:

@@ -18,40 +18,54 @@ import triton.language as tl
 
 from .allocation import M_INT
 from .errors import BAD_SPARSE_SUPPORT, TOKEN_OUT_OF_RANGE, WRONG_TOTAL_MASS, TritonCandidateError, raise_flags
-from .launch import LAUNCH, block_for
-from .reductions import ADD, MIN
+from .launch import LAUNCH, row_tile
+from .reductions import ADD, MAX, MIN
 
 
-@triton.jit(do_not_specialize=["vocab"])
-def qrow_check_kernel(counts_ptr, ids_ptr, starts_ptr, lengths_ptr, sparse_ptr, vocab, flags_ptr, BLOCK: tl.constexpr):
-    """Row ``r``: the refusal flag of the first problem of the row (see the module docstring)."""
-    row = tl.program_id(0)
-    start = tl.load(starts_ptr + row)
-    n = tl.load(lengths_ptr + row)
-    sparse = (tl.full([BLOCK], 0, tl.int64) + tl.load(sparse_ptr + row)) != 0  # a block, not a scalar mask
-    out_of_range = tl.full([BLOCK], 0, tl.int64) + n
-    unordered = tl.full([BLOCK], 0, tl.int64) + n
-    total = tl.full((), 0, tl.int64)
-    for off in range(0, n, BLOCK):
-        i = off + tl.arange(0, BLOCK)
+@triton.jit(do_not_specialize=["vocab", "n_rows"])
+def qrow_check_kernel(
+    counts_ptr,
+    ids_ptr,
+    starts_ptr,
+    lengths_ptr,
+    sparse_ptr,
+    vocab,
+    n_rows,
+    flags_ptr,
+    ROWS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Rows ``r`` of the program's tile: the refusal flag of the first problem of each row
+    (see the module docstring)."""
+    row = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
+    row_live = row < n_rows
+    start = tl.load(starts_ptr + row, mask=row_live, other=0)[:, None]
+    length = tl.load(lengths_ptr + row, mask=row_live, other=0)
+    n = length[:, None]
+    sparse = tl.load(sparse_ptr + row, mask=row_live, other=0)[:, None] != 0
+    out_of_range = tl.full([ROWS, BLOCK], 0, tl.int64) + n
+    unordered = tl.full([ROWS, BLOCK], 0, tl.int64) + n
+    total = tl.full([ROWS], 0, tl.int64)
+    for off in range(0, tl.reduce(length, 0, MAX), BLOCK):  # pyright: ignore[reportArgumentType]  # Triton: tl.reduce returns a tensor here, typed as possibly a tuple
+        i = off + tl.arange(0, BLOCK)[None, :]
         live = i < n
         counts = tl.load(counts_ptr + start + i, mask=live, other=0)
-        total += tl.reduce(counts, 0, ADD)
+        total += tl.reduce(counts, 1, ADD)
         check = live & sparse
         token = tl.load(ids_ptr + start + i, mask=check, other=0)
         previous = tl.load(ids_ptr + start + i - 1, mask=check & (i > 0), other=-1)
         out_of_range = tl.minimum(out_of_range, tl.where(check & ((token < 0) | (token >= vocab)), i, n))
         bad = check & ((token <= previous) | (counts == 0))
         unordered = tl.minimum(unordered, tl.where(bad, i, n))
-    first_range = tl.reduce(out_of_range, 0, MIN)
-    first_order = tl.reduce(unordered, 0, MIN)
+    first_range = tl.reduce(out_of_range, 1, MIN)
+    first_order = tl.reduce(unordered, 1, MIN)
     flags = tl.where(
-        first_range < n,
+        first_range < length,
         tl.where(first_range <= first_order, TOKEN_OUT_OF_RANGE, BAD_SPARSE_SUPPORT),  # pyright: ignore[reportOperatorIssue]  # Triton: tl.reduce returns a tensor here, typed as possibly a tuple
-        tl.where(first_order < n, BAD_SPARSE_SUPPORT, 0),
+        tl.where(first_order < length, BAD_SPARSE_SUPPORT, 0),
     )
     flags = tl.where(flags == 0, tl.where(total == M_INT, 0, WRONG_TOTAL_MASS), flags)
-    tl.store(flags_ptr + row, flags)
+    tl.store(flags_ptr + row, flags, mask=row_live)
 
 
 @dataclass(frozen=True)
@@ -121,15 +135,18 @@ class QRows:
         """int32 refusal flags ``[rows]`` (R03, R07, R19)."""
         flags = torch.zeros(self.rows, dtype=torch.int32, device=self.counts.device)
         if self.rows:
-            qrow_check_kernel[(self.rows,)](
+            block, tile = row_tile(self.max_length, self.rows)
+            qrow_check_kernel[(triton.cdiv(self.rows, tile),)](
                 self.counts,
                 self.ids,
                 self.starts,
                 self.lengths,
                 self.sparse,
                 self.vocab,
+                self.rows,
                 flags,
-                BLOCK=block_for(self.max_length),  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
+                ROWS=tile,  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
+                BLOCK=block,  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
                 **LAUNCH,
             )
         return flags

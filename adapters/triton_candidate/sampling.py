@@ -6,7 +6,8 @@ index of that token is exactly the number of ``v`` with ``C_v <= u``:
 :func:`categorical_kernel` counts them block by block (an int64 prefix sum carried
 across blocks, compared against a block of draws at once). Everything is integer:
 the draw samples q exactly. For a sparse row the index is mapped to its global ID.
-A draw at or above the row's total (an illegal row) gives -1.
+A draw at or above the row's total (an illegal row) gives -1. Short rows share a
+program (a tile of rows, :func:`qconform.adapters.triton_candidate.launch.row_tile`).
 """
 
 from __future__ import annotations
@@ -16,15 +17,15 @@ import triton
 import triton.language as tl
 
 from .errors import TritonCandidateError
-from .launch import LAUNCH, block_for, interpreting
+from .launch import LAUNCH, interpreting, row_tile
 from .qrows import QRows
-from .reductions import ADD
+from .reductions import ADD, MAX
 
 #: elements of one ``[DRAWS, BLOCK]`` comparison tile (Triton's tensor limit is 2^20)
 MAX_TILE = 1 << 20 if interpreting() else 1 << 14
 
 
-@triton.jit(do_not_specialize=["n_draws"])
+@triton.jit(do_not_specialize=["n_rows", "n_draws"])
 def categorical_kernel(
     counts_ptr,
     ids_ptr,
@@ -32,36 +33,43 @@ def categorical_kernel(
     lengths_ptr,
     sparse_ptr,
     draws_ptr,
+    n_rows,
     n_draws,
     tokens_ptr,
+    ROWS: tl.constexpr,
     BLOCK: tl.constexpr,
     DRAWS: tl.constexpr,
 ):
-    """Row ``r``, draws ``draws[r, :]``: tokens ``[r, :]`` (global IDs, or -1 beyond the total)."""
-    row = tl.program_id(0)
+    """Rows ``r`` of the program's tile, draws ``draws[r, :]``: tokens ``[r, :]`` (global IDs,
+    or -1 beyond the total). A ``[ROWS, DRAWS, BLOCK]`` comparison per block of counts."""
+    row = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
+    row_live = row < n_rows
     d = tl.program_id(1) * DRAWS + tl.arange(0, DRAWS)
-    d_live = d < n_draws
-    u = tl.load(draws_ptr + row * n_draws + d, mask=d_live, other=0)
-    start = tl.load(starts_ptr + row)
-    n = tl.load(lengths_ptr + row)
-    index = tl.full([DRAWS], 0, tl.int64)
-    carry = tl.full((), 0, tl.int64)
-    for off in range(0, n, BLOCK):
-        i = off + tl.arange(0, BLOCK)
+    d_live = row_live[:, None] & (d < n_draws)[None, :]
+    at = row[:, None] * n_draws + d[None, :]
+    u = tl.load(draws_ptr + at, mask=d_live, other=0)
+    start = tl.load(starts_ptr + row, mask=row_live, other=0)[:, None]
+    length = tl.load(lengths_ptr + row, mask=row_live, other=0)
+    n = length[:, None]
+    index = tl.full([ROWS, DRAWS], 0, tl.int64)
+    carry = tl.full([ROWS, 1], 0, tl.int64)
+    for off in range(0, tl.reduce(length, 0, MAX), BLOCK):  # pyright: ignore[reportArgumentType]  # Triton: tl.reduce returns a tensor here, typed as possibly a tuple
+        i = off + tl.arange(0, BLOCK)[None, :]
         live = i < n
         counts = tl.load(counts_ptr + start + i, mask=live, other=0)
-        cumulative = carry + tl.associative_scan(counts, 0, ADD)
-        below = (cumulative[None, :] <= u[:, None]) & live[None, :]
-        index += tl.reduce(below.to(tl.int64), 1, ADD)
-        carry += tl.reduce(counts, 0, ADD)
+        cumulative = carry + tl.associative_scan(counts, 1, ADD)
+        below = (cumulative[:, None, :] <= u[:, :, None]) & live[:, None, :]
+        index += tl.reduce(below.to(tl.int64), 2, ADD)
+        carry += tl.reduce(counts, 1, ADD, keep_dims=True)
     inside = index < n
     global_id = tl.load(ids_ptr + start + index, mask=d_live & inside, other=-1)
-    token = tl.where(tl.load(sparse_ptr + row) != 0, global_id, index)
-    tl.store(tokens_ptr + row * n_draws + d, tl.where(inside, token, -1), mask=d_live)
+    sparse = tl.load(sparse_ptr + row, mask=row_live, other=0)[:, None]
+    token = tl.where(sparse != 0, global_id, index)
+    tl.store(tokens_ptr + at, tl.where(inside, token, -1), mask=d_live)
 
 
 def draws_per_program(n_draws: int) -> int:
-    """Draws one program compares at once (a ``[DRAWS, BLOCK]`` tile)."""
+    """Draws one program compares at once (a ``[ROWS, DRAWS, BLOCK]`` tile)."""
     cap = 128 if interpreting() else 16
     return min(cap, max(2, triton.next_power_of_2(n_draws)))
 
@@ -71,17 +79,22 @@ def sample_rows(q: QRows, draws: torch.Tensor) -> torch.Tensor:
     24-bit draws ``[rows, n]`` (int64), one row of draws per q row. No host round trip."""
     rows, n_draws = draws.shape
     tokens = torch.empty((rows, n_draws), dtype=torch.int64, device=draws.device)
+    if rows == 0 or n_draws == 0:
+        return tokens
     per = draws_per_program(n_draws)
-    block = min(block_for(q.max_length), MAX_TILE // per)
-    categorical_kernel[(rows, triton.cdiv(n_draws, per))](
+    block, tile = row_tile(q.max_length, rows, per)
+    block = min(block, MAX_TILE // per)
+    categorical_kernel[(triton.cdiv(rows, tile), triton.cdiv(n_draws, per))](
         q.counts,
         q.ids,
         q.starts,
         q.lengths,
         q.sparse,
         draws.contiguous(),
+        rows,
         n_draws,
         tokens,
+        ROWS=tile,  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
         BLOCK=block,  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
         DRAWS=per,  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
         **LAUNCH,

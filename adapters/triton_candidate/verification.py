@@ -38,7 +38,7 @@ import triton.language as tl
 
 from .allocation import M_FLOAT
 from .errors import BAD_TARGET_ROW, ZERO_RESIDUAL_MASS, TritonCandidateError, raise_flags
-from .launch import LAUNCH, block_for
+from .launch import LAUNCH, row_tile
 from .lookup import lookup_counts, q_count
 from .philox import ACCEPT, CORRECTION, MASK32, abi_word0, key_table
 from .qrows import QRows
@@ -56,30 +56,46 @@ TWO56 = tl.constexpr(72057594037927936.0)
 ACCEPTED, REJECTED, CORRECTED, BONUS = "accept", "reject", "correction", "bonus"
 
 
-@triton.jit(do_not_specialize=["V", "K"])
+@triton.jit(do_not_specialize=["V", "K", "n_requests"])
 def acceptance_kernel(
-    counts_x_ptr, drafts_ptr, p_ptr, mass_ptr, keys_ptr, ident_ptr, V, K, u_ptr, ok_ptr, accepted_ptr, KP: tl.constexpr
+    counts_x_ptr,
+    drafts_ptr,
+    p_ptr,
+    mass_ptr,
+    keys_ptr,
+    ident_ptr,
+    V,
+    K,
+    n_requests,
+    u_ptr,
+    ok_ptr,
+    accepted_ptr,
+    ROWS: tl.constexpr,
+    KP: tl.constexpr,
 ):
-    """Request ``b``: the K acceptance draws and tests, and the count of leading acceptances."""
-    b = tl.program_id(0)
-    i = tl.arange(0, KP)
-    live = i < K
-    x = tl.load(drafts_ptr + b * K + i, mask=live, other=0)
-    c = tl.load(counts_x_ptr + b * K + i, mask=live, other=0)
-    p_row = b * (K + 1) + i
+    """Requests ``b`` of the program's tile: the K acceptance draws and tests, and the count
+    of leading acceptances."""
+    b = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
+    b_live = b < n_requests
+    i = tl.arange(0, KP)[None, :]
+    live = b_live[:, None] & (i < K)
+    at = b[:, None] * K + i
+    x = tl.load(drafts_ptr + at, mask=live, other=0)
+    c = tl.load(counts_x_ptr + at, mask=live, other=0)
+    p_row = b[:, None] * (K + 1) + i
     w = tl.load(p_ptr + p_row * V + x, mask=live, other=0.0)
     mass = tl.load(mass_ptr + p_row, mask=live, other=1.0)
     zero = i.to(tl.int64) * 0
-    key_lo = tl.load(keys_ptr + b * 2) + zero
-    key_hi = tl.load(keys_ptr + b * 2 + 1) + zero
-    anchor = tl.load(ident_ptr + b * 3)
-    round_id = tl.load(ident_ptr + b * 3 + 1) + zero
-    generation = tl.load(ident_ptr + b * 3 + 2) + zero
+    key_lo = tl.load(keys_ptr + b * 2, mask=b_live, other=0)[:, None] + zero
+    key_hi = tl.load(keys_ptr + b * 2 + 1, mask=b_live, other=0)[:, None] + zero
+    anchor = tl.load(ident_ptr + b * 3, mask=b_live, other=0)[:, None]
+    round_id = tl.load(ident_ptr + b * 3 + 1, mask=b_live, other=0)[:, None] + zero
+    generation = tl.load(ident_ptr + b * 3 + 2, mask=b_live, other=0)[:, None] + zero
     u = abi_word0(key_lo, key_hi, anchor + i, round_id, generation, ACCEPT_DOMAIN)
     ok = live & (((u * c).to(tl.float64) * mass) < (w * TWO56))
-    tl.store(u_ptr + b * K + i, u, mask=live)
-    tl.store(ok_ptr + b * K + i, ok.to(tl.int32), mask=live)
-    tl.store(accepted_ptr + b, tl.reduce(tl.where(live & ~ok, i, K), 0, MIN).to(tl.int64))
+    tl.store(u_ptr + at, u, mask=live)
+    tl.store(ok_ptr + at, ok.to(tl.int32), mask=live)
+    tl.store(accepted_ptr + b, tl.reduce(tl.where(live & ~ok, i, K), 1, MIN).to(tl.int64), mask=b_live)
 
 
 @triton.jit
@@ -97,6 +113,7 @@ def residual_mass(
 def residual_scan(
     p_ptr,
     p_row,
+    row_live,
     V,
     correction,
     mass,
@@ -109,20 +126,36 @@ def residual_scan(
     STEPS: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    """(last FP64 prefix sum ``C_{V-1}``, count of ``v`` with ``C_v * 2^32 <= target``) of the row."""
-    carry = tl.full((), 0, tl.float64)
-    index = tl.full((), 0, tl.int64)
+    """Per row of a tile (every argument but the pointers, ``V`` and the constexprs a
+    ``[ROWS]`` vector): (last FP64 prefix sum ``C_{V-1}``, count of ``v`` with
+    ``C_v * 2^32 <= target``)."""
+    carry = tl.full(target.shape, 0, tl.float64)
+    index = tl.full(start.shape, 0, tl.int64)
     for off in range(0, V, BLOCK):
-        v = off + tl.arange(0, BLOCK)
-        live = v < V
-        r = residual_mass(p_ptr, p_row, v, live, V, correction, mass, counts_ptr, ids_ptr, start, length, sparse, STEPS)
-        cumulative = carry + tl.associative_scan(r, 0, ADD)
-        index += tl.reduce((live & (cumulative * TWO32 <= target)).to(tl.int64), 0, ADD)
-        carry = tl.reduce(cumulative, 0, MAX)
+        v = off + tl.arange(0, BLOCK)[None, :]
+        live = row_live[:, None] & (v < V)
+        r = residual_mass(
+            p_ptr,
+            p_row[:, None],
+            v,
+            live,
+            V,
+            correction[:, None],
+            mass[:, None],
+            counts_ptr,
+            ids_ptr,
+            start[:, None],
+            length[:, None],
+            sparse[:, None],
+            STEPS,
+        )
+        cumulative = carry[:, None] + tl.associative_scan(r, 1, ADD)  # pyright: ignore[reportArgumentType]  # Triton: a [:, None] index of a tl.reduce result, typed as possibly a tuple
+        index += tl.reduce((live & (cumulative * TWO32 <= target[:, None])).to(tl.int64), 1, ADD)
+        carry = tl.reduce(cumulative, 1, MAX)
     return carry, index
 
 
-@triton.jit(do_not_specialize=["V", "K"])
+@triton.jit(do_not_specialize=["V", "K", "n_requests"])
 def residual_kernel(
     p_ptr,
     mass_ptr,
@@ -136,39 +169,57 @@ def residual_kernel(
     accepted_ptr,
     V,
     K,
+    n_requests,
     token_ptr,
     u_ptr,
     flags_ptr,
     STEPS: tl.constexpr,
+    ROWS: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    """Request ``b``: the correction (after ``j < K`` acceptances) or bonus draw and its token.
+    """Requests ``b`` of the program's tile: the correction (after ``j < K`` acceptances) or
+    bonus draw and its token.
 
     Two scans of the same prefix sums: the first finds the total ``R`` (the target -1
     counts nothing), the second counts the prefix sums at or below ``u32 * R``."""
-    b = tl.program_id(0)
-    j = tl.load(accepted_ptr + b)
+    b = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
+    b_live = b < n_requests
+    j = tl.load(accepted_ptr + b, mask=b_live, other=0)
     correction = j < K
     p_row = b * (K + 1) + j
-    mass = tl.load(mass_ptr + p_row)
+    mass = tl.load(mass_ptr + p_row, mask=b_live, other=1.0)
     q_row = b * K + tl.minimum(j, K - 1)
-    start = tl.load(starts_ptr + q_row)
-    length = tl.load(lengths_ptr + q_row)
-    sparse = tl.load(sparse_ptr + q_row)
+    start = tl.load(starts_ptr + q_row, mask=b_live, other=0)
+    length = tl.load(lengths_ptr + q_row, mask=b_live, other=0)
+    sparse = tl.load(sparse_ptr + q_row, mask=b_live, other=0)
     u = abi_word0(
-        tl.load(keys_ptr + b * 2),
-        tl.load(keys_ptr + b * 2 + 1),
-        tl.load(ident_ptr + b * 3) + j,
-        tl.load(ident_ptr + b * 3 + 1),
-        tl.load(ident_ptr + b * 3 + 2),
+        tl.load(keys_ptr + b * 2, mask=b_live, other=0),
+        tl.load(keys_ptr + b * 2 + 1, mask=b_live, other=0),
+        tl.load(ident_ptr + b * 3, mask=b_live, other=0) + j,
+        tl.load(ident_ptr + b * 3 + 1, mask=b_live, other=0),
+        tl.load(ident_ptr + b * 3 + 2, mask=b_live, other=0),
         CORRECTION_DOMAIN,
     )
     total, _ = residual_scan(
-        p_ptr, p_row, V, correction, mass, counts_ptr, ids_ptr, start, length, sparse, -1.0, STEPS, BLOCK
+        p_ptr,
+        p_row,
+        b_live,
+        V,
+        correction,
+        mass,
+        counts_ptr,
+        ids_ptr,
+        start,
+        length,
+        sparse,
+        tl.full([ROWS], -1.0, tl.float64),
+        STEPS,
+        BLOCK,
     )
     _, index = residual_scan(
         p_ptr,
         p_row,
+        b_live,
         V,
         correction,
         mass,
@@ -182,9 +233,9 @@ def residual_kernel(
         BLOCK,
     )
     ok = (total > 0) & (total < float("inf")) & (index < V)  # pyright: ignore[reportOperatorIssue]  # Triton: tl.reduce returns a tensor here, typed as possibly a tuple
-    tl.store(token_ptr + b, tl.where(ok, index, -1))
-    tl.store(u_ptr + b, u)
-    tl.store(flags_ptr + b, tl.where(ok, 0, ZERO_RESIDUAL_MASS))
+    tl.store(token_ptr + b, tl.where(ok, index, -1), mask=b_live)
+    tl.store(u_ptr + b, u, mask=b_live)
+    tl.store(flags_ptr + b, tl.where(ok, 0, ZERO_RESIDUAL_MASS), mask=b_live)
 
 
 #: one consumed draw of the target-side sampler: domain code, position, u32, decision name, token
@@ -221,12 +272,20 @@ def check_identity(ident: Identity) -> None:
 
 
 def check_inputs(
-    q: QRows, p: torch.Tensor, drafts: torch.Tensor, stops: Sequence[Sequence[int]], budgets: Sequence[int | None]
+    q: QRows,
+    p: torch.Tensor,
+    drafts: torch.Tensor,
+    stops: Sequence[Sequence[int]],
+    budgets: Sequence[int | None],
+    round_sizes: Sequence[int],
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Refuse what R11/R19/R27 refuse before any draw; return (FP64 masses, draft counts ``c_x``)."""
     batch, depth = drafts.shape
-    if not 1 <= batch <= MAX_REQUESTS:
-        raise TritonCandidateError("BAD_SHAPE", f"a batch holds 1..{MAX_REQUESTS} requests, not {batch}")
+    for size in round_sizes:
+        if not 1 <= size <= MAX_REQUESTS:
+            raise TritonCandidateError("BAD_SHAPE", f"a batch holds 1..{MAX_REQUESTS} requests, not {size}")
+    if sum(round_sizes) != batch:
+        raise TritonCandidateError("BAD_SHAPE", f"rounds of {sum(round_sizes)} requests for {batch} requests")
     if depth < 1 or q.rows != batch * depth or tuple(p.shape[:2]) != (batch, depth + 1) or p.shape[2] != q.vocab:
         raise TritonCandidateError("BAD_SHAPE", "K drafts need K q rows and K + 1 target rows over V")
     q.check()
@@ -235,7 +294,8 @@ def check_inputs(
     counts_x, range_flags = lookup_counts(q, rows, drafts.reshape(-1))
     mass_flags, range_flags = mass_flags.tolist(), range_flags.reshape(batch, depth).tolist()
     zero = (counts_x == 0).reshape(batch, depth).tolist()
-    for b in range(batch):
+    flagged = any(map(any, mass_flags + range_flags + zero)) or any(stops) or any(b is not None for b in budgets)
+    for b in range(batch) if flagged else ():  # each request in order, only when one can be refused
         raise_flags(mass_flags[b], f"request {b} target")
         for i in range(depth):
             raise_flags([range_flags[b][i]], f"request {b} draft {i + 1}")
@@ -288,7 +348,24 @@ def verify_batch(
     ``drafts``: int64 ``[B, K]``; ``q``: B*K rows (request-major); ``p``: FP64 ``[B, K + 1, V]``;
     ``stops``/``budgets``: per request. All tensors on one device.
     """
-    mass, counts_x = check_inputs(q, p, drafts, stops, budgets)
+    return verify_rounds(idents, drafts, q, p, stops, budgets, [len(idents)])
+
+
+def verify_rounds(
+    idents: Sequence[Identity],
+    drafts: torch.Tensor,
+    q: QRows,
+    p: torch.Tensor,
+    stops: Sequence[Sequence[int]],
+    budgets: Sequence[int | None],
+    round_sizes: Sequence[int],
+) -> list[RoundOutcome]:
+    """Verify many independent rounds in one launch of each kernel: the requests of
+    :func:`verify_batch`, round after round, round ``r`` holding ``round_sizes[r]`` of them.
+    R27 bounds each round (1..:data:`MAX_REQUESTS` requests), not the launch: a request is
+    keyed by its own identity only, so its result does not depend on what else the launch
+    holds. Short rows put a tile of requests in each program."""
+    mass, counts_x = check_inputs(q, p, drafts, stops, budgets, round_sizes)
     for ident in idents:
         check_identity(ident)
     batch, depth = drafts.shape
@@ -301,7 +378,9 @@ def verify_batch(
     u = torch.empty((batch, depth), dtype=torch.int64, device=device)
     ok = torch.empty((batch, depth), dtype=torch.int32, device=device)
     accepted = torch.empty(batch, dtype=torch.int64, device=device)
-    acceptance_kernel[(batch,)](
+    kp = max(2, triton.next_power_of_2(depth))
+    _, tile = row_tile(kp, batch)
+    acceptance_kernel[(triton.cdiv(batch, tile),)](
         counts_x,
         drafts.contiguous(),
         p,
@@ -310,16 +389,19 @@ def verify_batch(
         table,
         q.vocab,
         depth,
+        batch,
         u,
         ok,
         accepted,
-        KP=max(2, triton.next_power_of_2(depth)),  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
+        ROWS=tile,  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
+        KP=kp,  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
         **LAUNCH,
     )
     token = torch.empty(batch, dtype=torch.int64, device=device)
     final_u = torch.empty(batch, dtype=torch.int64, device=device)
     flags = torch.zeros(batch, dtype=torch.int32, device=device)
-    residual_kernel[(batch,)](
+    block, tile = row_tile(q.vocab, batch)
+    residual_kernel[(triton.cdiv(batch, tile),)](
         p,
         mass,
         q.counts,
@@ -332,11 +414,13 @@ def verify_batch(
         accepted,
         q.vocab,
         depth,
+        batch,
         token,
         final_u,
         flags,
         STEPS=q.lookup_steps(),  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
-        BLOCK=block_for(q.vocab),  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
+        ROWS=tile,  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
+        BLOCK=block,  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
         **LAUNCH,
     )
     rows = zip(drafts.tolist(), u.tolist(), ok.tolist(), final_u.tolist(), token.tolist(), flags.tolist())

@@ -37,7 +37,7 @@ from .errors import (
     ZERO_MASS,
     TritonCandidateError,
 )
-from .launch import LAUNCH, block_for
+from .launch import LAUNCH, block_for, row_tile
 from .reductions import ADD, MAX
 
 
@@ -103,29 +103,31 @@ def logits_weights_kernel(
     tl.store(flags_ptr + row, flags)
 
 
-@triton.jit(do_not_specialize=["V"])
-def weight_scan_kernel(w_ptr, V, flags_ptr, mass_ptr, BLOCK: tl.constexpr):
-    """Row ``r`` of given weights ``[R, V]`` (FP32 or FP64): its R05 refusal flags and FP64 mass."""
-    row = tl.program_id(0)
-    nan = tl.full([BLOCK], 0, tl.int32)
-    pos_inf = tl.full([BLOCK], 0, tl.int32)
-    negative = tl.full([BLOCK], 0, tl.int32)
-    lanes = tl.full([BLOCK], 0, tl.float64)
+@triton.jit(do_not_specialize=["V", "n_rows"])
+def weight_scan_kernel(w_ptr, V, n_rows, flags_ptr, mass_ptr, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    """Rows ``r`` of the program's tile of given weights ``[R, V]`` (FP32 or FP64): their R05
+    refusal flags and FP64 masses."""
+    row = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
+    row_live = row < n_rows
+    nan = tl.full([ROWS, BLOCK], 0, tl.int32)
+    pos_inf = tl.full([ROWS, BLOCK], 0, tl.int32)
+    negative = tl.full([ROWS, BLOCK], 0, tl.int32)
+    lanes = tl.full([ROWS, BLOCK], 0, tl.float64)
     for off in range(0, V, BLOCK):
         v = off + tl.arange(0, BLOCK)
-        live = v < V
-        w = tl.load(w_ptr + row * V + v, mask=live, other=0.0)
+        live = row_live[:, None] & (v < V)[None, :]
+        w = tl.load(w_ptr + row[:, None] * V + v[None, :], mask=live, other=0.0)
         nan = nan | (live & (w != w)).to(tl.int32)
         pos_inf = pos_inf | (live & (w == float("inf"))).to(tl.int32)
         negative = negative | (live & (w < 0)).to(tl.int32)
         lanes += tl.where(live & (w > 0), w.to(tl.float64), 0.0)
-    mass = tl.reduce(lanes, 0, ADD)
-    flags = tl.where(tl.reduce(nan, 0, MAX) != 0, NAN_WEIGHT, 0)
-    flags = flags | tl.where(tl.reduce(pos_inf, 0, MAX) != 0, POS_INF_WEIGHT, 0)
-    flags = flags | tl.where(tl.reduce(negative, 0, MAX) != 0, NEGATIVE_WEIGHT, 0)
+    mass = tl.reduce(lanes, 1, ADD)
+    flags = tl.where(tl.reduce(nan, 1, MAX) != 0, NAN_WEIGHT, 0)
+    flags = flags | tl.where(tl.reduce(pos_inf, 1, MAX) != 0, POS_INF_WEIGHT, 0)
+    flags = flags | tl.where(tl.reduce(negative, 1, MAX) != 0, NEGATIVE_WEIGHT, 0)
     flags = flags | tl.where(mass == 0, ZERO_MASS, 0)
-    tl.store(flags_ptr + row, flags)
-    tl.store(mass_ptr + row, mass)
+    tl.store(flags_ptr + row, flags, mask=row_live)
+    tl.store(mass_ptr + row, mass, mask=row_live)
 
 
 def check_temperatures(temperature: torch.Tensor) -> None:
@@ -182,5 +184,16 @@ def weight_scan(weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         raise TritonCandidateError("EMPTY_ROW", "weight row has no entries")
     flags = torch.zeros(rows, dtype=torch.int32, device=weights.device)
     mass = torch.empty(rows, dtype=torch.float64, device=weights.device)
-    weight_scan_kernel[(rows,)](weights.contiguous(), vocab, flags, mass, BLOCK=block_for(vocab), **LAUNCH)  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
+    block, tile = row_tile(vocab, rows)
+    if rows:
+        weight_scan_kernel[(triton.cdiv(rows, tile),)](
+            weights.contiguous(),
+            vocab,
+            rows,
+            flags,
+            mass,
+            ROWS=tile,  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
+            BLOCK=block,  # pyright: ignore[reportArgumentType]  # Triton: a plain int or bool fills a tl.constexpr parameter
+            **LAUNCH,
+        )
     return flags, mass
