@@ -92,8 +92,6 @@ def propose(
                 "BAD_SHAPE",
                 f"Markov factors {list(left.shape)} and {list(right.shape)} for base logits over V = {vocab}",
             )
-    if top_k is not None and not 1 <= top_k <= vocab:
-        raise TritonCandidateError("BAD_SUPPORT_SIZE", f"k = {top_k} for V = {vocab}")
     counters, u24 = proposal_draws(seeds, generations, rounds, anchors, depth, device)
     per_request = list(temperature) if isinstance(temperature, (list, tuple)) else [temperature] * batch
     if len(per_request) != batch:
@@ -106,6 +104,10 @@ def propose(
     step_flags, rows = [], []
     for i in range(depth):
         weights, flags = logits_to_weights(base_logits[:, i], temperatures, markov, prev)
+        if top_k is not None and not 1 <= top_k <= vocab:
+            # rows are refused in order, each for its weights first, then for k: row 1 decides
+            raise_flags(flags[None], "proposal step")
+            raise TritonCandidateError("BAD_SUPPORT_SIZE", f"k = {top_k} for V = {vocab}")
         if top_k is None:
             counts = allocate_rows(weights, flags)
             q = QRows.of_segments(vocab, counts, None, batch, vocab)

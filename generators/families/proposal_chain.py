@@ -397,6 +397,17 @@ def invalid_case(name: str, comment: str, inp: ProposalInput, code: str, vocab_o
     )
 
 
+#: The FP32 quiet NaN.
+F32_NAN_BITS: int = 0x7FC00000
+
+
+def with_logit(rows: list[list[int]], row: int, token: int, bits: int) -> list[list[int]]:
+    """A copy of base logit ``rows`` with one logit replaced by ``bits``."""
+    out = [list(r) for r in rows]
+    out[row][token] = bits
+    return out
+
+
 def invalid_cases() -> Iterator[Case]:
     ident = RngIdentity(seed=20240607, generation=1, round=3, anchor=1000)
     base = make_input(0xC4D1, 16, 2, 1.0, 1.0, SupportPolicy.dense(), ident)
@@ -444,6 +455,29 @@ def invalid_cases() -> Iterator[Case]:
         "x_0 = -1: refused, not read as the last Markov row.",
         replace(base, last_committed_token=-1),
         "TOKEN_OUT_OF_RANGE",
+    )
+    # Two faults at once: the refusal order of docs/formats/proposal_chain.md decides the code.
+    top17 = SupportPolicy.top_k(17)
+    yield invalid_case(
+        "token-before-k",
+        "x_0 = V = 16 and top-17 over V = 16: x_0 is checked before any row, so TOKEN_OUT_OF_RANGE, "
+        "not BAD_SUPPORT_SIZE.",
+        replace(base, last_committed_token=16, support=top17),
+        "TOKEN_OUT_OF_RANGE",
+    )
+    yield invalid_case(
+        "row1-weights-before-k",
+        "Row 1 has a NaN logit (token 3) and the support is top-17 over V = 16: within a row the "
+        "weights' refusals come before k, so NAN_LOGIT, not BAD_SUPPORT_SIZE.",
+        replace(base, base_logits=with_logit(base.base_logits, 0, 3, F32_NAN_BITS), support=top17),
+        "NAN_LOGIT",
+    )
+    yield invalid_case(
+        "row1-k-before-row2-weights",
+        "Row 2 has a NaN logit (token 3) and the support is top-17 over V = 16: row 1 is refused "
+        "first, for its k (rows are checked one at a time, in order), so BAD_SUPPORT_SIZE, not NAN_LOGIT.",
+        replace(base, base_logits=with_logit(base.base_logits, 1, 3, F32_NAN_BITS), support=top17),
+        "BAD_SUPPORT_SIZE",
     )
 
 
@@ -537,6 +571,17 @@ ANSWER = closed(
     }
 )
 
+#: The codes a chain may be refused with: shapes, x_0, then each row's weights (R05) and k (R07).
+REFUSALS: list[str] = [
+    "BAD_SHAPE",
+    "TOKEN_OUT_OF_RANGE",
+    "NAN_LOGIT",
+    "POS_INF_LOGIT",
+    "ALL_MASKED",
+    "BAD_TEMPERATURE",
+    "BAD_SUPPORT_SIZE",
+]
+
 FAMILY = Family(
     name="proposal_chain",
     description="The worker's proposal chain: Markov bias, weights, counts and the PROPOSAL draw, row by row (R01).",
@@ -559,8 +604,6 @@ FAMILY = Family(
             "markov": closed({"left": blob_schema("f32"), "right": blob_schema("f32")}),
         }
     ),
-    expected_schema={
-        "oneOf": [ANSWER, closed({"error": {"enum": ["BAD_SHAPE", "BAD_SUPPORT_SIZE", "TOKEN_OUT_OF_RANGE"]}})]
-    },
+    expected_schema={"oneOf": [ANSWER, closed({"error": {"enum": REFUSALS}})]},
     comparator="proposal",
 )
