@@ -141,14 +141,20 @@ def test_every_wire_frames_vector():
         assert frame_answer(receiver, raw(inp["frame"]), inp["negotiated"]) == case["expected"], case["id"]
 
 
+def sent_frame(inp: dict) -> bytes | None:
+    """The frame the endpoint's sender writes for an ``encode`` case input; None when it cannot."""
+    try:
+        return answers.message_frame(answers.hello_fields(inp["hello"]), inp["encode"])
+    except (ValueError, struct.error):
+        return None
+
+
 def encoding_failures() -> list[str]:
     """The ``encoding`` cases of ``wire_frames`` whose bytes the endpoint's sender does not write."""
     return [
         case["id"]
         for case in cases("wire_frames")
-        if "encode" in case["input"]
-        and answers.message_frame(answers.hello_fields(case["input"]["hello"]), case["input"]["encode"])
-        != raw(case["expected"]["frame"])
+        if "encode" in case["input"] and sent_frame(case["input"]) != raw(case["expected"]["frame"])
     ]
 
 
@@ -159,6 +165,12 @@ def encoding_failures() -> list[str]:
         ("dense_tail", ("reply_dense_padded",)),
         # a v1 frame whose payload length leaves out the token count
         ("encode_v1", ("v1_greedy", "v1_greedy_empty", "v1_greedy_max")),
+        # a target that names the last emitted token even after an early end (it must send -1)
+        ("commit_token", ("commit_outcome_early_end",)),
+        # a target that commits anchor + accepted + 1 whatever was emitted (the early end emits one fewer)
+        ("commit_position", ("commit_outcome_early_end",)),
+        # a target that forgets the 2^32 wrap of the committed position
+        ("commit_wrap", ("commit_outcome_wraps",)),
     ],
 )
 def test_encoding_vectors_catch_a_seeded_sender_bug(monkeypatch, bug: str, caught: tuple[str, ...]):
@@ -166,6 +178,20 @@ def test_encoding_vectors_catch_a_seeded_sender_bug(monkeypatch, bug: str, caugh
 
     if bug == "dense_tail":
         monkeypatch.setattr(replies, "dense_tail", lambda counts, stride: replies.q_values(counts))
+    elif bug.startswith("commit_"):
+        right = answers.commit_fields
+
+        def wrong(anchor: int, accepted: int, emitted: list[int]) -> tuple[int, int, int]:
+            accepted, token, committed = right(anchor, accepted, emitted)
+            if bug == "commit_token":
+                token = emitted[-1]
+            elif bug == "commit_position":
+                committed = (anchor + accepted + 1) % layout.POSITIONS
+            else:
+                committed = anchor + len(emitted)
+            return accepted, token, committed
+
+        monkeypatch.setattr(answers, "commit_fields", wrong)
     else:
 
         def short_v1(tokens: list[int]) -> bytes:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from . import layout
 from .blobs import array, blob
 from .codec import Message, encode, encode_v1
+from .commits import commit_fields
 from .receiver import Disposition, Receiver
 from .replies import row_reply
 from .validation import QRow
@@ -72,11 +73,27 @@ def message_frame(config: dict, obj: dict) -> bytes:
     """The frame this endpoint sends for a message of the ``wire_frames`` encoding cases, under ``config``.
 
     A REPLY is given its routing fields, token and q row; the rest comes from the
-    worker's own sender (``replies.row_reply``), the code that writes its rounds.
+    worker's own sender (``replies.row_reply``), the code that writes its rounds. A
+    COMMIT in ``outcome`` form gets its fields from the target's own rule
+    (``target.commit_fields``), the code that commits its rounds.
     """
     if obj["type"] == layout.V1_NAME:
         return encode_v1(list(obj["tokens"]))
     message_type = next(code for code, name in layout.TYPE_NAMES.items() if name == obj["type"])
+    if message_type == layout.COMMIT and "outcome" in obj:
+        outcome = obj["outcome"]
+        accepted, token, new_committed = commit_fields(outcome["anchor"], outcome["accepted"], outcome["emitted"])
+        fields = {
+            "session_id": int(obj["session_id"]),
+            "generation": obj["generation"],
+            "round": obj["round"],
+            "slot": obj["slot"],
+            "accepted": accepted,
+            "token": token,
+            "new_committed": new_committed,
+        }
+        spec = layout.FIELDS[message_type]
+        return encode(message_type, {name: fields[name] for name in spec.names})
     if message_type != layout.REPLY:
         spec = layout.FIELDS[message_type]
         return encode(message_type, {name: field_value(kind, obj[name]) for name, kind in zip(spec.names, spec.kinds)})

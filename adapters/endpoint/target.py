@@ -62,6 +62,7 @@ from qconform.adapters.torch_candidate.verification import BONUS, Draw, verify_r
 from . import layout, stream
 from .answers import row_json
 from .codec import encode
+from .commits import commit_fields
 from .model import TargetModel
 from .receiver import ACCEPT, Disposition, Receiver
 from .validation import QRow
@@ -512,8 +513,9 @@ class Target:
             q,
             self.target.weights[None],
         )
-        accepted, token = int(result.accepted[0]), int(result.final_token[0])
-        new_committed = (record.anchor + accepted + 1) % layout.POSITIONS
+        accepted = int(result.accepted[0])
+        emitted = [*tokens[:accepted], int(result.final_token[0])]
+        accepted, token, new_committed = commit_fields(record.anchor, accepted, emitted)
         data, _ = self.own(
             lane.slot,
             layout.COMMIT,

@@ -62,7 +62,7 @@ from qconform.spec.wire.messages import (
 )
 from qconform.spec.wire.negotiation import example_config
 from qconform.spec.wire.reasons import REASONS, WireReject
-from qconform.spec.wire.receiver import check_frame
+from qconform.spec.wire.receiver import check_frame, commit_for_round
 
 FAMILY_RULES = ("R03", "R07", "R12", "R13", "R14", "R15", "R16", "R17", "R18", "R19", "R20", "R21", "R25", "R27")
 
@@ -211,6 +211,9 @@ def message_json(message: Message | V1Greedy, row: QRow | None) -> dict:
 
 #: The REPLY fields a sender is given; ``entry_count``, ``q_checksum`` and ``representation`` follow from its q row.
 REPLY_GIVEN = ("session_id", "generation", "round", "position", "token", "slot")
+#: What a target's sender is given for a COMMIT in ``outcome`` form: the routing fields, and the round's
+#: outcome (anchor, accepted drafts, emitted tokens); it derives accepted, token and new_committed.
+COMMIT_GIVEN = ("session_id", "generation", "round", "slot")
 
 
 def q_row_from_json(obj: dict, vocab: int) -> QRow:
@@ -227,11 +230,21 @@ def encoded(obj: dict, config: Hello) -> bytes:
     A REPLY is given its routing fields, its token and its q row; the sender
     derives the rest (``codec.reply_from_row``): the representation, the entry
     count (a dense row padded with zero entries to ``dense_stride``), the FP32
-    q values and the probability checksum.
+    q values and the probability checksum. A COMMIT given in ``outcome`` form
+    (routing fields and the verified round's anchor, accepted count and emitted
+    tokens) gets its accepted count, token and new committed position from
+    ``receiver.commit_for_round`` (R16, R17): the target's rule.
     """
     if obj["type"] == layout.V1_GREEDY.name:
         return encode_v1(obj["tokens"])
     message = layout.MESSAGES[layout.MESSAGE_CODES[obj["type"]]]
+    if message is layout.COMMIT and "outcome" in obj:
+        given = {f.name: field_from_json(f, obj[f.name]) for f in message.fields if f.name in COMMIT_GIVEN}
+        outcome = obj["outcome"]
+        accepted, token, new_committed = commit_for_round(
+            outcome["anchor"], outcome["accepted"], tuple(outcome["emitted"])
+        )
+        return encode_frame(Commit(**given, accepted=accepted, token=token, new_committed=new_committed))
     if message is layout.REPLY:
         given = {f.name: field_from_json(f, obj[f.name]) for f in message.fields if f.name in REPLY_GIVEN}
         row = q_row_from_json(obj["q"], config.vocab)
@@ -988,6 +1001,44 @@ ENCODING_RULES = {
 }
 
 
+#: Verified round outcomes (name, comment, anchor, accepted, emitted) whose COMMIT the target derives.
+COMMIT_OUTCOMES: tuple[tuple[str, str, int, int, tuple[int, ...]], ...] = (
+    ("correction", "x_1 accepted, x_2 rejected: the correction 42 is the token.", 4101, 1, (17, 42)),
+    ("first-rejected", "x_1 rejected at once: accepted 0, the correction 9 is the token.", 4101, 0, (9,)),
+    ("bonus", "All five drafts accepted and the bonus 77: six tokens emitted.", 4101, 5, (1, 2, 3, 4, 5, 77)),
+    ("early-end", "A stop token at the second accepted draft ends emission: no token (-1).", 4101, 2, (17, 2)),
+    (
+        "wraps",
+        "Anchored at 2^32 - 1, one draft and the correction: the position wraps to 1.",
+        (1 << 32) - 1,
+        1,
+        (17, 42),
+    ),
+)
+
+
+def commit_outcome_cases() -> Iterator[Case]:
+    """A target's COMMIT from a verified round's outcome: the sender derives accepted, token and position."""
+    for name, comment, anchor, accepted, emitted in COMMIT_OUTCOMES:
+        obj = {
+            "type": layout.COMMIT.name,
+            **{key: value for key, value in message_json(COMMIT, None).items() if key in COMMIT_GIVEN},
+            "outcome": {"anchor": anchor, "accepted": accepted, "emitted": list(emitted)},
+        }
+        case_input = {"hello": fields_to_json(PROD), "encode": obj}
+        expected = solve(case_input)
+        back = solve(frame_input(PROD, True, bytes(decode_blob(expected["frame"], "u8")[0])))
+        assert back["verdict"] == "accept", (name, back)
+        yield Case(
+            name=f"commit_outcome_{name.replace('-', '_')}",
+            comment=comment + " The target's sender derives accepted, token and new committed position.",
+            rules=ENCODING_RULES["COMMIT"] + ("R16",),
+            flags=("ENCODING",),
+            input=case_input,
+            expected=expected,
+        )
+
+
 def encoding_cases() -> Iterator[Case]:
     """A message of every type, REPLY rows dense (padded and not) and sparse, and v1 frames: the exact bytes."""
     yield encode_case("hello", "The production HELLO.", PROD, PROD)
@@ -999,6 +1050,7 @@ def encoding_cases() -> Iterator[Case]:
     yield encode_case("completion", "The COMPLETION of five REPLY frames.", PROD, COMPLETION)
     yield encode_case("commit", "A COMMIT of one accepted draft and its correction.", PROD, COMMIT)
     yield encode_case("commit_no_token", "A COMMIT with no token (-1).", PROD, replace(COMMIT, token=layout.NO_TOKEN))
+    yield from commit_outcome_cases()
     yield encode_case("reset", "A RESET to a new generation.", PROD, RESET)
     yield encode_case("cancel", "A CANCEL of a slot's generation.", PROD, CANCEL)
     for name, comment, config, row, token in (
@@ -1121,9 +1173,23 @@ REPLY_GIVEN_SCHEMA = closed(
         "q": {"$ref": "#/$defs/qRow"},
     }
 )
+#: A COMMIT in ``outcome`` form: its routing fields and the verified round's outcome.
+COMMIT_OUTCOME_SCHEMA = closed(
+    {
+        "type": {"const": layout.COMMIT.name},
+        **fields_schema(tuple(f for f in layout.COMMIT.fields if f.name in COMMIT_GIVEN)),
+        "outcome": closed(
+            {
+                "anchor": {"type": "integer", "minimum": 0, "maximum": 0xFFFFFFFF},
+                "accepted": {"type": "integer", "minimum": 0},
+                "emitted": {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1},
+            }
+        ),
+    }
+)
 ENCODE_SCHEMA = {
     "oneOf": [message_schema(m) for m in layout.MESSAGES.values() if m is not layout.REPLY]
-    + [REPLY_GIVEN_SCHEMA, V1_SCHEMA]
+    + [REPLY_GIVEN_SCHEMA, COMMIT_OUTCOME_SCHEMA, V1_SCHEMA]
 }
 
 INPUT_SCHEMA = {
