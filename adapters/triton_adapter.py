@@ -43,7 +43,7 @@ from qconform.adapters.triton_candidate import (  # noqa: E402
     weight_scan,
 )
 from qconform.adapters.triton_candidate.launch import check_device, interpreting  # noqa: E402
-from qconform.adapters.triton_candidate.verification import MAX_REQUESTS  # noqa: E402
+from qconform.adapters.triton_candidate.verification import MAX_REQUESTS, RoundOutcome  # noqa: E402
 from qconform.harness.adapter import (  # noqa: E402
     Adapter,
     AdapterError,
@@ -286,25 +286,25 @@ def verification_round(inp: dict, device: str) -> dict:
         [r.get("stop_tokens", []) for r in requests],
         [r.get("budget") for r in requests],
     )
+    return {"requests": [outcome_json(out) for out in outcomes]}
+
+
+def outcome_json(out: RoundOutcome) -> dict:
+    """One request's answer (``verification_round``): its accepted count, emitted tokens and every draw."""
     return {
-        "requests": [
+        "accepted": out.accepted,
+        "emitted": out.emitted,
+        "draws": [
             {
-                "accepted": out.accepted,
-                "emitted": out.emitted,
-                "draws": [
-                    {
-                        "domain": DOMAIN_NAMES[d.domain],
-                        "position": d.position,
-                        "draw_counter": 0,
-                        "u32": d.u32,
-                        "decision": d.decision,
-                        "token": d.token,
-                    }
-                    for d in out.draws
-                ],
+                "domain": DOMAIN_NAMES[d.domain],
+                "position": d.position,
+                "draw_counter": 0,
+                "u32": d.u32,
+                "decision": d.decision,
+                "token": d.token,
             }
-            for out in outcomes
-        ]
+            for d in out.draws
+        ],
     }
 
 

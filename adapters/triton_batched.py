@@ -29,10 +29,8 @@ from qconform.adapters.batched_inputs import (
     verification_key,
     word,
 )
+from qconform.adapters.triton_adapter import DOMAINS, outcome_json
 from qconform.adapters.triton_candidate import (
-    ACCEPT,
-    CORRECTION,
-    PROPOSAL,
     Identity,
     QRows,
     TritonCandidateError,
@@ -43,9 +41,6 @@ from qconform.adapters.triton_candidate import (
     weight_scan,
 )
 from qconform.adapters.triton_candidate.verification import verify_rounds
-
-DOMAINS = {"PROPOSAL": PROPOSAL, "ACCEPT": ACCEPT, "CORRECTION": CORRECTION}
-DOMAIN_NAMES = {code: name for name, code in DOMAINS.items()}
 
 
 def dense_rows(counts: np.ndarray, vocab: int, device: str) -> QRows:
@@ -122,28 +117,7 @@ def verification_many(inputs: Sequence[dict], device: str) -> list[dict]:
         [None for _ in requests],
         [1] * len(requests),  # each case is one round of one request
     )
-    return [
-        {
-            "requests": [
-                {
-                    "accepted": out.accepted,
-                    "emitted": out.emitted,
-                    "draws": [
-                        {
-                            "domain": DOMAIN_NAMES[d.domain],
-                            "position": d.position,
-                            "draw_counter": 0,
-                            "u32": d.u32,
-                            "decision": d.decision,
-                            "token": d.token,
-                        }
-                        for d in out.draws
-                    ],
-                }
-            ]
-        }
-        for out in outcomes
-    ]
+    return [{"requests": [outcome_json(out)]} for out in outcomes]
 
 
 BATCHED: dict[str, tuple[Callable[[dict], Hashable | None], Callable[[Sequence[dict], str], list[dict]]]] = {
