@@ -401,7 +401,7 @@ def invalid_case(name: str, comment: str, inp: ProposalInput, code: str, vocab_o
 F32_NAN_BITS: int = 0x7FC00000
 
 
-def with_logit(rows: list[list[int]], row: int, token: int, bits: int) -> list[list[int]]:
+def with_logit(rows: Sequence[Sequence[int]], row: int, token: int, bits: int) -> list[list[int]]:
     """A copy of base logit ``rows`` with one logit replaced by ``bits``."""
     out = [list(r) for r in rows]
     out[row][token] = bits
