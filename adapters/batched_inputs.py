@@ -9,7 +9,8 @@ It holds no kernel; like the candidates, it never imports the spec or the genera
 from __future__ import annotations
 
 import base64
-from typing import Hashable, Sequence
+from collections import defaultdict
+from typing import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 
@@ -86,3 +87,43 @@ def verification_key(inp: dict) -> Hashable | None:
     if r["p_rows"]["weights"]["shape"] != [depth + 1, vocab] or not all(dense_of(q, vocab) for q in r["q_rows"]):
         return None
     return vocab, depth
+
+
+#: A family's batched path: (the shape key of one input, None when it has none; the solver of one
+#: same-shape group of inputs on a device).
+Batched = tuple[Callable[[dict], Hashable | None], Callable[[Sequence[dict], str], list[dict]]]
+
+
+def run_many(
+    batched: Mapping[str, Batched],
+    family: str,
+    inputs: Sequence[dict],
+    device: str,
+    refusals: tuple[type[BaseException], ...],
+    min_group: int = 2,
+) -> list[dict | None]:
+    """Answers of the inputs a batched path takes, grouped by shape; None where the caller must
+    answer one case at a time (another shape, a group smaller than ``min_group``, or a group
+    whose batched call raised one of ``refusals``: each of its cases then gets its own answer)."""
+    answers: list[dict | None] = [None] * len(inputs)
+    if family not in batched:
+        return answers
+    shape_of, solve = batched[family]
+    groups: dict[Hashable, list[int]] = defaultdict(list)
+    for index, inp in enumerate(inputs):
+        try:
+            key = shape_of(inp)
+        except (KeyError, TypeError, IndexError, AttributeError):
+            key = None
+        if key is not None:
+            groups[key].append(index)
+    for members in groups.values():
+        if len(members) < min_group:
+            continue
+        try:
+            solved = solve([inputs[i] for i in members], device)
+        except refusals:
+            continue
+        for i, answer in zip(members, solved):
+            answers[i] = answer
+    return answers

@@ -15,13 +15,13 @@ Like the rest of the adapter, this module never imports the spec or the generato
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from qconform.adapters.batched_inputs import (
+    Batched,
     allocation_key,
     blobs,
     categorical_key,
@@ -29,6 +29,7 @@ from qconform.adapters.batched_inputs import (
     rng_key,
     verification_key,
 )
+from qconform.adapters.batched_inputs import run_many as batched_run_many
 from qconform.adapters.torch_candidate import allocation, philox, sampling, verification, weights
 from qconform.adapters.torch_candidate.errors import CandidateError
 from qconform.adapters.torch_codec import DOMAINS, draw_answer, encode_ints, request_answers
@@ -101,39 +102,18 @@ def verification_many(inputs: Sequence[dict], device: str) -> list[dict]:
 
 
 #: family -> (shape key of an input, or None when this path does not take it; the batched solver)
-BATCHED: dict[str, tuple[Callable[[dict], Hashable | None], Callable[[Sequence[dict], str], list[dict]]]] = {
+BATCHED: dict[str, Batched] = {
     "rng_abi": (rng_key, rng_many),
     "categorical_sampling": (categorical_key, categorical_many),
     "allocation_dense": (allocation_key, allocation_many),
     "verification_round": (verification_key, verification_many),
 }
 
-#: fewest cases of one shape worth a batched call
-MIN_GROUP = 2
+#: a batched call that raises one of these is answered one case at a time, so each case gets its own refusal
+REFUSALS = (CandidateError, KeyError, ValueError, TypeError, IndexError, RuntimeError)
 
 
 def run_many(family: str, inputs: Sequence[dict], device: str) -> list[dict | None]:
     """Answers of the inputs this path takes, grouped by shape; None where the caller must
     answer one case at a time (another shape, or a group whose batched call refused)."""
-    answers: list[dict | None] = [None] * len(inputs)
-    if family not in BATCHED:
-        return answers
-    shape_of, solve = BATCHED[family]
-    groups: dict[Hashable, list[int]] = defaultdict(list)
-    for index, inp in enumerate(inputs):
-        try:
-            key = shape_of(inp)
-        except (KeyError, TypeError, IndexError, AttributeError):
-            key = None
-        if key is not None:
-            groups[key].append(index)
-    for members in groups.values():
-        if len(members) < MIN_GROUP:
-            continue
-        try:
-            solved = solve([inputs[i] for i in members], device)
-        except (CandidateError, KeyError, ValueError, TypeError, IndexError, RuntimeError):
-            continue  # answered one by one, so each case gets its own refusal
-        for i, answer in zip(members, solved):
-            answers[i] = answer
-    return answers
+    return batched_run_many(BATCHED, family, inputs, device, REFUSALS)

@@ -13,13 +13,13 @@ generators.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from typing import Callable, Hashable, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 
 from qconform.adapters.batched_inputs import (
+    Batched,
     allocation_key,
     blobs,
     categorical_key,
@@ -29,6 +29,7 @@ from qconform.adapters.batched_inputs import (
     verification_key,
     word,
 )
+from qconform.adapters.batched_inputs import run_many as batched_run_many
 from qconform.adapters.triton_adapter import DOMAINS, outcome_json
 from qconform.adapters.triton_candidate import (
     Identity,
@@ -120,36 +121,18 @@ def verification_many(inputs: Sequence[dict], device: str) -> list[dict]:
     return [{"requests": [outcome_json(out)]} for out in outcomes]
 
 
-BATCHED: dict[str, tuple[Callable[[dict], Hashable | None], Callable[[Sequence[dict], str], list[dict]]]] = {
+BATCHED: dict[str, Batched] = {
     "rng_abi": (rng_key, rng_many),
     "categorical_sampling": (categorical_key, categorical_many),
     "allocation_dense": (allocation_key, allocation_many),
     "verification_round": (verification_key, verification_many),
 }
 
+#: a batched call that raises one of these is answered one case at a time, so each case gets its own refusal
+REFUSALS = (TritonCandidateError, KeyError, ValueError, TypeError, IndexError, RuntimeError)
+
 
 def run_many(family: str, inputs: Sequence[dict], device: str) -> list[dict | None]:
     """Answers of the inputs this path takes; None where the caller answers one case at a time."""
-    answers: list[dict | None] = [None] * len(inputs)
-    if family not in BATCHED:
-        return answers
-    shape_of, solve = BATCHED[family]
-    groups: dict[Hashable, list[int]] = defaultdict(list)
-    for index, inp in enumerate(inputs):
-        try:
-            key = shape_of(inp)
-        except (KeyError, TypeError, IndexError, AttributeError):
-            key = None
-        if key is not None:
-            groups[key].append(index)
-    for members in groups.values():
-        if len(members) < 2:
-            continue
-        try:
-            with np.errstate(all="ignore"):
-                solved = solve([inputs[i] for i in members], device)
-        except (TritonCandidateError, KeyError, ValueError, TypeError, IndexError, RuntimeError):
-            continue
-        for i, answer in zip(members, solved):
-            answers[i] = answer
-    return answers
+    with np.errstate(all="ignore"):
+        return batched_run_many(BATCHED, family, inputs, device, REFUSALS)
