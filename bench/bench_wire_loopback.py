@@ -155,10 +155,11 @@ def validate_batch(params: dict, steps: list[Message], frames: list[bytes]) -> R
 
 
 def decode_batch(receiver: Receiver, requests: int) -> np.ndarray:
-    """The batch's validated rows as one int64 array [B, K, V], each row copied once (as the target
-    stacks a round's rows); stacking per request first would copy every row twice."""
+    """The batch's validated rows (int32 counts) as one int64 array [B, K, V], each row copied and
+    widened once (as the target stacks a round's rows); stacking per request first would copy every
+    row twice."""
     rows = [row.dense() for b in range(requests) for row in receiver.consumable_rows(b)[1]]
-    return np.stack(rows).reshape(requests, DEPTH, -1)
+    return np.stack(rows, dtype=np.int64).reshape(requests, DEPTH, -1)
 
 
 async def serve_batch(frames: list[bytes], requests: int, encoder: Callable[[], list[bytes]] | None):

@@ -37,6 +37,9 @@ class UnsortedValidator(Validator):
 
 
 class RenormalizingValidator(Validator):
+    #: the bug is in the NumPy path's last check, so this mutant validates rows there
+    native = None
+
     def counts(self, values: np.ndarray, route) -> np.ndarray:
         count = scaled(values)
         total = float(count.sum())

@@ -1,19 +1,30 @@
 """Stateless checks of a decoded message against the negotiated HELLO (R03, R07, R15, R19, R20, R27).
 
 A REPLY's q row is checked in the order of docs/wire-v2.md ("q validation"),
-each value class over the whole row before the next, with numpy over the FP32
-bit patterns (a well-formed row passes every value check in a few passes,
-:func:`well_formed_counts`; a row that fails one is checked class by class): the probability checksum, the sampled token's range, the sparse
-IDs (range, repeats, order) or the dense padding (all-zero bytes), non-finite
-then negative then non-dyadic values, zero sparse entries, the exact total M,
-and a positive count at the sampled token. Counts are recovered exactly as
-``q(v) * 2^24`` (every FP32 value and that product are exact in FP64); there is
-no renormalization (R03).
+each value class over the whole row before the next: the probability checksum,
+the sampled token's range, the sparse IDs (range, repeats, order) or the dense
+padding (all-zero bytes), non-finite then negative then non-dyadic values, zero
+sparse entries, the exact total M, and a positive count at the sampled token.
+Counts are recovered exactly as ``q(v) * 2^24`` (every FP32 value and that
+product are exact in FP64), as int32 (at most M = 2^24); there is no
+renormalization (R03).
+
+A dense row goes through the native module ``_dense_row`` (``_dense_row.c``,
+built by ``pip install``): padding, value classes, the 2^-24 grid, the counts and
+their total in one read of the row, hand-written because no library does that
+check in one pass. Where the module is not built, or with
+``QCONFORM_ENDPOINT_NATIVE=0`` in the environment, the NumPy path runs: a
+well-formed row passes every value check in a few vectorized passes over its FP32
+bit patterns (:meth:`Validator.well_formed_counts`); a row that fails one is
+checked class by class. Both give the same verdict and reason on every input
+(tests/test_endpoint_native.py). Sparse rows always take the NumPy path.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 
@@ -22,9 +33,33 @@ from .codec import Message, Refusal
 from .crc32c import INIT, extend, finish, raw
 
 
+def native_module() -> ModuleType | None:
+    """The native one-pass check of a dense row, or None: not built (no C compiler where it was
+    installed), or switched off by ``QCONFORM_ENDPOINT_NATIVE=0``."""
+    if os.environ.get("QCONFORM_ENDPOINT_NATIVE", "1") == "0":
+        return None
+    try:
+        from . import _dense_row  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _dense_row
+
+
+#: the native module's codes (``_dense_row.c``): reason and detail, as the NumPy path words them
+NATIVE_REFUSALS = {
+    1: ("NONZERO_DENSE_PADDING", "dense padding is not all-zero bytes"),
+    2: ("NON_FINITE_VALUE", ""),
+    3: ("NEGATIVE_VALUE", ""),
+    4: ("NON_DYADIC_VALUE", ""),
+    5: ("WRONG_TOTAL_MASS", "a count alone exceeds M"),
+    6: ("WRONG_TOTAL_MASS", "counts sum to {total}"),
+}
+
+
 @dataclass
 class QRow:
-    """A validated q row: ``counts`` (int64) over the vocabulary when ``ids`` is None, else over ``ids``."""
+    """A validated q row: ``counts`` (int32, each at most M) over the vocabulary when ``ids`` is None,
+    else over ``ids``."""
 
     vocab: int
     counts: np.ndarray
@@ -40,7 +75,7 @@ class QRow:
         """The counts of every token ID (zero outside a sparse support)."""
         if self.ids is None:
             return self.counts
-        out = np.zeros(self.vocab, dtype=np.int64)
+        out = np.zeros(self.vocab, dtype=self.counts.dtype)
         out[self.ids] = self.counts
         return out
 
@@ -80,6 +115,10 @@ def scaled_f32(bits: np.ndarray) -> np.ndarray:
 class Validator:
     """The stateless checks; mutants override one method each (mutants.py)."""
 
+    #: the native module that checks a dense row in one pass (:func:`native_module`), or None:
+    #: the NumPy path
+    native: ModuleType | None = native_module()
+
     def __init__(self) -> None:
         #: work arrays of :meth:`well_formed_counts` by name, reused from row to row (a fresh
         #: half-megabyte array costs its page faults every time)
@@ -92,14 +131,14 @@ class Validator:
         return array[:size]
 
     def well_formed_counts(self, values: np.ndarray) -> np.ndarray | None:
-        """The int64 counts of a row that passes every value check at once (finite, nonnegative,
+        """The int32 counts of a row that passes every value check at once (finite, nonnegative,
         dyadic, each at most M, summing to M), from a few vectorized passes over the whole row;
         None when any check fails, and the checks then run one by one, in order, to name the reason.
 
         One ``max`` over the bit patterns puts every value in [0, 1]; ``q * 2^24`` in FP32 is exact
         (a power-of-two scaling) and at most M, so its truncation to int32 is exact on integers and
         converts back to FP32 exactly: the row is dyadic iff that round trip returns every value.
-        (FP32 to int32 and int32 to int64 are vector conversions; FP32 to int64 is not.)
+        (FP32 to int32 is a vector conversion; FP32 to int64 is not.)
         """
         size = values.size
         if not size or int(values.max()) > ONE_BITS:
@@ -111,8 +150,8 @@ class Validator:
         np.copyto(back, truncated, casting="unsafe")
         if not np.array_equal(back, count):
             return None
-        counts = truncated.astype(np.int64)
-        return counts if int(counts.sum()) == layout.M else None
+        counts = truncated.copy()
+        return counts if int(counts.sum(dtype=np.int64)) == layout.M else None
 
     def validate(self, message: Message, params: dict) -> QRow | None:
         """Every stateless check of a decoded non-HELLO v2 message; a REPLY's validated row."""
@@ -175,13 +214,17 @@ class Validator:
             ids = np.frombuffer(tail, dtype="<i4", count=count).astype(np.int64)
             values = np.frombuffer(tail, dtype="<u4", count=count, offset=4 * count)
             ids, values = self.sparse_ids(ids, values, vocab, route)
+            counts = self.well_formed_counts(values)
+        elif self.native is not None:
+            values, counts = None, self.native_dense(tail, vocab, route)
         else:
             values = np.frombuffer(tail, dtype="<u4")
             if np.any(values[vocab:] != 0):
                 raise Refusal("NONZERO_DENSE_PADDING", "dense padding is not all-zero bytes", route)
             values = values[:vocab]
-        counts = self.well_formed_counts(values)
+            counts = self.well_formed_counts(values)
         if counts is None:
+            assert values is not None  # the native path returns counts or refuses
             self.value_classes(values, route)
         if ids is not None and np.any((values & np.uint32(0x7FFFFFFF)) == 0):
             raise Refusal("NONCANONICAL_SUPPORT", "a sparse entry has zero q", route)
@@ -189,6 +232,17 @@ class Validator:
         if row.count(token) == 0:
             raise Refusal("ZERO_Q_AT_TOKEN", f"q({token}) = 0", route)
         return row
+
+    def native_dense(self, tail: bytes | memoryview, vocab: int, route) -> np.ndarray:
+        """A dense row's counts from the native module's one pass (padding, value classes, grid,
+        counts, total), or its first failing check, in the order of :meth:`reply`."""
+        assert self.native is not None
+        counts = np.empty(min(vocab, len(tail) // layout.DENSE_ENTRY), dtype=np.int32)
+        code, total = self.native.dense_row(tail, vocab, counts)
+        if code:
+            reason, detail = NATIVE_REFUSALS[code]
+            raise Refusal(reason, detail.format(total=total), route)
+        return counts
 
     def sparse_ids(self, ids: np.ndarray, values: np.ndarray, vocab: int, route) -> tuple[np.ndarray, np.ndarray]:
         """Sparse IDs in [0, vocab), none repeated, strictly ascending (R19)."""
@@ -229,7 +283,8 @@ class Validator:
         count = scaled_f32(values)
         if np.any(count > np.float32(layout.M)):
             raise Refusal("WRONG_TOTAL_MASS", "a count alone exceeds M", route)
-        counts = count.astype(np.int64)
-        if int(counts.sum()) != layout.M:
-            raise Refusal("WRONG_TOTAL_MASS", f"counts sum to {int(counts.sum())}", route)
+        counts = count.astype(np.int32)
+        total = int(counts.sum(dtype=np.int64))
+        if total != layout.M:
+            raise Refusal("WRONG_TOTAL_MASS", f"counts sum to {total}", route)
         return counts
