@@ -216,7 +216,7 @@ class Validator:
             ids, values = self.sparse_ids(ids, values, vocab, route)
             counts = self.well_formed_counts(values)
         elif self.native is not None:
-            values, counts = None, self.native_dense(tail, vocab, route)
+            return self.positive_at(QRow(vocab, self.native_dense(tail, vocab, route)), token, route)
         else:
             values = np.frombuffer(tail, dtype="<u4")
             if np.any(values[vocab:] != 0):
@@ -224,11 +224,16 @@ class Validator:
             values = values[:vocab]
             counts = self.well_formed_counts(values)
         if counts is None:
-            assert values is not None  # the native path returns counts or refuses
             self.value_classes(values, route)
         if ids is not None and np.any((values & np.uint32(0x7FFFFFFF)) == 0):
             raise Refusal("NONCANONICAL_SUPPORT", "a sparse entry has zero q", route)
-        row = QRow(vocab, self.counts(values, route) if counts is None else counts, ids)
+        return self.positive_at(
+            QRow(vocab, self.counts(values, route) if counts is None else counts, ids), token, route
+        )
+
+    @staticmethod
+    def positive_at(row: QRow, token: int, route) -> QRow:
+        """The row, refused unless the sampled token has a positive count (the last check)."""
         if row.count(token) == 0:
             raise Refusal("ZERO_Q_AT_TOKEN", f"q({token}) = 0", route)
         return row
