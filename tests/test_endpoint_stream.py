@@ -1,9 +1,11 @@
 """The endpoint's receive path: zero-copy framing (stream.FrameReader) and the one-pass q-row check.
 
 ``FrameReader`` is held to asyncio's ``StreamReader`` on real loopback sockets: the
-same items for whole frames of every size (a payload read straight into its own
-buffer or through the staging buffer), and the same ``broken`` prefix for a frame
-cut short. ``Validator.well_formed_counts`` (the fast path of a well-formed row) is
+same items for whole frames of every size (small ones copied, long ones views of
+the reader's chunks, some across a chunk change), and the same ``broken`` prefix
+for a frame cut short. A frame kept while later frames are read is never
+overwritten (a chunk still viewed is never reused); a declared length over the
+bounds makes no room for it; a reader that nobody reads from stops at one chunk. ``Validator.well_formed_counts`` (the fast path of a well-formed row) is
 held to the element-by-element checks: it returns counts exactly when every check
 passes, and they are the same counts; a fast path without the dyadic round trip is
 shown to accept what the checks refuse.
@@ -84,6 +86,107 @@ def test_frame_reader_reads_what_a_stream_reader_reads(cut):
         assert ours[-1][0] == stream.BROKEN and b"".join(data for _, data in ours) == payload
 
 
+def serve_and_read(payload: bytes, work) -> object:
+    """Serve ``payload`` on loopback, then run ``work(reader)`` on the endpoint's reader of it."""
+
+    async def scenario():
+        async def handle(reader, writer):
+            writer.write(payload)
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        reader, writer = await stream.open_connection(*server.sockets[0].getsockname()[:2])
+        try:
+            return await asyncio.wait_for(work(reader), 60)
+        finally:
+            writer.close()
+            server.close()
+
+    return asyncio.run(scenario())
+
+
+def test_kept_frames_are_never_overwritten():
+    """Frames kept (as a retry's comparison keeps a REPLY) stay intact while 40 MB more are read:
+    the chunks they view are not reused; the others are (no new chunk per batch)."""
+    frames = [hello_like(517_000 + 13 * i, i) for i in range(80)]
+
+    async def work(reader):
+        decoder, kept, made = AnyLength(), [], set()
+        for i in range(len(frames)):
+            item = await stream.read_item(reader, decoder, None, False)
+            assert item is not None and item.kind == stream.FRAME
+            assert isinstance(item.data, memoryview) and item.data.readonly
+            if i % 9 == 0:
+                kept.append((i, item.data))
+            made |= {id(chunk) for chunk in reader.chunks}
+        return kept, len(made)
+
+    kept, chunks_made = serve_and_read(b"".join(frames), work)
+    assert [bytes(data) for _, data in kept] == [frames[i] for i, _ in kept]
+    assert chunks_made < 12  # 41 MB in 16 MiB chunks, some kept: reused, not one per frame
+
+
+def test_a_chunk_still_viewed_is_caught_if_reused(monkeypatch):
+    """The check above catches a reader that reuses a chunk whatever views it."""
+    monkeypatch.setattr(stream.FrameReader, "viewed", lambda self, index: False)
+    with pytest.raises(AssertionError):
+        test_kept_frames_are_never_overwritten()
+
+
+def test_small_frames_are_bytes():
+    frames = [hello_like(size, 1) for size in (4, 400, stream.VIEW_BYTES - layout.V1_HEADER_SIZE - 1)]
+
+    async def work(reader):
+        return [(await stream.read_item(reader, AnyLength(), None, False)).data for _ in frames]
+
+    got = serve_and_read(b"".join(frames), work)
+    assert [type(data) for data in got] == [bytes, bytes, bytes] and got == frames
+
+
+class Bounded(Decoder):
+    """v1 frames of at most 1 KiB of payload."""
+
+    def check_bounds(self, length: int, limits: tuple[int, int]) -> None:
+        if length > 1024:
+            raise Refusal("UNEXPECTED_SIZE", f"{length}")
+
+
+@pytest.mark.parametrize("decoder", [Bounded, AnyLength])
+def test_a_length_over_the_bounds_makes_no_room(decoder):
+    """A header declaring 40 MB, followed by 3 MB: broken at the header, and no chunk was made for
+    the declared length (a decoder without bounds, below, shows that one would be)."""
+    declared = 40_000_000
+    head = layout.V1_HEADER.pack(layout.V1_MAGIC, layout.V1_VERSION, layout.V1_GREEDY_TYPE, declared)
+
+    async def work(reader):
+        item = await stream.read_item(reader, decoder(), None, False)
+        return item.kind, len(item.data), max(len(chunk) for chunk in reader.chunks)
+
+    kind, length, largest = serve_and_read(head + bytes(3_000_000), work)
+    if decoder is Bounded:
+        assert (kind, length) == (stream.BROKEN, len(head)) and largest < declared
+    else:
+        assert kind == stream.BROKEN and largest >= declared + len(head)
+
+
+def test_a_reader_nobody_reads_stops_at_one_chunk():
+    """Flow control: with nothing waiting, the reader fills its chunk, pauses the transport and
+    leaves the rest to TCP."""
+
+    async def work(reader):
+        assert (await stream.read_item(reader, AnyLength(), None, False)).kind == stream.FRAME
+        for _ in range(200):
+            await asyncio.sleep(0.01)
+            if reader.paused:
+                break
+        return reader.paused, reader.end - reader.start, sum(len(chunk) for chunk in reader.chunks)
+
+    payload = b"".join(hello_like(1_000_000, i) for i in range(60))
+    paused, unread, held = serve_and_read(payload, work)
+    assert paused and unread < stream.CHUNK_BYTES and held <= (1 + stream.SPARE_CHUNKS) * stream.CHUNK_BYTES
+
+
 def fast_and_ordered(bits: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | str]:
     validator = Validator()
     fast = validator.well_formed_counts(bits)
@@ -126,7 +229,7 @@ def test_the_one_pass_check_accepts_exactly_the_rows_the_ordered_checks_accept()
         if isinstance(ordered, str):
             assert fast is None, (ordered, bits[:4])
         elif fast is not None:
-            assert fast.dtype == np.int64 and np.array_equal(fast, ordered)
+            assert fast.dtype == np.int32 and np.array_equal(fast, ordered)
     assert fast_and_ordered(rows[0])[0] is not None  # a well-formed row takes the fast path
 
 

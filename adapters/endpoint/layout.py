@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from functools import cached_property
 
 V2_MAGIC = b"QSMP"
 V1_MAGIC = b"QGRD"
@@ -57,7 +58,7 @@ class Fixed:
     names: tuple[str, ...]
     kinds: tuple[str, ...]  # u16 u32 u64 i32 f32 text digest
 
-    @property
+    @cached_property  # read per frame decoded: built once
     def codec(self) -> struct.Struct:
         letters = {"u16": "H", "u32": "I", "u64": "Q", "i32": "i", "f32": "I", "text": "32s", "digest": "32s"}
         return struct.Struct("<" + "".join(letters[k] for k in self.kinds))

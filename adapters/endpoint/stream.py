@@ -2,27 +2,34 @@
 
 A frame on a TCP stream is delimited by its own header: the reader takes the
 magic, then the rest of the header, lets the decoder check the header and the
-declared payload length against the negotiated bounds, and only then allocates
-the frame's buffer and reads the payload. A header that fails those checks
-leaves the stream out of step, so it comes back as a ``broken`` item holding the
-bytes read: the receiver judges them (the same reason code as any decoder would
-give) and the connection is closed.
+declared payload length against the negotiated bounds, and only then makes room
+for the frame and reads its payload. A header that fails those checks leaves the
+stream out of step, so it comes back as a ``broken`` item holding the bytes
+read: the receiver judges them (the same reason code as any decoder would give)
+and the connection is closed.
 
 The endpoints' own connections (:func:`start_server`, :func:`open_connection`)
-read through :class:`FrameReader`, an :class:`asyncio.BufferedProtocol`: the
-socket's bytes go into a small staging buffer while headers are read, and a
-frame's payload, once its length passed the bounds, is read by the socket
-straight into the frame's own buffer (:meth:`FrameReader.readinto`): no byte
-of a q row is copied between the kernel and the validator (a frame's first
-bytes may already sit in the staging buffer; they are copied once). Every
-connection has its own reader, buffers and state. :func:`read_item` also reads
-from a plain :class:`asyncio.StreamReader` (tests, third-party clients), then
-with the copies that ``readexactly`` makes.
+read through :class:`FrameReader`, an :class:`asyncio.BufferedProtocol` that
+reads like a plain socket sink: the socket's bytes go by ``recv_into`` of as
+much as the socket holds into a large **chunk** buffer, and frames are parsed in
+place, each a read-only view of its chunk (:meth:`FrameReader.read_view`): no
+byte of a q row is copied between the kernel and the validator. When the next
+item does not fit in what is left of the chunk, its bytes read so far (at most
+one chunk) move once, to the front of the chunk if no frame still views it, else
+to another chunk (a spare that no frame views, or a new one at least as long as
+the item). A frame's length has passed the bounds before any room is made for
+it, so a declared length never makes the reader allocate it. Reading frame by
+frame into a buffer per frame cost 4 to 8 times the sink's CPU on loopback
+(twice as many ``recv_into`` calls of odd sizes, mostly kernel time); the
+chunks read at the sink's rhythm. Every connection has its own reader, chunks
+and state. :func:`read_item` also reads from a plain :class:`asyncio.StreamReader`
+(tests, third-party clients), then with the copies that ``readexactly`` makes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import cast
@@ -31,20 +38,27 @@ from . import control, layout
 from .codec import Decoder, Refusal
 
 FRAME, ENVELOPE, BROKEN = "frame", "envelope", "broken"
-#: bytes the staging buffer holds: headers, envelopes and small frames pass through it
-STAGING_BYTES = 1 << 16
-#: a read at least this long goes from the socket straight into its own buffer; a shorter one
-#: waits for the staging buffer (so that the socket is never read a few bytes at a time)
-DIRECT_BYTES = STAGING_BYTES // 4
+#: a connection's first chunk; each new one doubles, up to :data:`CHUNK_BYTES` (or the item it must hold)
+FIRST_CHUNK_BYTES = 1 << 16
+#: the longest chunk made for items shorter than it: the most a connection reads ahead of its reader
+CHUNK_BYTES = 1 << 24
+#: chunks kept for reuse once no frame views them (besides the current one)
+SPARE_CHUNKS = 2
+#: a frame shorter than this is handed out as its own ``bytes`` (a kept STEP or COMPLETION must not
+#: hold a whole chunk); a longer one is a view of its chunk
+VIEW_BYTES = 1 << 16
+#: the pieces in which :func:`read_unbounded` (a mutant's copying decoder) reads a payload
+UNBOUNDED_PIECE = (1 << 14) - 1
 
 
 @dataclass(frozen=True)
 class Item:
     """One thing read: a whole ``frame``, an ``envelope`` (kind and body), or a ``broken`` prefix.
 
-    A frame read by :func:`read_frame` is its own ``bytearray`` (the buffer the socket read it
-    into), typed as ``bytes``: nothing writes it once read, and every consumer only reads it
-    (decodes, slices, compares, keeps it for a retry's comparison); never hash it.
+    A frame of at least :data:`VIEW_BYTES` read by a :class:`FrameReader` is a read-only
+    ``memoryview`` of the reader's chunk, typed as ``bytes``: every consumer only reads it
+    (decodes, slices, compares with a kept frame for a retry, copies with ``bytes()``); never hash
+    it. The chunk is not written again while any view of it is alive.
     """
 
     kind: str
@@ -53,20 +67,17 @@ class Item:
 
 
 class FrameReader(asyncio.BufferedProtocol):
-    """One connection's reading side: the socket reads into :attr:`staging`, or straight into the
-    payload buffer a pending :meth:`readinto` names. The reader pauses the transport while its
-    staging buffer is full and nothing waits for bytes (TCP flow control does the rest)."""
+    """One connection's reading side: the socket reads into the current chunk, ``chunks[-1]``, whose
+    unread bytes are ``[start:end]``. The reader pauses the transport while that chunk is full and
+    nothing waits for bytes (TCP flow control does the rest)."""
 
     def __init__(self, on_connect: Callable[[FrameReader, FrameWriter], Awaitable[None]] | None = None) -> None:
         self.on_connect = on_connect
         self.transport: asyncio.Transport | None = None
-        self.staging = bytearray(STAGING_BYTES)
-        self.view = memoryview(self.staging)
-        #: unread bytes are ``staging[start:end]``
+        #: the spare chunks, then the current one last: the only reference the reader keeps to any
+        #: chunk (:meth:`viewed` counts references)
+        self.chunks: list[bytearray] = [bytearray(FIRST_CHUNK_BYTES)]
         self.start = self.end = 0
-        #: the rest of a payload the socket reads into directly, and how much of it arrived
-        self.target: memoryview | None = None
-        self.filled = 0
         self.eof = False
         self.error: BaseException | None = None
         self.waiter: asyncio.Future | None = None
@@ -86,23 +97,15 @@ class FrameReader(asyncio.BufferedProtocol):
             self.task = asyncio.ensure_future(self.on_connect(self, FrameWriter(transport, self)))
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self.target is not None:
-            return self.target[self.filled :]
-        if self.start == self.end:
+        if self.start == self.end and self.end and not self.viewed(-1):
             self.start = self.end = 0
-        elif self.start and len(self.staging) - self.end < STAGING_BYTES // 4:
-            self.compact()
-        return self.view[self.end :]
+        if self.end == len(self.chunks[-1]):  # full while paused reading raced: make room for a byte
+            self.make_room(self.end - self.start + 1)
+        return memoryview(self.chunks[-1])[self.end :]
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self.target is not None:
-            self.filled += nbytes
-            if self.filled == len(self.target):
-                self.target = None
-                self.wake()
-            return
         self.end += nbytes
-        if self.end == len(self.staging) and self.start == 0 and self.waiter is None:
+        if self.end == len(self.chunks[-1]) and self.waiter is None:
             self.pause()
         self.wake()
 
@@ -131,13 +134,35 @@ class FrameReader(asyncio.BufferedProtocol):
         if self.drained is not None and not self.drained.done():
             self.drained.set_result(None)
 
-    # -- bookkeeping -----------------------------------------------------------------------
+    # -- chunks --------------------------------------------------------------------------
 
-    def compact(self) -> None:
-        """Move the unread bytes to the front of the staging buffer (at most its size, once per refill)."""
+    def viewed(self, index: int) -> bool:
+        """Whether anything but :attr:`chunks` refers to chunk ``index``: a frame view (any view of
+        a chunk, and anything built on one, holds a reference to it through its buffer). CPython's
+        reference count; the caller holds no other reference to the chunk."""
+        return sys.getrefcount(self.chunks[index]) > 2
+
+    def make_room(self, count: int) -> None:
+        """Room for ``count`` bytes from :attr:`start` in the current chunk; the unread bytes (fewer
+        than ``count``) move once: to the chunk's front if no frame views it, else into a spare that
+        none views, else into a new chunk (at least ``count`` long: the caller checked ``count``)."""
         unread = self.end - self.start
-        self.staging[:unread] = self.staging[self.start : self.end]
+        if len(self.chunks[-1]) >= count and not self.viewed(-1):
+            chunk = self.chunks[-1]
+            chunk[:unread] = chunk[self.start : self.end]
+            self.start, self.end = 0, unread
+            return
+        size = max(count, min(CHUNK_BYTES, 2 * len(self.chunks[-1])))
+        spare = next(
+            (i for i in range(len(self.chunks) - 1) if len(self.chunks[i]) >= size and not self.viewed(i)), None
+        )
+        fresh = self.chunks.pop(spare) if spare is not None else bytearray(size)
+        fresh[:unread] = memoryview(self.chunks[-1])[self.start : self.end]
+        self.chunks.append(fresh)
+        del self.chunks[: max(0, len(self.chunks) - 1 - SPARE_CHUNKS)]
         self.start, self.end = 0, unread
+
+    # -- bookkeeping -----------------------------------------------------------------------
 
     def pause(self) -> None:
         if not self.paused and self.transport is not None and not self.lost:
@@ -165,61 +190,46 @@ class FrameReader(asyncio.BufferedProtocol):
         if self.error is not None:
             raise self.error
 
-    def take(self, view: memoryview) -> int:
-        """Copy unread staged bytes to the front of ``view``; how many."""
-        count = min(len(view), self.end - self.start)
-        view[:count] = self.view[self.start : self.start + count]
-        self.start += count
-        return count
-
     # -- the reading side --------------------------------------------------------------------
 
-    async def readexactly(self, count: int) -> bytes:
-        """``count`` bytes; IncompleteReadError (with the bytes read) at the end of the stream."""
-        if count >= DIRECT_BYTES:
-            buffer = bytearray(count)
-            await self.readinto(memoryview(buffer))
-            return bytes(buffer)
-        await self.staged(count)
-        out = bytes(self.view[self.start : self.start + count])
-        self.start += count
-        return out
-
-    async def staged(self, count: int) -> None:
-        """Wait until ``count`` unread bytes (fewer than the staging buffer holds) are staged; at the
-        end of the stream, IncompleteReadError with every unread byte."""
+    async def fill(self, count: int) -> None:
+        """Wait until ``count`` unread bytes sit in the current chunk (room made first); at the end
+        of the stream, IncompleteReadError with every unread byte."""
         if self.error is not None:
             raise self.error
+        if self.end - self.start >= count:
+            return
+        if self.start + count > len(self.chunks[-1]):
+            self.make_room(count)
         while self.end - self.start < count:
             if self.eof:
-                partial = bytes(self.view[self.start : self.end])
+                partial = bytes(memoryview(self.chunks[-1])[self.start : self.end])
                 self.start = self.end
                 raise asyncio.IncompleteReadError(partial, count)
             await self.wait()
 
-    async def readinto(self, view: memoryview) -> None:
-        """Fill ``view``: staged bytes first; the rest of a long read goes from the socket straight into it."""
-        if self.error is not None:
-            raise self.error
-        got = self.take(view)
-        rest = len(view) - got
-        if rest and rest < DIRECT_BYTES:
-            try:
-                await self.staged(rest)
-            except asyncio.IncompleteReadError as exc:
-                raise asyncio.IncompleteReadError(bytes(view[:got]) + exc.partial, len(view)) from None
-            self.take(view[got:])
-            return
-        if rest and not self.eof:
-            self.target, self.filled = view[got:], 0
-            try:
-                while self.target is not None and not self.eof:
-                    await self.wait()
-            finally:
-                got += self.filled
-                self.target, self.filled = None, 0
-        if got < len(view):
-            raise asyncio.IncompleteReadError(bytes(view[:got]), len(view))
+    def peek(self, count: int) -> bytes:
+        """A copy of the next ``count`` unread bytes (all there), left unread."""
+        return bytes(memoryview(self.chunks[-1])[self.start : self.start + count])
+
+    def consume(self, count: int) -> bytes:
+        """A copy of the next ``count`` unread bytes (all there), read."""
+        out = self.peek(count)
+        self.start += count
+        return out
+
+    async def readexactly(self, count: int) -> bytes:
+        """``count`` bytes, copied; IncompleteReadError (with the bytes read) at the end of the stream."""
+        await self.fill(count)
+        return self.consume(count)
+
+    async def read_view(self, count: int) -> memoryview:
+        """The next ``count`` bytes as a read-only view of the chunk they were read into (no copy);
+        the caller checked ``count`` against the bounds."""
+        await self.fill(count)
+        view = memoryview(self.chunks[-1])[self.start : self.start + count].toreadonly()
+        self.start += count
+        return view
 
 
 class FrameWriter:
@@ -285,20 +295,12 @@ async def read_exactly(reader: Reader, count: int, have: bytes) -> bytes:
         raise asyncio.IncompleteReadError(have + exc.partial, None) from None
 
 
-async def read_frame(reader: Reader, head: bytes, length: int) -> bytes:
-    """The frame's own buffer (a ``bytearray``, see :class:`Item`): its header ``head``, then
-    ``length`` payload bytes read into it."""
-    frame = bytearray(len(head) + length)
-    frame[: len(head)] = head
-    payload = memoryview(frame)[len(head) :]
+async def read_frame(reader: asyncio.StreamReader, head: bytes, length: int) -> bytes:
+    """The frame whose header ``head`` passed the bounds, with its ``length`` payload bytes (copied)."""
     try:
-        if isinstance(reader, FrameReader):
-            await reader.readinto(payload)
-        else:
-            payload[:] = await reader.readexactly(length)
+        return head + await reader.readexactly(length)
     except asyncio.IncompleteReadError as exc:
         raise asyncio.IncompleteReadError(head + exc.partial, None) from None
-    return cast(bytes, frame)
 
 
 async def read_unbounded(reader: Reader, head: bytes, length: int) -> bytes:
@@ -306,15 +308,21 @@ async def read_unbounded(reader: Reader, head: bytes, length: int) -> bytes:
     is allocated for the declared length up front; the payload accumulates as it arrives."""
     chunks = [head]
     try:
-        for offset in range(0, length, DIRECT_BYTES - 1):
-            chunks.append(await reader.readexactly(min(DIRECT_BYTES - 1, length - offset)))
+        for offset in range(0, length, UNBOUNDED_PIECE):
+            chunks.append(await reader.readexactly(min(UNBOUNDED_PIECE, length - offset)))
     except asyncio.IncompleteReadError as exc:
         raise asyncio.IncompleteReadError(b"".join(chunks) + exc.partial, None) from None
     return b"".join(chunks)
 
 
+#: the header size of each frame magic
+HEADER_SIZES = {layout.V1_MAGIC: layout.V1_HEADER_SIZE, layout.V2_MAGIC: layout.HEADER_SIZE}
+
+
 async def read_item(reader: Reader, decoder: Decoder, params: dict | None, control_allowed: bool = True) -> Item | None:
     """The next item, or None at a clean end of stream (a partial item at EOF is ``broken``)."""
+    if isinstance(reader, FrameReader):
+        return await read_in_place(reader, decoder, params, control_allowed)
     try:
         magic = await read_exactly(reader, 4, b"")
     except asyncio.IncompleteReadError as exc:
@@ -327,7 +335,7 @@ async def read_item(reader: Reader, decoder: Decoder, params: dict | None, contr
             except control.ControlError:
                 return Item(BROKEN, head)
             return Item(ENVELOPE, await reader.readexactly(length), kind)
-        size = {layout.V1_MAGIC: layout.V1_HEADER_SIZE, layout.V2_MAGIC: layout.HEADER_SIZE}.get(magic)
+        size = HEADER_SIZES.get(magic)
         if size is None:
             return Item(BROKEN, magic)
         head = await read_exactly(reader, size - 4, magic)
@@ -340,6 +348,46 @@ async def read_item(reader: Reader, decoder: Decoder, params: dict | None, contr
         if not decoder.bounds_before_read:
             return Item(FRAME, await read_unbounded(reader, head, length))
         return Item(FRAME, await read_frame(reader, head, length))
+    except asyncio.IncompleteReadError as exc:
+        return Item(BROKEN, exc.partial)
+
+
+async def read_in_place(
+    reader: FrameReader, decoder: Decoder, params: dict | None, control_allowed: bool
+) -> Item | None:
+    """:func:`read_item` on a :class:`FrameReader`: the same items, each header looked at where it
+    was read (it stays unread until judged, so a chunk change moves it with the rest), a long frame
+    handed out as a view of its chunk."""
+    try:
+        await reader.fill(4)
+    except asyncio.IncompleteReadError as exc:
+        return Item(BROKEN, exc.partial) if exc.partial else None
+    try:
+        magic = reader.peek(4)
+        if magic == control.MAGIC and control_allowed:
+            await reader.fill(control.ENVELOPE_SIZE)
+            head = reader.consume(control.ENVELOPE_SIZE)
+            try:
+                kind, length = control.body_length(head)
+            except control.ControlError:
+                return Item(BROKEN, head)
+            return Item(ENVELOPE, await reader.readexactly(length), kind)
+        size = HEADER_SIZES.get(magic)
+        if size is None:
+            return Item(BROKEN, reader.consume(4))
+        await reader.fill(size)
+        head = reader.peek(size)
+        try:
+            _, length, limits, _ = decoder.header(memoryview(head), params)
+            if decoder.bounds_before_read:
+                decoder.check_bounds(length, limits)
+        except Refusal:
+            return Item(BROKEN, reader.consume(size))
+        if not decoder.bounds_before_read:
+            return Item(FRAME, await read_unbounded(reader, reader.consume(size), length))
+        if size + length >= VIEW_BYTES:
+            return Item(FRAME, cast(bytes, await reader.read_view(size + length)))
+        return Item(FRAME, await reader.readexactly(size + length))
     except asyncio.IncompleteReadError as exc:
         return Item(BROKEN, exc.partial)
 
