@@ -10,14 +10,14 @@ each timed on its own (medians of ``--repeat`` runs, taken round-robin):
 
 * ``encode``: counts to FP32 q, the REPLY tails, their probability checksums,
   the frame headers and checksums, the COMPLETIONs (``replies.py``);
-* ``send + receive``: the encoded batch through one loopback TCP connection,
-  read back frame by frame with the header and bounds checks of ``stream.py``,
-  each payload read by the socket into the frame's own buffer (the endpoints'
-  ``FrameReader``; asyncio, server and client in one event loop, one thread);
+* ``send + receive``: B STEPs out, the encoded batch back through one loopback
+  TCP connection, read frame by frame with the header and bounds checks of
+  ``stream.py`` (the endpoints' ``FrameReader``: the socket reads into large
+  chunks, each long frame a view of its chunk);
 * ``validate``: every frame through the endpoint's receiver (frame checksum,
   q checksum, padding, value classes, exact counts and total, the COMPLETION's
   byte count and checksum over the round's replies);
-* ``decode``: the validated rows into one int64 counts array [B, K, V].
+* ``decode``: the validated rows (int32 counts, at most M) into one counts array [B, K, V].
 
 ``of which CRC-32C`` is the checksum work inside each of encode and validate:
 one pass over every REPLY tail, whose raw register is then extended into the q
@@ -28,6 +28,18 @@ Each is printed beside the design's ideal serialization bound for the same
 bytes at a nominal 40 Gb/s (``qconform.spec.sizes``: 2.068 ms per four-request
 batch) as a ratio; the bound is not a latency, only the floor a link imposes.
 ``--markdown`` prints a section for bench/RESULTS.md.
+
+The worker side (every server) runs on an event loop of its own thread, the
+reading side on the main thread's, as two processes would. With ``--clock cpu``
+each receive-side round (the sinks, send + receive, the receive path) counts the
+reading thread's CPU time alone (``time.thread_time``: the kernel's receive work
+included, the sender's excluded), and the live round trip adds the worker
+thread's (encoding and sending); the stages are timed on the main thread. Each
+server answers every B STEP frames with one batch, read under the negotiated
+HELLO. (Until this was fixed the servers read the STEPs before any HELLO: each
+was refused at its header and its payload read as a run of ``broken`` items, each
+counted as a request, so a server sent 18 batches per round and every round read
+a backlog, with both sides' CPU on one clock.)
 
 Two sinks receive the same batch on the same loopback in the same run, nothing
 parsed or checked: the **plain socket sink** (``sock_recv_into`` one preallocated
@@ -48,6 +60,7 @@ import asyncio
 import platform
 import socket
 import statistics
+import threading
 import time
 from typing import Callable
 
@@ -155,24 +168,28 @@ def validate_batch(params: dict, steps: list[Message], frames: list[bytes]) -> R
 
 
 def decode_batch(receiver: Receiver, requests: int) -> np.ndarray:
-    """The batch's validated rows (int32 counts) as one int64 array [B, K, V], each row copied and
-    widened once (as the target stacks a round's rows); stacking per request first would copy every
-    row twice."""
+    """The batch's validated rows as one int32 counts array [B, K, V], each row copied once (as the
+    target stacks a round's rows; the torch verifier widens them to int64 on its device); stacking
+    per request first would copy every row twice."""
     rows = [row.dense() for b in range(requests) for row in receiver.consumable_rows(b)[1]]
-    return np.stack(rows, dtype=np.int64).reshape(requests, DEPTH, -1)
+    return np.stack(rows).reshape(requests, DEPTH, -1)
 
 
-async def serve_batch(frames: list[bytes], requests: int, encoder: Callable[[], list[bytes]] | None):
-    """A server that answers ``requests`` STEPs with the batch (pre-encoded, or encoded live), on the
-    endpoints' own connections (``stream.start_server``)."""
+async def serve_batch(params: dict, frames: list[bytes], requests: int, encoder: Callable[[], list[bytes]] | None):
+    """A server that answers every ``requests`` STEP frames with the batch (pre-encoded, or encoded
+    live), on the endpoints' own connections (``stream.start_server``). It reads the STEPs under the
+    negotiated ``params``: read before a HELLO, each STEP would be refused at its header and its
+    payload read as a run of ``broken`` items, every one counted as a request, so the server would
+    send many batches per round and every round would read a backlog."""
 
     async def handle(reader, writer):
         decoder = Decoder()
         try:
             while True:
                 for _ in range(requests):
-                    if await stream.read_item(reader, decoder, None, control_allowed=False) is None:
-                        return
+                    item = await stream.read_item(reader, decoder, params, control_allowed=False)
+                    if item is None or item.kind != stream.FRAME:
+                        return  # the connection closes: the round fails instead of waiting
                 await stream.send(writer, *(encoder() if encoder else frames))
         except (asyncio.CancelledError, ConnectionError):
             return
@@ -205,6 +222,30 @@ async def stream_sink_round(
         await reader.readexactly(length)
 
 
+class WorkerThread:
+    """The worker side (every server of the run) on an event loop of its own thread, so that the
+    reading side's CPU clock counts the reading alone; :meth:`cpu` is the worker thread's clock."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="worker side", daemon=True)
+        self.thread.start()
+        assert self.thread.ident is not None
+        self.clock_id = time.pthread_getcpuclockid(self.thread.ident)
+
+    def cpu(self) -> float:
+        return time.clock_gettime(self.clock_id)
+
+    async def call(self, coroutine):
+        """Run ``coroutine`` on the worker's loop and wait for its result."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self.loop))
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+        self.loop.close()
+
+
 async def round_trips(
     params: dict, steps: list[Message], frames: list[bytes], repeat: int, live_encoder, clock: Callable[[], float]
 ) -> dict[str, list[float]]:
@@ -212,15 +253,18 @@ async def round_trips(
     ``stream_sink`` (the bytes through an asyncio StreamReader, frame by frame, nothing parsed),
     ``transfer`` (read framed by the endpoint's reader), ``receive`` (read framed, validated,
     decoded to counts: the endpoint's receive path, frames pre-encoded) and ``live`` (the worker
-    side encodes too)."""
+    side encodes too).
+
+    The servers run on a :class:`WorkerThread`. With a CPU ``clock`` (the calling thread's), the
+    receive-side rounds count the reading side's CPU alone, the live round both sides' (the
+    worker thread's CPU time is added to it)."""
+    worker = WorkerThread()
+    both = clock is time.thread_time
     step_frames = [encode(layout.STEP, step.fields) for step in steps]
     times: dict[str, list[float]] = {"sink": [], "stream_sink": [], "transfer": [], "receive": [], "live": []}
     servers = {
-        "sink": await serve_batch(frames, len(steps), None),
-        "stream_sink": await serve_batch(frames, len(steps), None),
-        "transfer": await serve_batch(frames, len(steps), None),
-        "receive": await serve_batch(frames, len(steps), None),
-        "live": await serve_batch(frames, len(steps), live_encoder),
+        name: await worker.call(serve_batch(params, frames, len(steps), live_encoder if name == "live" else None))
+        for name in times
     }
     links = {}
     for name, server in servers.items():
@@ -239,7 +283,7 @@ async def round_trips(
         await stream_sink_round(*stream_sink, step_frames, lengths)
         times["stream_sink"].append(clock() - start)
         for name, (reader, writer) in links.items():
-            start = clock()
+            start, worker_start = clock(), worker.cpu()
             await stream.send(writer, *step_frames)
             decoder = Decoder()
             got = [
@@ -248,12 +292,20 @@ async def round_trips(
             ]
             if name != "transfer":
                 decode_batch(validate_batch(params, steps, got), len(steps))
-            times[name].append(clock() - start)
+            elapsed = clock() - start
+            times[name].append(elapsed + (worker.cpu() - worker_start if both and name == "live" else 0))
     sink.close()
     for name, (reader, writer) in [*links.items(), ("stream_sink", stream_sink)]:
         writer.close()
-    for server in servers.values():
-        server.close()
+    await asyncio.sleep(0.05)  # the servers see their connections end
+
+    async def close() -> None:
+        for server in servers.values():
+            server.close()
+            await server.wait_closed()
+
+    await worker.call(close())
+    worker.stop()
     return times
 
 
@@ -276,7 +328,7 @@ def main() -> None:
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
-    clock = time.perf_counter if args.clock == "wall" else time.process_time
+    clock = time.perf_counter if args.clock == "wall" else time.thread_time
     params = hello_config(vocab=args.vocab)
     steps = step_messages(params, args.requests)
     counts, tokens = batch_rows(args.requests, args.vocab)

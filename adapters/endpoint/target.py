@@ -503,7 +503,8 @@ class Target:
 
     async def commit(self, lane: Lane, record: RoundRecord, tokens: list[int], rows: list[QRow]) -> None:
         """Verify the consumed rows against p and commit the outcome (R11, R17)."""
-        q = torch.from_numpy(np.stack([row.dense() for row in rows], dtype=np.int64))[None]
+        # int32 counts (at most M), stacked once; the verifier widens them on its device (dense_q)
+        q = torch.from_numpy(np.stack([row.dense() for row in rows]))[None]
         result = verify_round(
             [lane.seed],
             record.generation,
