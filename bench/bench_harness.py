@@ -31,6 +31,7 @@ excluded and printed apart.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import platform
 import statistics
@@ -300,6 +301,7 @@ def main() -> None:
         runs[TORCH_JSON] = Harnessed("torch", cpu_clock, arena, binary_payload=False)
     torch_families = [f for f in corpus if f in runs["torch"].client.config.capabilities.families]
     own = InProcessTorch(torch_families, time.process_time if cpu_clock else time.perf_counter, arena)
+    gc.freeze()  # as ``qconform run`` does once its cases are loaded (the adapter host too, once loaded)
     # the passes alternate (noop, torch through the harness, torch in process, ...), so that a load
     # that comes and goes on a shared machine weighs on every column alike
     for _ in range(args.repeat):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import struct
+import sys
 from fractions import Fraction
 from typing import Any, Sequence
 
@@ -87,6 +88,17 @@ def unpack_view(blob_dtype: str, view: memoryview) -> list[int]:
     """The flat values of a blob's bytes already checked by :func:`blob_view`."""
     code, size = DTYPES[blob_dtype]
     return list(struct.unpack(f"<{view.nbytes // size}{code}", view))
+
+
+#: whether this machine's native ``I`` is the blobs' ``u32``: 4 bytes, little-endian
+NATIVE_U32 = sys.byteorder == "little" and struct.calcsize("I") == 4
+
+
+def u32_values(view: memoryview) -> Sequence[int]:
+    """The values of a ``u32`` blob's bytes already checked by :func:`blob_view`, as a sequence:
+    a view of the bytes as they are where the machine's ``I`` is the blobs' ``u32`` (iterated,
+    summed and indexed without a list of Python ints first), else unpacked."""
+    return view.cast("I") if NATIVE_U32 else unpack_view("u32", view)
 
 
 def blob_view(blob_dtype: Any, shape: Any, data: Any, dtype: str | None = None) -> memoryview:

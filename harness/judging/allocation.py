@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from math import ceil
 
-from qconform.generators.encoding import decode_rational, unpack_view
+from qconform.generators.encoding import decode_rational, u32_values, unpack_view
 from qconform.generators.registry import load_family
 from qconform.harness.adapter import PrecisionProfile
 from qconform.harness.judging.judge import profile_margin
@@ -89,11 +89,11 @@ def answered_view(output: dict, key: str, dtype: str, shape: Sequence[int | None
     return data
 
 
-def dense_row_difference(want_blob: dict, got: memoryview, got_counts: list[int]) -> Diff | None:
-    """:func:`dense_count_difference` of an expected dense counts blob and an answered one (its bytes
-    ``got``, its values ``got_counts``): one comparison of the bytes when they are equal, the common case."""
+def dense_row_difference(want_blob: dict, got: memoryview) -> Diff | None:
+    """:func:`dense_count_difference` of an expected dense counts blob and the bytes ``got`` of an
+    answered one: one comparison of the bytes when they are equal, the common case."""
     want, _ = expected_view(want_blob)
-    return None if same_bytes(want, got) else dense_count_difference(unpack_view("u32", want), got_counts)
+    return None if same_bytes(want, got) else dense_count_difference(u32_values(want), u32_values(got))
 
 
 def token_counts(row: dict, answered: bool, vocab: int | None) -> dict[int, int]:
@@ -121,10 +121,10 @@ def sparse_problem(output: dict) -> Diff | None:
     return None
 
 
-def dense_count_difference(want: list[int], got: list[int]) -> Diff | None:
+def dense_count_difference(want: Sequence[int], got: Sequence[int]) -> Diff | None:
     """The first token whose dense counts differ (both of V entries), as :func:`count_difference`
     finds it, without a dict of V entries."""
-    if want == got:
+    if list(want) == list(got):
         return None
     token = next(i for i, (a, b) in enumerate(zip(want, got)) if a != b)
     return Diff(f"counts[{token}]", str(want[token]), str(got[token]))
@@ -183,8 +183,7 @@ def compare(case: dict, output: dict, profile: PrecisionProfile) -> Verdict:
         total = sum(got_counts.values())
     else:
         got_view = answered_view(output, "counts", "u32", shape)
-        got_dense = unpack_view("u32", got_view)
-        total = sum(got_dense)
+        total = sum(u32_values(got_view))
     if total != M:
         return failed(case_id, f"answered counts sum to {total}, not M = {M}", Diff("sum(counts)", str(M), str(total)))
     problem = sparse_problem(output) if sparse else None
@@ -205,7 +204,7 @@ def compare(case: dict, output: dict, profile: PrecisionProfile) -> Verdict:
     if sparse:
         diff = count_difference(token_counts(expected, False, None), got_counts, True)
     else:
-        diff = dense_row_difference(expected["counts"], got_view, got_dense)
+        diff = dense_row_difference(expected["counts"], got_view)
     if diff is not None:
         reason = fp64_excuse(expected, profile)
         if reason is None:

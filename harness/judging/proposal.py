@@ -26,7 +26,7 @@ Wrong lengths (not K tokens, rows or draws) are malformed (``error``).
 
 from __future__ import annotations
 
-from qconform.generators.encoding import decode_rational, unpack_view
+from qconform.generators.encoding import decode_rational, u32_values
 from qconform.generators.registry import load_family
 from qconform.harness.adapter import PrecisionProfile
 from qconform.harness.judging.allocation import (
@@ -98,7 +98,7 @@ def compare(case: dict, output: dict, profile: PrecisionProfile) -> Verdict:
         dense = "ids" not in got_row
         if dense:
             got_view = answered_view(got_row, "counts", "u32", [vocab])
-            got_dense = unpack_view("u32", got_view)
+            got_dense = u32_values(got_view)
             total = sum(got_dense)
         else:
             got_counts = token_counts(got_row, True, vocab)
@@ -118,7 +118,7 @@ def compare(case: dict, output: dict, profile: PrecisionProfile) -> Verdict:
         if not same_prefix:
             continue
         if dense:
-            row_diff = dense_row_difference(want_row["counts"], got_view, got_dense)
+            row_diff = dense_row_difference(want_row["counts"], got_view)
         else:
             row_diff = count_difference(token_counts(want_row, False, vocab), got_counts, False)
         if row_diff is not None:

@@ -21,6 +21,7 @@ the summary, the JSON report and the exit status from the reports.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -365,6 +366,9 @@ class ConformanceRun:
             from qconform.harness.transport.arena import BlobArena
 
             self.arena = BlobArena.of_cases(item.case for item in items)  # None: blobs travel inline
+            # the cases (and everything loaded so far) live for the whole run: the cycle collector
+            # need not scan them again at every full collection
+            gc.freeze()
         if self.is_worker:
             _worker_output(self.config)[_WORKER_DESELECTED] = sorted(self.deselected)
             return

@@ -97,6 +97,21 @@ def _kill_group(proc: subprocess.Popen) -> None:
 PR_SET_PDEATHSIG = 1
 
 
+#: bytes a pipe to or from a child holds (Linux ``F_SETPIPE_SZ``; the unprivileged maximum by
+#: default): a reply of many megabytes of sections crosses in 16 times fewer wake-ups than with 64 KiB
+PIPE_BYTES = 1 << 20
+
+
+def widen_pipe(fd: int) -> None:
+    """Let the pipe ``fd`` hold :data:`PIPE_BYTES` where the system allows (else it stays as it is)."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)  # type: ignore[attr-defined]
+    except (ImportError, AttributeError, OSError):
+        pass
+
+
 def _write_rest(fd: int, rest: memoryview) -> None:
     """Write ``rest`` to the non-blocking ``fd`` as the reader takes it, then close ``fd`` (a
     duplicate owned by this thread, so closing the child's stdin meanwhile cannot hand its
@@ -157,9 +172,11 @@ class Child:
             raise AdapterStartError(f"cannot run {shlex.join(command)}: {exc}") from None
         #: requests are written without blocking; what the pipe does not take at once is left
         #: to a thread (:meth:`send`), so a child that stops reading cannot block us
-        assert self.proc.stdin is not None  # stdin=PIPE
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # stdin=PIPE, stdout=PIPE
         self.stdin = self.proc.stdin
         os.set_blocking(self.stdin.fileno(), False)
+        widen_pipe(self.stdin.fileno())
+        widen_pipe(self.proc.stdout.fileno())
         self.lines: queue.Queue = queue.Queue()
         #: binary payloads negotiated (docs/shim-protocol.md): a reply line announcing
         #: ``sections`` is followed by their bytes, which the reader takes with it

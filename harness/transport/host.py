@@ -13,6 +13,7 @@ at a time so each exception is pinned to the case that raised it.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -294,6 +295,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         load_error = f"cannot load adapter {args.adapter!r} on {args.device}: {describe_exception(exc)}"
     if isinstance(adapter, StreamCorrupter):
         adapter.protocol_out = proto_out
+    # what is loaded now (the adapter's modules: torch's are hundreds of thousands of objects)
+    # lives as long as the process: no collection of the cycle collector need scan it again
+    gc.freeze()
     return Host(adapter, load_error).serve(proto_in, proto_out)
 
 

@@ -107,10 +107,14 @@ def map_blobs(value: Any, change: Callable[[dict], Any]) -> Any:
     if isinstance(value, dict):
         if "b64" in value or "raw" in value:
             return change(value)
-        return {key: map_blobs(item, change) for key, item in value.items()}
-    if isinstance(value, list):
-        return [map_blobs(item, change) for item in value]
+        return {key: map_blobs(item, change) if isinstance(item, CONTAINERS) else item for key, item in value.items()}
+    if isinstance(value, list):  # scalars (long lists of numbers and strings) without a call each
+        return [map_blobs(item, change) if isinstance(item, CONTAINERS) else item for item in value]
     return value
+
+
+#: the JSON values a blob can be inside
+CONTAINERS = (dict, list)
 
 
 def raw_bytes(blob: dict) -> memoryview | None:
@@ -235,9 +239,9 @@ class _Joiner:
                 start, stop = arena_span(value["arena"], self.arena)
                 assert self.arena is not None
                 return self.blob(value, "arena", self.arena[start:stop])
-            return {key: self.join(item) for key, item in value.items()}
+            return {key: self.join(item) if isinstance(item, CONTAINERS) else item for key, item in value.items()}
         if isinstance(value, list):
-            return [self.join(item) for item in value]
+            return [self.join(item) if isinstance(item, CONTAINERS) else item for item in value]
         return value
 
     def blob(self, value: dict, key: str, data: bytes | memoryview) -> dict:
