@@ -11,8 +11,13 @@ process, output checks, ``judge``) once per repeat, for each adapter:
 * ``reference`` is the executable spec (exact Python integers and rationals);
 * ``torch`` is the bundled candidate.
 
+The corpus is loaded first, as ``qconform run`` loads it: parsed, validated, and its blobs
+decoded once into the shared arena (docs/shim-protocol.md, "Shared arena") that every
+child is offered; that load is printed apart and not counted.
+
 In the same run the torch candidate's own time is measured in process:
-``TorchAdapter.run_batch`` on the same chunks, no protocol, no judging. The goal is a
+``TorchAdapter.run_batch`` on the same chunks, no protocol, no judging, on the inputs the
+child gets (raw blobs: views of the same arena), so neither side decodes base64. The goal is a
 harness overhead (noop) of at most 3% of that time over the cases torch runs. A
 second estimate, which includes the answer path (large output blobs, the
 comparators), is ``torch through the harness - torch in process``.
