@@ -21,7 +21,15 @@ import pytest
 
 from qconform.adapters.faulty import ECHO_FAMILY, affected
 from qconform.generators.encoding import decode_blob, encode_blob
-from qconform.harness.adapter import Adapter, AdapterError, Capabilities, Outcome, PrecisionProfile, owned_blobs
+from qconform.harness.adapter import (
+    Adapter,
+    AdapterError,
+    AdapterStartError,
+    Capabilities,
+    Outcome,
+    PrecisionProfile,
+    owned_blobs,
+)
 from qconform.harness.judging.value_diff import blob_difference, expected_blob, expected_view, same_bytes
 from qconform.harness.transport import arena as arena_module
 from qconform.harness.transport.arena import BlobArena, arena_bytes, case_blobs
@@ -251,6 +259,7 @@ OLD_BINARY_SHIM = textwrap.dedent(
             log.write(json.dumps({"offer": sorted(request.get("arena") or {})}) + "\\n")
             config = {"name": "old-binary", "protocol": 1, "capabilities": {"families": ["allocation_dense"]},
                       "precision": {}, "payload": "binary"}
+            config |= json.loads(os.environ.get("QCONFORM_PROBE_CONFIG", "{}"))
             reply = {"id": request["id"], "status": "ok", "config": config}
         elif request["op"] == "run":
             log.write(json.dumps({"forms": sorted(set(forms(request["inputs"])))}) + "\\n")
@@ -281,10 +290,12 @@ def test_a_binary_shim_that_does_not_declare_the_arena_gets_inline_sections(tmp_
 
 
 def listing() -> set[str]:
-    names = set(os.listdir(tempfile.gettempdir()))
+    """The files of the temporary directory and ``/dev/shm`` that qconform could have made (other
+    tests running alongside make files of their own there)."""
+    names = {f"{tempfile.gettempdir()}/{name}" for name in os.listdir(tempfile.gettempdir())}
     if os.path.isdir("/dev/shm"):
         names |= {f"/dev/shm/{name}" for name in os.listdir("/dev/shm")}
-    return names
+    return {name for name in names if "qconform" in name}
 
 
 def test_a_child_killed_mid_run_leaves_no_file_behind(arena):
@@ -347,3 +358,23 @@ def test_a_blob_that_differs_from_the_arena_copy_is_still_a_difference(arena):
     assert diff is not None and (diff.path, diff.expected, diff.got) == ("counts[2]", "3", "4")
     same = {"dtype": "u32", "shape": [3], "raw": bytes(arena.bytes_of(BLOBS[1]["b64"]) or b"")}
     assert blob_difference(BLOBS[1], same, "counts") is None
+
+
+@pytest.mark.parametrize(
+    "answer, offered, fragment",
+    [
+        ({"arena": "yes"}, True, "config.arena must be true or false, got 'yes'"),
+        ({"arena": True}, False, "config.arena true, but no arena was offered"),
+        ({"arena": True, "payload": "json"}, True, 'config.arena true, but the payload is not "binary"'),
+    ],
+)
+def test_an_arena_answer_that_was_not_offered_or_not_a_bool_is_a_start_error(
+    arena, tmp_path, monkeypatch, answer, offered, fragment
+):
+    shim = tmp_path / "old_binary_shim.py"
+    shim.write_text(OLD_BINARY_SHIM)
+    monkeypatch.setenv("QCONFORM_PROBE_LOG", str(tmp_path / "probe.log"))
+    monkeypatch.setenv("QCONFORM_PROBE_CONFIG", json.dumps(answer))
+    with pytest.raises(AdapterStartError) as caught:
+        open_adapter(f"shim:{sys.executable} {shim}", arena=arena if offered else None)
+    assert fragment in str(caught.value)

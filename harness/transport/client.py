@@ -368,7 +368,8 @@ class AdapterClient:
             raise AdapterStartError(f"adapter {self.spec!r} did not start: {exc}") from None
         if attached and (arena is None or not child.binary):
             self._discard(child)
-            raise AdapterStartError(f"adapter {self.spec!r} did not start: config.arena true, but no arena was offered")
+            why = "no arena was offered" if arena is None else 'the payload is not "binary"'
+            raise AdapterStartError(f"adapter {self.spec!r} did not start: config.arena true, but {why}")
         child.arena = arena if attached else None
         return config
 
