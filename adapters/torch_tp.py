@@ -17,7 +17,7 @@ from typing import Sequence
 from qconform.adapters.torch_adapter import TorchAdapter
 from qconform.adapters.tp_emulator.group import shared_group
 from qconform.adapters.tp_emulator.mutants import TP_MUTANTS
-from qconform.harness.adapter import Capabilities, Outcome
+from qconform.harness.adapter import Capabilities, Outcome, owned_blobs
 
 #: the families the emulator runs sharded
 TP_FAMILIES = ("sharding", "allocation_dense", "allocation_sparse", "verification_round")
@@ -38,7 +38,8 @@ class TorchTPAdapter(TorchAdapter):
         return Capabilities(families=TP_FAMILIES, injected_draws=True, devices=("cpu", "cuda"))
 
     def run_batch(self, family: str, inputs: Sequence[dict]) -> list[Outcome]:
-        return shared_group(self.shards, self.device).run(family, inputs, self.mutant)
+        # the ranks get the inputs pickled: the shared arena's views become bytes of their own
+        return shared_group(self.shards, self.device).run(family, owned_blobs(list(inputs)), self.mutant)
 
     def close(self) -> None:
         """Stop the ranks now (they also stop when the process exits)."""

@@ -11,8 +11,13 @@ process, output checks, ``judge``) once per repeat, for each adapter:
 * ``reference`` is the executable spec (exact Python integers and rationals);
 * ``torch`` is the bundled candidate.
 
+The corpus is loaded first, as ``qconform run`` loads it: parsed, validated, and its blobs
+decoded once into the shared arena (docs/shim-protocol.md, "Shared arena") that every
+child is offered; that load is printed apart and not counted.
+
 In the same run the torch candidate's own time is measured in process:
-``TorchAdapter.run_batch`` on the same chunks, no protocol, no judging. The goal is a
+``TorchAdapter.run_batch`` on the same chunks, no protocol, no judging, on the inputs the
+child gets (raw blobs: views of the same arena), so neither side decodes base64. The goal is a
 harness overhead (noop) of at most 3% of that time over the cases torch runs. A
 second estimate, which includes the answer path (large output blobs, the
 comparators), is ``torch through the harness - torch in process``.
@@ -31,6 +36,7 @@ excluded and printed apart.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import platform
 import statistics
@@ -41,6 +47,7 @@ from typing import Callable, Sequence
 from qconform.generators.corpus import default_vectors_dir
 from qconform.generators.validation import iter_cases
 from qconform.harness.run.case_runner import CHUNK, CaseRunner
+from qconform.harness.transport.arena import BlobArena
 from qconform.harness.transport.client import open_adapter
 
 #: issue #14's goals: noop overhead over torch's own time, and torch through the harness over torch in process
@@ -104,12 +111,25 @@ def start_seconds(adapter: str) -> float:
 class Harnessed:
     """One adapter started through the runner, timed pass by pass (:meth:`one_pass`)."""
 
-    def __init__(self, adapter: str, cpu_clock: bool, strict_schema: bool = False, binary_payload: bool = True) -> None:
+    def __init__(
+        self,
+        adapter: str,
+        cpu_clock: bool,
+        arena: BlobArena | None,
+        strict_schema: bool = False,
+        binary_payload: bool = True,
+    ) -> None:
         self.start = start_seconds(adapter)
         running = set(live_children())
-        # as in ``qconform run``, the judge reads a binary reply's blobs raw (docs/adapters.md, "Raw blobs")
+        # as in ``qconform run``: the judge reads a binary reply's blobs raw (docs/adapters.md, "Raw
+        # blobs"), and the child is offered the corpus's arena (docs/shim-protocol.md, "Shared arena")
         self.client = open_adapter(
-            adapter, timeout_s=600, strict_schema=strict_schema, binary_payload=binary_payload, raw_blobs=binary_payload
+            adapter,
+            timeout_s=600,
+            strict_schema=strict_schema,
+            binary_payload=binary_payload,
+            raw_blobs=binary_payload,
+            arena=arena,
         )
         child = [pid for pid in live_children() if pid not in running]  # this adapter's child alone
         self.clock = (lambda: time.process_time() + process_cpu(child)) if cpu_clock else time.perf_counter
@@ -132,19 +152,26 @@ class Harnessed:
 
 
 class InProcessTorch:
-    """``TorchAdapter.run_batch`` in this process on the runner's chunks, timed pass by pass."""
+    """``TorchAdapter.run_batch`` in this process on the runner's chunks, timed pass by pass.
 
-    def __init__(self, families: Sequence[str], clock: Callable[[], float]) -> None:
+    It gets the inputs the child gets: the adapter declares raw blobs, so each blob is its
+    decoded bytes (a view of the arena, as the host hands them over; decoded apart when there is
+    no arena), and neither side pays a base64 decode in its timed passes."""
+
+    def __init__(self, families: Sequence[str], clock: Callable[[], float], arena: BlobArena | None) -> None:
         from qconform.adapters.torch_adapter import TorchAdapter
+        from qconform.harness.transport.shim_protocol import to_raw_blobs
 
         self.adapter = TorchAdapter()
+        assert self.adapter.raw_blobs
         self.families = families
         self.clock = clock
+        self.to_raw = to_raw_blobs if arena is None else arena.to_raw
         self.passes: dict[str, list[float]] = defaultdict(list)
 
     def one_pass(self, corpus: dict[str, list[dict]]) -> None:
         for family in self.families:
-            inputs = [case["input"] for case in corpus.get(family, [])]
+            inputs = [self.to_raw(case["input"]) for case in corpus.get(family, [])]
             began = self.clock()
             for start in range(0, len(inputs), CHUNK):
                 self.adapter.run_batch(family, inputs[start : start + CHUNK])
@@ -169,6 +196,7 @@ def report(
     harness: dict[str, tuple[dict[str, float], tuple[str, ...], float]],
     torch_own: dict[str, float],
     args: argparse.Namespace,
+    load: tuple[float, float, BlobArena | None],
 ) -> list[str]:
     """The result lines (markdown table rows when ``--markdown``)."""
     torch_families = harness["torch"][1]
@@ -205,6 +233,9 @@ def report(
         f"{platform.python_version()}, {args.clock} clock, median of {args.repeat} passes; adapter start-up "
         + ", ".join(f"{a} {harness[a][2]:.2f} s" for a in labels)
         + " (not counted)",
+        f"corpus load (not counted): parse and validate {load[0]:.2f} s, decode every blob into the shared "
+        f"arena {load[1]:.2f} s ("
+        + (f"{load[2].size / 1e6:.1f} MB, {len(load[2].index)} blobs)" if load[2] else "none: blobs travel inline)"),
     ]
     if args.markdown:
         lines += ["", "ms per case:", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -262,15 +293,20 @@ def main() -> None:
     args = parser.parse_args()
     cpu_clock = args.clock == "cpu"
 
+    began = time.perf_counter()
     corpus = corpus_by_family()
-    runs = {adapter: Harnessed(adapter, cpu_clock) for adapter in ADAPTERS if adapter != "reference"}
+    parsed = time.perf_counter()
+    arena = BlobArena.of_cases(case for cases in corpus.values() for case in cases)
+    load = (parsed - began, time.perf_counter() - parsed, arena)
+    runs = {adapter: Harnessed(adapter, cpu_clock, arena) for adapter in ADAPTERS if adapter != "reference"}
     if args.strict_schema:
-        runs[STRICT] = Harnessed("torch", cpu_clock, strict_schema=True)
+        runs[STRICT] = Harnessed("torch", cpu_clock, arena, strict_schema=True)
     if args.json_payload:
-        runs[NOOP_JSON] = Harnessed("noop", cpu_clock, binary_payload=False)
-        runs[TORCH_JSON] = Harnessed("torch", cpu_clock, binary_payload=False)
+        runs[NOOP_JSON] = Harnessed("noop", cpu_clock, arena, binary_payload=False)
+        runs[TORCH_JSON] = Harnessed("torch", cpu_clock, arena, binary_payload=False)
     torch_families = [f for f in corpus if f in runs["torch"].client.config.capabilities.families]
-    own = InProcessTorch(torch_families, time.process_time if cpu_clock else time.perf_counter)
+    own = InProcessTorch(torch_families, time.process_time if cpu_clock else time.perf_counter, arena)
+    gc.freeze()  # as ``qconform run`` does once its cases are loaded (the adapter host too, once loaded)
     # the passes alternate (noop, torch through the harness, torch in process, ...), so that a load
     # that comes and goes on a shared machine weighs on every column alike
     for _ in range(args.repeat):
@@ -278,7 +314,7 @@ def main() -> None:
             run.one_pass(corpus)
     harness = {label: run.result() for label, run in runs.items()}
     if not args.skip_reference:  # the slowest pass by far, on its own
-        reference = Harnessed("reference", cpu_clock)
+        reference = Harnessed("reference", cpu_clock, arena)
         for _ in range(args.repeat):
             reference.one_pass(corpus)
         harness = {"noop": harness["noop"], "reference": reference.result(), **harness}
@@ -287,7 +323,7 @@ def main() -> None:
         f"harness overhead: {sum(len(c) for c in corpus.values())} cases of {len(corpus)} families "
         f"through the runner ({CHUNK} cases per run_batch)"
     )
-    print("\n".join(report(corpus, harness, torch_own, args)))
+    print("\n".join(report(corpus, harness, torch_own, args, load)))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import struct
+import sys
 from fractions import Fraction
 from typing import Any, Sequence
 
@@ -54,14 +55,20 @@ def encode_blob(dtype: str, values: Sequence[int], shape: Sequence[int] | None =
 
 def decode_blob(blob: Any, dtype: str | None = None) -> tuple[list[int], list[int]]:
     """Unpack a typed blob into (flat values, shape). f32/f64 yield bit patterns."""
+    data = b64_data(blob, dtype)  # first: it checks that ``blob`` is a blob at all
+    return decode_blob_data(blob["dtype"], blob["shape"], data, dtype), blob["shape"]
+
+
+def b64_data(blob: Any, dtype: str | None = None) -> bytes:
+    """The bytes of a typed blob in the JSON form (keys and dtype checked, base64 decoded; the
+    byte count is :func:`blob_view`'s to check)."""
     if not isinstance(blob, dict) or set(blob) != {"dtype", "shape", "b64"}:
         raise EncodingError("a blob must be an object with exactly dtype, shape and b64")
     _check_dtype(blob["dtype"], dtype)
     try:
-        data = base64.b64decode(blob["b64"], validate=True)
+        return base64.b64decode(blob["b64"], validate=True)
     except (ValueError, TypeError) as exc:
         raise EncodingError(f"blob b64 is not valid base64: {exc}") from None
-    return decode_blob_data(blob["dtype"], blob["shape"], data, dtype), blob["shape"]
 
 
 def _check_dtype(blob_dtype: Any, dtype: str | None) -> None:
@@ -74,8 +81,31 @@ def _check_dtype(blob_dtype: Any, dtype: str | None) -> None:
 def decode_blob_data(blob_dtype: Any, shape: Any, data: Any, dtype: str | None = None) -> list[int]:
     """The flat values of a blob of ``blob_dtype`` and ``shape`` whose little-endian bytes are
     ``data`` (any contiguous buffer: decoded base64, or a binary payload's raw section)."""
-    _check_dtype(blob_dtype, dtype)
+    return unpack_view(blob_dtype, blob_view(blob_dtype, shape, data, dtype))
+
+
+def unpack_view(blob_dtype: str, view: memoryview) -> list[int]:
+    """The flat values of a blob's bytes already checked by :func:`blob_view`."""
     code, size = DTYPES[blob_dtype]
+    return list(struct.unpack(f"<{view.nbytes // size}{code}", view))
+
+
+#: whether this machine's native ``I`` is the blobs' ``u32``: 4 bytes, little-endian
+NATIVE_U32 = sys.byteorder == "little" and struct.calcsize("I") == 4
+
+
+def u32_values(view: memoryview) -> Sequence[int]:
+    """The values of a ``u32`` blob's bytes already checked by :func:`blob_view`, as a sequence:
+    a view of the bytes as they are where the machine's ``I`` is the blobs' ``u32`` (iterated,
+    summed and indexed without a list of Python ints first), else unpacked."""
+    return view.cast("I") if NATIVE_U32 else unpack_view("u32", view)
+
+
+def blob_view(blob_dtype: Any, shape: Any, data: Any, dtype: str | None = None) -> memoryview:
+    """``data`` as flat bytes, checked to be exactly a blob of ``blob_dtype`` and ``shape``
+    (:func:`decode_blob_data` without unpacking the values)."""
+    _check_dtype(blob_dtype, dtype)
+    size = DTYPES[blob_dtype][1]
     if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
         raise EncodingError(f"blob shape {shape!r} is not a list of nonnegative integers")
     try:
@@ -85,7 +115,7 @@ def decode_blob_data(blob_dtype: Any, shape: Any, data: Any, dtype: str | None =
     count = _shape_size(shape)
     if data.nbytes != count * size:
         raise EncodingError(f"blob holds {data.nbytes} bytes, shape {shape} of {blob_dtype} needs {count * size}")
-    return list(struct.unpack(f"<{count}{code}", data))
+    return data
 
 
 def encode_rational(x: Fraction | int) -> str:

@@ -29,6 +29,7 @@ __all__ = [
     "PrecisionProfile",
     "Unimplemented",
     "blob_bytes",
+    "owned_blobs",
 ]
 
 ENTRY_POINT_GROUP = "qconform.adapters"
@@ -43,6 +44,21 @@ def blob_bytes(blob: dict) -> bytes | memoryview:
     (a ``ValueError`` when it is not base64)."""
     raw = blob.get("raw")
     return raw if raw is not None else base64.b64decode(blob["b64"], validate=True)
+
+
+def owned_blobs(value: Any) -> Any:
+    """``value`` with every raw blob's bytes as ``bytes`` of its own: a raw blob from the shared
+    arena (docs/shim-protocol.md, "Shared arena") is a read-only ``memoryview`` into it, which
+    cannot be pickled or hashed; an adapter that sends its inputs to other processes, or keeps
+    them, calls this first (a copy of those blobs; the rest is shared, not copied)."""
+    if isinstance(value, dict):
+        raw = value.get("raw")
+        if isinstance(raw, memoryview):
+            return value | {"raw": raw.tobytes()}
+        return {key: owned_blobs(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [owned_blobs(item) for item in value]
+    return value
 
 
 @dataclass(frozen=True)

@@ -100,16 +100,20 @@ class ScriptedAdapter:
         self.start_error = start_error
         self.clients: list[StubClient] = []
         self.seen: list[str] = []
-        #: the ``strict_schema`` of each ``open``
+        #: the ``strict_schema`` and the shared arena of each ``open``
         self.strict: list[bool] = []
+        self.arenas: list[object] = []
 
     def answer(self, family: str, inp: dict) -> Outcome:
         case_id = self.ids[canonical_json(inp)]
         self.seen.append(case_id)
         return self.overrides.get(case_id) or self.perfect(family, inp)
 
-    def open(self, adapter: str, device: str, timeout: float | None, strict_schema: bool = False) -> StubClient:
+    def open(
+        self, adapter: str, device: str, timeout: float | None, strict_schema: bool = False, arena: object = None
+    ) -> StubClient:
         self.strict.append(strict_schema)
+        self.arenas.append(arena)
         if self.start_error:
             raise RuntimeError(self.start_error)
         client = StubClient(adapter_config(self.families, name=adapter), self.answer)

@@ -18,6 +18,7 @@ from qconform.adapters.faulty import ECHO_FAMILY, affected
 from qconform.adapters.noop import NoopAdapter
 from qconform.generators.encoding import encode_blob
 from qconform.harness.adapter import AdapterError, Unimplemented
+from qconform.harness.transport.arena import BlobArena
 from qconform.harness.transport.client import AdapterStartError, host_command, open_adapter
 from qconform.harness.transport.shim_protocol import to_json_blobs
 
@@ -47,21 +48,39 @@ def test_the_inputs_mix_affected_and_clean_cases():
     ],
 )
 @pytest.mark.parametrize(
-    "strict_schema, binary_payload, raw_blobs",
-    [(False, True, False), (True, False, False), (False, True, True), (True, True, True)],
-    ids=["structure-only, binary", "strict-schema, json", "structure-only, raw", "strict-schema, raw"],
+    "strict_schema, binary_payload, raw_blobs, shared",
+    [
+        (False, True, False, False),
+        (True, False, False, False),
+        (False, True, True, False),
+        (True, True, True, False),
+        (False, True, True, True),
+        (True, True, False, True),
+    ],
+    ids=[
+        "structure-only, binary",
+        "strict-schema, json",
+        "structure-only, raw",
+        "strict-schema, raw",
+        "structure-only, raw, arena",
+        "strict-schema, binary, arena",
+    ],
 )
 def test_per_case_faults_become_errors_of_exactly_the_affected_cases(
-    mode, fragment, strict_schema, binary_payload, raw_blobs
+    mode, fragment, strict_schema, binary_payload, raw_blobs, shared
 ):
+    # with ``shared``, the inputs' blobs reach the child as ranges of the shared arena
+    arena = BlobArena.build(case["counts"]["b64"] for case in INPUTS) if shared else None
     opened = open_adapter(
         f"faulty:{mode}",
         timeout_s=30,
         strict_schema=strict_schema,
         binary_payload=binary_payload,
         raw_blobs=raw_blobs,
+        arena=arena,
     )
     with opened as client:
+        assert client.arena_attached == shared
         outcomes = client.run_batch(ECHO_FAMILY, INPUTS)
         assert client.restarts == 0
     for case, hit, outcome in zip(INPUTS, HIT, outcomes):

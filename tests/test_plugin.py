@@ -13,6 +13,7 @@ from qconform.harness.adapter import AdapterError, Unimplemented
 from qconform.harness.run import plugin
 from qconform.harness.run.case_runner import CHUNK
 from qconform.harness.run.plugin import PLUGIN_ARGS
+from qconform.harness.transport.arena import case_blobs
 
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.rules()
@@ -64,6 +65,8 @@ def test_a_perfect_adapter_passes_every_case_in_chunked_batches(pytester, monkey
     assert report["corpusRoot"] == json.loads((corpus[0] / "index.json").read_text())["root"]
     (client,) = adapter.clients
     assert client.closed
+    (arena,) = adapter.arenas  # the collected cases' blobs, decoded once, offered to the adapter
+    assert arena is not None and len(arena.index) == len(set(case_blobs(corpus[1])))
     assert all(n <= CHUNK for _, n in client.batches)
     for family in FAMILIES:  # each family's cases went in as few batches as the chunk size allows
         count = sum(1 for c in corpus[1] if c["family"] == family)

@@ -37,11 +37,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from math import ceil
 
-from qconform.generators.encoding import decode_blob, decode_rational
+from qconform.generators.encoding import decode_rational, u32_values, unpack_view
 from qconform.generators.registry import load_family
 from qconform.harness.adapter import PrecisionProfile
 from qconform.harness.judging.judge import profile_margin
-from qconform.harness.judging.value_diff import Malformed, decode_blob_answer, is_nan, show
+from qconform.harness.judging.value_diff import (
+    Malformed,
+    answer_view,
+    decode_blob_answer,
+    expected_blob,
+    expected_view,
+    is_nan,
+    same_bytes,
+    show,
+)
 from qconform.harness.verdicts import Diff, Verdict, brief, failed, passed, precision
 from qconform.spec.constants import M
 
@@ -64,23 +73,36 @@ def check_fields(expected: dict, output: dict) -> None:
 
 
 def answered_blob(output: dict, key: str, dtype: str, shape: Sequence[int | None] | None = None) -> list[int]:
-    got_dtype, values, got_shape = decode_blob_answer(output[key], key)
+    return unpack_view(dtype, answered_view(output, key, dtype, shape))
+
+
+def answered_view(output: dict, key: str, dtype: str, shape: Sequence[int | None] | None = None) -> memoryview:
+    """The bytes of the answer's blob ``key``, checked to be of ``dtype`` and ``shape`` (one-dimensional
+    when None), or :class:`Malformed`."""
+    got_dtype, data, got_shape = answer_view(output[key], key)
     if got_dtype != dtype:
         raise Malformed(key, f"wrong dtype: expected {dtype}, got {got_dtype}")
     if shape is not None and got_shape != list(shape):
         raise Malformed(key, f"wrong shape: expected {shape}, got {got_shape}")
     if shape is None and len(got_shape) != 1:
         raise Malformed(key, f"must be one-dimensional, has shape {got_shape}")
-    return values
+    return data
+
+
+def dense_row_difference(want_blob: dict, got: memoryview) -> Diff | None:
+    """:func:`dense_count_difference` of an expected dense counts blob and the bytes ``got`` of an
+    answered one: one comparison of the bytes when they are equal, the common case."""
+    want, _ = expected_view(want_blob)
+    return None if same_bytes(want, got) else dense_count_difference(u32_values(want), u32_values(got))
 
 
 def token_counts(row: dict, answered: bool, vocab: int | None) -> dict[int, int]:
     """token -> count of a dense or sparse allocation object (the answer's blobs checked)."""
     if "ids" not in row:
-        counts = answered_blob(row, "counts", "u32", [vocab]) if answered else decode_blob(row["counts"])[0]
+        counts = answered_blob(row, "counts", "u32", [vocab]) if answered else expected_blob(row["counts"])[0]
         return dict(enumerate(counts))
     if not answered:
-        return dict(zip(decode_blob(row["ids"])[0], decode_blob(row["counts"])[0]))
+        return dict(zip(expected_blob(row["ids"])[0], expected_blob(row["counts"])[0]))
     ids, counts = answered_blob(row, "ids", "i32"), answered_blob(row, "counts", "u32")
     if len(ids) != len(counts):
         raise Malformed("ids", f"{len(ids)} ids but {len(counts)} counts")
@@ -99,10 +121,10 @@ def sparse_problem(output: dict) -> Diff | None:
     return None
 
 
-def dense_count_difference(want: list[int], got: list[int]) -> Diff | None:
+def dense_count_difference(want: Sequence[int], got: Sequence[int]) -> Diff | None:
     """The first token whose dense counts differ (both of V entries), as :func:`count_difference`
     finds it, without a dict of V entries."""
-    if want == got:
+    if list(want) == list(got):
         return None
     token = next(i for i, (a, b) in enumerate(zip(want, got)) if a != b)
     return Diff(f"counts[{token}]", str(want[token]), str(got[token]))
@@ -118,7 +140,7 @@ def count_difference(want: dict[int, int], got: dict[int, int], sparse: bool) ->
 
 def weights_divergence(expected: dict, output: dict, profile: PrecisionProfile) -> tuple[Diff, str | None] | None:
     """(first differing weight, precision reason or None) of a logits row; None when equal."""
-    want, shape = decode_blob(expected["weights"])
+    want, shape = expected_blob(expected["weights"])
     got = answered_blob(output, "weights", "f32", shape)
     first = None
     exp_ulp = profile_margin(profile, "exp_ulp")
@@ -155,13 +177,13 @@ def compare(case: dict, output: dict, profile: PrecisionProfile) -> Verdict:
     case_id, expected = case["id"], case["expected"]
     check_fields(expected, output)
     sparse = "ids" in expected
-    want_dense, shape = ([], []) if sparse else decode_blob(expected["counts"])
+    shape = [] if sparse else expected_view(expected["counts"])[1]
     if sparse:
         got_counts = token_counts(output, True, None)
         total = sum(got_counts.values())
     else:
-        got_dense = answered_blob(output, "counts", "u32", shape)
-        total = sum(got_dense)
+        got_view = answered_view(output, "counts", "u32", shape)
+        total = sum(u32_values(got_view))
     if total != M:
         return failed(case_id, f"answered counts sum to {total}, not M = {M}", Diff("sum(counts)", str(M), str(total)))
     problem = sparse_problem(output) if sparse else None
@@ -175,14 +197,14 @@ def compare(case: dict, output: dict, profile: PrecisionProfile) -> Verdict:
                 return failed(case_id, f"exp weights differ at {diff}", diff)
             return precision(case_id, f"exp weights differ at {diff} within declared margins: {reason}", diff)
     if sparse:
-        want_support, got_support = decode_blob(expected["support"])[0], answered_blob(output, "support", "i32")
+        want_support, got_support = expected_blob(expected["support"])[0], answered_blob(output, "support", "i32")
         if want_support != got_support:
             diff = Diff("support", str(want_support), str(got_support))
             return failed(case_id, f"selected support differs: {diff}", diff)
     if sparse:
         diff = count_difference(token_counts(expected, False, None), got_counts, True)
     else:
-        diff = dense_count_difference(want_dense, got_dense)
+        diff = dense_row_difference(expected["counts"], got_view)
     if diff is not None:
         reason = fp64_excuse(expected, profile)
         if reason is None:

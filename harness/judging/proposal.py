@@ -26,15 +26,21 @@ Wrong lengths (not K tokens, rows or draws) are malformed (``error``).
 
 from __future__ import annotations
 
-from qconform.generators.encoding import decode_blob, decode_rational
+from qconform.generators.encoding import decode_rational, u32_values
 from qconform.generators.registry import load_family
 from qconform.harness.adapter import PrecisionProfile
-from qconform.harness.judging.allocation import count_difference, sparse_problem, token_counts
+from qconform.harness.judging.allocation import (
+    answered_view,
+    count_difference,
+    dense_row_difference,
+    sparse_problem,
+    token_counts,
+)
 from qconform.harness.judging.judge import profile_margin
 from qconform.harness.judging.value_diff import Malformed, first_difference
 from qconform.harness.verdicts import Diff, Verdict, brief, failed, passed, precision
 from qconform.spec.constants import M
-from qconform.spec.sampling import sample_sparse
+from qconform.spec.sampling import sample_counts, sample_sparse
 
 CASE_MARGINS = load_family("proposal_chain").margins
 ANSWER_FIELDS = ("tokens", "rows", "draws")
@@ -70,7 +76,7 @@ def sampled_token(counts: dict[int, int], u24: int) -> int:
 
 def compare(case: dict, output: dict, profile: PrecisionProfile) -> Verdict:
     case_id, expected, inp = case["id"], case["expected"], case["input"]
-    depth, vocab = decode_blob(inp["base_logits"])[1]
+    depth, vocab = inp["base_logits"]["shape"]  # a corpus blob, validated at load: its shape, not its V x K values
     check_answer(output, depth)
     diff = first_difference(expected["draws"], output["draws"], "draws")
     if diff is not None:
@@ -88,21 +94,33 @@ def compare(case: dict, output: dict, profile: PrecisionProfile) -> Verdict:
             )
         if set(got_row) != set(want_row):
             raise Malformed(path, f"a {want_row['representation']} q row has exactly the fields {sorted(want_row)}")
-        got_counts = token_counts(got_row, True, vocab)
-        problem = sparse_problem(got_row) if "ids" in got_row else None
+        # a dense row (V counts) is read as a list, a sparse one as a token -> count dict
+        dense = "ids" not in got_row
+        if dense:
+            got_view = answered_view(got_row, "counts", "u32", [vocab])
+            got_dense = u32_values(got_view)
+            total = sum(got_dense)
+        else:
+            got_counts = token_counts(got_row, True, vocab)
+            total = sum(got_counts.values())
+        problem = None if dense else sparse_problem(got_row)
         if problem is not None:
             diff = Diff(f"{path}.{problem.path}", problem.expected, problem.got)
             return failed(case_id, f"{path} is not canonical (R07): {diff}", diff)
-        if sum(got_counts.values()) != M:
-            diff = Diff(f"sum({path}.counts)", str(M), str(sum(got_counts.values())))
+        if total != M:
+            diff = Diff(f"sum({path}.counts)", str(M), str(total))
             return failed(case_id, f"{path} is not a dyadic24 row: {diff}", diff)
         token, u24 = output["tokens"][i], output["draws"][i]["u24"]
-        if token != sampled_token(got_counts, u24):
-            diff = Diff(f"tokens[{i}]", str(sampled_token(got_counts, u24)), str(token))
+        picked = sample_counts(got_dense, u24) if dense else sampled_token(got_counts, u24)  # ids 0..V-1 if dense
+        if token != picked:
+            diff = Diff(f"tokens[{i}]", str(picked), str(token))
             return failed(case_id, f"token {i} is not what its own draw picks from its own row (R08): {diff}", diff)
         if not same_prefix:
             continue
-        row_diff = count_difference(token_counts(want_row, False, vocab), got_counts, False)
+        if dense:
+            row_diff = dense_row_difference(want_row["counts"], got_view)
+        else:
+            row_diff = count_difference(token_counts(want_row, False, vocab), got_counts, False)
         if row_diff is not None:
             row_diff = Diff(f"{path}.{row_diff.path}", row_diff.expected, row_diff.got)
             reason = row_excuse(case, i, profile)

@@ -12,12 +12,15 @@ still finishes and its reports are still written.
 from __future__ import annotations
 
 import time
-from typing import Callable, Collection, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Collection, Protocol, Sequence
 
 from qconform.harness.adapter import AdapterConfig, AdapterError, Outcome
 from qconform.harness.expectations import Expectations
 from qconform.harness.judging.judge import case_family, judge
 from qconform.harness.verdicts import Verdict, VerdictClass, errored
+
+if TYPE_CHECKING:
+    from qconform.harness.transport.arena import BlobArena
 
 #: cases per ``run_batch`` call
 CHUNK = 64
@@ -50,14 +53,19 @@ class Client(Protocol):
     def close(self) -> None: ...
 
 
-def open_client(adapter: str, device: str, timeout_s: float | None, strict_schema: bool = False) -> Client:
+def open_client(
+    adapter: str, device: str, timeout_s: float | None, strict_schema: bool = False, arena: BlobArena | None = None
+) -> Client:
     """The default client factory: :func:`qconform.harness.transport.client.open_adapter`, whose
-    binary replies' blobs reach :func:`judge` raw (it reads both blob forms)."""
+    binary replies' blobs reach :func:`judge` raw (it reads both blob forms); ``arena``, the
+    loaded cases' shared arena, is offered to the child (docs/shim-protocol.md, "Shared arena")."""
     from qconform.harness.transport.client import open_adapter
 
     if timeout_s is None:
-        return open_adapter(adapter, device=device, strict_schema=strict_schema, raw_blobs=True)
-    return open_adapter(adapter, device=device, timeout_s=timeout_s, strict_schema=strict_schema, raw_blobs=True)
+        return open_adapter(adapter, device=device, strict_schema=strict_schema, raw_blobs=True, arena=arena)
+    return open_adapter(
+        adapter, device=device, timeout_s=timeout_s, strict_schema=strict_schema, raw_blobs=True, arena=arena
+    )
 
 
 class CaseRunner:

@@ -21,11 +21,12 @@ the summary, the JSON report and the exit status from the reports.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import pytest
 
@@ -35,6 +36,9 @@ from qconform.harness.run.gate import RunExit, RunState, SignalGuard, coverage_p
 from qconform.harness.run.summary import STOPPED, RunHeader, RunSummary, account
 from qconform.harness.run.triage import CaseInfo, LastFailed, RerunContext
 from qconform.harness.verdicts import Verdict, VerdictClass
+
+if TYPE_CHECKING:
+    from qconform.harness.transport.arena import BlobArena
 
 #: the user property that carries an item's verdict (JSON text)
 PROPERTY = "qconform"
@@ -263,7 +267,12 @@ class ConformanceRun:
         timeout = config.getoption("qconform_timeout")
         strict = bool(config.getoption("qconform_strict_schema"))
         adapter, device = str(self.adapter), str(self.device)  # set: the plugin runs only with an adapter
-        self.runner = CaseRunner(lambda: open_client(adapter, device, timeout, strict), self.expectations, timeout)
+        #: the collected cases' blobs, decoded once (docs/shim-protocol.md, "Shared arena"): built
+        #: when collection finishes, on the process that runs the cases
+        self.arena: BlobArena | None = None
+        self.runner = CaseRunner(
+            lambda: open_client(adapter, device, timeout, strict, self.arena), self.expectations, timeout
+        )
         self.summary = RunSummary(
             RunHeader(
                 adapter=self.adapter,
@@ -351,6 +360,15 @@ class ConformanceRun:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         items = [item for item in session.items if isinstance(item, CaseItem)]
+        if not self.config.option.collectonly and (
+            self.is_worker or not getattr(self.config.option, "numprocesses", None)
+        ):
+            from qconform.harness.transport.arena import BlobArena
+
+            self.arena = BlobArena.of_cases(item.case for item in items)  # None: blobs travel inline
+            # the cases (and everything loaded so far) live for the whole run: the cycle collector
+            # need not scan them again at every full collection
+            gc.freeze()
         if self.is_worker:
             _worker_output(self.config)[_WORKER_DESELECTED] = sorted(self.deselected)
             return
@@ -511,6 +529,8 @@ class ConformanceRun:
         if self.signals.signum is not None:
             self.runner.abort()  # no grace period for an adapter that may hang
         self.runner.close()
+        if self.arena is not None:
+            self.arena.close()
         if self.is_worker:
             return
         if self.progress is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import queue
+import select
 import shlex
 import signal
 import subprocess
@@ -24,6 +25,7 @@ from collections import deque
 from typing import Any, Callable, Sequence
 
 from qconform.harness.adapter import AdapterConfig, AdapterError, AdapterStartError, Outcome, Unimplemented
+from qconform.harness.transport.arena import BlobArena
 from qconform.harness.transport.shim_protocol import (
     BINARY_PAYLOAD,
     JSON_PAYLOAD,
@@ -36,6 +38,7 @@ from qconform.harness.transport.shim_protocol import (
     encode_message,
     entry_to_outcome,
     join_sections,
+    parse_arena,
     parse_config,
     parse_payload,
     quote,
@@ -94,6 +97,38 @@ def _kill_group(proc: subprocess.Popen) -> None:
 PR_SET_PDEATHSIG = 1
 
 
+#: bytes a pipe to or from a child holds (Linux ``F_SETPIPE_SZ``; the unprivileged maximum by
+#: default): a reply of many megabytes of sections crosses in 16 times fewer wake-ups than with 64 KiB
+PIPE_BYTES = 1 << 20
+
+
+def widen_pipe(fd: int) -> None:
+    """Let the pipe ``fd`` hold :data:`PIPE_BYTES` where the system allows (else it stays as it is)."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)  # type: ignore[attr-defined]
+    except (ImportError, AttributeError, OSError):
+        pass
+
+
+def _write_rest(fd: int, rest: memoryview) -> None:
+    """Write ``rest`` to the non-blocking ``fd`` as the reader takes it, then close ``fd`` (a
+    duplicate owned by this thread, so closing the child's stdin meanwhile cannot hand its
+    number to another file): the tail of :meth:`Child.send`."""
+    try:
+        while rest:
+            select.select([], [fd], [])
+            try:
+                rest = rest[os.write(fd, rest) :]
+            except BlockingIOError:
+                continue
+    except (OSError, ValueError):
+        pass  # the child is gone; the reader sees EOF
+    finally:
+        os.close(fd)
+
+
 def parent_death_signal() -> Callable[[], None] | None:
     """A ``preexec_fn`` that makes the child get SIGKILL when this process dies (Linux), so a
     harness killed by SIGKILL or SIGTERM leaves no orphaned adapter; None elsewhere.
@@ -122,7 +157,7 @@ def parent_death_signal() -> Callable[[], None] | None:
 class Child:
     """One running child: a reader thread per output pipe, a bounded stderr tail."""
 
-    def __init__(self, command: Sequence[str]) -> None:
+    def __init__(self, command: Sequence[str], pass_fds: Sequence[int] = ()) -> None:
         try:
             self.proc = subprocess.Popen(
                 list(command),
@@ -131,13 +166,23 @@ class Child:
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 preexec_fn=parent_death_signal(),
+                pass_fds=tuple(pass_fds),
             )
         except OSError as exc:
             raise AdapterStartError(f"cannot run {shlex.join(command)}: {exc}") from None
+        #: requests are written without blocking; what the pipe does not take at once is left
+        #: to a thread (:meth:`send`), so a child that stops reading cannot block us
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # stdin=PIPE, stdout=PIPE
+        self.stdin = self.proc.stdin
+        os.set_blocking(self.stdin.fileno(), False)
+        widen_pipe(self.stdin.fileno())
+        widen_pipe(self.proc.stdout.fileno())
         self.lines: queue.Queue = queue.Queue()
         #: binary payloads negotiated (docs/shim-protocol.md): a reply line announcing
         #: ``sections`` is followed by their bytes, which the reader takes with it
         self.binary = False
+        #: the shared arena, once the child attached it ("Shared arena"): requests name its ranges
+        self.arena: BlobArena | None = None
         self._stderr: deque[bytes] = deque()
         self._stderr_size = 0
         self._stderr_lock = threading.Lock()
@@ -191,16 +236,19 @@ class Child:
         return text if len(text) <= limit else "..." + text[-limit:]
 
     def send(self, data: bytes) -> None:
-        """Write ``data`` on a thread, so a child that stops reading cannot block us."""
-
-        def write() -> None:
+        """Write ``data`` without blocking: what the pipe takes now at once (a whole request, in
+        the usual case), the rest on a thread, so a child that stops reading cannot block us."""
+        try:
+            fd = self.stdin.fileno()
             try:
-                self.proc.stdin.write(data)
-                self.proc.stdin.flush()
-            except (OSError, ValueError):
-                pass  # the child is gone; the reader sees EOF
-
-        threading.Thread(target=write, daemon=True).start()
+                sent = os.write(fd, data)
+            except BlockingIOError:
+                sent = 0
+            if sent < len(data):
+                rest = (os.dup(fd), memoryview(data)[sent:])
+                threading.Thread(target=_write_rest, args=rest, daemon=True).start()
+        except (OSError, ValueError):
+            pass  # the child is gone; the reader sees EOF
 
     def read_line(self, deadline: float) -> Any:
         """The next stdout line, ``_EOF``, or None when ``deadline`` passes first."""
@@ -235,8 +283,8 @@ class Child:
 
     def close(self, shutdown_line: bytes) -> None:
         """Ask the child to shut down (request, then EOF), wait a grace period, kill the rest."""
+        self.send(shutdown_line)
         try:
-            self.proc.stdin.write(shutdown_line)
             self.proc.stdin.close()
         except (OSError, ValueError):
             pass
@@ -263,8 +311,11 @@ class AdapterClient:
         strict_schema: bool = False,
         binary_payload: bool = True,
         raw_blobs: bool = False,
+        arena: BlobArena | None = None,
     ) -> None:
         self.spec = spec
+        #: the corpus's shared arena, offered to every child that takes binary payloads
+        self.arena = arena if binary_payload else None
         #: offer binary payloads in ``get_config`` (a child that does not take the offer gets JSON)
         self.binary_payload = binary_payload
         #: hand the blobs of binary replies to the caller in the raw form (docs/adapters.md,
@@ -286,11 +337,15 @@ class AdapterClient:
 
     def _start(self) -> AdapterConfig:
         """Start a child and run ``get_config``; AdapterStartError on any failure."""
-        child = Child(self.command)
+        arena = self.arena if self.arena is not None and self.arena.fd >= 0 else None
+        child = Child(self.command, () if arena is None else (arena.fd,))
         self._child = child
         try:
             offer = list(PAYLOADS) if self.binary_payload else [JSON_PAYLOAD]
-            reply = self._exchange({"op": "get_config", "payload": offer}, self.timeout_s)
+            request: dict[str, Any] = {"op": "get_config", "payload": offer}
+            if arena is not None:
+                request["arena"] = {"fd": arena.fd, "bytes": arena.size}
+            reply = self._exchange(request, self.timeout_s)
         except ChildFailure as exc:
             raise AdapterStartError(f"adapter {self.spec!r} did not start: {exc}") from None
         try:
@@ -306,7 +361,22 @@ class AdapterClient:
             self._discard(child)
             raise AdapterStartError(f"adapter {self.spec!r} did not start: config.payload {payload!r} was not offered")
         child.binary = payload == BINARY_PAYLOAD
+        try:
+            attached = parse_arena(reply["config"])
+        except ProtocolError as exc:
+            self._discard(child)
+            raise AdapterStartError(f"adapter {self.spec!r} did not start: {exc}") from None
+        if attached and (arena is None or not child.binary):
+            self._discard(child)
+            why = "no arena was offered" if arena is None else 'the payload is not "binary"'
+            raise AdapterStartError(f"adapter {self.spec!r} did not start: config.arena true, but {why}")
+        child.arena = arena if attached else None
         return config
+
+    @property
+    def arena_attached(self) -> bool:
+        """Whether the running child attached the shared arena (docs/shim-protocol.md, "Shared arena")."""
+        return self._child is not None and self._child.arena is not None
 
     @property
     def payload(self) -> str:
@@ -357,8 +427,8 @@ class AdapterClient:
         child = self._child
         assert child is not None
         request_id = self._take_id()
-        encode = encode_binary if child.binary else encode_message
-        child.send(encode({"id": request_id, **request}))
+        message = {"id": request_id, **request}
+        child.send(encode_binary(message, child.arena) if child.binary else encode_message(message))
         line = child.read_line(time.monotonic() + timeout_s)
         if line is None:
             self._discard(child)
@@ -465,6 +535,7 @@ def open_adapter(
     strict_schema: bool = False,
     binary_payload: bool = True,
     raw_blobs: bool = False,
+    arena: BlobArena | None = None,
 ) -> AdapterClient:
     """Start the adapter ``spec`` and return a client for it.
 
@@ -477,7 +548,9 @@ def open_adapter(
     family's full JSON Schema (``qconform run --strict-schema``). ``binary_payload=False``
     keeps every message in the JSON form even with a child that could take binary payloads;
     ``raw_blobs`` hands the blobs of binary replies over in the raw form (``{"dtype", "shape",
-    "raw"}``, docs/adapters.md), for a caller that reads both forms, such as the judge.
+    "raw"}``, docs/adapters.md), for a caller that reads both forms, such as the judge;
+    ``arena`` (the loaded cases' :class:`~qconform.harness.transport.arena.BlobArena`) is offered
+    to the child, which, if it attaches it, is sent arena ranges for the blobs it holds.
     """
     from qconform.adapters.catalog import shim_adapter, shim_adapter_command
 
@@ -494,4 +567,4 @@ def open_adapter(
         if spec not in names and not spec.startswith(TCP_PREFIX):
             raise UnknownAdapter(spec, list(names))
         command = host_command(spec, device)
-    return AdapterClient(spec, command, device, timeout_s, strict_schema, binary_payload, raw_blobs)
+    return AdapterClient(spec, command, device, timeout_s, strict_schema, binary_payload, raw_blobs, arena)

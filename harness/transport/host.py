@@ -13,6 +13,7 @@ at a time so each exception is pinned to the case that raised it.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -20,6 +21,7 @@ import traceback
 from typing import Any, BinaryIO, Callable, Protocol, Sequence, runtime_checkable
 
 from qconform.harness.adapter import Adapter, AdapterError, Unimplemented
+from qconform.harness.transport.arena import map_arena
 from qconform.harness.transport.client import TCP_PREFIX
 from qconform.harness.transport.shim_protocol import (
     BINARY_PAYLOAD,
@@ -169,6 +171,22 @@ def sample_reply(
     )
 
 
+def attach_arena(offer: Any) -> memoryview | None:
+    """The read-only mapping of an offered arena (``{"fd": N, "bytes": SIZE}``), or None when there
+    is no offer or it does not map (the harness then sends every blob inline; said on stderr)."""
+    if not isinstance(offer, dict):
+        return None
+    fd, size = offer.get("fd"), offer.get("bytes")
+    if type(fd) is not int or type(size) is not int or fd < 0 or size <= 0:
+        print(f"qconform host: ignoring a malformed arena offer {offer!r}", file=sys.stderr)
+        return None
+    try:
+        return map_arena(fd, size)
+    except (OSError, ValueError) as exc:
+        print(f"qconform host: cannot map the arena (fd {fd}, {size} bytes): {exc}", file=sys.stderr)
+        return None
+
+
 def error_reply(request_id: Any, message: str) -> bytes:
     return encode_message({"id": request_id, "status": "error", "message": message})
 
@@ -184,6 +202,9 @@ class Host:
         self.sampling: tuple[str, ...] | None = None
         #: binary payloads, once a ``get_config`` offered them (docs/shim-protocol.md)
         self.binary = False
+        #: the shared arena's read-only mapping, once a ``get_config`` offered one that maps
+        #: (docs/shim-protocol.md, "Shared arena")
+        self.arena: memoryview | None = None
 
     def answer(self, request: dict) -> tuple[bytes, bool]:
         """(reply line, keep serving) for one decoded request."""
@@ -198,7 +219,9 @@ class Host:
             self.sampling = config.capabilities.sampling
             offered = request.get("payload")
             self.binary = isinstance(offered, list) and BINARY_PAYLOAD in offered
+            self.arena = attach_arena(request.get("arena")) if self.binary else None
             answer = config_to_json(config) | ({"payload": BINARY_PAYLOAD} if self.binary else {})
+            answer |= {"arena": True} if self.arena is not None else {}
             return encode_message({"id": request_id, "status": "ok", "config": answer}), True
         if op == "run":
             if self.families is None:
@@ -219,11 +242,11 @@ class Host:
                 continue
             try:
                 request = decode_line(line, "request")
-                sizes = section_sizes(request) if self.binary else []
                 raw = self.adapter is not None and self.adapter.raw_blobs
-                if sizes:
-                    request = join_sections(request, proto_in.read(sum(sizes)), raw)
-                elif raw and not self.binary:
+                if self.binary:  # sections and arena ranges: raw adapters get memoryviews, no copy
+                    sizes = section_sizes(request)
+                    request = join_sections(request, proto_in.read(sum(sizes)) if sizes else b"", raw, self.arena)
+                elif raw:
                     request = to_raw_blobs(request)
             except ProtocolError as exc:
                 reply, keep_serving = error_reply(None, f"bad request: {exc}"), True
@@ -272,6 +295,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         load_error = f"cannot load adapter {args.adapter!r} on {args.device}: {describe_exception(exc)}"
     if isinstance(adapter, StreamCorrupter):
         adapter.protocol_out = proto_out
+    # what is loaded now (the adapter's modules: torch's are hundreds of thousands of objects)
+    # lives as long as the process: no collection of the cycle collector need scan it again
+    gc.freeze()
     return Host(adapter, load_error).serve(proto_in, proto_out)
 
 

@@ -14,7 +14,7 @@ import binascii
 import json
 from dataclasses import fields
 from functools import lru_cache
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from qconform.harness.adapter import (
     B64_BLOB_KEYS,
@@ -27,11 +27,14 @@ from qconform.harness.adapter import (
     Unimplemented,
 )
 
+if TYPE_CHECKING:
+    from qconform.harness.transport.arena import BlobArena as Arena
+
 PROTOCOL_VERSION = 1
 OPS = ("get_config", "run", "sample", "shutdown")
 ENTRY_STATUSES = ("ok", "unimplemented", "error")
 #: keys of a ``get_config`` answer's ``config``; any other key lands in ``extra``
-CONFIG_KEYS = ("name", "protocol", "capabilities", "precision", "device", "payload")
+CONFIG_KEYS = ("name", "protocol", "capabilities", "precision", "device", "payload", "arena")
 #: payload forms (docs/shim-protocol.md, "Binary payloads"): every blob in base64 inside the
 #: JSON line (the default, all a hand-written shim needs), or raw sections after the line
 JSON_PAYLOAD, BINARY_PAYLOAD = "json", "binary"
@@ -85,15 +88,17 @@ def decode_line(line: bytes, what: str = "reply") -> dict:
 # --- binary payloads: raw sections after the JSON line -----------------------------------
 
 
-def encode_binary(message: dict) -> bytes:
+def encode_binary(message: dict, arena: Arena | None = None) -> bytes:
     """One message in the binary form: every blob's bytes moved out of the JSON into a raw
     section (the blob keeps ``dtype`` and ``shape`` and names its ``section``), the line
     listing the sections' byte counts under ``sections``, then the sections, concatenated.
-    A message without blobs is the plain JSON line."""
+    A message without blobs is the plain JSON line. With the ``arena`` the child attached
+    (docs/shim-protocol.md, "Shared arena"), a blob the arena holds names its range there
+    (``"arena": [offset, length]``) instead of a section."""
     sections: list[bytes | memoryview] = []
-    body = to_sections(message, sections)
+    body = to_sections(message, sections, arena)
     if not sections:
-        return encode_message(message)
+        return encode_message(body)
     return encode_message({**body, "sections": [len(data) for data in sections]}) + b"".join(sections)
 
 
@@ -102,10 +107,14 @@ def map_blobs(value: Any, change: Callable[[dict], Any]) -> Any:
     if isinstance(value, dict):
         if "b64" in value or "raw" in value:
             return change(value)
-        return {key: map_blobs(item, change) for key, item in value.items()}
-    if isinstance(value, list):
-        return [map_blobs(item, change) for item in value]
+        return {key: map_blobs(item, change) if isinstance(item, CONTAINERS) else item for key, item in value.items()}
+    if isinstance(value, list):  # scalars (long lists of numbers and strings) without a call each
+        return [map_blobs(item, change) if isinstance(item, CONTAINERS) else item for item in value]
     return value
+
+
+#: the JSON values a blob can be inside
+CONTAINERS = (dict, list)
 
 
 def raw_bytes(blob: dict) -> memoryview | None:
@@ -126,10 +135,14 @@ def without_bytes(blob: dict) -> dict:
     return {key: item for key, item in blob.items() if key not in ("b64", "raw")}
 
 
-def to_sections(value: Any, sections: list[bytes | memoryview]) -> Any:
-    """``value`` with every blob's bytes appended to ``sections`` and the blob naming its section."""
+def to_sections(value: Any, sections: list[bytes | memoryview], arena: Arena | None = None) -> Any:
+    """``value`` with every blob's bytes appended to ``sections`` and the blob naming its section,
+    or, for a ``b64`` blob that ``arena`` holds, naming its range there."""
+    index = None if arena is None else arena.index
 
     def section(blob: dict) -> dict:
+        if index is not None and isinstance(b64 := blob.get("b64"), str) and (span := index.get(b64)) is not None:
+            return without_bytes(blob) | {"arena": list(span)}
         data = raw_bytes(blob)
         if data is None:
             return blob
@@ -170,39 +183,70 @@ def section_sizes(message: dict) -> list[int]:
     return sizes
 
 
-def join_sections(message: dict, data: bytes, raw: bool = False) -> dict:
+def join_sections(message: dict, data: bytes, raw: bool = False, arena: memoryview | None = None) -> dict:
     """A binary message read whole (its line decoded, then the bytes its ``sections`` announced) as
-    the JSON form: every blob that names a ``section`` gets its bytes back in base64, or with
-    ``raw`` as they are (``"raw"``: bytes, the raw form of docs/adapters.md). Each
-    section belongs to exactly one blob; anything else is a :class:`ProtocolError`."""
+    the JSON form: every blob that names a ``section``, or a range of the attached ``arena``
+    (the child's read-only mapping, docs/shim-protocol.md "Shared arena"), gets its bytes back
+    in base64, or with ``raw`` as they are (``"raw"``: the section's ``bytes``, or a read-only
+    memoryview of the arena, no copy: the raw form of docs/adapters.md). Each section belongs
+    to exactly one blob; a
+    range outside the arena, an arena range with no arena attached, or anything else is a
+    :class:`ProtocolError`."""
     sizes = section_sizes(message)
     if len(data) != sum(sizes):
         raise ProtocolError(f"sections announce {sum(sizes)} bytes, {len(data)} followed")
     offsets = [0]
     for size in sizes:
         offsets.append(offsets[-1] + size)
-    view, used = memoryview(data), [False] * len(sizes)
+    joiner = _Joiner(memoryview(data), offsets, arena, raw)
     body = {key: value for key, value in message.items() if key != "sections"}
-    joined = _from_sections(body, view, offsets, used, raw)
-    if not all(used):
-        raise ProtocolError(f"section {used.index(False)} is named by no blob")
+    joined = joiner.join(body)
+    if not all(joiner.used):
+        raise ProtocolError(f"section {joiner.used.index(False)} is named by no blob")
     return joined
 
 
-def _from_sections(value: Any, view: memoryview, offsets: list[int], used: list[bool], raw: bool) -> Any:
-    if isinstance(value, dict):
-        if "section" in value:
-            index = value["section"]
-            if type(index) is not int or not 0 <= index < len(used) or used[index]:
-                raise ProtocolError(f"a blob names section {index!r}: not one of the {len(used)} unused sections")
-            used[index] = True
-            data = view[offsets[index] : offsets[index + 1]]
-            blob = {key: item for key, item in value.items() if key != "section"}
-            return blob | ({"raw": bytes(data)} if raw else {"b64": base64.b64encode(data).decode("ascii")})
-        return {key: _from_sections(item, view, offsets, used, raw) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_from_sections(item, view, offsets, used, raw) for item in value]
-    return value
+def arena_span(span: Any, arena: memoryview | None) -> tuple[int, int]:
+    """``(start, stop)`` of a blob's ``"arena": [offset, length]`` in ``arena``, or :class:`ProtocolError`."""
+    if not (isinstance(span, list) and len(span) == 2 and all(type(n) is int and n >= 0 for n in span)):
+        raise ProtocolError(f"a blob names arena range {quote(repr(span))}: not [offset, length] in bytes")
+    start, stop = span[0], span[0] + span[1]
+    if arena is None:
+        raise ProtocolError(f"a blob names arena bytes [{start}, {stop}), but no arena is attached")
+    if stop > arena.nbytes:
+        raise ProtocolError(f"a blob names arena bytes [{start}, {stop}), outside the {arena.nbytes}-byte arena")
+    return start, stop
+
+
+class _Joiner:
+    """One walk of :func:`join_sections`: the sections' bytes, which are used, the arena."""
+
+    def __init__(self, view: memoryview, offsets: list[int], arena: memoryview | None, raw: bool) -> None:
+        self.view, self.offsets, self.arena, self.raw = view, offsets, arena, raw
+        self.used = [False] * (len(offsets) - 1)
+
+    def join(self, value: Any) -> Any:
+        if isinstance(value, dict):
+            if "section" in value:
+                index = value["section"]
+                used = self.used
+                if type(index) is not int or not 0 <= index < len(used) or used[index]:
+                    raise ProtocolError(f"a blob names section {index!r}: not one of the {len(used)} unused sections")
+                used[index] = True
+                data = self.view[self.offsets[index] : self.offsets[index + 1]]
+                return self.blob(value, "section", data.tobytes() if self.raw else data)
+            if "arena" in value:
+                start, stop = arena_span(value["arena"], self.arena)
+                assert self.arena is not None
+                return self.blob(value, "arena", self.arena[start:stop])
+            return {key: self.join(item) if isinstance(item, CONTAINERS) else item for key, item in value.items()}
+        if isinstance(value, list):
+            return [self.join(item) if isinstance(item, CONTAINERS) else item for item in value]
+        return value
+
+    def blob(self, value: dict, key: str, data: bytes | memoryview) -> dict:
+        blob = {name: item for name, item in value.items() if name != key}
+        return blob | ({"raw": data} if self.raw else {"b64": base64.b64encode(data).decode("ascii")})
 
 
 # --- get_config ------------------------------------------------------------------
@@ -309,6 +353,14 @@ def parse_payload(obj: dict) -> str:
     return payload
 
 
+def parse_arena(obj: dict) -> bool:
+    """A ``get_config`` answer's ``config.arena``: whether the child attached the offered arena."""
+    attached = obj.get("arena", False)
+    if type(attached) is not bool:
+        raise ProtocolError(f"config.arena must be true or false, got {attached!r}")
+    return attached
+
+
 def parse_config(obj: Any) -> AdapterConfig:
     """Validate a ``get_config`` answer's ``config`` into an :class:`AdapterConfig`."""
     _expect(obj, dict, "config")
@@ -318,6 +370,7 @@ def parse_config(obj: Any) -> AdapterConfig:
     if obj["protocol"] != PROTOCOL_VERSION:
         raise ProtocolError(f"config.protocol is {obj['protocol']!r}; this harness speaks {PROTOCOL_VERSION}")
     parse_payload(obj)
+    parse_arena(obj)
     return AdapterConfig(
         name=_expect(obj["name"], str, "config.name"),
         capabilities=parse_capabilities(obj["capabilities"]),
