@@ -33,6 +33,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from . import layout
 from .codec import Decoder, Message, Refusal, Route, encode
 from .crc32c import crc32c_of_blocks
@@ -56,6 +58,11 @@ class OpenRound:
     rows: list[QRow] = field(default_factory=list)
     completion: bytes | None = None
     step_frame: bytes = b""
+    #: a dense round's int32 counts [K, V], made at its first REPLY: row k is the k-th accepted
+    #: row's counts, written there by the validator (:meth:`Receiver.row_slot`); rows from
+    #: ``len(rows)`` on hold nothing meaningful. Never reused: rows consumed stay valid after the
+    #: round closes. None: a sparse round (or a dense stride below V)
+    counts: np.ndarray | None = None
 
 
 @dataclass
@@ -82,6 +89,16 @@ class Disposition:
     allocated: int = 0
     #: the HELLO_ANSWER frame owed to the sender of a HELLO whose checksum verified (R12, R13)
     answer: bytes | None = None
+
+
+def in_row(counts: np.ndarray, rows: np.ndarray, position: int) -> bool:
+    """Whether ``counts`` is row ``position`` of ``rows`` itself (not a copy)."""
+    row = rows[position]
+    return (
+        counts.base is rows
+        and counts.__array_interface__["data"][0] == row.__array_interface__["data"][0]
+        and counts.shape == row.shape
+    )
 
 
 def negotiate(offer: dict, config: dict) -> dict:
@@ -150,7 +167,40 @@ class Receiver:
                 negotiate(message.fields, self.config)
             return message, None
         assert negotiated is not None  # the decoder refuses any message but HELLO before HELLO (V2_BEFORE_HELLO)
-        return message, self.validator.validate(message, negotiated)
+        out = self.row_slot(message, negotiated) if message.type == layout.REPLY else None
+        return message, self.validator.validate(message, negotiated, out)
+
+    def row_slot(self, message: Message, params: dict) -> np.ndarray | None:
+        """Where a dense REPLY's counts are written as it is validated: the first row not yet
+        accepted of the open dense round it names on this connection (:attr:`OpenRound.counts`,
+        made here at the round's first REPLY); None (the validator makes a new array) for any other
+        REPLY: sparse, for no open round, a round whose K rows all arrived or that is consumable.
+
+        The slot is written before the row is known good, and only rows below ``len(rows)`` are
+        ever read: a refused REPLY (a retry of an earlier position included) leaves the accepted
+        rows as they were, and whatever it wrote into the free row is overwritten by the next
+        REPLY or never read (:meth:`on_reply` counts the row only once it accepts it)."""
+        index = message["slot"]
+        if index >= len(self.slots) or message["representation"] != layout.REPR_DENSE:
+            return None
+        slot = self.slots[index]
+        current = slot.open
+        if (
+            current is None
+            or current.completion is not None
+            or current.step["support_policy"] != 0
+            or not self.live_on(slot)
+            or message["generation"] != slot.generation
+            or message["round"] != current.step["round"]
+            or params["dense_stride"] < params["vocab"]
+        ):
+            return None
+        filled, depth = len(current.rows), current.step["depth"]
+        if filled >= depth:
+            return None
+        if current.counts is None:
+            current.counts = np.empty((depth, params["vocab"]), dtype=np.int32)
+        return current.counts[filled]
 
     # -- events -------------------------------------------------------------------------
 
@@ -370,6 +420,10 @@ class Receiver:
             return self.refuse("REPRESENTATION_MISMATCH", (index,))
         if policy and message["entry_count"] > policy:
             return self.refuse("SUPPORT_ABOVE_MAX", (index,))
+        if current.counts is not None and row.ids is None and not in_row(row.counts, current.counts, position):
+            # validated elsewhere (a subclass naming the round differently): copied into its row once
+            current.counts[position] = row.counts
+            row = QRow(row.vocab, current.counts[position])
         current.replies.append(data)
         current.blocks.append((len(data), message.frame_raw))
         current.tokens.append(message["token"])
@@ -470,3 +524,16 @@ class Receiver:
         if not self.is_consumable(current):
             return None
         return list(current.tokens), list(current.rows)
+
+    def consumable_counts(self, index: int) -> np.ndarray | None:
+        """The int32 counts [K, V] of a slot's open dense round once consumable: row k is the k-th
+        row of :meth:`consumable_rows`, the array the validator wrote them into (no copy; the
+        verifier takes it as it is). None before it is consumable, and for a sparse round (the
+        verifier stacks its rows' dense views)."""
+        if self.consumable_rows(index) is None:
+            return None
+        current = self.slots[index].open
+        assert current is not None
+        if current.counts is None or len(current.rows) != len(current.counts):
+            return None
+        return current.counts
