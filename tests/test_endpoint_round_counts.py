@@ -20,7 +20,7 @@ import pytest
 from qconform.adapters.endpoint import layout
 from qconform.adapters.endpoint.codec import Message, encode
 from qconform.adapters.endpoint.deployment import hello_config
-from qconform.adapters.endpoint.receiver import ACCEPT, DUPLICATE, REJECT, Receiver, in_row
+from qconform.adapters.endpoint.receiver import ACCEPT, DUPLICATE, REJECT, Receiver
 from qconform.adapters.endpoint.replies import completion_frame, row_reply
 from qconform.adapters.endpoint.validation import native_module
 
@@ -99,6 +99,16 @@ class Session:
         self.command(
             layout.COMMIT, generation=1, round=step["round"], new_committed=self.committed, token=0, accepted=0
         )
+
+
+def in_row(counts: np.ndarray, rows: np.ndarray, position: int) -> bool:
+    """Whether ``counts`` is row ``position`` of ``rows`` itself (not a copy)."""
+    row = rows[position]
+    return (
+        counts.base is rows
+        and counts.__array_interface__["data"][0] == row.__array_interface__["data"][0]
+        and counts.shape == row.shape
+    )
 
 
 class NewArrayPerRow(Receiver):

@@ -91,16 +91,6 @@ class Disposition:
     answer: bytes | None = None
 
 
-def in_row(counts: np.ndarray, rows: np.ndarray, position: int) -> bool:
-    """Whether ``counts`` is row ``position`` of ``rows`` itself (not a copy)."""
-    row = rows[position]
-    return (
-        counts.base is rows
-        and counts.__array_interface__["data"][0] == row.__array_interface__["data"][0]
-        and counts.shape == row.shape
-    )
-
-
 def negotiate(offer: dict, config: dict) -> dict:
     """The peer's HELLO offer against the receiver's own configuration (R13, R27)."""
     for name, code in layout.IDENTITIES:
@@ -180,22 +170,25 @@ class Receiver:
         ever read: a refused REPLY (a retry of an earlier position included) leaves the accepted
         rows as they were, and whatever it wrote into the free row is overwritten by the next
         REPLY or never read (:meth:`on_reply` counts the row only once it accepts it)."""
-        index = message["slot"]
-        if index >= len(self.slots) or message["representation"] != layout.REPR_DENSE:
+        fields = message.fields
+        index = fields["slot"]
+        if index >= len(self.slots) or fields["representation"] != layout.REPR_DENSE:
             return None
         slot = self.slots[index]
         current = slot.open
+        if current is None:
+            return None
+        step = current.step.fields
         if (
-            current is None
-            or current.completion is not None
-            or current.step["support_policy"] != 0
+            current.completion is not None
+            or step["support_policy"] != 0
             or not self.live_on(slot)
-            or message["generation"] != slot.generation
-            or message["round"] != current.step["round"]
+            or fields["generation"] != slot.generation
+            or fields["round"] != step["round"]
             or params["dense_stride"] < params["vocab"]
         ):
             return None
-        filled, depth = len(current.rows), current.step["depth"]
+        filled, depth = len(current.rows), step["depth"]
         if filled >= depth:
             return None
         if current.counts is None:
@@ -211,10 +204,12 @@ class Receiver:
             message, row = self.check(data, connection)
         except Refusal as refusal:
             verdict = self.refuse_frame(refusal)
+            answer = self.answer_of(data, verdict)
         else:
             verdict = self.route(message, row, data)
+            answer = self.answer_of(data, verdict) if message.type == layout.HELLO else None
         allocated = self.decoder.allocated
-        verdict = Disposition(verdict.kind, verdict.reason, verdict.discarded, allocated, self.answer_of(data, verdict))
+        verdict = Disposition(verdict.kind, verdict.reason, verdict.discarded, allocated, answer)
         self.decoder.allocated = allocated
         self.last_verdict = verdict
         return verdict
@@ -236,21 +231,23 @@ class Receiver:
             {"session_id": hello["session_id"], "status": status, "reason": reason.ljust(32, b"\0")},
         )
 
+    #: the handler of each message type, by name (a subclass's override is the one called)
+    HANDLERS = {
+        layout.HELLO: "on_hello",
+        layout.STEP: "on_step",
+        layout.REPLY: "on_reply",
+        layout.COMPLETION: "on_completion",
+        layout.COMMIT: "on_commit",
+        layout.RESET: "on_reset",
+        layout.CANCEL: "on_cancel",
+        layout.HELLO_ANSWER: "on_hello_answer",
+    }
+
     def route(self, message: Message, row: QRow | None, data: bytes) -> Disposition:
         if message.type == 0:
             self.counters["v1_greedy_frames"] += 1
             return Disposition(GREEDY_V1)
-        handlers = {
-            layout.HELLO: self.on_hello,
-            layout.STEP: self.on_step,
-            layout.REPLY: self.on_reply,
-            layout.COMPLETION: self.on_completion,
-            layout.COMMIT: self.on_commit,
-            layout.RESET: self.on_reset,
-            layout.CANCEL: self.on_cancel,
-            layout.HELLO_ANSWER: self.on_hello_answer,
-        }
-        return handlers[message.type](message, row, data)
+        return getattr(self, self.HANDLERS[message.type])(message, row, data)
 
     def timeout(self, index: int) -> Disposition:
         """A slot's watchdog: discards its open round and ends its generation; idle or consumable, ignored."""
@@ -404,29 +401,33 @@ class Receiver:
         return self.accept()
 
     def on_reply(self, message: Message, row: QRow, data: bytes) -> Disposition:
-        index = message["slot"]
+        fields = message.fields
+        index = fields["slot"]
         slot = self.slots[index]
-        problem = self.worker_problem(slot, message["generation"], message["round"])
+        problem = self.worker_problem(slot, fields["generation"], fields["round"])
         if problem:
             return self.refuse(problem)
         current = slot.open
-        position = (message["position"] - current.step["anchor"]) % layout.POSITIONS
+        step = current.step.fields
+        position = (fields["position"] - step["anchor"]) % layout.POSITIONS
         if position < len(current.replies):
             return self.retried(current.replies[position], data, index)
-        if current.completion is not None or position != len(current.replies) or position >= current.step["depth"]:
+        if current.completion is not None or position != len(current.replies) or position >= step["depth"]:
             return self.refuse("POSITION_MISMATCH", (index,))
-        policy = current.step["support_policy"]
-        if (policy == 0) != (message["representation"] == layout.REPR_DENSE):
+        policy = step["support_policy"]
+        if (policy == 0) != (fields["representation"] == layout.REPR_DENSE):
             return self.refuse("REPRESENTATION_MISMATCH", (index,))
-        if policy and message["entry_count"] > policy:
+        if policy and fields["entry_count"] > policy:
             return self.refuse("SUPPORT_ABOVE_MAX", (index,))
-        if current.counts is not None and row.ids is None and not in_row(row.counts, current.counts, position):
-            # validated elsewhere (a subclass naming the round differently): copied into its row once
+        # a view of the round's counts is the row row_slot lent for this frame: the first not yet
+        # accepted, i.e. ``position``; any other array (a subclass naming the round differently) is
+        # copied into that row once
+        if current.counts is not None and row.ids is None and row.counts.base is not current.counts:
             current.counts[position] = row.counts
             row = QRow(row.vocab, current.counts[position])
         current.replies.append(data)
         current.blocks.append((len(data), message.frame_raw))
-        current.tokens.append(message["token"])
+        current.tokens.append(fields["token"])
         current.rows.append(row)
         return self.accept()
 
