@@ -80,8 +80,9 @@ class QRow:
         return out
 
 
-def f32_fields(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(non-finite, sign bit set, nonzero magnitude) masks of FP32 bit patterns.
+def f32_fields(bits: np.ndarray | np.uint32) -> tuple:
+    """(non-finite, sign bit set, nonzero magnitude) masks of FP32 bit patterns (an array, or one
+    pattern as a NumPy scalar: then three booleans).
 
     A finite value with its sign bit set is negative, -0.0 included: a zero count
     is sent only as +0.0 (docs/wire-v2.md, "q validation").
@@ -198,10 +199,10 @@ class Validator:
             raise Refusal("SUPPORT_ABOVE_MAX", f"k = {message['support_policy']}", route)
         if layout.reply_bytes(params, message["support_policy"]) > params["max_reply_bytes"]:
             raise Refusal("UNEXPECTED_SIZE", "the reply would exceed max_reply_bytes", route)
-        nonfinite, negative, nonzero = f32_fields(np.array([message["temperature"]], dtype=np.uint32))
-        if nonfinite[0]:
+        nonfinite, negative, nonzero = f32_fields(np.uint32(message["temperature"]))  # a scalar: no array made
+        if nonfinite:
             raise Refusal("NON_FINITE_VALUE", "temperature", route)
-        if negative[0] or not nonzero[0]:
+        if negative or not nonzero:
             raise Refusal("NEGATIVE_VALUE", "temperature is not positive", route)
 
     def reply(self, message: Message, params: dict, out: np.ndarray | None = None) -> QRow:
