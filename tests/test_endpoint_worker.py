@@ -31,12 +31,12 @@ pytestmark = pytest.mark.rules("R01", "R08", "R11", "R15", "R16", "R22", "R24", 
 RUN_S = 30.0
 
 
-async def rounds(vocab: int, policy: int, count: int, seed: int = 0x5EED):
+async def rounds(vocab: int, policy: int, count: int, seed: int = 0x5EED, target_class: type[Target] = Target):
     config = hello_config(vocab=vocab, max_support=16)
     model = DraftModel.random(vocab, seed=7)
     target_model = TargetModel.near(model, noise=0.3)
     worker = WorkerEndpoint(config, model)
-    target = Target(config, target_model, "127.0.0.1", await worker.start(), seed=seed, support_policy=policy)
+    target = target_class(config, target_model, "127.0.0.1", await worker.start(), seed=seed, support_policy=policy)
     try:
         await asyncio.wait_for(target.run(count), RUN_S)
     finally:
@@ -56,6 +56,42 @@ def test_rounds_equal_the_spec_draw_for_draw(vocab, policy):
         check_committed_round(model, target_model, record, support)
         assert all((row.ids is None) == (policy == 0) for row in record.rows)
     assert sum(r.accepted for r in target.records) > 0  # the near target accepts some drafts
+
+
+class CountsSpy(Target):
+    """A target that records the counts array each round is verified from (None: its rows stacked)."""
+
+    async def commit(self, lane, record, tokens, rows, counts=None) -> None:
+        self.__dict__.setdefault("given", []).append(counts)
+        await super().commit(lane, record, tokens, rows, counts)
+
+
+class StackingTarget(CountsSpy):
+    """Seeded bug: the round's counts array is not handed on; the rows are stacked (a copy)."""
+
+    async def commit(self, lane, record, tokens, rows, counts=None) -> None:
+        await super().commit(lane, record, tokens, rows, None)
+
+
+@pytest.mark.parametrize("target_class", [CountsSpy, StackingTarget])
+@pytest.mark.parametrize("vocab, policy", [(48, 0), (64, 16)])
+def test_a_dense_round_is_verified_from_the_counts_its_rows_were_validated_into(vocab, policy, target_class):
+    target, _, _ = asyncio.run(rounds(vocab, policy, 3, target_class=target_class))
+    given = target.__dict__["given"]
+    assert [r.outcome for r in target.records] == ["committed"] * 3 and len(given) == 3
+    if policy:
+        assert given == [None] * 3  # sparse rows: their dense views, stacked
+        return
+    uncopied = [
+        q is not None and q.shape == (layout_depth(target), vocab) and all(row.counts.base is q for row in r.rows)
+        for q, r in zip(given, target.records)
+    ]
+    assert uncopied == [target_class is CountsSpy] * 3
+
+
+def layout_depth(target: Target) -> int:
+    assert target.receiver.negotiated is not None
+    return target.receiver.negotiated["depth"]
 
 
 async def raw_link(worker: WorkerEndpoint):

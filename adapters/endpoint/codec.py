@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass, field
 
 from . import layout
-from .crc32c import INIT, crc32c_update, extend, finish, raw
+from .crc32c import INIT, crc32c_update, extend, finish, raw, raw_word
 
 
 class Refusal(ValueError):
@@ -51,6 +51,8 @@ class Message:
     #: raw CRC registers (crc32c.raw) of the REPLY tail and of the whole frame, kept from decoding
     tail_raw: int | None = None
     frame_raw: int | None = None
+    #: :attr:`route`, once made
+    routed: "Route | None" = field(default=None, repr=False, compare=False)
 
     def __getitem__(self, name: str):
         return self.fields[name]
@@ -61,10 +63,12 @@ class Message:
 
     @property
     def route(self) -> Route | None:
-        if self.type in (0, layout.HELLO, layout.HELLO_ANSWER):
-            return None
-        f = self.fields
-        return Route(self.type, f["session_id"], f["slot"], f["generation"], f.get("round"))
+        """Made once per message (the decoder and every check name it; the fields are not changed
+        once decoded)."""
+        if self.routed is None and self.type not in (0, layout.HELLO, layout.HELLO_ANSWER):
+            f = self.fields
+            self.routed = Route(self.type, f["session_id"], f["slot"], f["generation"], f.get("round"))
+        return self.routed
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,11 @@ def encode_v1(tokens: list[int]) -> bytes:
     """A v1 greedy frame (no q, no checksum)."""
     payload = struct.pack(f"<I{len(tokens)}i", len(tokens), *tokens)
     return layout.V1_HEADER.pack(layout.V1_MAGIC, layout.V1_VERSION, layout.V1_GREEDY_TYPE, len(payload)) + payload
+
+
+#: the register from INIT over 16 zero bytes: with the raw register r of header bytes 0..15, INIT
+#: fed those bytes is ``INIT_THROUGH_HEAD ^ r`` (crc32c's linearity)
+INIT_THROUGH_HEAD = extend(INIT, layout.CHECKSUM_OFFSET, 0)
 
 
 class Decoder:
@@ -173,7 +182,7 @@ class Decoder:
         """The message of ``data``, or :class:`Refusal` with the first failing check."""
         self.allocated = 0
         view = memoryview(data)
-        if bytes(view[:4]) == layout.V1_MAGIC:
+        if view[:4] == layout.V1_MAGIC:
             try:
                 start, length, limits, _ = self.header(view, params)
                 return self.v1_message(self.read_payload(view, start, length, limits), length)
@@ -185,13 +194,17 @@ class Decoder:
         (checksum,) = struct.unpack_from("<I", view, layout.CHECKSUM_OFFSET)
         split = layout.REPLY_FIXED if message_type == layout.REPLY else length
         tail = payload[split:]  # a view: the q bytes are never copied (crc32c reads a buffer in place)
-        tail_raw = raw(tail)
+        tail_raw = raw(tail) if split < length else 0
         payload_raw = extend(raw(payload[:split]), length - split, tail_raw)
-        if finish(extend(crc32c_update(INIT, view[: layout.CHECKSUM_OFFSET]), length, payload_raw)) != checksum:
+        # the raw registers of header bytes 0..15 and of the payload, each read once, make both the
+        # checksum (from INIT over bytes 0..15, then the payload) and the whole frame's register
+        head_raw = raw(view[: layout.CHECKSUM_OFFSET])
+        if finish(extend(INIT_THROUGH_HEAD ^ head_raw, length, payload_raw)) != checksum:
             raise Refusal("CHECKSUM_MISMATCH", f"checksum field {checksum:#010x}")
         spec = layout.FIELDS[message_type]
         message = Message(message_type, dict(zip(spec.names, spec.codec.unpack_from(payload))))
-        message.frame_raw = extend(raw(view[: layout.HEADER_SIZE]), length, payload_raw)
+        # bytes 0..19: bytes 0..15, then the checksum field as a word (crc32c.raw_word, by linearity)
+        message.frame_raw = extend(raw_word(head_raw ^ checksum), length, payload_raw)
         if message_type == layout.REPLY:
             assert params is not None  # the header refused a REPLY before the HELLO (V2_BEFORE_HELLO)
             message.tail = self.reply_tail(message, tail, params)

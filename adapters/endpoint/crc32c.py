@@ -39,10 +39,18 @@ POLY = 0x82F63B78
 ONE = 1 << 31
 
 
+#: a buffer at most this long is handed to the library as its own ``bytes`` (a copy of a header
+#: or of fixed fields costs a third of a NumPy view's making); a longer one is read in place
+SHORT_BLOCK = 256
+
+
 def as_bytes(data: bytes | bytearray | memoryview) -> bytes | np.ndarray:
     """What the library reads: ``bytes``, or a NumPy view of any other buffer (it refuses a
-    ``memoryview`` or ``bytearray`` but reads an array's buffer): nothing is copied."""
-    return data if type(data) is bytes else np.frombuffer(data, dtype=np.uint8)
+    ``memoryview`` or ``bytearray`` but reads an array's buffer): no block longer than
+    :data:`SHORT_BLOCK` is copied (a q tail never is)."""
+    if type(data) is bytes:
+        return data
+    return bytes(data) if len(data) <= SHORT_BLOCK else np.frombuffer(data, dtype=np.uint8)
 
 
 def crc32c_update(register: int, data: bytes | bytearray | memoryview) -> int:
@@ -104,6 +112,12 @@ def shift_register(register: int, n_bytes: int) -> int:
         return 0
     t0, t1, t2, t3 = shift_tables(n_bytes)
     return t0[register & 0xFF] ^ t1[(register >> 8) & 0xFF] ^ t2[(register >> 16) & 0xFF] ^ t3[register >> 24]
+
+
+def raw_word(word: int) -> int:
+    """:func:`raw` of the 4 bytes of ``word`` in little-endian order, from no byte: in the reflected
+    order feeding a 32-bit word into a zero register is feeding 4 zero bytes into the word itself."""
+    return shift_register(word, 4)
 
 
 def extend(register: int, length: int, raw_block: int) -> int:

@@ -33,6 +33,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from . import layout
 from .codec import Decoder, Message, Refusal, Route, encode
 from .crc32c import crc32c_of_blocks
@@ -56,6 +58,11 @@ class OpenRound:
     rows: list[QRow] = field(default_factory=list)
     completion: bytes | None = None
     step_frame: bytes = b""
+    #: a dense round's int32 counts [K, V], made at its first REPLY: row k is the k-th accepted
+    #: row's counts, written there by the validator (:meth:`Receiver.row_slot`); rows from
+    #: ``len(rows)`` on hold nothing meaningful. Never reused: rows consumed stay valid after the
+    #: round closes. None: a sparse round (or a dense stride below V)
+    counts: np.ndarray | None = None
 
 
 @dataclass
@@ -150,7 +157,43 @@ class Receiver:
                 negotiate(message.fields, self.config)
             return message, None
         assert negotiated is not None  # the decoder refuses any message but HELLO before HELLO (V2_BEFORE_HELLO)
-        return message, self.validator.validate(message, negotiated)
+        out = self.row_slot(message, negotiated) if message.type == layout.REPLY else None
+        return message, self.validator.validate(message, negotiated, out)
+
+    def row_slot(self, message: Message, params: dict) -> np.ndarray | None:
+        """Where a dense REPLY's counts are written as it is validated: the first row not yet
+        accepted of the open dense round it names on this connection (:attr:`OpenRound.counts`,
+        made here at the round's first REPLY); None (the validator makes a new array) for any other
+        REPLY: sparse, for no open round, a round whose K rows all arrived or that is consumable.
+
+        The slot is written before the row is known good, and only rows below ``len(rows)`` are
+        ever read: a refused REPLY (a retry of an earlier position included) leaves the accepted
+        rows as they were, and whatever it wrote into the free row is overwritten by the next
+        REPLY or never read (:meth:`on_reply` counts the row only once it accepts it)."""
+        fields = message.fields
+        index = fields["slot"]
+        if index >= len(self.slots) or fields["representation"] != layout.REPR_DENSE:
+            return None
+        slot = self.slots[index]
+        current = slot.open
+        if current is None:
+            return None
+        step = current.step.fields
+        if (
+            current.completion is not None
+            or step["support_policy"] != 0
+            or not self.live_on(slot)
+            or fields["generation"] != slot.generation
+            or fields["round"] != step["round"]
+            or params["dense_stride"] < params["vocab"]
+        ):
+            return None
+        filled, depth = len(current.rows), step["depth"]
+        if filled >= depth:
+            return None
+        if current.counts is None:
+            current.counts = np.empty((depth, params["vocab"]), dtype=np.int32)
+        return current.counts[filled]
 
     # -- events -------------------------------------------------------------------------
 
@@ -161,10 +204,12 @@ class Receiver:
             message, row = self.check(data, connection)
         except Refusal as refusal:
             verdict = self.refuse_frame(refusal)
+            answer = self.answer_of(data, verdict)
         else:
             verdict = self.route(message, row, data)
+            answer = self.answer_of(data, verdict) if message.type == layout.HELLO else None
         allocated = self.decoder.allocated
-        verdict = Disposition(verdict.kind, verdict.reason, verdict.discarded, allocated, self.answer_of(data, verdict))
+        verdict = Disposition(verdict.kind, verdict.reason, verdict.discarded, allocated, answer)
         self.decoder.allocated = allocated
         self.last_verdict = verdict
         return verdict
@@ -186,21 +231,23 @@ class Receiver:
             {"session_id": hello["session_id"], "status": status, "reason": reason.ljust(32, b"\0")},
         )
 
+    #: the handler of each message type, by name (a subclass's override is the one called)
+    HANDLERS = {
+        layout.HELLO: "on_hello",
+        layout.STEP: "on_step",
+        layout.REPLY: "on_reply",
+        layout.COMPLETION: "on_completion",
+        layout.COMMIT: "on_commit",
+        layout.RESET: "on_reset",
+        layout.CANCEL: "on_cancel",
+        layout.HELLO_ANSWER: "on_hello_answer",
+    }
+
     def route(self, message: Message, row: QRow | None, data: bytes) -> Disposition:
         if message.type == 0:
             self.counters["v1_greedy_frames"] += 1
             return Disposition(GREEDY_V1)
-        handlers = {
-            layout.HELLO: self.on_hello,
-            layout.STEP: self.on_step,
-            layout.REPLY: self.on_reply,
-            layout.COMPLETION: self.on_completion,
-            layout.COMMIT: self.on_commit,
-            layout.RESET: self.on_reset,
-            layout.CANCEL: self.on_cancel,
-            layout.HELLO_ANSWER: self.on_hello_answer,
-        }
-        return handlers[message.type](message, row, data)
+        return getattr(self, self.HANDLERS[message.type])(message, row, data)
 
     def timeout(self, index: int) -> Disposition:
         """A slot's watchdog: discards its open round and ends its generation; idle or consumable, ignored."""
@@ -354,25 +401,33 @@ class Receiver:
         return self.accept()
 
     def on_reply(self, message: Message, row: QRow, data: bytes) -> Disposition:
-        index = message["slot"]
+        fields = message.fields
+        index = fields["slot"]
         slot = self.slots[index]
-        problem = self.worker_problem(slot, message["generation"], message["round"])
+        problem = self.worker_problem(slot, fields["generation"], fields["round"])
         if problem:
             return self.refuse(problem)
         current = slot.open
-        position = (message["position"] - current.step["anchor"]) % layout.POSITIONS
+        step = current.step.fields
+        position = (fields["position"] - step["anchor"]) % layout.POSITIONS
         if position < len(current.replies):
             return self.retried(current.replies[position], data, index)
-        if current.completion is not None or position != len(current.replies) or position >= current.step["depth"]:
+        if current.completion is not None or position != len(current.replies) or position >= step["depth"]:
             return self.refuse("POSITION_MISMATCH", (index,))
-        policy = current.step["support_policy"]
-        if (policy == 0) != (message["representation"] == layout.REPR_DENSE):
+        policy = step["support_policy"]
+        if (policy == 0) != (fields["representation"] == layout.REPR_DENSE):
             return self.refuse("REPRESENTATION_MISMATCH", (index,))
-        if policy and message["entry_count"] > policy:
+        if policy and fields["entry_count"] > policy:
             return self.refuse("SUPPORT_ABOVE_MAX", (index,))
+        # a view of the round's counts is the row row_slot lent for this frame: the first not yet
+        # accepted, i.e. ``position``; any other array (a subclass naming the round differently) is
+        # copied into that row once
+        if current.counts is not None and row.ids is None and row.counts.base is not current.counts:
+            current.counts[position] = row.counts
+            row = QRow(row.vocab, current.counts[position])
         current.replies.append(data)
         current.blocks.append((len(data), message.frame_raw))
-        current.tokens.append(message["token"])
+        current.tokens.append(fields["token"])
         current.rows.append(row)
         return self.accept()
 
@@ -470,3 +525,16 @@ class Receiver:
         if not self.is_consumable(current):
             return None
         return list(current.tokens), list(current.rows)
+
+    def consumable_counts(self, index: int) -> np.ndarray | None:
+        """The int32 counts [K, V] of a slot's open dense round once consumable: row k is the k-th
+        row of :meth:`consumable_rows`, the array the validator wrote them into (no copy; the
+        verifier takes it as it is). None before it is consumable, and for a sparse round (the
+        verifier stacks its rows' dense views)."""
+        if self.consumable_rows(index) is None:
+            return None
+        current = self.slots[index].open
+        assert current is not None
+        if current.counts is None or len(current.rows) != len(current.counts):
+            return None
+        return current.counts

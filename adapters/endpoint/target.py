@@ -480,7 +480,7 @@ class Target:
         ready = self.receiver.consumable_rows(lane.slot) if lane.outcome == _READY else None
         if ready is None:
             return self.fall_back(lane, record, lane.outcome if lane.outcome != _READY else "discarded")
-        await self.commit(lane, record, *ready)
+        await self.commit(lane, record, *ready, self.receiver.consumable_counts(lane.slot))
 
     def fall_back(self, lane: Lane, record: RoundRecord, reason: str) -> None:
         """The round is not consumed: one token sampled target-only from the committed prefix, committed (R25)."""
@@ -501,10 +501,14 @@ class Target:
             record.new_committed,
         )
 
-    async def commit(self, lane: Lane, record: RoundRecord, tokens: list[int], rows: list[QRow]) -> None:
-        """Verify the consumed rows against p and commit the outcome (R11, R17)."""
-        # int32 counts (at most M), stacked once; the verifier widens them on its device (dense_q)
-        q = torch.from_numpy(np.stack([row.dense() for row in rows]))[None]
+    async def commit(
+        self, lane: Lane, record: RoundRecord, tokens: list[int], rows: list[QRow], counts: np.ndarray | None = None
+    ) -> None:
+        """Verify the consumed rows against p and commit the outcome (R11, R17). ``counts``: a dense
+        round's int32 counts [K, V] as the receiver validated them into it (taken as they are, no
+        copy); None: the rows' dense views, stacked (sparse rows)."""
+        # int32 counts (at most M); the verifier widens them on its device (dense_q)
+        q = torch.from_numpy(np.stack([row.dense() for row in rows]) if counts is None else counts)[None]
         result = verify_round(
             [lane.seed],
             record.generation,

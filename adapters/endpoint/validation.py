@@ -80,8 +80,9 @@ class QRow:
         return out
 
 
-def f32_fields(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(non-finite, sign bit set, nonzero magnitude) masks of FP32 bit patterns.
+def f32_fields(bits: np.ndarray | np.uint32) -> tuple:
+    """(non-finite, sign bit set, nonzero magnitude) masks of FP32 bit patterns (an array, or one
+    pattern as a NumPy scalar: then three booleans).
 
     A finite value with its sign bit set is negative, -0.0 included: a zero count
     is sent only as +0.0 (docs/wire-v2.md, "q validation").
@@ -130,7 +131,7 @@ class Validator:
             array = self.work[name] = np.empty(size, dtype=dtype)
         return array[:size]
 
-    def well_formed_counts(self, values: np.ndarray) -> np.ndarray | None:
+    def well_formed_counts(self, values: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
         """The int32 counts of a row that passes every value check at once (finite, nonnegative,
         dyadic, each at most M, summing to M), from a few vectorized passes over the whole row;
         None when any check fails, and the checks then run one by one, in order, to name the reason.
@@ -138,23 +139,28 @@ class Validator:
         One ``max`` over the bit patterns puts every value in [0, 1]; ``q * 2^24`` in FP32 is exact
         (a power-of-two scaling) and at most M, so its truncation to int32 is exact on integers and
         converts back to FP32 exactly: the row is dyadic iff that round trip returns every value.
-        (FP32 to int32 is a vector conversion; FP32 to int64 is not.)
+        (FP32 to int32 is a vector conversion; FP32 to int64 is not.) The counts are written into
+        ``out`` when given (int32, ``values.size`` long: the round's slot of the row), else into a
+        new array; on None ``out`` holds no meaningful counts.
         """
         size = values.size
         if not size or int(values.max()) > ONE_BITS:
             return None
         count, back = self.scratch("count", np.float32, size), self.scratch("back", np.float32, size)
-        truncated = self.scratch("truncated", np.int32, size)
+        counts = np.empty(size, dtype=np.int32) if out is None else out
         np.multiply(values.view("<f4"), np.float32(layout.M), out=count)
-        np.copyto(truncated, count, casting="unsafe")
-        np.copyto(back, truncated, casting="unsafe")
+        np.copyto(counts, count, casting="unsafe")
+        np.copyto(back, counts, casting="unsafe")
         if not np.array_equal(back, count):
             return None
-        counts = truncated.copy()
         return counts if int(counts.sum(dtype=np.int64)) == layout.M else None
 
-    def validate(self, message: Message, params: dict) -> QRow | None:
-        """Every stateless check of a decoded non-HELLO v2 message; a REPLY's validated row."""
+    def validate(self, message: Message, params: dict, out: np.ndarray | None = None) -> QRow | None:
+        """Every stateless check of a decoded non-HELLO v2 message; a REPLY's validated row.
+
+        ``out``: where a dense row's int32 counts go (the receiver's slot for the round's next row,
+        ``vocab`` long; None: a new array). It is written before the row is known good, so it holds
+        meaningful counts only once this returns the row (the receiver counts the slot only then)."""
         if message.type == layout.HELLO_ANSWER:
             if message["status"] not in (layout.HELLO_ACCEPTED, layout.HELLO_REFUSED):
                 raise Refusal("UNKNOWN_STATUS", f"HELLO answer status {message['status']}")
@@ -168,7 +174,7 @@ class Validator:
         if kind == layout.STEP:
             self.step(message, params)
         elif kind == layout.REPLY:
-            return self.reply(message, params)
+            return self.reply(message, params, out)
         elif kind == layout.COMPLETION:
             if message["row_count"] != params["depth"]:
                 raise Refusal("DEPTH_MISMATCH", f"row count {message['row_count']}", route)
@@ -193,14 +199,15 @@ class Validator:
             raise Refusal("SUPPORT_ABOVE_MAX", f"k = {message['support_policy']}", route)
         if layout.reply_bytes(params, message["support_policy"]) > params["max_reply_bytes"]:
             raise Refusal("UNEXPECTED_SIZE", "the reply would exceed max_reply_bytes", route)
-        nonfinite, negative, nonzero = f32_fields(np.array([message["temperature"]], dtype=np.uint32))
-        if nonfinite[0]:
+        nonfinite, negative, nonzero = f32_fields(np.uint32(message["temperature"]))  # a scalar: no array made
+        if nonfinite:
             raise Refusal("NON_FINITE_VALUE", "temperature", route)
-        if negative[0] or not nonzero[0]:
+        if negative or not nonzero:
             raise Refusal("NEGATIVE_VALUE", "temperature is not positive", route)
 
-    def reply(self, message: Message, params: dict) -> QRow:
-        """Validate a REPLY's q row (the order is the module docstring's) and return it."""
+    def reply(self, message: Message, params: dict, out: np.ndarray | None = None) -> QRow:
+        """Validate a REPLY's q row (the order is the module docstring's) and return it; a dense
+        row's counts are written into ``out`` when given (see :meth:`validate`)."""
         route, vocab, tail = message.route, params["vocab"], message.tail
         tail_raw = raw(tail) if message.tail_raw is None else message.tail_raw
         if finish(extend(INIT, len(tail), tail_raw)) != message["q_checksum"]:
@@ -216,20 +223,25 @@ class Validator:
             ids, values = self.sparse_ids(ids, values, vocab, route)
             counts = self.well_formed_counts(values)
         elif self.native is not None:
-            return self.positive_at(QRow(vocab, self.native_dense(tail, vocab, route)), token, route)
+            return self.positive_at(QRow(vocab, self.native_dense(tail, vocab, route, out)), token, route)
         else:
             values = np.frombuffer(tail, dtype="<u4")
             if np.any(values[vocab:] != 0):
                 raise Refusal("NONZERO_DENSE_PADDING", "dense padding is not all-zero bytes", route)
             values = values[:vocab]
-            counts = self.well_formed_counts(values)
+            if out is not None:
+                out = out[: values.size]
+            counts = self.well_formed_counts(values, out)
         if counts is None:
             self.value_classes(values, route)
         if ids is not None and np.any((values & np.uint32(0x7FFFFFFF)) == 0):
             raise Refusal("NONCANONICAL_SUPPORT", "a sparse entry has zero q", route)
-        return self.positive_at(
-            QRow(vocab, self.counts(values, route) if counts is None else counts, ids), token, route
-        )
+        if counts is None:
+            counts = self.counts(values, route)
+            if ids is None and out is not None:  # into the round's slot, as the passes above write it
+                np.copyto(out, counts, casting="unsafe")
+                counts = out
+        return self.positive_at(QRow(vocab, counts, ids), token, route)
 
     @staticmethod
     def positive_at(row: QRow, token: int, route) -> QRow:
@@ -238,11 +250,13 @@ class Validator:
             raise Refusal("ZERO_Q_AT_TOKEN", f"q({token}) = 0", route)
         return row
 
-    def native_dense(self, tail: bytes | memoryview, vocab: int, route) -> np.ndarray:
+    def native_dense(self, tail: bytes | memoryview, vocab: int, route, out: np.ndarray | None = None) -> np.ndarray:
         """A dense row's counts from the native module's one pass (padding, value classes, grid,
-        counts, total), or its first failing check, in the order of :meth:`reply`."""
+        counts, total), or its first failing check, in the order of :meth:`reply`; the counts are
+        written into ``out`` when given (see :meth:`validate`)."""
         assert self.native is not None
-        counts = np.empty(min(vocab, len(tail) // layout.DENSE_ENTRY), dtype=np.int32)
+        size = min(vocab, len(tail) // layout.DENSE_ENTRY)
+        counts = np.empty(size, dtype=np.int32) if out is None else out[:size]
         code, total = self.native.dense_row(tail, vocab, counts)
         if code:
             reason, detail = NATIVE_REFUSALS[code]
