@@ -257,9 +257,10 @@ async def round_trips(
 ) -> dict[str, list[float]]:
     """Times of each kind of round, taken round-robin: ``sink`` (the bytes into a plain buffer),
     ``stream_sink`` (the bytes through an asyncio StreamReader, frame by frame, nothing parsed),
-    ``transfer`` (read framed by the endpoint's reader), ``receive`` (read framed, validated,
-    decoded to counts: the endpoint's receive path, frames pre-encoded) and ``live`` (the worker
-    side encodes too).
+    ``transfer`` (read framed by the endpoint's reader), ``receive`` (the endpoint's receive path,
+    frames pre-encoded: a receiver opened for the round, every frame read framed and fed to it as
+    soon as it is read, as the target's reader task does, then the round's counts taken) and
+    ``live`` (the worker side encodes too).
 
     The servers run on a :class:`WorkerThread`. With a CPU ``clock`` (the calling thread's), the
     receive-side rounds count the reading side's CPU alone, the live round both sides' (the
@@ -291,13 +292,18 @@ async def round_trips(
         for name, (reader, writer) in links.items():
             start, worker_start = clock(), worker.cpu()
             await stream.send(writer, *step_frames)
-            decoder = Decoder()
-            got = [
-                (await stream.read_item(reader, decoder, params, control_allowed=False)).data
-                for _ in range(len(frames))
-            ]
-            if name != "transfer":
-                decode_batch(validate_batch(params, steps, got), len(steps))
+            if name == "transfer":
+                decoder = Decoder()
+                for _ in range(len(frames)):
+                    await stream.read_item(reader, decoder, params, control_allowed=False)
+            else:
+                # as the target's reader task does (Target.read_frames): each frame through the
+                # receiver as soon as it is read, while its bytes are still in cache
+                receiver = opened_receiver(params, steps)
+                for _ in range(len(frames)):
+                    item = await stream.read_item(reader, receiver.decoder, receiver.negotiated, control_allowed=False)
+                    assert item is not None and receiver.feed(item.data).kind == "accept"
+                decode_batch(receiver, len(steps))
             elapsed = clock() - start
             times[name].append(elapsed + (worker.cpu() - worker_start if both and name == "live" else 0))
     sink.close()
