@@ -171,6 +171,8 @@ def map_blobs(value: Any, change: Callable[[dict], Any]) -> Any:
             return change(value)
         out = None
         for key, item in value.items():
+            if type(item) in _SCALARS:
+                continue
             if isinstance(item, CONTAINERS) and (new := map_blobs(item, change)) is not item:
                 if out is None:
                     out = dict(value)
@@ -181,6 +183,8 @@ def map_blobs(value: Any, change: Callable[[dict], Any]) -> Any:
             return value
         out = None
         for index, item in enumerate(value):
+            if type(item) is list and _SCALARS.issuperset(map(type, item)):
+                continue  # a row of a matrix of scalars: no call
             if isinstance(item, CONTAINERS) and (new := map_blobs(item, change)) is not item:
                 if out is None:
                     out = list(value)
@@ -326,6 +330,8 @@ class _Joiner:
                 return self.blob(value, "arena", self.arena[start:stop])
             out = None
             for key, item in value.items():
+                if type(item) in _SCALARS:
+                    continue
                 if isinstance(item, CONTAINERS) and (new := self.join(item)) is not item:
                     if out is None:
                         out = dict(value)
@@ -336,6 +342,8 @@ class _Joiner:
                 return value
             out = None
             for index, item in enumerate(value):
+                if type(item) is list and _SCALARS.issuperset(map(type, item)):
+                    continue
                 if isinstance(item, CONTAINERS) and (new := self.join(item)) is not item:
                     if out is None:
                         out = list(value)
