@@ -560,7 +560,9 @@ def blob_problem(blob: dict, where: str) -> str | None:
 
 
 def encoding_problem(value: Any, where: str = "output") -> str | None:
-    """The first non-finite number or inconsistent blob inside ``value``, or None."""
+    """The first non-finite number or inconsistent blob inside ``value``, or None. An item's path
+    is spelled only for an item that needs a look (a container, a float, a marker), and a
+    container of plain scalars is passed over in one C-level look at its items' types."""
     if isinstance(value, NonFinite):
         return f"{where} is {str(value)}, which JSON does not allow"
     if isinstance(value, float) and value != value:  # a NaN that was never serialized
@@ -568,16 +570,28 @@ def encoding_problem(value: Any, where: str = "output") -> str | None:
     if isinstance(value, dict):
         if "b64" in value or "raw" in value:
             return blob_problem(value, where)
-        items = ((f"{where}.{k}", v) for k, v in value.items())
+        if _PLAIN.issuperset(map(type, value.values())):
+            return None
+        for key, item in value.items():
+            if type(item) in _PLAIN or (type(item) is float and item == item):
+                continue
+            problem = encoding_problem(item, f"{where}.{key}")
+            if problem:
+                return problem
     elif isinstance(value, list):
-        items = ((f"{where}[{i}]", v) for i, v in enumerate(value))
-    else:
-        return None
-    for path, item in items:
-        problem = encoding_problem(item, path)
-        if problem:
-            return problem
+        if _PLAIN.issuperset(map(type, value)):
+            return None
+        for index, item in enumerate(value):
+            if type(item) in _PLAIN or (type(item) is float and item == item):
+                continue
+            problem = encoding_problem(item, f"{where}[{index}]")
+            if problem:
+                return problem
     return None
+
+
+#: the exact types of the scalars :func:`encoding_problem` has nothing to say about (a float may be NaN)
+_PLAIN = frozenset((str, int, bool, type(None)))
 
 
 def without_payloads(value: Any) -> Any:
