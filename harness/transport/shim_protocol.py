@@ -84,7 +84,12 @@ def dumps(value: Any) -> str:
     else:
         if text.isascii() and b"null" not in text:
             return text.decode("ascii")
-    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    return STRICT_JSON.encode(value)
+
+
+#: ``json.dumps(value, separators=(",", ":"), allow_nan=False)`` as one encoder, built once
+#: (``json.dumps`` with arguments builds a new encoder per call)
+STRICT_JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 
 def encode_message(message: dict) -> bytes:
