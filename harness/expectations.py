@@ -85,11 +85,15 @@ class Expectations:
 
     def disabled_reason(self, case_id: str) -> str | None:
         """The reason a disabled glob gives for ``case_id``, else None."""
+        if not self.disabled:  # no file, or no [disabled] table: asked per case, so no walk
+            return None
         match = _first_match(self.disabled, case_id)
         return None if match is None else match[1]
 
     def xfail_reason(self, case_id: str) -> str | None:
         """The reason an xfail entry gives for ``case_id`` (None if disabled or unlisted)."""
+        if not self.xfail:
+            return None
         if self.disabled_reason(case_id) is not None:
             return None
         match = _first_match(self.xfail, case_id)

@@ -21,6 +21,7 @@ The order of the checks is the contract (docs/harness.md):
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass
 from fractions import Fraction
 from types import ModuleType
@@ -126,7 +127,12 @@ def family_module(family: str) -> ModuleType | None:
         name = load_family(family).comparator
     except KeyError:
         return None
-    return None if name is None else importlib.import_module(f"{JUDGING_PACKAGE}.{name}")
+    if name is None:
+        return None
+    qualified = f"{JUDGING_PACKAGE}.{name}"
+    # the module once imported, without import_module's machinery: this runs for every case judged
+    module = sys.modules.get(qualified)
+    return module if module is not None else importlib.import_module(qualified)
 
 
 @dataclass(frozen=True)

@@ -216,8 +216,10 @@ class Child:
         self.proc.stderr.close()
 
     def _with_sections(self, line: bytes) -> Any:
-        """A binary reply read whole, as ``(decoded message, section bytes)``; a line that does not
-        decode, or announces no sections, is passed on as it came (the caller names the fault)."""
+        """A binary reply read whole, as ``(decoded message, section bytes or None, line)``: None for a
+        line that announces no sections (decoded once, here, not again by the caller); a line that
+        does not decode, or whose ``sections`` are malformed, is passed on as it came (the caller
+        names the fault)."""
         try:
             message = decode_line(line)
             sizes = section_sizes(message)
@@ -225,7 +227,7 @@ class Child:
             return line
         stdout = self.proc.stdout
         if not sizes or stdout is None:
-            return line
+            return (message, None, line)
         data = stdout.read(sum(sizes))
         return (message, data, line)
 
@@ -438,9 +440,9 @@ class AdapterClient:
             self._discard(child)
             raise ChildFailure(child.failure(f"adapter {status} before answering request {request_id}"))
         try:
-            if isinstance(line, tuple):  # a binary reply: its line decoded, then its sections
+            if isinstance(line, tuple):  # a binary reply: its line decoded, then its sections, if any
                 message, data, line = line
-                reply = join_sections(message, data, self.raw_blobs)
+                reply = message if data is None else join_sections(message, data, self.raw_blobs)
             else:
                 reply = decode_line(line)
             if reply.get("id") != request_id:

@@ -27,6 +27,7 @@ from qconform.harness.transport.shim_protocol import (
     BINARY_PAYLOAD,
     OPS,
     PROTOCOL_VERSION,
+    STRICT_JSON,
     ProtocolError,
     config_to_json,
     decode_line,
@@ -81,7 +82,7 @@ def entry_json(outcome: Any, sections: list[bytes | memoryview] | None = None, r
             entry = to_sections(entry, sections)
         elif raw:
             entry = to_json_blobs(entry)
-        return json.dumps(entry, separators=(",", ":"), allow_nan=False)
+        return STRICT_JSON.encode(entry)  # the standard module's errors: orjson would write Enum members
     except (TypeError, ValueError) as exc:
         if sections is not None:
             del sections[mark:]
