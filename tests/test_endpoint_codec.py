@@ -11,14 +11,13 @@ accounting (a frame refused on its bounds costs no payload buffer).
 from __future__ import annotations
 
 import ast
-import base64
-import json
 import struct
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+from endpoint_vectors import cases, played_session, raw
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -29,7 +28,6 @@ from qconform.adapters.endpoint.crc32c import raw as raw_register
 from qconform.adapters.endpoint.deployment import hello_config
 from qconform.adapters.endpoint.receiver import Receiver
 from qconform.adapters.endpoint.replies import completion_frame, dense_tail, reply_frame, sparse_tail
-from qconform.generators.corpus import default_vectors_dir
 from qconform.generators.families.wire_frames import fields_to_json, hello_from_json
 from qconform.spec.constants import M
 from qconform.spec.qrow import QRow
@@ -43,7 +41,6 @@ pytestmark = pytest.mark.rules("R03", "R12", "R15", "R16", "R18", "R19", "R20", 
 
 ENDPOINT_DIR = Path(__file__).resolve().parent.parent / "adapters" / "endpoint"
 FORBIDDEN = ("qconform.spec", "qconform.generators", "qconform.harness")
-VECTORS = default_vectors_dir()
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -108,15 +105,6 @@ def checksum_zeros(register: int, n_bytes: int) -> int:
 
 
 # -- every vector, in-process ------------------------------------------------------------------
-
-
-def cases(family: str) -> list[dict]:
-    document = json.loads((VECTORS / f"{family}.json").read_text(encoding="utf-8"))
-    return [case for group in document["testGroups"] for case in group["tests"]]
-
-
-def raw(blob: dict) -> bytes:
-    return base64.b64decode(blob["b64"])
 
 
 def frame_answer(receiver: Receiver, data: bytes, negotiated: bool) -> dict:
@@ -204,18 +192,7 @@ def test_encoding_vectors_catch_a_seeded_sender_bug(monkeypatch, bug: str, caugh
 
 def test_every_wire_sessions_vector():
     for case in cases("wire_sessions"):
-        receiver = Receiver(answers.hello_fields(case["input"]["config"]))
-        verdicts = []
-        for event in case["input"]["events"]:
-            if "frame" in event:
-                verdict = receiver.feed(raw(event["frame"]), event.get("connection", 0))
-            elif "timeout" in event:
-                verdict = receiver.timeout(event["timeout"])
-            else:
-                verdict = receiver.disconnect(event.get("connection", 0))
-            verdicts.append(answers.verdict_json(verdict))
-        got = {"verdicts": verdicts, "final": answers.state_json(receiver), "counters": answers.counters_json(receiver)}
-        assert got == case["expected"], case["id"]
+        assert played_session(case) == case["expected"], case["id"]
 
 
 # -- frames both ways -------------------------------------------------------------------------

@@ -13,8 +13,6 @@ catch a seeded bug of the native path. Without the module (not built, or
 
 from __future__ import annotations
 
-import base64
-import json
 import random
 import struct
 from collections.abc import Callable, Iterable
@@ -22,6 +20,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from endpoint_vectors import cases, played_session, raw
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,7 +30,6 @@ from qconform.adapters.endpoint.receiver import Receiver
 from qconform.adapters.endpoint.replies import dense_tail, reply_frame
 from qconform.adapters.endpoint.validation import Validator, native_module
 from qconform.generators import wire_fuzz
-from qconform.generators.corpus import default_vectors_dir
 from qconform.generators.families.wire_frames import fields_to_json
 from qconform.spec.wire.negotiation import example_config
 
@@ -74,15 +72,6 @@ def outcome(receiver: Receiver, data: bytes, params: dict | None) -> tuple:
     if row is None:
         return ("accept",)
     return ("accept", row.counts.dtype.str, row.counts.tolist(), None if row.ids is None else row.ids.tolist())
-
-
-def cases(family: str) -> list[dict]:
-    document = json.loads((default_vectors_dir() / f"{family}.json").read_text(encoding="utf-8"))
-    return [case for group in document["testGroups"] for case in group["tests"]]
-
-
-def raw(blob: dict) -> bytes:
-    return base64.b64decode(blob["b64"])
 
 
 def vector_inputs() -> list[tuple[dict | None, bytes]]:
@@ -193,16 +182,7 @@ def session_verdicts(native) -> list[dict]:
     for case in cases("wire_sessions"):
         receiver = Receiver(answers.hello_fields(case["input"]["config"]))
         receiver.validator.native = native
-        verdicts = []
-        for event in case["input"]["events"]:
-            if "frame" in event:
-                verdict = receiver.feed(raw(event["frame"]), event.get("connection", 0))
-            elif "timeout" in event:
-                verdict = receiver.timeout(event["timeout"])
-            else:
-                verdict = receiver.disconnect(event.get("connection", 0))
-            verdicts.append(answers.verdict_json(verdict))
-        got = {"verdicts": verdicts, "final": answers.state_json(receiver), "counters": answers.counters_json(receiver)}
+        got = played_session(case, receiver)
         assert got == case["expected"], case["id"]
         out.append(got)
     return out
