@@ -167,18 +167,23 @@ def encode_binary(message: dict, arena: Arena | None = None) -> bytes:
 
 
 def map_blobs(value: Any, change: Callable[[dict], Any]) -> Any:
-    """``value`` with every typed blob (an object holding ``b64`` or ``raw``) replaced by ``change(blob)``.
-    What holds no blob is returned as it is, not copied: a container is copied only where a blob
-    below it changes, and a list of scalars (long lists of numbers and fraction strings) is passed
-    over in one C-level look at its items' types."""
+    """``value`` with every typed blob (an object holding ``b64`` or ``raw``) replaced by ``change(blob)``."""
+    return map_marked(value, BLOB_MARKS, change)
+
+
+def map_marked(value: Any, marks: tuple[str, str], change: Callable[[dict], Any]) -> Any:
+    """``value`` with every object holding either key of ``marks`` replaced by ``change(object)``.
+    What holds no such object is returned as it is, not copied: a container is copied only where
+    an object below it changes, and a list of scalars (long lists of numbers and fraction strings)
+    is passed over in one C-level look at its items' types."""
     if isinstance(value, dict):
-        if "b64" in value or "raw" in value:
+        if marks[0] in value or marks[1] in value:
             return change(value)
         out = None
         for key, item in value.items():
             if type(item) in _SCALARS:
                 continue
-            if isinstance(item, CONTAINERS) and (new := map_blobs(item, change)) is not item:
+            if isinstance(item, CONTAINERS) and (new := map_marked(item, marks, change)) is not item:
                 if out is None:
                     out = dict(value)
                 out[key] = new
@@ -190,7 +195,7 @@ def map_blobs(value: Any, change: Callable[[dict], Any]) -> Any:
         for index, item in enumerate(value):
             if type(item) is list and _SCALARS.issuperset(map(type, item)):
                 continue  # a row of a matrix of scalars: no call
-            if isinstance(item, CONTAINERS) and (new := map_blobs(item, change)) is not item:
+            if isinstance(item, CONTAINERS) and (new := map_marked(item, marks, change)) is not item:
                 if out is None:
                     out = list(value)
                 out[index] = new
@@ -198,6 +203,9 @@ def map_blobs(value: Any, change: Callable[[dict], Any]) -> Any:
     return value
 
 
+#: the keys that make an object a typed blob in the JSON and raw forms, and in the binary form
+BLOB_MARKS = ("b64", "raw")
+WIRE_MARKS = ("section", "arena")
 #: the exact types of JSON scalars: a container whose items are all of these holds no blob
 _SCALARS = frozenset((str, int, float, bool, type(None)))
 #: the JSON values a blob can be inside
@@ -320,41 +328,21 @@ class _Joiner:
 
     def join(self, value: Any) -> Any:
         """``value`` (a container) with its blobs joined; as :func:`map_blobs`, what holds none is not copied."""
-        if isinstance(value, dict):
-            if "section" in value:
-                index = value["section"]
-                used = self.used
-                if type(index) is not int or not 0 <= index < len(used) or used[index]:
-                    raise ProtocolError(f"a blob names section {index!r}: not one of the {len(used)} unused sections")
-                used[index] = True
-                data = self.view[self.offsets[index] : self.offsets[index + 1]]
-                return self.blob(value, "section", data.tobytes() if self.raw else data)
-            if "arena" in value:
-                start, stop = arena_span(value["arena"], self.arena)
-                assert self.arena is not None
-                return self.blob(value, "arena", self.arena[start:stop])
-            out = None
-            for key, item in value.items():
-                if type(item) in _SCALARS:
-                    continue
-                if isinstance(item, CONTAINERS) and (new := self.join(item)) is not item:
-                    if out is None:
-                        out = dict(value)
-                    out[key] = new
-            return value if out is None else out
-        if isinstance(value, list):
-            if _SCALARS.issuperset(map(type, value)):
-                return value
-            out = None
-            for index, item in enumerate(value):
-                if type(item) is list and _SCALARS.issuperset(map(type, item)):
-                    continue
-                if isinstance(item, CONTAINERS) and (new := self.join(item)) is not item:
-                    if out is None:
-                        out = list(value)
-                    out[index] = new
-            return value if out is None else out
-        return value
+        return map_marked(value, WIRE_MARKS, self.joined)
+
+    def joined(self, value: dict) -> dict:
+        """One blob that names a section (first) or an arena range, with its bytes."""
+        if "section" in value:
+            index = value["section"]
+            used = self.used
+            if type(index) is not int or not 0 <= index < len(used) or used[index]:
+                raise ProtocolError(f"a blob names section {index!r}: not one of the {len(used)} unused sections")
+            used[index] = True
+            data = self.view[self.offsets[index] : self.offsets[index + 1]]
+            return self.blob(value, "section", data.tobytes() if self.raw else data)
+        start, stop = arena_span(value["arena"], self.arena)
+        assert self.arena is not None
+        return self.blob(value, "arena", self.arena[start:stop])
 
     def blob(self, value: dict, key: str, data: bytes | memoryview) -> dict:
         blob = dict(value)
