@@ -123,7 +123,10 @@ def test_kept_frames_are_never_overwritten():
         return kept, len(made)
 
     kept, chunks_made = serve_and_read(b"".join(frames), work)
-    assert [bytes(data) for _, data in kept] == [frames[i] for i, _ in kept]
+    # one flag, not the lists: an assertion over lists of 517 KB frames makes pytest diff them,
+    # which under CI (no truncation there) runs for many minutes when a seeded bug trips it
+    overwritten = [i for i, data in kept if bytes(data) != frames[i]]
+    assert not overwritten, f"kept frames overwritten: {overwritten}"
     assert chunks_made < 12  # 41 MB in 16 MiB chunks, some kept: reused, not one per frame
 
 
