@@ -222,7 +222,8 @@ class Decoder:
     @staticmethod
     def reply_tail(message: Message, tail: memoryview, params: dict) -> memoryview:
         """A REPLY's representation and entry count against the bounds, before its tail is read."""
-        route, count, representation = message.route, message["entry_count"], message["representation"]
+        fields = message.fields
+        route, count, representation = message.route, fields["entry_count"], fields["representation"]
         if representation == layout.REPR_NONE or count == 0:
             raise Refusal("MISSING_Q", "a reply without q", route)
         if representation == layout.REPR_DENSE:
