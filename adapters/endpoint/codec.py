@@ -12,8 +12,10 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+import google_crc32c
+
 from . import layout
-from .crc32c import INIT, crc32c_update, extend, finish, raw, raw_word
+from .crc32c import INIT, MASK, as_bytes, crc32c_update, extend, finish, raw, shift_register
 
 
 class Refusal(ValueError):
@@ -108,11 +110,6 @@ def encode_v1(tokens: list[int]) -> bytes:
     return layout.V1_HEADER.pack(layout.V1_MAGIC, layout.V1_VERSION, layout.V1_GREEDY_TYPE, len(payload)) + payload
 
 
-#: the register from INIT over 16 zero bytes: with the raw register r of header bytes 0..15, INIT
-#: fed those bytes is ``INIT_THROUGH_HEAD ^ r`` (crc32c's linearity)
-INIT_THROUGH_HEAD = extend(INIT, layout.CHECKSUM_OFFSET, 0)
-
-
 class Decoder:
     """Decodes one frame at a time under the negotiated HELLO (a dict of its fields, None before)."""
 
@@ -192,19 +189,30 @@ class Decoder:
         start, length, limits, message_type = self.header(view, params)
         payload = self.read_payload(view, start, length, limits)
         (checksum,) = struct.unpack_from("<I", view, layout.CHECKSUM_OFFSET)
+        # the bytes before a REPLY's tail (the whole frame of any other type: a few dozen bytes) as
+        # one short ``bytes``; the tail, a view, is read once (crc32c reads a buffer in place) and its
+        # raw register extended into the checksum and the whole frame's register
         split = layout.REPLY_FIXED if message_type == layout.REPLY else length
-        tail = payload[split:]  # a view: the q bytes are never copied (crc32c reads a buffer in place)
-        tail_raw = raw(tail) if split < length else 0
-        payload_raw = extend(raw(payload[:split]), length - split, tail_raw)
-        # the raw registers of header bytes 0..15 and of the payload, each read once, make both the
-        # checksum (from INIT over bytes 0..15, then the payload) and the whole frame's register
-        head_raw = raw(view[: layout.CHECKSUM_OFFSET])
-        if finish(extend(INIT_THROUGH_HEAD ^ head_raw, length, payload_raw)) != checksum:
+        prefix = as_bytes(view[: start + split])
+        # the checksum: from INIT over header bytes 0..15, then the payload (the library's running
+        # value is the inverted register)
+        fixed_raw = (
+            google_crc32c.extend(google_crc32c.extend(0, prefix[: layout.CHECKSUM_OFFSET]), prefix[start:]) ^ MASK
+        )
+        prefix_raw = google_crc32c.extend(MASK, prefix) ^ MASK
+        tail_length = length - split
+        if tail_length:
+            tail = payload[split:]  # a view: the q bytes are never copied
+            tail_raw = raw(tail)
+            fixed_raw = shift_register(fixed_raw, tail_length) ^ tail_raw
+            prefix_raw = shift_register(prefix_raw, tail_length) ^ tail_raw
+        else:
+            tail, tail_raw = payload[split:], 0
+        if finish(fixed_raw) != checksum:
             raise Refusal("CHECKSUM_MISMATCH", f"checksum field {checksum:#010x}")
         spec = layout.FIELDS[message_type]
         message = Message(message_type, dict(zip(spec.names, spec.codec.unpack_from(payload))))
-        # bytes 0..19: bytes 0..15, then the checksum field as a word (crc32c.raw_word, by linearity)
-        message.frame_raw = extend(raw_word(head_raw ^ checksum), length, payload_raw)
+        message.frame_raw = prefix_raw
         if message_type == layout.REPLY:
             assert params is not None  # the header refused a REPLY before the HELLO (V2_BEFORE_HELLO)
             message.tail = self.reply_tail(message, tail, params)
@@ -214,7 +222,8 @@ class Decoder:
     @staticmethod
     def reply_tail(message: Message, tail: memoryview, params: dict) -> memoryview:
         """A REPLY's representation and entry count against the bounds, before its tail is read."""
-        route, count, representation = message.route, message["entry_count"], message["representation"]
+        fields = message.fields
+        route, count, representation = message.route, fields["entry_count"], fields["representation"]
         if representation == layout.REPR_NONE or count == 0:
             raise Refusal("MISSING_Q", "a reply without q", route)
         if representation == layout.REPR_DENSE:

@@ -60,8 +60,12 @@ def crc32c_update(register: int, data: bytes | bytearray | memoryview) -> int:
 
 
 def raw(data: bytes | bytearray | memoryview) -> int:
-    """``reg(0, data)``: the raw register of ``data`` alone, from which any CRC containing it is built."""
-    return crc32c_update(0, data)
+    """``reg(0, data)``: the raw register of ``data`` alone, from which any CRC containing it is built
+    (:func:`crc32c_update` from 0, one call: a q tail's, per REPLY)."""
+    if type(data) is bytes:
+        return google_crc32c.extend(MASK, data) ^ MASK
+    block = bytes(data) if len(data) <= SHORT_BLOCK else np.frombuffer(data, dtype=np.uint8)
+    return google_crc32c.extend(MASK, block) ^ MASK
 
 
 def multiply(a: int, b: int) -> int:
@@ -114,15 +118,21 @@ def shift_register(register: int, n_bytes: int) -> int:
     return t0[register & 0xFF] ^ t1[(register >> 8) & 0xFF] ^ t2[(register >> 16) & 0xFF] ^ t3[register >> 24]
 
 
-def raw_word(word: int) -> int:
-    """:func:`raw` of the 4 bytes of ``word`` in little-endian order, from no byte: in the reflected
-    order feeding a 32-bit word into a zero register is feeding 4 zero bytes into the word itself."""
-    return shift_register(word, 4)
-
-
 def extend(register: int, length: int, raw_block: int) -> int:
     """The register after a block of ``length`` bytes whose :func:`raw` register is ``raw_block``."""
     return shift_register(register, length) ^ raw_block
+
+
+@lru_cache(maxsize=256)
+def init_through(n_bytes: int) -> int:
+    """``shift_n(INIT)``: the register from :data:`INIT` over ``n_bytes`` zero bytes, one constant per
+    length (a q tail's length is the negotiated stride's)."""
+    return shift_register(INIT, n_bytes)
+
+
+def crc32c_of_raw(length: int, raw_block: int) -> int:
+    """CRC-32C of a block of ``length`` bytes whose :func:`raw` register is ``raw_block``."""
+    return init_through(length) ^ raw_block ^ XOROUT
 
 
 def finish(register: int) -> int:

@@ -30,7 +30,7 @@ import numpy as np
 
 from . import layout
 from .codec import Message, Refusal
-from .crc32c import INIT, extend, finish, raw
+from .crc32c import crc32c_of_raw, raw
 
 
 def native_module() -> ModuleType | None:
@@ -165,29 +165,29 @@ class Validator:
             if message["status"] not in (layout.HELLO_ACCEPTED, layout.HELLO_REFUSED):
                 raise Refusal("UNKNOWN_STATUS", f"HELLO answer status {message['status']}")
             return None
-        route = message.route
-        if message["session_id"] != params["session_id"]:
-            raise Refusal("SESSION_MISMATCH", f"session {message['session_id']}", route)
-        if message["slot"] >= params["max_slots"]:
-            raise Refusal("TOO_MANY_SLOTS", f"slot {message['slot']}", route)
+        route, fields = message.route, message.fields
+        if fields["session_id"] != params["session_id"]:
+            raise Refusal("SESSION_MISMATCH", f"session {fields['session_id']}", route)
+        if fields["slot"] >= params["max_slots"]:
+            raise Refusal("TOO_MANY_SLOTS", f"slot {fields['slot']}", route)
         kind = message.type
         if kind == layout.STEP:
             self.step(message, params)
         elif kind == layout.REPLY:
             return self.reply(message, params, out)
         elif kind == layout.COMPLETION:
-            if message["row_count"] != params["depth"]:
-                raise Refusal("DEPTH_MISMATCH", f"row count {message['row_count']}", route)
-            if message["status"] not in (layout.STATUS_OK, layout.STATUS_FAILED):
-                raise Refusal("UNKNOWN_STATUS", f"status {message['status']}", route)
+            if fields["row_count"] != params["depth"]:
+                raise Refusal("DEPTH_MISMATCH", f"row count {fields['row_count']}", route)
+            if fields["status"] not in (layout.STATUS_OK, layout.STATUS_FAILED):
+                raise Refusal("UNKNOWN_STATUS", f"status {fields['status']}", route)
         elif kind == layout.COMMIT:
-            if message["accepted"] > params["depth"]:
-                raise Refusal("POSITION_MISMATCH", f"accepted {message['accepted']}", route)
-            if message["token"] != layout.NO_TOKEN and not 0 <= message["token"] < params["vocab"]:
-                raise Refusal("TOKEN_OUT_OF_RANGE", f"token {message['token']}", route)
+            if fields["accepted"] > params["depth"]:
+                raise Refusal("POSITION_MISMATCH", f"accepted {fields['accepted']}", route)
+            if fields["token"] != layout.NO_TOKEN and not 0 <= fields["token"] < params["vocab"]:
+                raise Refusal("TOKEN_OUT_OF_RANGE", f"token {fields['token']}", route)
         elif kind == layout.RESET:
-            if message["token"] != layout.NO_TOKEN and not 0 <= message["token"] < params["vocab"]:
-                raise Refusal("TOKEN_OUT_OF_RANGE", f"committed token {message['token']}", route)
+            if fields["token"] != layout.NO_TOKEN and not 0 <= fields["token"] < params["vocab"]:
+                raise Refusal("TOKEN_OUT_OF_RANGE", f"committed token {fields['token']}", route)
         return None
 
     @staticmethod
@@ -208,16 +208,16 @@ class Validator:
     def reply(self, message: Message, params: dict, out: np.ndarray | None = None) -> QRow:
         """Validate a REPLY's q row (the order is the module docstring's) and return it; a dense
         row's counts are written into ``out`` when given (see :meth:`validate`)."""
-        route, vocab, tail = message.route, params["vocab"], message.tail
+        route, vocab, tail, fields = message.route, params["vocab"], message.tail, message.fields
         tail_raw = raw(tail) if message.tail_raw is None else message.tail_raw
-        if finish(extend(INIT, len(tail), tail_raw)) != message["q_checksum"]:
-            raise Refusal("Q_CHECKSUM_MISMATCH", f"q checksum {message['q_checksum']:#010x}", route)
-        token = message["token"]
+        if crc32c_of_raw(len(tail), tail_raw) != fields["q_checksum"]:
+            raise Refusal("Q_CHECKSUM_MISMATCH", f"q checksum {fields['q_checksum']:#010x}", route)
+        token = fields["token"]
         if not 0 <= token < vocab:
             raise Refusal("TOKEN_OUT_OF_RANGE", f"token {token}", route)
-        count = message["entry_count"]
+        count = fields["entry_count"]
         ids = None
-        if message["representation"] == layout.REPR_SPARSE:
+        if fields["representation"] == layout.REPR_SPARSE:
             ids = np.frombuffer(tail, dtype="<i4", count=count).astype(np.int64)
             values = np.frombuffer(tail, dtype="<u4", count=count, offset=4 * count)
             ids, values = self.sparse_ids(ids, values, vocab, route)
