@@ -290,12 +290,12 @@ def test_a_binary_shim_that_does_not_declare_the_arena_gets_inline_sections(tmp_
 
 
 def listing() -> set[str]:
-    """The files of the temporary directory and ``/dev/shm`` that qconform could have made (other
-    tests running alongside make files of their own there)."""
+    """The files of the temporary directory and ``/dev/shm`` that an arena could have made (other
+    tests running alongside make files of their own there, ``qconform-run-*`` folders among them)."""
     names = {f"{tempfile.gettempdir()}/{name}" for name in os.listdir(tempfile.gettempdir())}
     if os.path.isdir("/dev/shm"):
         names |= {f"/dev/shm/{name}" for name in os.listdir("/dev/shm")}
-    return {name for name in names if "qconform" in name}
+    return {name for name in names if "qconform-arena" in name}
 
 
 def test_a_child_killed_mid_run_leaves_no_file_behind(arena):
