@@ -166,46 +166,50 @@ def encode_binary(message: dict, arena: Arena | None = None) -> bytes:
     return encode_message({**body, "sections": [len(data) for data in sections]}) + b"".join(sections)
 
 
-def map_blobs(value: Any, change: Callable[[dict], Any]) -> Any:
-    """``value`` with every typed blob (an object holding ``b64`` or ``raw``) replaced by ``change(blob)``."""
-    return map_marked(value, BLOB_MARKS, change)
+def marked_walk(first: str, second: str) -> Callable[[Any, Callable[[dict], Any]], Any]:
+    """The walk ``walk(value, change)``: ``value`` with every object holding the key ``first`` or
+    ``second`` replaced by ``change(object)``. What holds no such object is returned as it is, not
+    copied: a container is copied only where an object below it changes, and a list of scalars
+    (long lists of numbers and fraction strings) is passed over in one C-level look at its items'
+    types. (The keys are the closure's, not arguments: the walk is on the hot path of every request.)"""
+
+    def walk(value: Any, change: Callable[[dict], Any]) -> Any:
+        if isinstance(value, dict):
+            if first in value or second in value:
+                return change(value)
+            out = None
+            for key, item in value.items():
+                if type(item) in _SCALARS:
+                    continue
+                if isinstance(item, CONTAINERS) and (new := walk(item, change)) is not item:
+                    if out is None:
+                        out = dict(value)
+                    out[key] = new
+            return value if out is None else out
+        if isinstance(value, list):
+            if _SCALARS.issuperset(map(type, value)):
+                return value
+            out = None
+            for index, item in enumerate(value):
+                if type(item) is list and _SCALARS.issuperset(map(type, item)):
+                    continue  # a row of a matrix of scalars: no call
+                if isinstance(item, CONTAINERS) and (new := walk(item, change)) is not item:
+                    if out is None:
+                        out = list(value)
+                    out[index] = new
+            return value if out is None else out
+        return value
+
+    return walk
 
 
-def map_marked(value: Any, marks: tuple[str, str], change: Callable[[dict], Any]) -> Any:
-    """``value`` with every object holding either key of ``marks`` replaced by ``change(object)``.
-    What holds no such object is returned as it is, not copied: a container is copied only where
-    an object below it changes, and a list of scalars (long lists of numbers and fraction strings)
-    is passed over in one C-level look at its items' types."""
-    if isinstance(value, dict):
-        if marks[0] in value or marks[1] in value:
-            return change(value)
-        out = None
-        for key, item in value.items():
-            if type(item) in _SCALARS:
-                continue
-            if isinstance(item, CONTAINERS) and (new := map_marked(item, marks, change)) is not item:
-                if out is None:
-                    out = dict(value)
-                out[key] = new
-        return value if out is None else out
-    if isinstance(value, list):
-        if _SCALARS.issuperset(map(type, value)):
-            return value
-        out = None
-        for index, item in enumerate(value):
-            if type(item) is list and _SCALARS.issuperset(map(type, item)):
-                continue  # a row of a matrix of scalars: no call
-            if isinstance(item, CONTAINERS) and (new := map_marked(item, marks, change)) is not item:
-                if out is None:
-                    out = list(value)
-                out[index] = new
-        return value if out is None else out
-    return value
+#: ``map_blobs(value, change)``: every typed blob of the JSON and raw forms (an object holding
+#: ``b64`` or ``raw``) replaced by ``change(blob)``
+map_blobs = marked_walk("b64", "raw")
+#: the same for the blobs of the binary form, which name a ``section`` or an ``arena`` range
+map_wire_blobs = marked_walk("section", "arena")
 
 
-#: the keys that make an object a typed blob in the JSON and raw forms, and in the binary form
-BLOB_MARKS = ("b64", "raw")
-WIRE_MARKS = ("section", "arena")
 #: the exact types of JSON scalars: a container whose items are all of these holds no blob
 _SCALARS = frozenset((str, int, float, bool, type(None)))
 #: the JSON values a blob can be inside
@@ -328,7 +332,7 @@ class _Joiner:
 
     def join(self, value: Any) -> Any:
         """``value`` (a container) with its blobs joined; as :func:`map_blobs`, what holds none is not copied."""
-        return map_marked(value, WIRE_MARKS, self.joined)
+        return map_wire_blobs(value, self.joined)
 
     def joined(self, value: dict) -> dict:
         """One blob that names a section (first) or an arena range, with its bytes."""
