@@ -319,6 +319,15 @@ async def read_unbounded(reader: Reader, head: bytes, length: int) -> bytes:
 HEADER_SIZES = {layout.V1_MAGIC: layout.V1_HEADER_SIZE, layout.V2_MAGIC: layout.HEADER_SIZE}
 
 
+async def envelope_item(reader: Reader, head: bytes) -> Item:
+    """The control envelope whose header ``head`` was read: its body, or ``broken`` at a bad header."""
+    try:
+        kind, length = control.body_length(head)
+    except control.ControlError:
+        return Item(BROKEN, head)
+    return Item(ENVELOPE, await reader.readexactly(length), kind)
+
+
 async def read_item(reader: Reader, decoder: Decoder, params: dict | None, control_allowed: bool = True) -> Item | None:
     """The next item, or None at a clean end of stream (a partial item at EOF is ``broken``)."""
     if isinstance(reader, FrameReader):
@@ -329,12 +338,7 @@ async def read_item(reader: Reader, decoder: Decoder, params: dict | None, contr
         return Item(BROKEN, exc.partial) if exc.partial else None
     try:
         if magic == control.MAGIC and control_allowed:
-            head = await read_exactly(reader, control.ENVELOPE_SIZE - 4, magic)
-            try:
-                kind, length = control.body_length(head)
-            except control.ControlError:
-                return Item(BROKEN, head)
-            return Item(ENVELOPE, await reader.readexactly(length), kind)
+            return await envelope_item(reader, await read_exactly(reader, control.ENVELOPE_SIZE - 4, magic))
         size = HEADER_SIZES.get(magic)
         if size is None:
             return Item(BROKEN, magic)
@@ -366,12 +370,7 @@ async def read_in_place(
         magic = reader.peek(4)
         if magic == control.MAGIC and control_allowed:
             await reader.fill(control.ENVELOPE_SIZE)
-            head = reader.consume(control.ENVELOPE_SIZE)
-            try:
-                kind, length = control.body_length(head)
-            except control.ControlError:
-                return Item(BROKEN, head)
-            return Item(ENVELOPE, await reader.readexactly(length), kind)
+            return await envelope_item(reader, reader.consume(control.ENVELOPE_SIZE))
         size = HEADER_SIZES.get(magic)
         if size is None:
             return Item(BROKEN, reader.consume(4))
