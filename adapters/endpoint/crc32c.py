@@ -62,10 +62,7 @@ def crc32c_update(register: int, data: bytes | bytearray | memoryview) -> int:
 def raw(data: bytes | bytearray | memoryview) -> int:
     """``reg(0, data)``: the raw register of ``data`` alone, from which any CRC containing it is built
     (:func:`crc32c_update` from 0, one call: a q tail's, per REPLY)."""
-    if type(data) is bytes:
-        return google_crc32c.extend(MASK, data) ^ MASK
-    block = bytes(data) if len(data) <= SHORT_BLOCK else np.frombuffer(data, dtype=np.uint8)
-    return google_crc32c.extend(MASK, block) ^ MASK
+    return google_crc32c.extend(MASK, as_bytes(data)) ^ MASK
 
 
 def multiply(a: int, b: int) -> int:
