@@ -215,6 +215,14 @@ def shim_adapter_command(spec: str, device: str = "cpu") -> list[str]:
         raise AdapterStartError(str(exc)) from None
 
 
+def shim_adapter_start_s(spec: str) -> float:
+    """Seconds the shim program that serves ``spec`` may take to start (its answer to
+    ``get_config``), as its adapter declares: at least the run's batch timeout is allowed."""
+    from qconform.adapters import vllm
+
+    return vllm.START_TIMEOUT_S
+
+
 def available_adapters() -> dict[str, str]:
     """Adapter name -> one-line description, built-ins first, then entry points."""
     names = {name: builtin.description for name, builtin in BUILTIN_ADAPTERS.items()}

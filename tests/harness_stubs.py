@@ -103,6 +103,7 @@ class ScriptedAdapter:
         #: the ``strict_schema`` and the shared arena of each ``open``
         self.strict: list[bool] = []
         self.arenas: list[object] = []
+        self.start_timeouts: list[float | None] = []
 
     def answer(self, family: str, inp: dict) -> Outcome:
         case_id = self.ids[canonical_json(inp)]
@@ -110,9 +111,16 @@ class ScriptedAdapter:
         return self.overrides.get(case_id) or self.perfect(family, inp)
 
     def open(
-        self, adapter: str, device: str, timeout: float | None, strict_schema: bool = False, arena: object = None
+        self,
+        adapter: str,
+        device: str,
+        timeout: float | None,
+        strict_schema: bool = False,
+        arena: object = None,
+        start_timeout: float | None = None,
     ) -> StubClient:
         self.strict.append(strict_schema)
+        self.start_timeouts.append(start_timeout)
         self.arenas.append(arena)
         if self.start_error:
             raise RuntimeError(self.start_error)

@@ -205,8 +205,12 @@ def test_an_adapter_is_not_started_on_a_device_it_does_not_declare():
 # --- shims that break the protocol -----------------------------------------------------
 
 SHIM = textwrap.dedent("""
-    import json, sys
+    import json, os, sys, time
     behaviour = sys.argv[1]
+    if behaviour == "slow_start":  # an engine that loads for a while before it reads a request
+        if len(sys.argv) > 3:
+            open(sys.argv[3], "w").write(str(os.getpid()))
+        time.sleep(float(sys.argv[2]))
     config = {"name": "bad", "protocol": 2 if behaviour == "protocol2" else 1,
               "capabilities": {"families": ["echo"]}, "precision": {}}
     if behaviour == "dies":
@@ -302,8 +306,84 @@ def test_a_shim_that_cannot_start_raises_one_clear_error(shim_path, behaviour, f
     assert fragment in str(info.value) and "\n" not in str(info.value).split("stderr:")[0]
 
 
+SLOW_START_S = 2.0
+
+
+def test_a_slow_start_gets_its_own_deadline_and_then_the_batch_timeout_applies(shim_path):
+    started = time.monotonic()
+    with open_adapter(f"{shim(shim_path, 'slow_start')} {SLOW_START_S}", timeout_s=0.5, start_timeout_s=30) as client:
+        assert time.monotonic() - started >= SLOW_START_S
+        assert client.run_batch("echo", THREE) == [{"echo": case} for case in THREE]
+        assert client.restarts == 0
+
+
+@pytest.mark.parametrize("timeouts", [{"timeout_s": 0.5}, {"timeout_s": 30, "start_timeout_s": 0.5}])
+def test_a_start_past_its_deadline_is_one_start_error_and_leaves_no_process(shim_path, timeouts, tmp_path):
+    """Without ``start_timeout_s`` a start has the batch timeout; either way the slow child is killed."""
+    spec = f"{shim(shim_path, 'slow_start')} {SLOW_START_S} {tmp_path / 'pid'}"
+    started = time.monotonic()
+    with pytest.raises(AdapterStartError) as info:
+        open_adapter(spec, **timeouts)
+    assert time.monotonic() - started < SLOW_START_S
+    message = str(info.value)
+    assert message.startswith(f"adapter {spec!r} did not start: timed out after 0.5s waiting for the answer ")
+    assert "to get_config (a slow start: --start-timeout S); stderr was empty" in message
+    pid = int((tmp_path / "pid").read_text())
+    for _ in range(100):  # killed at once; reaped by the client's reader
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"the slow child {pid} is still running")
+
+
+def test_a_bundled_shim_adapter_starts_within_the_time_it_declares(shim_path, monkeypatch):
+    """vLLM imports for tens of seconds before it answers: its declared start outlasts a short batch timeout."""
+    slow = [sys.executable, str(shim_path), "slow_start", str(SLOW_START_S)]
+    monkeypatch.setattr(registry, "shim_adapter_command", lambda spec, device="cpu": slow)
+    assert registry.shim_adapter_start_s("vllm") >= 300
+    with open_adapter("vllm", timeout_s=0.5) as client:
+        assert client.start_timeout_s == registry.shim_adapter_start_s("vllm") and client.timeout_s == 0.5
+        assert client.run_batch("echo", THREE) == [{"echo": case} for case in THREE]
+    with pytest.raises(AdapterStartError, match="timed out after 0.5s waiting for the answer to get_config"):
+        open_adapter("vllm", timeout_s=30, start_timeout_s=0.5)
+
+
 def test_a_missing_shim_program_raises_a_start_error():
     with pytest.raises(AdapterStartError, match="cannot run /nonexistent/shim"):
         open_adapter("shim:/nonexistent/shim --flag")
     with pytest.raises(AdapterStartError, match="needs a command line"):
         open_adapter("shim:  ")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["fuzz"],
+        ["accumulate", "--family", "verification_round", "--count", "4"],
+        ["batch-invariance"],
+        ["stat", "--case", "verification_round/residual/*"],
+    ],
+    ids=lambda command: command[0],
+)
+def test_every_command_that_starts_an_adapter_takes_a_start_timeout(command, monkeypatch):
+    """``--start-timeout`` reaches the client of every command that starts an adapter itself
+    (``run`` passes it through its plugin: tests/test_triage.py); a failed start is one line, exit 2."""
+    from click.testing import CliRunner
+
+    from qconform.cli import cli
+    from qconform.harness.transport import client
+
+    seen: list[float | None] = []
+
+    def refuse(spec, device="cpu", timeout_s=60.0, *args, start_timeout_s=None, **kwargs):
+        seen.append(start_timeout_s)
+        raise AdapterStartError(f"adapter {spec!r} did not start: timed out after {start_timeout_s:g}s")
+
+    monkeypatch.setattr(client, "open_adapter", refuse)
+    result = CliRunner().invoke(cli, [*command, "--adapter", "shim:./engine", "--start-timeout", "900"])
+    assert result.exit_code == 2, result.output
+    assert seen == [900.0]
+    assert result.output.strip().splitlines() == ["Error: adapter 'shim:./engine' did not start: timed out after 900s"]

@@ -81,6 +81,20 @@ def test_a_failure_carries_flags_rules_comment_and_a_reproducer_that_reruns_only
     assert again.exit_code == RunExit.FAILED and adapter.seen == [victim["id"]]
 
 
+def test_the_start_timeout_reaches_the_client_and_the_reproducer(corpus, monkeypatch, tmp_path):
+    (victim,) = victims(corpus[1], 1)
+    adapter = scripted(monkeypatch, corpus[1], [victim])
+    report = tmp_path / "r.json"
+    args = ["--adapter", "shim:./slow engine", "--vectors", str(corpus[0]), "--timeout", "7", "--start-timeout", "900"]
+    assert invoke("run", *args, "--json", str(report)).exit_code == RunExit.FAILED
+    assert adapter.start_timeouts and set(adapter.start_timeouts) == {900.0}
+    entry = next(c for c in json.loads(report.read_text())["cases"] if c["id"] == victim["id"])
+    assert entry["reproducer"] == shlex.join(["qconform", "run", *args, "--case", victim["id"]])
+    adapter = scripted(monkeypatch, corpus[1])
+    assert invoke("run", "--adapter", "shim:./slow engine", "--vectors", str(corpus[0])).exit_code == 0
+    assert set(adapter.start_timeouts) == {None}  # not given: the client's default (the batch timeout)
+
+
 def test_case_is_exact_where_k_is_a_substring(corpus, monkeypatch):
     ids = [c["id"] for c in corpus[1]]
     target = "rng_abi/draw_keys/domains-accept"

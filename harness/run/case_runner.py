@@ -54,17 +54,26 @@ class Client(Protocol):
 
 
 def open_client(
-    adapter: str, device: str, timeout_s: float | None, strict_schema: bool = False, arena: BlobArena | None = None
+    adapter: str,
+    device: str,
+    timeout_s: float | None,
+    strict_schema: bool = False,
+    arena: BlobArena | None = None,
+    start_timeout_s: float | None = None,
 ) -> Client:
     """The default client factory: :func:`qconform.harness.transport.client.open_adapter`, whose
     binary replies' blobs reach :func:`judge` raw (it reads both blob forms); ``arena``, the
     loaded cases' shared arena, is offered to the child (docs/shim-protocol.md, "Shared arena")."""
-    from qconform.harness.transport.client import open_adapter
+    from qconform.harness.transport.client import TIMEOUT_S, open_adapter
 
-    if timeout_s is None:
-        return open_adapter(adapter, device=device, strict_schema=strict_schema, raw_blobs=True, arena=arena)
     return open_adapter(
-        adapter, device=device, timeout_s=timeout_s, strict_schema=strict_schema, raw_blobs=True, arena=arena
+        adapter,
+        device=device,
+        timeout_s=TIMEOUT_S if timeout_s is None else timeout_s,
+        strict_schema=strict_schema,
+        raw_blobs=True,
+        arena=arena,
+        start_timeout_s=start_timeout_s,
     )
 
 

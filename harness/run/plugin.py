@@ -93,6 +93,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Seconds one run_batch call may take before its cases are errors.",
     )
     group.addoption(
+        "--qconform-start-timeout",
+        metavar="S",
+        type=float,
+        default=None,
+        help="Seconds the adapter may take to answer get_config, at each start and restart.",
+    )
+    group.addoption(
         "--qconform-case",
         metavar="ID",
         action="append",
@@ -265,13 +272,16 @@ class ConformanceRun:
         except ExpectationsError as exc:
             raise pytest.UsageError(f"qconform: {exc}") from None
         timeout = config.getoption("qconform_timeout")
+        start_timeout = config.getoption("qconform_start_timeout")
         strict = bool(config.getoption("qconform_strict_schema"))
         adapter, device = str(self.adapter), str(self.device)  # set: the plugin runs only with an adapter
         #: the collected cases' blobs, decoded once (docs/shim-protocol.md, "Shared arena"): built
         #: when collection finishes, on the process that runs the cases
         self.arena: BlobArena | None = None
         self.runner = CaseRunner(
-            lambda: open_client(adapter, device, timeout, strict, self.arena), self.expectations, timeout
+            lambda: open_client(adapter, device, timeout, strict, self.arena, start_timeout),
+            self.expectations,
+            timeout,
         )
         self.summary = RunSummary(
             RunHeader(
@@ -290,6 +300,7 @@ class ConformanceRun:
             str(self.root),
             str(_resolve(expectations_path)) if expectations_path else "",
             timeout,
+            start_timeout,
         )
         self.family_files = {self.index["families"][f]["file"]: f for f in self.families}
         self.collected: list[str] | None = None

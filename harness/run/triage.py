@@ -73,6 +73,7 @@ class RerunContext:
     vectors: str = ""
     expectations: str = ""
     timeout: float | None = None
+    start_timeout: float | None = None
 
     def command(self, case_id: str) -> str:
         from qconform.generators.corpus import default_vectors_dir
@@ -86,6 +87,8 @@ class RerunContext:
             args += ["--expectations", self.expectations]
         if self.timeout is not None:
             args += ["--timeout", f"{self.timeout:g}"]
+        if self.start_timeout is not None:
+            args += ["--start-timeout", f"{self.start_timeout:g}"]
         return shlex.join([*args, "--case", case_id])
 
 

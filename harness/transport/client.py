@@ -59,6 +59,12 @@ EXIT_GRACE_S = 5.0
 _EOF = object()
 
 
+#: seconds one request may take, unless the caller says otherwise (``--timeout``)
+TIMEOUT_S = 60.0
+#: what a start that timed out had not done, in its message
+START_WAIT = " waiting for the answer to get_config (a slow start: --start-timeout S)"
+
+
 class ChildFailure(Exception):
     """The child misbehaved during one request; the text becomes the cases' AdapterError."""
 
@@ -309,11 +315,12 @@ class AdapterClient:
         spec: str,
         command: Sequence[str],
         device: str = "cpu",
-        timeout_s: float = 60.0,
+        timeout_s: float = TIMEOUT_S,
         strict_schema: bool = False,
         binary_payload: bool = True,
         raw_blobs: bool = False,
         arena: BlobArena | None = None,
+        start_timeout_s: float | None = None,
     ) -> None:
         self.spec = spec
         #: the corpus's shared arena, offered to every child that takes binary payloads
@@ -328,6 +335,9 @@ class AdapterClient:
         self.command = list(command)
         self.device = device
         self.timeout_s = timeout_s
+        #: seconds a child may take to answer ``get_config`` (loading an engine), at every start
+        #: and restart; ``timeout_s`` when not given (docs/shim-protocol.md, "Starting")
+        self.start_timeout_s = timeout_s if start_timeout_s is None else start_timeout_s
         self.restarts = 0
         self._next_id = 1
         self._lock = threading.Lock()
@@ -347,7 +357,7 @@ class AdapterClient:
             request: dict[str, Any] = {"op": "get_config", "payload": offer}
             if arena is not None:
                 request["arena"] = {"fd": arena.fd, "bytes": arena.size}
-            reply = self._exchange(request, self.timeout_s)
+            reply = self._exchange(request, self.start_timeout_s, START_WAIT)
         except ChildFailure as exc:
             raise AdapterStartError(f"adapter {self.spec!r} did not start: {exc}") from None
         try:
@@ -424,8 +434,9 @@ class AdapterClient:
         self._next_id += 1
         return request_id
 
-    def _exchange(self, request: dict, timeout_s: float) -> dict:
-        """Send one request and return its reply; ChildFailure (child killed) otherwise."""
+    def _exchange(self, request: dict, timeout_s: float, waiting_for: str = "") -> dict:
+        """Send one request and return its reply; ChildFailure (child killed) otherwise.
+        ``waiting_for`` says, in a timeout's message, what the child had not done in time."""
         child = self._child
         assert child is not None
         request_id = self._take_id()
@@ -434,7 +445,7 @@ class AdapterClient:
         line = child.read_line(time.monotonic() + timeout_s)
         if line is None:
             self._discard(child)
-            raise ChildFailure(child.failure(f"timed out after {timeout_s:g}s"))
+            raise ChildFailure(child.failure(f"timed out after {timeout_s:g}s{waiting_for}"))
         if line is _EOF:
             status = child.exit_status()
             self._discard(child)
@@ -533,11 +544,12 @@ def outcomes_of(reply: dict, count: int, check: Callable[[dict], str | None]) ->
 def open_adapter(
     spec: str,
     device: str = "cpu",
-    timeout_s: float = 60.0,
+    timeout_s: float = TIMEOUT_S,
     strict_schema: bool = False,
     binary_payload: bool = True,
     raw_blobs: bool = False,
     arena: BlobArena | None = None,
+    start_timeout_s: float | None = None,
 ) -> AdapterClient:
     """Start the adapter ``spec`` and return a client for it.
 
@@ -553,8 +565,10 @@ def open_adapter(
     "raw"}``, docs/adapters.md), for a caller that reads both forms, such as the judge;
     ``arena`` (the loaded cases' :class:`~qconform.harness.transport.arena.BlobArena`) is offered
     to the child, which, if it attaches it, is sent arena ranges for the blobs it holds.
+    ``start_timeout_s`` bounds each start (the answer to ``get_config``); when not given, it is
+    the longer of ``timeout_s`` and the start time a bundled shim adapter declares (vLLM's).
     """
-    from qconform.adapters.catalog import shim_adapter, shim_adapter_command
+    from qconform.adapters.catalog import shim_adapter, shim_adapter_command, shim_adapter_start_s
 
     if spec.startswith(SHIM_PREFIX):
         command = shlex.split(spec[len(SHIM_PREFIX) :])
@@ -562,6 +576,8 @@ def open_adapter(
             raise AdapterStartError("shim: needs a command line, e.g. shim:./my_shim --flag")
     elif shim_adapter(spec) is not None:
         command = shim_adapter_command(spec, device)
+        if start_timeout_s is None:
+            start_timeout_s = max(timeout_s, shim_adapter_start_s(spec))
     else:
         from qconform.adapters.catalog import UnknownAdapter, available_adapters
 
@@ -569,4 +585,6 @@ def open_adapter(
         if spec not in names and not spec.startswith(TCP_PREFIX):
             raise UnknownAdapter(spec, list(names))
         command = host_command(spec, device)
-    return AdapterClient(spec, command, device, timeout_s, strict_schema, binary_payload, raw_blobs, arena)
+    return AdapterClient(
+        spec, command, device, timeout_s, strict_schema, binary_payload, raw_blobs, arena, start_timeout_s
+    )

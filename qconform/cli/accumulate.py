@@ -18,6 +18,7 @@ from pathlib import Path
 
 import click
 
+from qconform.cli.arguments import start_timeout_option
 from qconform.cli.errors import UsageLineError
 from qconform.generators.accumulated import FAMILIES, SHARD_CASES
 
@@ -81,6 +82,7 @@ def command_line(adapter: str, family: str, count: int) -> str:
     help="On a divergence, append its input to generators/found/<family>.json (once per id); "
     "then run `qconform generate`.",
 )
+@start_timeout_option
 @click.pass_context
 def accumulate_command(
     ctx: click.Context,
@@ -94,6 +96,7 @@ def accumulate_command(
     vectors: Path | None,
     vector_out: str | None,
     record: bool,
+    start_timeout: float | None = None,
 ) -> None:
     """Run N accumulated cases through an adapter and compare the hash of its answers."""
     from qconform.cli.arguments import open_checked
@@ -115,7 +118,7 @@ def accumulate_command(
     line = command_line(adapter, family, count)
     ranks = torchrun_ranks(device)
     try:
-        with open_checked(adapter, device, timeout) as client:
+        with open_checked(adapter, device, timeout, start_timeout) as client:
             if family not in client.config.capabilities.families:
                 raise UsageLineError(f"the adapter does not declare family {family}")
             if record:

@@ -15,6 +15,16 @@ from qconform.cli.errors import UsageLineError
 #: name of the expectations folder at the root of a checkout
 EXPECTATIONS_DIR = "expectations"
 
+#: ``--start-timeout S``, of every command that starts an adapter (docs/shim-protocol.md, "Starting")
+start_timeout_option = click.option(
+    "--start-timeout",
+    "start_timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="S",
+    help="Seconds the adapter may take to start (to answer get_config), at each start and restart "
+    "(default: the batch timeout, or the longer start a bundled adapter declares: vllm 600).",
+)
+
 
 def _load(name: str):
     from qconform.generators import registry
@@ -146,13 +156,13 @@ def check_keyword(keyword: str | None) -> None:
         raise UsageLineError(f"-k {keyword!r} is not a valid expression: {exc}") from None
 
 
-def open_checked(adapter: str, device: str, timeout: float):
+def open_checked(adapter: str, device: str, timeout: float, start_timeout: float | None = None):
     """The started adapter client of a command that drives it directly (fuzz, batch-invariance);
     an unknown adapter, or one that cannot start, is a usage error (exit 2)."""
     from qconform.harness.transport.client import AdapterStartError, open_adapter
 
     check_adapter(adapter)
     try:
-        return open_adapter(adapter, device=device, timeout_s=timeout)
+        return open_adapter(adapter, device=device, timeout_s=timeout, start_timeout_s=start_timeout)
     except AdapterStartError as exc:
         raise UsageLineError(str(exc)) from None

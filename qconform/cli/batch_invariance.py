@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from qconform.cli.arguments import open_checked
+from qconform.cli.arguments import open_checked, start_timeout_option
 from qconform.cli.errors import UsageLineError
 from qconform.harness.run.batch_invariance import FAMILY, Request, check_batch_invariance, corpus_requests
 
@@ -57,6 +57,7 @@ def load_requests(vectors: Path, patterns: tuple[str, ...]) -> list[Request]:
     metavar="S",
     help="Seconds one run_batch call may take before its requests are errors.",
 )
+@start_timeout_option
 @click.pass_context
 def batch_invariance(
     ctx: click.Context,
@@ -66,13 +67,14 @@ def batch_invariance(
     device: str,
     vectors: str | None,
     timeout: float,
+    start_timeout: float | None = None,
 ) -> None:
     """Re-batch the corpus's verification requests; each must keep its draws and tokens."""
     from qconform.generators.corpus import default_vectors_dir
 
     root = Path(vectors).expanduser().resolve() if vectors else default_vectors_dir()
     requests = load_requests(root, patterns)
-    with open_checked(adapter, device, timeout) as client:
+    with open_checked(adapter, device, timeout, start_timeout) as client:
         if FAMILY not in client.config.capabilities.families:
             raise UsageLineError(f"adapter {adapter!r} does not declare {FAMILY}")
         report = check_batch_invariance(client, requests, seed)

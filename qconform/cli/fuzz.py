@@ -13,7 +13,7 @@ import json
 
 import click
 
-from qconform.cli.arguments import open_checked
+from qconform.cli.arguments import open_checked, start_timeout_option
 from qconform.cli.errors import UsageLineError
 
 
@@ -139,6 +139,7 @@ def record_finding(vector: dict) -> None:
     help="On a finding, append its input to generators/found/<family>.json (once per id); "
     "then run `qconform generate`.",
 )
+@start_timeout_option
 @click.pass_context
 def fuzz(
     ctx: click.Context,
@@ -151,11 +152,12 @@ def fuzz(
     vector_out: str | None,
     no_shrink: bool,
     record: bool,
+    start_timeout: float | None = None,
 ) -> None:
     """Differential fuzzing: random valid inputs, the spec's answer vs the adapter's."""
     from qconform.harness.fuzz.driver import fuzz as run_fuzz
 
-    with open_checked(adapter, device, timeout) as client:
+    with open_checked(adapter, device, timeout, start_timeout) as client:
         chosen = fuzz_families(families, client.config.capabilities.families)
         if record:
             check_found_files(chosen)

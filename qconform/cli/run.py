@@ -29,6 +29,7 @@ from qconform.cli.arguments import (
     check_expectations,
     check_keyword,
     checkout_expectations,
+    start_timeout_option,
 )
 from qconform.cli.errors import UsageLineError
 
@@ -171,6 +172,7 @@ def _absolute(path: str | None) -> Path | None:
     help="Also walk every answer through its family's full JSON Schema "
     "(default: only the structure its comparator reads; docs/harness.md).",
 )
+@start_timeout_option
 @click.pass_context
 def run(
     ctx: click.Context,
@@ -193,6 +195,7 @@ def run(
     max_unsupported: int | None,
     html_path: str | None = None,
     strict_schema: bool = False,
+    start_timeout: float | None = None,
 ) -> None:
     """Run the vector corpus against an adapter and report every case's verdict."""
     import pytest
@@ -232,6 +235,8 @@ def run(
         extra += ["--qconform-max-unsupported", str(max_unsupported)]
     if strict_schema:
         extra += ["--qconform-strict-schema"]
+    if start_timeout is not None:
+        extra += ["--qconform-start-timeout", str(start_timeout)]
     extra += ["--collect-only"] if list_only else ["--qconform-record-failures"]
     if exitfirst:
         extra += ["-x"]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import click
 
-from qconform.cli.arguments import check_adapter, check_corpus
+from qconform.cli.arguments import check_adapter, check_corpus, start_timeout_option
 from qconform.cli.errors import UsageLineError
 from qconform.harness.stat.runner import StatOptions, load_cases, run_stat, stat_families
 from qconform.harness.stat.sequential import LOOKS
@@ -144,6 +144,7 @@ def _probability(_ctx, param, value: float) -> float:
     show_default=True,
     help="Seconds one sample request may take.",
 )
+@start_timeout_option
 def stat_command(
     adapter,
     families,
@@ -163,6 +164,7 @@ def stat_command(
     vectors,
     timeout_s,
     html_path=None,
+    start_timeout=None,
 ) -> None:
     """Statistical conformance: sampled rounds against the exact law (for adapters with their own RNG)."""
     from qconform.cli.console import wide_console
@@ -187,7 +189,7 @@ def stat_command(
         samples=samples, alpha=alpha, power=power, seed=seed, sequential=sequential, looks=looks, chunk=chunk
     )
     try:
-        client = open_adapter(adapter, device, timeout_s)
+        client = open_adapter(adapter, device, timeout_s, start_timeout_s=start_timeout)
     except AdapterStartError as exc:
         raise UsageLineError(str(exc)) from None
     ranks = torchrun_ranks(device)  # under torchrun: this rank's share of the cases (docs/distributed.md)
