@@ -306,12 +306,15 @@ def test_a_shim_that_cannot_start_raises_one_clear_error(shim_path, behaviour, f
     assert fragment in str(info.value) and "\n" not in str(info.value).split("stderr:")[0]
 
 
-SLOW_START_S = 2.0
+SLOW_START_S = 4.0  # a start that succeeds: waited for in full, longer than the batch timeout
+BATCH_S = 2.0  # the batch timeout beside it: an echo takes milliseconds, even on a loaded machine
+STUCK_START_S = 300.0  # a start that must be cut short: the test is over long before it
 
 
 def test_a_slow_start_gets_its_own_deadline_and_then_the_batch_timeout_applies(shim_path):
     started = time.monotonic()
-    with open_adapter(f"{shim(shim_path, 'slow_start')} {SLOW_START_S}", timeout_s=0.5, start_timeout_s=30) as client:
+    spec = f"{shim(shim_path, 'slow_start')} {SLOW_START_S}"
+    with open_adapter(spec, timeout_s=BATCH_S, start_timeout_s=60) as client:
         assert time.monotonic() - started >= SLOW_START_S
         assert client.run_batch("echo", THREE) == [{"echo": case} for case in THREE]
         assert client.restarts == 0
@@ -320,11 +323,11 @@ def test_a_slow_start_gets_its_own_deadline_and_then_the_batch_timeout_applies(s
 @pytest.mark.parametrize("timeouts", [{"timeout_s": 0.5}, {"timeout_s": 30, "start_timeout_s": 0.5}])
 def test_a_start_past_its_deadline_is_one_start_error_and_leaves_no_process(shim_path, timeouts, tmp_path):
     """Without ``start_timeout_s`` a start has the batch timeout; either way the slow child is killed."""
-    spec = f"{shim(shim_path, 'slow_start')} {SLOW_START_S} {tmp_path / 'pid'}"
+    spec = f"{shim(shim_path, 'slow_start')} {STUCK_START_S:g} {tmp_path / 'pid'}"
     started = time.monotonic()
     with pytest.raises(AdapterStartError) as info:
         open_adapter(spec, **timeouts)
-    assert time.monotonic() - started < SLOW_START_S
+    assert time.monotonic() - started < 30  # the 0.5 s deadline, with room for a loaded machine
     message = str(info.value)
     assert message.startswith(f"adapter {spec!r} did not start: timed out after 0.5s waiting for the answer ")
     assert "to get_config (a slow start: --start-timeout S); stderr was empty" in message
@@ -344,8 +347,8 @@ def test_a_bundled_shim_adapter_starts_within_the_time_it_declares(shim_path, mo
     slow = [sys.executable, str(shim_path), "slow_start", str(SLOW_START_S)]
     monkeypatch.setattr(registry, "shim_adapter_command", lambda spec, device="cpu": slow)
     assert registry.shim_adapter_start_s("vllm") >= 300
-    with open_adapter("vllm", timeout_s=0.5) as client:
-        assert client.start_timeout_s == registry.shim_adapter_start_s("vllm") and client.timeout_s == 0.5
+    with open_adapter("vllm", timeout_s=BATCH_S) as client:
+        assert client.start_timeout_s == registry.shim_adapter_start_s("vllm") and client.timeout_s == BATCH_S
         assert client.run_batch("echo", THREE) == [{"echo": case} for case in THREE]
     with pytest.raises(AdapterStartError, match="timed out after 0.5s waiting for the answer to get_config"):
         open_adapter("vllm", timeout_s=30, start_timeout_s=0.5)
