@@ -217,7 +217,7 @@ def shim_adapter_command(spec: str, device: str = "cpu") -> list[str]:
 
 def shim_adapter_start_s(spec: str) -> float:
     """Seconds the shim program that serves ``spec`` may take to start (its answer to
-    ``get_config``), as its adapter declares: at least the run's batch timeout is allowed."""
+    ``get_config``), as its adapter declares; a start is never given less than the batch timeout."""
     from qconform.adapters import vllm
 
     return vllm.START_TIMEOUT_S

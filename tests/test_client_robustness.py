@@ -19,7 +19,7 @@ from qconform.adapters.noop import NoopAdapter
 from qconform.generators.encoding import encode_blob
 from qconform.harness.adapter import AdapterError, Unimplemented
 from qconform.harness.transport.arena import BlobArena
-from qconform.harness.transport.client import AdapterStartError, host_command, open_adapter
+from qconform.harness.transport.client import START_TIMEOUT_S, AdapterStartError, host_command, open_adapter
 from qconform.harness.transport.shim_protocol import to_json_blobs
 
 pytestmark = pytest.mark.rules()
@@ -311,22 +311,25 @@ BATCH_S = 2.0  # the batch timeout beside it: an echo takes milliseconds, even o
 STUCK_START_S = 300.0  # a start that must be cut short: the test is over long before it
 
 
-def test_a_slow_start_gets_its_own_deadline_and_then_the_batch_timeout_applies(shim_path):
+@pytest.mark.parametrize("start_timeout_s", [60, None], ids=["given", "default"])
+def test_a_slow_start_gets_its_own_deadline_and_then_the_batch_timeout_applies(shim_path, start_timeout_s):
+    """By default a start has at least START_TIMEOUT_S, however short the batch timeout."""
     started = time.monotonic()
     spec = f"{shim(shim_path, 'slow_start')} {SLOW_START_S}"
-    with open_adapter(spec, timeout_s=BATCH_S, start_timeout_s=60) as client:
+    with open_adapter(spec, timeout_s=BATCH_S, start_timeout_s=start_timeout_s) as client:
         assert time.monotonic() - started >= SLOW_START_S
+        assert client.start_timeout_s == (START_TIMEOUT_S if start_timeout_s is None else start_timeout_s)
         assert client.run_batch("echo", THREE) == [{"echo": case} for case in THREE]
         assert client.restarts == 0
 
 
-@pytest.mark.parametrize("timeouts", [{"timeout_s": 0.5}, {"timeout_s": 30, "start_timeout_s": 0.5}])
-def test_a_start_past_its_deadline_is_one_start_error_and_leaves_no_process(shim_path, timeouts, tmp_path):
-    """Without ``start_timeout_s`` a start has the batch timeout; either way the slow child is killed."""
+@pytest.mark.parametrize("timeout_s", [BATCH_S, 600])
+def test_a_start_past_its_deadline_is_one_start_error_and_leaves_no_process(shim_path, timeout_s, tmp_path):
+    """A start timeout shorter or longer than the batch timeout holds; the stuck child is killed."""
     spec = f"{shim(shim_path, 'slow_start')} {STUCK_START_S:g} {tmp_path / 'pid'}"
     started = time.monotonic()
     with pytest.raises(AdapterStartError) as info:
-        open_adapter(spec, **timeouts)
+        open_adapter(spec, timeout_s=timeout_s, start_timeout_s=0.5)
     assert time.monotonic() - started < 30  # the 0.5 s deadline, with room for a loaded machine
     message = str(info.value)
     assert message.startswith(f"adapter {spec!r} did not start: timed out after 0.5s waiting for the answer ")

@@ -61,6 +61,9 @@ _EOF = object()
 
 #: seconds one request may take, unless the caller says otherwise (``--timeout``)
 TIMEOUT_S = 60.0
+#: the least time a start (the answer to ``get_config``) is given, unless the caller says
+#: otherwise (``--start-timeout``): a short batch timeout must not cut an import of torch
+START_TIMEOUT_S = 60.0
 #: what a start that timed out had not done, in its message
 START_WAIT = " waiting for the answer to get_config (a slow start: --start-timeout S)"
 
@@ -336,8 +339,9 @@ class AdapterClient:
         self.device = device
         self.timeout_s = timeout_s
         #: seconds a child may take to answer ``get_config`` (loading an engine), at every start
-        #: and restart; ``timeout_s`` when not given (docs/shim-protocol.md, "Starting")
-        self.start_timeout_s = timeout_s if start_timeout_s is None else start_timeout_s
+        #: and restart; when not given, the longer of ``timeout_s`` and START_TIMEOUT_S
+        #: (docs/shim-protocol.md, "Starting")
+        self.start_timeout_s = max(timeout_s, START_TIMEOUT_S) if start_timeout_s is None else start_timeout_s
         self.restarts = 0
         self._next_id = 1
         self._lock = threading.Lock()
@@ -566,7 +570,8 @@ def open_adapter(
     ``arena`` (the loaded cases' :class:`~qconform.harness.transport.arena.BlobArena`) is offered
     to the child, which, if it attaches it, is sent arena ranges for the blobs it holds.
     ``start_timeout_s`` bounds each start (the answer to ``get_config``); when not given, it is
-    the longer of ``timeout_s`` and the start time a bundled shim adapter declares (vLLM's).
+    the longest of ``timeout_s``, :data:`START_TIMEOUT_S` and the start a bundled shim adapter
+    declares (vLLM's).
     """
     from qconform.adapters.catalog import shim_adapter, shim_adapter_command, shim_adapter_start_s
 
@@ -577,7 +582,7 @@ def open_adapter(
     elif shim_adapter(spec) is not None:
         command = shim_adapter_command(spec, device)
         if start_timeout_s is None:
-            start_timeout_s = max(timeout_s, shim_adapter_start_s(spec))
+            start_timeout_s = max(timeout_s, START_TIMEOUT_S, shim_adapter_start_s(spec))
     else:
         from qconform.adapters.catalog import UnknownAdapter, available_adapters
 

@@ -22,7 +22,7 @@ start_timeout_option = click.option(
     type=click.FloatRange(min=0, min_open=True),
     metavar="S",
     help="Seconds the adapter may take to start (to answer get_config), at each start and restart "
-    "(default: the batch timeout, or the longer start a bundled adapter declares: vllm 600).",
+    "(default: the longest of the batch timeout, 60 and the start a bundled adapter declares: vllm 600).",
 )
 
 
