@@ -28,8 +28,8 @@ SHIM = Path(__file__).resolve().parent / "shim.py"
 #: the environment install.sh makes by default, relative to the checkout
 DEFAULT_ENV = ".venv-vllm"
 #: seconds the shim may take to answer ``get_config``: it imports torch and vLLM first, 10-20 s
-#: on a quiet machine with a warm disk cache, but over 60 s on a loaded CI runner reading the
-#: environment from a cold cache (docs/engines/vllm.md, "Starting")
+#: with a warm disk cache, 87 s with the page cache dropped (measured on the development
+#: machine), over 60 s on a CI runner (docs/engines/vllm.md, "Starting")
 START_TIMEOUT_S = 600.0
 
 
