@@ -175,7 +175,7 @@ class Decoder:
             raise Refusal("V2_BEFORE_HELLO", layout.TYPE_NAMES[message_type])
         return layout.HEADER_SIZE, length, layout.payload_limits(message_type, params), message_type
 
-    def decode(self, data: bytes, params: dict | None) -> Message:
+    def decode(self, data: layout.FrameBytes, params: dict | None) -> Message:
         """The message of ``data``, or :class:`Refusal` with the first failing check."""
         self.allocated = 0
         view = memoryview(data)

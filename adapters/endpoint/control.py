@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 import struct
 
+from . import layout
+
 __all__ = [
     "ANSWER",
     "APPLY",
@@ -71,9 +73,9 @@ def body_length(head: bytes) -> tuple[int, int]:
     return kind, length
 
 
-def json_body(body: bytes) -> dict:
+def json_body(body: layout.FrameBytes) -> dict:
     try:
-        obj = json.loads(body.decode("utf-8"))
+        obj = json.loads(str(body, "utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ControlError(f"envelope body is not JSON: {exc}") from None
     if not isinstance(obj, dict):

@@ -12,6 +12,10 @@ import struct
 from dataclasses import dataclass
 from functools import cached_property
 
+#: a frame's bytes as read: ``bytes``, or a read-only ``memoryview`` of a reader's chunk for a long
+#: frame (``stream.FrameReader``, "Item"): whatever reads a frame takes either and only reads it
+FrameBytes = bytes | memoryview
+
 V2_MAGIC = b"QSMP"
 V1_MAGIC = b"QGRD"
 WIRE_VERSION = 2

@@ -106,10 +106,10 @@ class ConsumableDiscardingReceiver(Receiver):
 
 
 class SharedLinkReceiver(Receiver):
-    def feed(self, data: bytes, connection: int = 0) -> Disposition:
+    def feed(self, data: layout.FrameBytes, connection: int = 0) -> Disposition:
         return super().feed(data, 0)
 
-    def check(self, data: bytes, connection: int = 0):
+    def check(self, data: layout.FrameBytes, connection: int = 0):
         return super().check(data, 0)
 
     def link(self, connection: int) -> dict | None:

@@ -51,13 +51,13 @@ class OpenRound:
     """A round opened by STEP: its REPLY frames and validated rows, and the COMPLETION once valid."""
 
     step: Message
-    replies: list[bytes] = field(default_factory=list)
+    replies: list[layout.FrameBytes] = field(default_factory=list)
     #: (length, raw CRC register) of each REPLY frame, so the COMPLETION's checksum reads no byte again
     blocks: list[tuple[int, int]] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
     rows: list[QRow] = field(default_factory=list)
-    completion: bytes | None = None
-    step_frame: bytes = b""
+    completion: layout.FrameBytes | None = None
+    step_frame: layout.FrameBytes = b""
     #: a dense round's int32 counts [K, V], made at its first REPLY: row k is the k-th accepted
     #: row's counts, written there by the validator (:meth:`Receiver.row_slot`); rows from
     #: ``len(rows)`` on hold nothing meaningful. Never reused: rows consumed stay valid after the
@@ -146,7 +146,7 @@ class Receiver:
 
     # -- stateless ----------------------------------------------------------------------
 
-    def check(self, data: bytes, connection: int = 0) -> tuple[Message, QRow | None]:
+    def check(self, data: layout.FrameBytes, connection: int = 0) -> tuple[Message, QRow | None]:
         """Decoding, then negotiation (a HELLO before HELLO) or the stateless validation."""
         negotiated = self.links.get(connection)
         message = self.decoder.decode(data, negotiated)
@@ -197,7 +197,7 @@ class Receiver:
 
     # -- events -------------------------------------------------------------------------
 
-    def feed(self, data: bytes, connection: int = 0) -> Disposition:
+    def feed(self, data: layout.FrameBytes, connection: int = 0) -> Disposition:
         """One frame of ``connection`` through the state machine."""
         self.connection = connection
         try:
@@ -214,7 +214,7 @@ class Receiver:
         self.last_verdict = verdict
         return verdict
 
-    def answer_of(self, data: bytes, verdict: Disposition) -> bytes | None:
+    def answer_of(self, data: layout.FrameBytes, verdict: Disposition) -> bytes | None:
         """The HELLO_ANSWER of a frame that decodes as a HELLO (framing and checksum verified), else None."""
         if data[:4] != layout.V2_MAGIC or len(data) < layout.HEADER_SIZE or data[6:8] != b"\x01\x00":
             return None
@@ -243,7 +243,7 @@ class Receiver:
         layout.HELLO_ANSWER: "on_hello_answer",
     }
 
-    def route(self, message: Message, row: QRow | None, data: bytes) -> Disposition:
+    def route(self, message: Message, row: QRow | None, data: layout.FrameBytes) -> Disposition:
         if message.type == 0:
             self.counters["v1_greedy_frames"] += 1
             return Disposition(GREEDY_V1)
@@ -359,7 +359,7 @@ class Receiver:
     def is_consumable(current: OpenRound) -> bool:
         return current.completion is not None
 
-    def retried(self, first: bytes, again: bytes, index: int) -> Disposition:
+    def retried(self, first: layout.FrameBytes, again: layout.FrameBytes, index: int) -> Disposition:
         if first == again:
             self.counters["duplicate_retries"] += 1
             return Disposition(DUPLICATE)
@@ -367,18 +367,18 @@ class Receiver:
 
     # -- handlers ---------------------------------------------------------------------------
 
-    def on_hello(self, message: Message, row, data: bytes) -> Disposition:
+    def on_hello(self, message: Message, row, data: layout.FrameBytes) -> Disposition:
         if self.connection in self.links:
             return self.refuse("UNEXPECTED_MESSAGE")
         self.links[self.connection] = message.fields
         self.slots += [Slot() for _ in range(len(self.slots), message["max_slots"])]
         return self.accept()
 
-    def on_hello_answer(self, message: Message, row, data: bytes) -> Disposition:
+    def on_hello_answer(self, message: Message, row, data: layout.FrameBytes) -> Disposition:
         """A receiver sends HELLO answers and never receives one."""
         return self.refuse("UNEXPECTED_MESSAGE")
 
-    def on_step(self, message: Message, row, data: bytes) -> Disposition:
+    def on_step(self, message: Message, row, data: layout.FrameBytes) -> Disposition:
         slot = self.slots[message["slot"]]
         problem = self.command_problem(slot, message["generation"])
         if problem:
@@ -400,7 +400,7 @@ class Receiver:
         slot.open, slot.last_round = OpenRound(message, step_frame=data), round_id
         return self.accept()
 
-    def on_reply(self, message: Message, row: QRow, data: bytes) -> Disposition:
+    def on_reply(self, message: Message, row: QRow, data: layout.FrameBytes) -> Disposition:
         fields = message.fields
         index = fields["slot"]
         slot = self.slots[index]
@@ -431,7 +431,7 @@ class Receiver:
         current.rows.append(row)
         return self.accept()
 
-    def on_completion(self, message: Message, row, data: bytes) -> Disposition:
+    def on_completion(self, message: Message, row, data: layout.FrameBytes) -> Disposition:
         index = message["slot"]
         slot = self.slots[index]
         problem = self.worker_problem(slot, message["generation"], message["round"])
@@ -457,7 +457,7 @@ class Receiver:
         current.completion = data
         return self.accept()
 
-    def on_commit(self, message: Message, row, data: bytes) -> Disposition:
+    def on_commit(self, message: Message, row, data: layout.FrameBytes) -> Disposition:
         index = message["slot"]
         slot = self.slots[index]
         problem = self.command_problem(slot, message["generation"])
@@ -491,7 +491,7 @@ class Receiver:
         slot.committed, slot.open = message["new_committed"], None
         return self.accept()
 
-    def on_reset(self, message: Message, row, data: bytes) -> Disposition:
+    def on_reset(self, message: Message, row, data: layout.FrameBytes) -> Disposition:
         index = message["slot"]
         slot = self.slots[index]
         if slot.generation == LAST_GENERATION:
@@ -506,7 +506,7 @@ class Receiver:
         )
         return self.accept(discarded)
 
-    def on_cancel(self, message: Message, row, data: bytes) -> Disposition:
+    def on_cancel(self, message: Message, row, data: layout.FrameBytes) -> Disposition:
         index = message["slot"]
         problem = self.command_problem(self.slots[index], message["generation"])
         if problem:

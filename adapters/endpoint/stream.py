@@ -32,7 +32,6 @@ import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import cast
 
 from . import control, layout
 from .codec import Decoder, Refusal
@@ -56,13 +55,13 @@ class Item:
     """One thing read: a whole ``frame``, an ``envelope`` (kind and body), or a ``broken`` prefix.
 
     A frame of at least :data:`VIEW_BYTES` read by a :class:`FrameReader` is a read-only
-    ``memoryview`` of the reader's chunk, typed as ``bytes``: every consumer only reads it
+    ``memoryview`` of the reader's chunk (:data:`layout.FrameBytes`): every consumer only reads it
     (decodes, slices, compares with a kept frame for a retry, copies with ``bytes()``); never hash
     it. The chunk is not written again while any view of it is alive.
     """
 
     kind: str
-    data: bytes
+    data: layout.FrameBytes
     envelope_kind: int = 0
 
 
@@ -385,7 +384,7 @@ async def read_in_place(
         if not decoder.bounds_before_read:
             return Item(FRAME, await read_unbounded(reader, reader.consume(size), length))
         if size + length >= VIEW_BYTES:
-            return Item(FRAME, cast(bytes, await reader.read_view(size + length)))
+            return Item(FRAME, await reader.read_view(size + length))
         return Item(FRAME, await reader.readexactly(size + length))
     except asyncio.IncompleteReadError as exc:
         return Item(BROKEN, exc.partial)

@@ -166,7 +166,7 @@ def slot_seed(seed: int, slot: int) -> int:
     return (seed + slot) % (1 << 64)
 
 
-def frame_slot(data: bytes) -> int | None:
+def frame_slot(data: layout.FrameBytes) -> int | None:
     """The slot field of a v2 frame (not yet verified: it only says whom to wake), None when it has none."""
     if len(data) < layout.HEADER_SIZE or data[:4] != layout.V2_MAGIC:
         return None
@@ -176,7 +176,7 @@ def frame_slot(data: bytes) -> int | None:
     return fixed.codec.unpack_from(data, layout.HEADER_SIZE)[fixed.names.index("slot")]
 
 
-def frame_type(data: bytes) -> str:
+def frame_type(data: layout.FrameBytes) -> str:
     if len(data) >= 8 and data[:4] == layout.V2_MAGIC:
         return layout.TYPE_NAMES.get(struct.unpack_from("<H", data, 6)[0], "?")
     return "?"
