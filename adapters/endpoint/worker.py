@@ -70,6 +70,8 @@ PRECISION = {
 }
 
 ACCEPT, REJECT, DUPLICATE, IGNORE = "accept", "reject", "duplicate", "ignore"
+#: seconds ``closed`` and ``disconnect_status`` wait for a connection to end
+STATUS_WAIT_S = 5.0
 #: a connection's phases
 AWAITING_ANSWER, NEGOTIATED, ENDED = "awaiting_answer", "negotiated", "ended"
 #: a slot at this generation has no higher one: it is retired, never reused (R24)
@@ -136,10 +138,17 @@ def f32_value(bits: int) -> float:
     return float(np.array([bits], dtype=np.uint32).view(np.float32)[0])
 
 
-def draws_json(result: Proposal) -> tuple[dict, ...]:
+def word32(word: int) -> str:
+    return f"0x{word & 0xFFFFFFFF:08x}"
+
+
+def draws_json(seed: int, result: Proposal) -> tuple[dict, ...]:
+    """Each PROPOSAL draw of a chain: its position, Philox key words (seed low, high), counter words and u24."""
+    key = [word32(seed), word32(seed >> 32)]
     counters, u24 = result.counters[0].tolist(), result.u24[0].tolist()
     return tuple(
-        {"position": c[0], "counter": [f"0x{w & 0xFFFFFFFF:08x}" for w in c], "u24": u} for c, u in zip(counters, u24)
+        {"position": c[0] & 0xFFFFFFFF, "key": key, "counter": [word32(w) for w in c], "u24": u}
+        for c, u in zip(counters, u24)
     )
 
 
@@ -163,6 +172,7 @@ class Worker:
     def connect(self, connection: int, session_id: int) -> Outcome:
         """A target connected; the worker offers its HELLO under ``session_id``."""
         params = {**self.hello, "session_id": session_id}
+        self.counters["connections"] += 1
         link = self.links[connection] = Link(params)
         link.last = Outcome(ACCEPT, frames=(encode(layout.HELLO, params),))
         return link.last
@@ -180,20 +190,22 @@ class Worker:
         else:
             handle = self.on_answer if link.phase == AWAITING_ANSWER else self.route
             outcome = handle(link, message, data)
-        if outcome.close:
-            link.phase = ENDED
         link.last = outcome
+        if outcome.close:  # the connection ends: forgotten (its close is no Disconnect of a live link)
+            link.phase = ENDED
+            del self.links[connection]
         return outcome
 
     def answer_timeout(self, connection: int) -> Outcome:
         """The negotiation watchdog of ``connection`` fired: a connection still awaiting its answer ends."""
         link = self.links.get(connection)
         if link is None or link.phase != AWAITING_ANSWER:
+            self.counters["ignored_timers"] += 1
             return Outcome(IGNORE)
         self.counters["answer_timeouts"] += 1
         link.phase = ENDED
-        link.last = Outcome(ACCEPT, close=True)
-        return link.last
+        del self.links[connection]
+        return Outcome(ACCEPT, close=True)
 
     def disconnect(self, connection: int) -> Outcome:
         """The link ended: its generations end, their open rounds are discarded, its negotiation is forgotten."""
@@ -325,9 +337,11 @@ class Worker:
             return self.failed(step, problem)
         try:
             frames, tokens, draws = self.sample(step, slot)
-        except CandidateError as error:
+        except CandidateError as error:  # a valid STEP, its round ID used; no round open, no draw reported
             log.warning("slot %d round %d: the draft model cannot propose: %s", step["slot"], step["round"], error)
-            return self.failed(step, "DRAFT_REFUSED")
+            slot.last_round = step["round"]
+            self.counters["rounds_failed"] += 1
+            return self.accept((completion_frame(step, [], layout.STATUS_FAILED),))
         slot.open = OpenRound(bytes(data), step["round"], step["anchor"], frames, tokens, draws)
         slot.last_round, slot.draws = step["round"], draws
         self.counters["rounds_served"] += 1
@@ -343,10 +357,9 @@ class Worker:
         if not self.live_on(slot) or message["generation"] != slot.generation:
             return self.refuse("STALE_GENERATION")
         current = slot.open
-        if current is None and slot.last_round is not None and message["round"] <= slot.last_round:
-            return self.refuse("STALE_ROUND")
         if current is None or message["round"] != current.round:
-            return self.refuse("UNEXPECTED_MESSAGE")
+            stale = slot.last_round is not None and message["round"] <= slot.last_round
+            return self.refuse("STALE_ROUND" if stale else "UNEXPECTED_MESSAGE")
         # past every emitted token: the correction or bonus, or none (-1) after an early end at >= 1 accepted
         token, accepted = message["token"], message["accepted"]
         emitted = accepted + (0 if token == layout.NO_TOKEN else 1)
@@ -393,7 +406,46 @@ class Worker:
                 counts, ids = result.sparse.counts[0, i].cpu().numpy(), result.sparse.ids[0, i].cpu().numpy()
             replies.append(row_reply(step, i, token, counts, ids, self.hello["dense_stride"]))
         frames = (*(r.data for r in replies), completion_frame(step, replies))
-        return frames, tokens, draws_json(result)
+        return frames, tokens, draws_json(slot.seed, result)
+
+
+def state_json(worker: Worker) -> dict:
+    """The worker's state as ``worker_sessions``' ``final`` shows it (connections by the endpoint's numbers)."""
+    slots = []
+    for index, slot in enumerate(worker.slots):
+        current = slot.open
+        slots.append(
+            {
+                "slot": index,
+                "generation": slot.generation,
+                "live": slot.live,
+                "owner": slot.owner if slot.live else None,
+                "seed": str(slot.seed),
+                "committed": slot.committed,
+                "committed_token": slot.committed_token,
+                "last_round": slot.last_round,
+                "open": None
+                if current is None
+                else {"round": current.round, "anchor": current.anchor, "tokens": list(current.tokens)},
+            }
+        )
+    connections = [
+        {"connection": number, "phase": link.phase, "session_id": str(link.params["session_id"])}
+        for number, link in sorted(worker.links.items())
+    ]
+    return {"connections": connections, "slots": slots}
+
+
+def counters_json(worker: Worker) -> dict:
+    return {name: count for name, count in sorted(worker.counters.items()) if count}
+
+
+def outcome_json(outcome: Outcome) -> dict:
+    """An event's verdict and draws as ``sync`` answers them (its frames went out on the stream before)."""
+    out: dict = {"verdict": outcome.verdict, "draws": list(outcome.draws)}
+    if outcome.reason is not None:
+        out["reason"] = outcome.reason
+    return out
 
 
 def describe(outcome: Outcome) -> str:
@@ -433,6 +485,12 @@ class WorkerEndpoint(Endpoint):
         self.sessions: deque[int] = deque()
         #: one event at a time through the state machines (sampling runs in a thread)
         self.lock = asyncio.Lock()
+        #: connection -> its writer, while open
+        self.writers: dict[int, stream.FrameWriter] = {}
+        #: connection -> the outcome of the event on which the worker ended it (``closed``)
+        self.ended: dict[int, Outcome] = {}
+        #: connection -> the outcome of its Disconnect (``disconnect_status``)
+        self.disconnects: dict[int, Outcome] = {}
 
     def fresh_worker(self) -> Worker:
         from .worker_mutants import worker_class
@@ -458,27 +516,26 @@ class WorkerEndpoint(Endpoint):
         params = worker.links[number].params
         log.info("conn %d: sent HELLO session=%#x vocab=%d", number, params["session_id"], params["vocab"])
         await stream.send(writer, *outcome.frames)
+        self.writers[number] = writer
         deadline = asyncio.get_running_loop().time() + self.answer_timeout_s
-        while True:
+        while number in worker.links:  # until the worker ends the connection (or the peer does)
             item = await self.next_item(reader, worker, number, deadline)
             if item is None:
                 return
             if item.kind == stream.ENVELOPE:
                 await stream.send(writer, await self.answer(item, number))
-                link = worker.links.get(number)
-                if link is None or link.phase == ENDED:
-                    return
                 continue
             async with self.lock:
                 outcome = await asyncio.to_thread(worker.feed, number, item.data)
             log.info("conn %d: %d-byte frame: %s", number, len(item.data), describe(outcome))
             if outcome.frames:
                 await stream.send(writer, *outcome.frames)
-            if outcome.close:
-                return
             if item.kind == stream.BROKEN:
                 log.warning("conn %d: the stream is out of step after %s; closing", number, outcome.reason)
+                self.ended[number] = outcome
                 return
+            if outcome.close:
+                self.ended[number] = outcome
 
     async def next_item(self, reader: stream.FrameReader, worker: Worker, number: int, deadline: float):
         """The next item of the connection; while its HELLO awaits an answer, None once the watchdog fired."""
@@ -490,7 +547,7 @@ class WorkerEndpoint(Endpoint):
             return await asyncio.wait_for(read, max(0.0, deadline - asyncio.get_running_loop().time()))
         except asyncio.TimeoutError:
             async with self.lock:
-                outcome = worker.answer_timeout(number)
+                outcome = self.ended[number] = worker.answer_timeout(number)
             log.warning(
                 "conn %d: no answer to the HELLO within %.1f s: %s", number, self.answer_timeout_s, describe(outcome)
             )
@@ -498,8 +555,10 @@ class WorkerEndpoint(Endpoint):
 
     def closed(self, number: int) -> None:
         worker = self.bound.pop(number, None)
+        self.writers.pop(number, None)
         if worker is not None:
-            log.info("conn %d: disconnect: %s", number, describe(worker.disconnect(number)))
+            outcome = self.disconnects[number] = worker.disconnect(number)
+            log.info("conn %d: disconnect: %s", number, describe(outcome))
 
     # -- test control ------------------------------------------------------------------------
 
@@ -517,15 +576,21 @@ class WorkerEndpoint(Endpoint):
         worker = self.bound.get(number, self.worker)
         if op == "sync":
             link = worker.links.get(number)
-            last = None if link is None else link.last
-            if last is None:
-                return {"verdict": None}
-            return {"verdict": last.verdict, **({"reason": last.reason} if last.reason else {})}
+            if link is None or link.last is None:
+                raise control.ControlError("no event of this connection to report")
+            return outcome_json(link.last)
         if op == "answer_timeout":
+            return await self.fire_watchdog(worker, number, request)
+        if op == "connection":
+            return {"connection": number}
+        if op == "closed":
+            outcome = await self.awaited(self.ended, int(request["connection"]))
+            return {**outcome_json(outcome), "close": outcome.close}
+        if op == "disconnect_status":
+            return outcome_json(await self.awaited(self.disconnects, int(request["connection"])))
+        if op == "state":
             async with self.lock:
-                outcome = worker.answer_timeout(number)
-            log.info("conn %d: answer watchdog (control): %s", number, describe(outcome))
-            return {"verdict": outcome.verdict, "close": outcome.close}
+                return {"final": state_json(self.worker), "counters": counters_json(self.worker)}
         if op == "configure":
             return self.configure(request)
         if op == "model":
@@ -534,6 +599,30 @@ class WorkerEndpoint(Endpoint):
             index = int(request.get("slot", 0))
             return {"draws": list(worker.slots[index].draws) if 0 <= index < len(worker.slots) else []}
         raise control.ControlError(f"unknown op {op!r}")
+
+    async def fire_watchdog(self, worker: Worker, number: int, request: dict) -> dict:
+        """The negotiation watchdog of this connection, or of connection ``request["connection"]`` of the
+        current worker (one that ended, or another): a connection awaiting its answer is closed."""
+        if "connection" in request:
+            worker, number = self.worker, int(request["connection"])
+        async with self.lock:
+            outcome = worker.answer_timeout(number)
+        log.info("conn %d: answer watchdog (control): %s", number, describe(outcome))
+        if outcome.close:
+            self.ended[number] = outcome
+            if "connection" in request and number in self.writers:
+                self.writers[number].close()
+        return {**outcome_json(outcome), "close": outcome.close}
+
+    @staticmethod
+    async def awaited(outcomes: dict[int, Outcome], number: int) -> Outcome:
+        """The outcome recorded for connection ``number``, once there (at most :data:`STATUS_WAIT_S`)."""
+        deadline = asyncio.get_running_loop().time() + STATUS_WAIT_S
+        while number not in outcomes and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.002)
+        if number not in outcomes:
+            raise control.ControlError(f"connection {number} did not end")
+        return outcomes[number]
 
     def configure(self, request: dict) -> dict:
         """A fresh worker for later connections: its HELLO shape, draft model, the session IDs of the

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from . import layout
 from .codec import Message
-from .worker import ACCEPT, AWAITING_ANSWER, DUPLICATE, IGNORE, NEGOTIATED, Link, OpenRound, Outcome, Worker, WorkerSlot
+from .worker import ACCEPT, AWAITING_ANSWER, DUPLICATE, IGNORE, Link, OpenRound, Outcome, Worker, WorkerSlot
 
 
 class EagerWorker(Worker):
@@ -34,10 +34,10 @@ class EagerWorker(Worker):
     def feed(self, connection: int, data: layout.FrameBytes) -> Outcome:
         link = self.links.get(connection)
         outcome = super().feed(connection, data)
-        if link is not None and link.phase != NEGOTIATED and outcome.close and outcome.verdict != ACCEPT:
-            link.phase = AWAITING_ANSWER  # the refusal is logged; the connection stays
-            outcome = Outcome(outcome.verdict, outcome.reason, outcome.frames)
-            link.last = outcome
+        if link is not None and outcome.close and outcome.verdict != ACCEPT:
+            self.links[connection] = link  # the refusal is logged; the connection stays, still awaiting
+            link.phase = AWAITING_ANSWER
+            outcome = link.last = Outcome(outcome.verdict, outcome.reason, outcome.frames)
         return outcome
 
     def on_answer(self, link: Link, message: Message, data: layout.FrameBytes) -> Outcome:

@@ -54,6 +54,8 @@ class WorkerConnection:
                 raise
             answer = None
         frames, self.link.frames = self.link.frames, []
+        #: the PROPOSAL draws of the last event (``sync`` reports them beside the verdict)
+        self.draws = [] if answer is None else answer.pop("draws")
         return frames, answer
 
     def rest(self) -> tuple[list[bytes], bool]:
