@@ -235,8 +235,9 @@ class Worker:
             return self.refuse("SESSION_MISMATCH", close=True)
         if message["status"] not in (layout.HELLO_ACCEPTED, layout.HELLO_REFUSED):
             return self.refuse("UNKNOWN_STATUS", close=True)
-        if message["status"] == layout.HELLO_REFUSED:
+        if message["status"] == layout.HELLO_REFUSED:  # a valid answer: accepted, and nothing left to do
             self.counters["hello_refused"] += 1
+            self.counters["accepted"] += 1
             return Outcome(ACCEPT, close=True)
         link.phase = NEGOTIATED
         return self.accept()
@@ -254,7 +255,12 @@ class Worker:
     def failed(self, step: Message, code: str) -> Outcome:
         """A STEP refused: one COMPLETION with status FAILED (no REPLY)."""
         self.counters["rounds_failed"] += 1
-        return self.refuse(code, (completion_frame(step, [], layout.STATUS_FAILED),))
+        return self.refuse(code, (self.failed_completion(step),))
+
+    def failed_completion(self, step: Message) -> bytes:
+        """The COMPLETION of a round given up: status FAILED, no rows (reply_bytes 0, reply_checksum 0, the
+        CRC-32C of no bytes), ``row_count`` the negotiated depth, the STEP's other fields echoed."""
+        return completion_frame(step, [], layout.STATUS_FAILED, self.hello["depth"])
 
     def live_on(self, slot: WorkerSlot) -> bool:
         """Whether the slot's generation is live on the connection being handled."""
@@ -341,7 +347,7 @@ class Worker:
             log.warning("slot %d round %d: the draft model cannot propose: %s", step["slot"], step["round"], error)
             slot.last_round = step["round"]
             self.counters["rounds_failed"] += 1
-            return self.accept((completion_frame(step, [], layout.STATUS_FAILED),))
+            return self.accept((self.failed_completion(step),))
         slot.open = OpenRound(bytes(data), step["round"], step["anchor"], frames, tokens, draws)
         slot.last_round, slot.draws = step["round"], draws
         self.counters["rounds_served"] += 1
