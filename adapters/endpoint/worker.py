@@ -603,7 +603,8 @@ class WorkerEndpoint(Endpoint):
             return {"model": self.model.to_json()}
         if op == "trace":
             index = int(request.get("slot", 0))
-            return {"draws": list(worker.slots[index].draws) if 0 <= index < len(worker.slots) else []}
+            draws = worker.slots[index].draws if 0 <= index < len(worker.slots) else ()
+            return {"draws": [{k: v for k, v in draw.items() if k != "key"} for draw in draws]}  # proposal_chain's
         raise control.ControlError(f"unknown op {op!r}")
 
     async def fire_watchdog(self, worker: Worker, number: int, request: dict) -> dict:
