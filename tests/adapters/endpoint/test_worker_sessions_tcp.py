@@ -9,8 +9,6 @@ compares the outputs, the final state and the counters with the corpus.
 
 from __future__ import annotations
 
-from collections import Counter
-
 import pytest
 
 pytest.importorskip("torch")

@@ -95,4 +95,3 @@ def failed_completion_of(step: Step) -> Completion:
         layout.STATUS_FAILED,
         step.prefix_digest,
     )
-
