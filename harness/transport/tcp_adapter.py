@@ -60,7 +60,7 @@ from qconform.spec.proposal import check_shapes
 from qconform.spec.wire import layout
 from qconform.spec.wire.codec import decode_frame, encode_frame
 from qconform.spec.wire.header import check_header, parse_header
-from qconform.spec.wire.messages import HelloAnswer, Reply, Reset, Step
+from qconform.spec.wire.messages import Hello, HelloAnswer, Reply, Reset, Step
 from qconform.spec.wire.negotiation import example_config
 from qconform.spec.wire.reasons import WireReject
 from qconform.spec.wire.receiver import ACCEPT, FrameIn, consumable_rows, initial_state, step
@@ -399,6 +399,8 @@ class TcpAdapter(Adapter):
         session = WorkerSession(self)
         try:
             hello = decode_frame(control_link.read_frame(), None)
+            if not isinstance(hello, Hello):
+                raise EndpointFailure(f"the worker's first frame is a {type(hello).__name__}, not its HELLO")
             control_link.send(encode_frame(HelloAnswer(hello.session_id, layout.HELLO_ACCEPTED, bytes(32))))
             model = inp["model"]
             control_link.command(
