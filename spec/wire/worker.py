@@ -129,12 +129,12 @@ class WorkerSlot:
     live); ``owner`` the connection whose RESET opened the live generation (None when not live);
     ``committed_token`` is ``x_0`` of the next round."""
 
+    committed_token: int
     generation: int = 0
     live: bool = False
     owner: int | None = None
     seed: int = 0
     committed: int = 0
-    committed_token: int = 0
     last_round: int | None = None
     open: ServedRound | None = None
 
@@ -370,7 +370,7 @@ def receive_reset(state: WorkerState, reset: Reset, data: bytes, connection: int
     if reset.generation <= slot.generation:
         return refused(state, "DUPLICATE_GENERATION" if reset.generation == slot.generation else "STALE_GENERATION")
     token = state.model.start_token if reset.token == layout.NO_TOKEN else reset.token
-    fresh = WorkerSlot(reset.generation, True, connection, reset.seed, reset.committed, token)
+    fresh = WorkerSlot(token, reset.generation, True, connection, reset.seed, reset.committed)
     return accepted(with_slot(state, reset.slot, fresh))
 
 
