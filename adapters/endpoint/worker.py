@@ -34,9 +34,15 @@ the connection, and the draws it made.
 * COMMIT moves the committed position and the committed token; CANCEL ends the
   generation; neither is ever answered.
 
+After negotiation a frame that addresses no round (a HELLO_ANSWER, a HELLO, the
+worker's own message types, v1) is UNEXPECTED_MESSAGE and a refused frame is
+refused, none answered; the endpoint closes a connection whose frame header it
+refused, since the stream is then out of step (that close is a Disconnect).
+
 With control allowed the endpoint also answers the test-control envelopes of
-``control.py`` (``about``, ``configure``, ``model``, ``trace``, ``sync``,
-``answer_timeout``; docs/endpoint.md).
+``control.py`` (``about``, ``configure``, ``connection``, ``sync``,
+``answer_timeout``, ``closed``, ``disconnect_status``, ``state``, ``model``,
+``trace``; docs/endpoint.md, "The control protocol").
 """
 
 from __future__ import annotations
