@@ -21,8 +21,7 @@ from qconform.generators.families.worker_sessions import (
 from qconform.generators.validation import load_vector_file
 from qconform.harness.adapter import AdapterConfig, Capabilities, PrecisionProfile
 from qconform.harness.judging.judge import judge
-from qconform.spec.wire.receiver import FrameIn
-from qconform.spec.wire.worker import Connect
+from qconform.spec.wire.worker import Connect, FrameIn
 
 pytestmark = pytest.mark.rules("R12", "R16", "R17", "R24")
 
