@@ -64,6 +64,21 @@ def test_rows_become_consumable_only_after_completion():
     assert verdicts[-1].kind == "accept" and state.slots[0].committed == 102 and state.slots[0].open is None
 
 
+@pytest.mark.rules("R01")
+@pytest.mark.parametrize("support_policy", [0, 3])
+def test_consumed_rows_are_the_q_rows_that_sampled_each_token(support_policy):
+    """R01 on the receiver: row i handed to the verifier is REPLY i's own q row, in position order."""
+    s = opened()
+    r1 = s.step(0, 1, 1, 100, support_policy)
+    s.complete(r1, s.replies(r1))
+    state, verdicts, _ = run(s)
+    assert all(v.kind == "accept" for v in verdicts)
+    rows = consumable_rows(state, 0)
+    sent = [s.row(r1, i) for i in range(5)]
+    assert rows == tuple(row for row, _ in sent)
+    assert len(set(rows)) == 5  # distinct rows: a receiver that reorders or repeats one fails above
+
+
 def test_corrupt_q_discards_the_entire_proposal():
     s = opened()
     r1 = s.step(0, 1, 1, 100)

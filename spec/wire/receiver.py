@@ -650,9 +650,13 @@ def step(state: ReceiverState, event: Event) -> tuple[ReceiverState, Disposition
     raise TypeError(f"not a receiver event: {event!r}")
 
 
-@defines("R16")
+@defines("R01", "R16")
 def consumable_rows(state: ReceiverState, index: int) -> tuple[QRow, ...] | None:
     """The validated q rows of a slot's open round once its COMPLETION validated; None before.
+
+    Row i is exactly the q row REPLY i carried, the q that sampled that REPLY's
+    token (R01), in position order: recovered from the frame's bytes, never
+    rebuilt, renormalized or taken from another round.
 
     The rows were validated under the HELLO of the connection whose RESET opened
     the round (the slot's owner), which is negotiated while the round is open.
