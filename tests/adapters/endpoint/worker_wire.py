@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from qconform.generators.encoding import decode_blob
-from qconform.harness.transport.tcp_adapter import EndpointFailure, EndpointLink
+from qconform.harness.transport.tcp_adapter import EndpointFailure, EndpointLink, LinkClosed
 from qconform.spec.wire import layout
 from qconform.spec.wire.codec import decode_frame, encode_frame
 from qconform.spec.wire.messages import Hello, HelloAnswer, Reset, Step
@@ -34,8 +34,13 @@ class WorkerConnection:
         self.session = self.hello.session_id
 
     def send(self, *messages) -> None:
+        """Send frames; once the worker has closed the connection the rest are not sent (a write then
+        fails with a broken pipe, or not, depending on when the close reaches this side)."""
         for message in messages:
-            self.link.send(message if isinstance(message, bytes) else encode_frame(message))
+            try:
+                self.link.send(message if isinstance(message, bytes) else encode_frame(message))
+            except LinkClosed:
+                return
 
     def accept(self, **changes) -> None:
         """Answer the HELLO (accepted, unless ``changes`` say otherwise)."""
