@@ -258,6 +258,10 @@ class ConformanceRun:
 
         self.config = config
         self.is_worker = hasattr(config, "workerinput")
+        if self.is_worker:  # a worker (and so its adapters' trees) ends with the run that started it
+            from qconform.harness.transport.client import die_with_parent
+
+            die_with_parent()
         self.adapter = _text_option(config, "qconform_adapter")
         self.device = _text_option(config, "qconform_device")
         self.root = _resolve(config.getoption("qconform_vectors") or default_vectors_dir())

@@ -61,4 +61,7 @@ def cli() -> None:
 
 
 def main() -> None:
+    from qconform.harness.transport.client import forks_die_with_parent
+
+    forks_die_with_parent()  # a command's forked workers never outlive it (docs/harness.md, "Stopping cleanly")
     cli()
