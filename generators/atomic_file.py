@@ -53,9 +53,20 @@ def temporary_name(target: Path) -> Path:
     return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
 
 
+def _file_in_the_way(directory: Path) -> Path | None:
+    """The nearest existing ancestor of ``directory`` (itself included) when it is not a directory."""
+    for ancestor in (directory, *directory.parents):
+        if ancestor.exists() or ancestor.is_symlink():
+            return None if ancestor.is_dir() else ancestor
+    return None
+
+
 def _stage(path: Path, data: bytes) -> Path:
     if path.is_dir():
         raise IsADirectoryError(21, "Is a directory")
+    blocker = _file_in_the_way(path.parent)
+    if blocker is not None:  # mkdir would say "File exists", which names neither the file nor the fault
+        raise NotADirectoryError(20, f"{blocker} is a file, not a directory")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_name(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)

@@ -23,7 +23,8 @@ from qconform.harness.verdicts import VerdictClass
 
 
 class RunExit(IntEnum):
-    """Exit status of ``qconform run`` (docs/harness.md; one test per row in tests/test_run_gate.py)."""
+    """Exit status of ``qconform run``, and the one table every command's statuses come from
+    (docs/harness.md, "Exit codes"; tests/test_run_gate.py and tests/robustness/test_exit_codes.py)."""
 
     #: nothing unexpected, every coverage requirement met
     OK = 0
@@ -33,10 +34,12 @@ class RunExit(IntEnum):
     #: usage error: bad option or value, unknown family/adapter/case, a malformed adapter spec or ``-k``
     #: expression, unusable expectations file, a corpus that fails its integrity check or the pinned root
     USAGE = 2
-    #: the adapter could not start (AdapterStartError: missing program or extra, failing or invalid
-    #: ``get_config``, an undeclarable family, another device): one line, nothing was judged
+    #: something the command needs cannot start here (AdapterStartError: missing program, failing or
+    #: invalid ``get_config``, an undeclarable family; a device the machine or adapter lacks; a missing
+    #: optional dependency; a port in use): one line, nothing was judged
     ADAPTER_START = 3
-    #: a report (``--json``, ``--junit``) could not be written; the summary was printed first
+    #: an output (``--json``, ``--junit``, ...) could not be written (permission, a file in the way, a
+    #: full disk); the summary was printed first
     REPORT_WRITE = 4
     #: no case selected (``-k``, ``--case``, ``--lf`` matched nothing)
     NO_CASES = 5

@@ -186,7 +186,13 @@ def accumulate_command(
     click.echo(f"divergent case, a test object of vectors/{family}.json:")
     click.echo(text)
     if vector_out is not None:
-        Path(vector_out).write_text(text + "\n", encoding="utf-8")
+        from qconform.cli.errors import os_error
+        from qconform.generators import atomic_file
+
+        try:
+            atomic_file.write_text(vector_out, text + "\n")
+        except atomic_file.WriteError as exc:
+            raise os_error(exc) from None
     if record:
         record_finding(vector)
     else:

@@ -61,7 +61,9 @@ def print_finding(report, vector_out: str | None) -> dict:
         try:
             atomic_file.write_text(vector_out, text + "\n")
         except atomic_file.WriteError as exc:
-            raise click.ClickException(str(exc)) from None
+            from qconform.cli.errors import os_error
+
+            raise os_error(exc) from None
     return vector
 
 

@@ -9,7 +9,7 @@ from an adapter that draws with its own RNG (the ``sample`` op of the shim
 protocol) and compares them with the spec's exact law (qconform.harness.stat.runner).
 Exit status: 0 when every case passes (or is unsupported), 1 when any case fails
 or errors, 2 for a usage error (among them an adapter that samples none of the
-selected families), 4 when the JSON report or the plots cannot be written (after
+selected families), 3 when the adapter cannot start, 4 when the JSON report or the plots cannot be written (after
 the summary, one ``Error:`` line), 5 when no case is selected. ``-k EXPR`` selects
 as ``qconform run -k`` does (id, flags, rules); ``--exclude GLOB`` leaves cases out.
 """
@@ -191,7 +191,9 @@ def stat_command(
     try:
         client = open_adapter(adapter, device, timeout_s, start_timeout_s=start_timeout)
     except AdapterStartError as exc:
-        raise UsageLineError(str(exc)) from None
+        from qconform.cli.errors import StartLineError
+
+        raise StartLineError(str(exc)) from None
     ranks = torchrun_ranks(device)  # under torchrun: this rank's share of the cases (docs/distributed.md)
     try:
         with client:
