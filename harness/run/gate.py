@@ -138,7 +138,9 @@ def coverage_problems(
 ) -> list[str]:
     """The coverage gate (docs/harness.md, "Coverage"): one problem per unmet requirement.
 
-    ``--require F``: the adapter declares F and no case of F that ran was ``unsupported``.
+    ``--require F``: the adapter declares F, at least one case of F ran (was judged and not
+    ``disabled``: a family left out by ``--family``, ``-k`` or ``--case``, or wholly disabled, did
+    not run, and a gate that requires it must not pass), and no case of F that ran was ``unsupported``.
     ``--max-unsupported N``: at most N judged cases are ``unsupported``. ``declared`` is
     None when the adapter never started (nothing to check: that is its own error).
     """
@@ -150,6 +152,11 @@ def coverage_problems(
                 problems.append(
                     f"coverage: --require {family}, but the adapter does not declare {family} "
                     f"(it declares: {', '.join(declared) or 'nothing'})"
+                )
+            elif not sum(by_family.get(family, {}).values()) - by_family.get(family, {}).get(VerdictClass.DISABLED, 0):
+                problems.append(
+                    f"coverage: --require {family}, but no case of {family} ran "
+                    f"(left out by --family, -k or --case, or every case disabled): run it"
                 )
             elif by_family.get(family, {}).get(VerdictClass.UNSUPPORTED, 0):
                 count = by_family[family][VerdictClass.UNSUPPORTED]
