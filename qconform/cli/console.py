@@ -23,6 +23,34 @@ def family_progress(total: int, verb: str) -> Iterator[Callable[[str], None]]:
         yield advance
 
 
+@contextlib.contextmanager
+def rounds_progress(total: int, verb: str, unit: str = "rounds") -> Iterator[Callable[[int], None]]:
+    """A rich progress bar over ``total`` units of work on stderr, with the elapsed time and an
+    estimate of the time left; hidden when stderr is not a terminal (a pipe, a CI log)."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    console = Console(stderr=True)
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn(unit),
+        TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as progress:
+        task = progress.add_task(verb, total=total)
+        yield lambda done: progress.update(task, advance=done)
+
+
 def wide_console() -> Console:
     """A stdout console; 132 columns when stdout is not a terminal (pipes, CI logs)."""
     console = Console()

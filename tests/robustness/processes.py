@@ -57,13 +57,24 @@ def wait_for_helpers(pidfile: Path, count: int, proc: subprocess.Popen, wait_s: 
         time.sleep(0.05)
 
 
+def wait_until_asked(pidfile: Path, proc: subprocess.Popen, wait_s: float = 120.0) -> None:
+    """Wait until the ``hang`` shim got its first request after ``get_config`` (the work has begun)."""
+    asked = pidfile.with_name(pidfile.name + ".asked")
+    deadline = time.monotonic() + wait_s
+    while not asked.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            out, err = proc.communicate()
+            raise AssertionError(f"no request reached the shim (status {proc.returncode}): {out[-2000:]} {err[-2000:]}")
+        time.sleep(0.05)
+
+
 def qconform(*args: str, **popen) -> subprocess.Popen:
     """``qconform ARGS`` as a process of its own (this checkout's package), output captured."""
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     return subprocess.Popen(
         [sys.executable, "-m", "qconform", *args],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=popen.pop("stderr", subprocess.PIPE),
         text=True,
         env=env,
         cwd=popen.pop("cwd", REPO),

@@ -65,10 +65,12 @@ HANG_CONFIG = {
 }
 
 
-def hang() -> None:
+def hang(pidfile: str) -> None:
+    """Answer get_config, then create PIDFILE.asked at the first other request and never answer it."""
     for line in sys.stdin:
         request = json.loads(line)
         if request.get("op") != "get_config":
+            Path(pidfile + ".asked").touch()
             time.sleep(3600)
         reply = {"id": request.get("id"), "status": "ok", "config": HANG_CONFIG}
         sys.stdout.write(json.dumps(reply) + "\n")
@@ -82,7 +84,7 @@ def main() -> None:
         print("tree_shim: crashing on purpose", file=sys.stderr, flush=True)
         os._exit(1)
     if mode == "hang":
-        hang()
+        hang(pidfile)
         return
     os.execv(sys.executable, [sys.executable, str(EXAMPLE_SHIM)])
 
