@@ -132,7 +132,8 @@ def write_text(path: Path | str, text: str) -> None:
     write_bytes(path, text.encode("utf-8"))
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` (the writer named in a temporary's name) still runs."""
     if pid == os.getpid():
         return True
     try:
@@ -152,7 +153,7 @@ def stale_temporaries(directories: Iterable[Path]) -> list[Path]:
             continue
         for path in sorted(Path(directory).iterdir()):
             match = TEMPORARY.match(path.name)
-            if match and path.is_file() and not (match["pid"] and _alive(int(match["pid"]))):
+            if match and path.is_file() and not (match["pid"] and process_alive(int(match["pid"]))):
                 found.append(path)
     return found
 

@@ -70,7 +70,8 @@ def wait_until_asked(pidfile: Path, proc: subprocess.Popen, wait_s: float = 120.
 
 def qconform(*args: str, **popen) -> subprocess.Popen:
     """``qconform ARGS`` as a process of its own (this checkout's package), output captured."""
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    base = popen.pop("env", os.environ)
+    env = {**base, "PYTHONPATH": str(REPO) + os.pathsep + base.get("PYTHONPATH", "")}
     return subprocess.Popen(
         [sys.executable, "-m", "qconform", *args],
         stdout=subprocess.PIPE,
