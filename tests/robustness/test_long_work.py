@@ -83,3 +83,28 @@ def test_stat_shows_progress_on_a_terminal_and_nothing_on_a_pipe(tmp_path):
     os.close(main)
     assert "sampling" in shown and "rounds" in shown, shown[-2000:]
     assert survivors(pids) == []
+
+
+#: the partial report of an interrupted fuzz or accumulate: the summary says how far it got
+PARTIAL = {
+    "fuzz": (["fuzz", "--family", "rng_abi", "--examples", "1000"], "INTERRUPTED by {name} after 1 of 1000 examples"),
+    "accumulate": (
+        ["accumulate", "--family", "rng_abi", "--count", "100000"],
+        "INTERRUPTED by {name}: rng_abi: 0 of 100000 cases answered",
+    ),
+}
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("command", list(PARTIAL))
+def test_an_interrupted_fuzz_or_accumulate_says_how_far_it_got(tmp_path, command, signum):
+    pids = tmp_path / "pids"
+    args, expected = PARTIAL[command]
+    proc = qconform(*args, "--adapter", tree_shim(pids, "hang"), cwd=tmp_path)
+    wait_until_asked(pids, proc)
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signum, out[-2000:] + err[-2000:]
+    assert expected.format(name=signal.Signals(signum).name) in out, out[-2000:]
+    assert "Traceback" not in err and "Aborted" not in err, err[-2000:]
+    assert survivors(pids) == []
