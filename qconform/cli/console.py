@@ -1,4 +1,5 @@
-"""The consoles commands print to: a wide stdout table console and a progress bar on stderr."""
+"""The consoles commands print to: a wide stdout table console, and progress bars on stderr (over
+families, or over units of work with the time left) that only a terminal shows."""
 
 from __future__ import annotations
 
