@@ -18,6 +18,7 @@ import pytest
 
 from qconform.harness.adapter import AdapterStartError
 from qconform.harness.transport.client import open_adapter
+from tests.endpoint_servers import opt_in_slow
 from tests.robustness.processes import qconform, recorded, survivors, tree_shim, wait_for_helpers
 
 RNG_CASE = {"n": 1}
@@ -109,7 +110,9 @@ ENDINGS = [
 
 
 @pytest.mark.parametrize("command, ending", ENDINGS)
-def test_no_helper_outlives_a_command(tmp_path, command, ending):
+def test_no_helper_outlives_a_command(tmp_path, request, command, ending):
+    if ending in SIGNALS and "run" not in command:
+        opt_in_slow(request)
     pids = tmp_path / "pids"
     args = [*COMMANDS[command], "--adapter", tree_shim(pids, "serve" if ending == "normal" else "hang")]
     proc = qconform(*args, cwd=tmp_path)
