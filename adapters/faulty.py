@@ -30,12 +30,11 @@ from typing import Any, BinaryIO, Sequence
 from qconform.adapters.catalog import FAULTY_MODES
 from qconform.adapters.reference import ReferenceAdapter
 from qconform.generators.encoding import canonical_json, encode_blob
-from qconform.harness.adapter import Outcome
+from qconform.harness.adapter import ECHO_FAMILY, Outcome
 
 EXIT_STATUS = 3
 HANG_S = 3600.0
 GARBAGE = b"this line is not JSON {\n"
-ECHO_FAMILY = "echo"
 
 
 def echo(case_input: dict) -> dict:

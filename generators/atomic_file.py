@@ -53,9 +53,20 @@ def temporary_name(target: Path) -> Path:
     return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
 
 
+def _file_in_the_way(directory: Path) -> Path | None:
+    """The nearest existing ancestor of ``directory`` (itself included) when it is not a directory."""
+    for ancestor in (directory, *directory.parents):
+        if ancestor.exists() or ancestor.is_symlink():
+            return None if ancestor.is_dir() else ancestor
+    return None
+
+
 def _stage(path: Path, data: bytes) -> Path:
     if path.is_dir():
         raise IsADirectoryError(21, "Is a directory")
+    blocker = _file_in_the_way(path.parent)
+    if blocker is not None:  # mkdir would say "File exists", which names neither the file nor the fault
+        raise NotADirectoryError(20, f"{blocker} is a file, not a directory")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_name(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
@@ -121,7 +132,8 @@ def write_text(path: Path | str, text: str) -> None:
     write_bytes(path, text.encode("utf-8"))
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` (the writer named in a temporary's name) still runs."""
     if pid == os.getpid():
         return True
     try:
@@ -141,7 +153,7 @@ def stale_temporaries(directories: Iterable[Path]) -> list[Path]:
             continue
         for path in sorted(Path(directory).iterdir()):
             match = TEMPORARY.match(path.name)
-            if match and path.is_file() and not (match["pid"] and _alive(int(match["pid"]))):
+            if match and path.is_file() and not (match["pid"] and process_alive(int(match["pid"]))):
                 found.append(path)
     return found
 

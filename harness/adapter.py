@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 __all__ = [
+    "ECHO_FAMILY",
     "ENTRY_POINT_GROUP",
     "Adapter",
     "AdapterConfig",
@@ -33,6 +34,9 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = "qconform.adapters"
+#: the self-test family of the protocol (docs/adapters.md, ``faulty:<mode>``): no vectors, the right
+#: answer is ``{"echo": input}``. A harness knows it, so an adapter that declares it still starts.
+ECHO_FAMILY = "echo"
 #: the keys of a typed blob (docs/vector-format.md) in the JSON form, its bytes in base64,
 #: and in the raw form, its little-endian bytes as they are (docs/adapters.md, "Raw blobs")
 B64_BLOB_KEYS = frozenset({"dtype", "shape", "b64"})

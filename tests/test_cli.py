@@ -162,7 +162,7 @@ def test_unwritable_output_is_a_one_line_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     result = run("generate", "--out", str(blocker / "vectors"))
-    assert_one_line_error(result, 1, "cannot write", str(blocker / "vectors"))
+    assert_one_line_error(result, 4, "cannot write", str(blocker / "vectors"))
 
 
 def test_generator_bug_is_reported_without_traceback(tmp_path, monkeypatch):

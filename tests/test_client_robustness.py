@@ -376,7 +376,8 @@ def test_a_missing_shim_program_raises_a_start_error():
 )
 def test_every_command_that_starts_an_adapter_takes_a_start_timeout(command, monkeypatch):
     """``--start-timeout`` reaches the client of every command that starts an adapter itself
-    (``run`` passes it through its plugin: tests/test_triage.py); a failed start is one line, exit 2."""
+    (``run`` passes it through its plugin: tests/test_triage.py); a failed start is one line, exit 3
+    (docs/harness.md, "Exit codes": the same status as ``run``'s)."""
     from click.testing import CliRunner
 
     from qconform.cli import cli
@@ -390,6 +391,6 @@ def test_every_command_that_starts_an_adapter_takes_a_start_timeout(command, mon
 
     monkeypatch.setattr(client, "open_adapter", refuse)
     result = CliRunner().invoke(cli, [*command, "--adapter", "shim:./engine", "--start-timeout", "900"])
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == 3, result.output
     assert seen == [900.0]
     assert result.output.strip().splitlines() == ["Error: adapter 'shim:./engine' did not start: timed out after 900s"]

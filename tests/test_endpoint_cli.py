@@ -137,14 +137,15 @@ def test_worker_and_verifier_drive_rounds_then_stop(processes, request):
 
 
 def test_the_roles_that_sample_say_they_need_torch(monkeypatch):
+    """A missing optional dependency is exit 3 on every command (docs/harness.md, "Exit codes")."""
     monkeypatch.setitem(sys.modules, "torch", None)
     result = CliRunner().invoke(endpoint_group, ["worker", "--port", "0"])
-    assert result.exit_code == 2
+    assert result.exit_code == 3
     assert result.output.strip().splitlines() == [
-        "Error: the worker samples with the torch candidate; install it: pip install -e '.[torch]'"
+        "Error: the worker samples with the torch candidate, and torch is not installed: pip install 'qconform[torch]'"
     ]
     result = CliRunner().invoke(endpoint_group, ["verifier", "--port", "0", "--worker", "127.0.0.1:1"])
-    assert result.exit_code == 2 and "the driving target (--worker) samples with the torch candidate" in result.output
+    assert result.exit_code == 3 and "the driving target (--worker) samples with the torch candidate" in result.output
 
 
 def test_usage_errors():

@@ -43,17 +43,18 @@ def test_bad_arguments_are_one_line_errors_with_status_2(corpus, args, message):
     assert len(lines) == 1 and message in lines[0] and lines[0].startswith("Error:")
 
 
-def test_a_cuda_device_torch_does_not_see_is_a_usage_error(corpus, monkeypatch):
+def test_a_cuda_device_torch_does_not_see_is_a_start_error(corpus, monkeypatch):
+    """One rule for every device (docs/harness.md, "Exit codes"): one the machine lacks is exit 3."""
     torch = pytest.importorskip("torch")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     result = invoke("--vectors", str(corpus[0]), "--adapter", "torch", "--device", "cuda")
-    assert result.exit_code == 2
+    assert result.exit_code == 3
     assert result.output.strip().splitlines() == [
-        f"Error: --device cuda: torch {torch.__version__} sees no CUDA device on this machine"
+        f"Error: --device cuda: torch {torch.__version__} sees no CUDA device on this machine; run with --device cpu"
     ]
     monkeypatch.setitem(__import__("sys").modules, "torch", None)
     result = invoke("--vectors", str(corpus[0]), "--adapter", "triton", "--device", "cuda:1")
-    assert result.exit_code == 2 and "torch is not installed" in result.output
+    assert result.exit_code == 3 and "torch is not installed" in result.output
 
 
 def test_a_directory_without_an_index_is_a_usage_error(tmp_path):

@@ -11,23 +11,30 @@
 #   QCONFORM_ADAPTER       the engine under test, e.g. "shim:/abs/path/to/engine_shim" (required)
 #   QCONFORM_CORPUS_ROOT   the corpus root hash the gate is pinned to (required; `index.json` "root")
 #   QCONFORM_REQUIRE       families that must be run and supported, space-separated (required)
-#   QCONFORM_VERSION       the qconform version to install and insist on (default 0.1.0)
-#   QCONFORM_PIP_SPEC      what pip installs (default "qconform==$QCONFORM_VERSION"; a wheel or a git URL pinned to a tag)
+#   QCONFORM_PIP_SPEC      the qconform to install (required unless QCONFORM_BIN is set): the wheel built from a
+#                          checkout of its pinned tag (`pip wheel --no-deps -w dist third_party/qconform`, with
+#                          third_party/qconform a submodule or clone at tag v0.1.0: dist/qconform-0.1.0-*.whl), or
+#                          a pip VCS URL pinned to a commit (git+https://<host>/qconform@<40-hex commit>). Once
+#                          qconform is published on a package index: QCONFORM_PIP_SPEC="qconform==$QCONFORM_VERSION"
 #   QCONFORM_BIN           an installed qconform to use instead of installing one (its version is still checked)
+#   QCONFORM_VERSION       the qconform version to insist on (default 0.1.0)
 #   QCONFORM_PYTHON        the interpreter of the gate's virtual environment (default python3.11)
 #   QCONFORM_EXPECTATIONS  the expectations file (default qconform-expectations.toml, if it exists)
 #   QCONFORM_FAMILIES      only these families (space-separated; default: every family of the corpus)
 #   QCONFORM_DEVICE        the device (default cpu)
 #   QCONFORM_REPORTS       where the reports go (default reports/qconform)
 #
-# Exit status: qconform's (docs/harness.md, "Exit codes"), or 2 for a gate misconfiguration.
+# Exit status: qconform's (docs/harness.md, "Exit codes"), or 2 for a gate misconfiguration (a required
+# variable unset, another qconform version, a named expectations file that does not exist, an install that fails).
 set -euo pipefail
 
 die() { echo "gate: $*" >&2; exit 2; }
+required() { [[ -n "${!1:-}" ]] || die "set $1 to $2"; }
 
-: "${QCONFORM_ADAPTER:?set QCONFORM_ADAPTER to the engine under test, e.g. shim:/abs/path/engine_shim}"
-: "${QCONFORM_CORPUS_ROOT:?set QCONFORM_CORPUS_ROOT to the pinned corpus root hash}"
-: "${QCONFORM_REQUIRE:?set QCONFORM_REQUIRE to the families the engine must support}"
+required QCONFORM_ADAPTER "the engine under test, e.g. shim:/abs/path/engine_shim"
+required QCONFORM_CORPUS_ROOT "the pinned corpus root hash"
+required QCONFORM_REQUIRE "the families the engine must run and support"
+[[ -n "${QCONFORM_BIN:-}" ]] || required QCONFORM_PIP_SPEC "the qconform to install: the wheel of its pinned tag, or git+https://<host>/qconform@<commit>"
 version="${QCONFORM_VERSION:-0.1.0}"
 reports="${QCONFORM_REPORTS:-reports/qconform}"
 expectations="${QCONFORM_EXPECTATIONS:-qconform-expectations.toml}"
@@ -36,8 +43,9 @@ if [[ -n "${QCONFORM_BIN:-}" ]]; then
     qconform="$QCONFORM_BIN"
 else
     venv="${QCONFORM_VENV:-.qconform-venv}"
-    "${QCONFORM_PYTHON:-python3.11}" -m venv "$venv"
-    "$venv/bin/pip" install --quiet "${QCONFORM_PIP_SPEC:-qconform==$version}"
+    "${QCONFORM_PYTHON:-python3.11}" -m venv "$venv" || die "cannot create the virtual environment $venv"
+    # shellcheck disable=SC2086  # a wheel's glob (dist/qconform-0.1.0-*.whl) is expanded here
+    "$venv/bin/pip" install --quiet $QCONFORM_PIP_SPEC || die "cannot install $QCONFORM_PIP_SPEC"
     qconform="$venv/bin/qconform"
 fi
 installed="$("$qconform" --version)" || die "cannot run $qconform"

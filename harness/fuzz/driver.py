@@ -129,6 +129,8 @@ class FuzzReport:
     finding: Finding | None = None
     #: hypothesis found the adapter nondeterministic: the same input failed, then passed
     flaky: str | None = None
+    #: the signal that cut the run short ("SIGINT", "SIGTERM"), or "" for a finished run
+    interrupted: str = ""
 
     def summary(self) -> str:
         counts = ", ".join(f"{n} {cls}" for cls, n in sorted(self.counts.items()))
@@ -140,6 +142,8 @@ class FuzzReport:
             return f"{head}: FINDING {self.finding.verdict.cls} in {self.finding.case['family']}"
         if self.flaky is not None:
             return f"{head}: FINDING nondeterministic adapter"
+        if self.interrupted:
+            return f"{head}: INTERRUPTED by {self.interrupted} after {self.examples} of {self.max_examples} examples"
         return f"{head}: no finding"
 
 
@@ -154,12 +158,16 @@ def judged(client: Client, family: str, inputs: list[dict], report: FuzzReport) 
     return list(zip(cases, verdicts))
 
 
-def example_check(client: Client, report: FuzzReport) -> Callable[[tuple[str, list[dict]]], None]:
+def example_check(
+    client: Client, report: FuzzReport, progress: Callable[[int], None] | None = None
+) -> Callable[[tuple[str, list[dict]]], None]:
     """The property hypothesis tests: no case of the example is a finding."""
 
     def check(example: tuple[str, list[dict]]) -> None:
         family, inputs = example
         report.examples += 1
+        if progress is not None:
+            progress(1)
         for case, verdict in judged(client, family, inputs, report):
             if verdict.cls in FINDINGS:
                 raise Finding(case, verdict, len(inputs))
@@ -168,10 +176,19 @@ def example_check(client: Client, report: FuzzReport) -> Callable[[tuple[str, li
 
 
 def fuzz(
-    client: Client, adapter: str, families: Sequence[str], max_examples: int, seed_value: int = 0, shrink: bool = True
+    client: Client,
+    adapter: str,
+    families: Sequence[str],
+    max_examples: int,
+    seed_value: int = 0,
+    shrink: bool = True,
+    progress: Callable[[int], None] | None = None,
 ) -> FuzzReport:
     """Fuzz ``client`` (an open adapter) on ``families``; the report holds any finding,
-    shrunk to a minimal case unless ``shrink`` is false (the first failing case as found)."""
+    shrunk to a minimal case unless ``shrink`` is false (the first failing case as found).
+    ``progress`` is told each example tried. A KeyboardInterrupt (SIGINT, or SIGTERM under
+    :class:`~qconform.harness.run.gate.SignalGuard`) ends the run: the report is partial
+    (``interrupted``), with what was tried so far."""
     report = FuzzReport(adapter, tuple(families), seed_value, max_examples, shrink)
     phases = (Phase.explicit, Phase.generate) + ((Phase.shrink,) if shrink else ())
     run_settings = settings(
@@ -185,9 +202,11 @@ def fuzz(
         suppress_health_check=list(HealthCheck),
         phases=phases,
     )
-    test = seed(seed_value)(run_settings(given(examples(families))(example_check(client, report))))
+    test = seed(seed_value)(run_settings(given(examples(families))(example_check(client, report, progress))))
     try:
         test()
+    except KeyboardInterrupt as stop:
+        report.interrupted = str(stop) or "SIGINT"
     except Finding as finding:
         report.finding = finding
         alone = judged(client, finding.case["family"], [finding.case["input"]], report)

@@ -23,7 +23,8 @@ from qconform.harness.verdicts import VerdictClass
 
 
 class RunExit(IntEnum):
-    """Exit status of ``qconform run`` (docs/harness.md; one test per row in tests/test_run_gate.py)."""
+    """Exit status of ``qconform run``, and the one table every command's statuses come from
+    (docs/harness.md, "Exit codes"; tests/test_run_gate.py and tests/robustness/test_exit_codes.py)."""
 
     #: nothing unexpected, every coverage requirement met
     OK = 0
@@ -33,10 +34,12 @@ class RunExit(IntEnum):
     #: usage error: bad option or value, unknown family/adapter/case, a malformed adapter spec or ``-k``
     #: expression, unusable expectations file, a corpus that fails its integrity check or the pinned root
     USAGE = 2
-    #: the adapter could not start (AdapterStartError: missing program or extra, failing or invalid
-    #: ``get_config``, an undeclarable family, another device): one line, nothing was judged
+    #: something the command needs cannot start here (AdapterStartError: missing program, failing or
+    #: invalid ``get_config``, an undeclarable family; a device the machine or adapter lacks; a missing
+    #: optional dependency; a port in use): one line, nothing was judged
     ADAPTER_START = 3
-    #: a report (``--json``, ``--junit``) could not be written; the summary was printed first
+    #: an output (``--json``, ``--junit``, ...) could not be written (permission, a file in the way, a
+    #: full disk); the summary was printed first
     REPORT_WRITE = 4
     #: no case selected (``-k``, ``--case``, ``--lf`` matched nothing)
     NO_CASES = 5
@@ -135,7 +138,9 @@ def coverage_problems(
 ) -> list[str]:
     """The coverage gate (docs/harness.md, "Coverage"): one problem per unmet requirement.
 
-    ``--require F``: the adapter declares F and no case of F that ran was ``unsupported``.
+    ``--require F``: the adapter declares F, at least one case of F ran (was judged and not
+    ``disabled``: a family left out by ``--family``, ``-k`` or ``--case``, or wholly disabled, did
+    not run, and a gate that requires it must not pass), and no case of F that ran was ``unsupported``.
     ``--max-unsupported N``: at most N judged cases are ``unsupported``. ``declared`` is
     None when the adapter never started (nothing to check: that is its own error).
     """
@@ -147,6 +152,11 @@ def coverage_problems(
                 problems.append(
                     f"coverage: --require {family}, but the adapter does not declare {family} "
                     f"(it declares: {', '.join(declared) or 'nothing'})"
+                )
+            elif not sum(by_family.get(family, {}).values()) - by_family.get(family, {}).get(VerdictClass.DISABLED, 0):
+                problems.append(
+                    f"coverage: --require {family}, but no case of {family} ran "
+                    f"(left out by --family, -k or --case, or every case disabled): run it"
                 )
             elif by_family.get(family, {}).get(VerdictClass.UNSUPPORTED, 0):
                 count = by_family[family][VerdictClass.UNSUPPORTED]

@@ -258,6 +258,10 @@ class ConformanceRun:
 
         self.config = config
         self.is_worker = hasattr(config, "workerinput")
+        if self.is_worker:  # a worker (and so its adapters' trees) ends with the run that started it
+            from qconform.harness.transport.client import die_with_parent
+
+            die_with_parent()
         self.adapter = _text_option(config, "qconform_adapter")
         self.device = _text_option(config, "qconform_device")
         self.root = _resolve(config.getoption("qconform_vectors") or default_vectors_dir())
@@ -384,8 +388,8 @@ class ConformanceRun:
             _worker_output(self.config)[_WORKER_DESELECTED] = sorted(self.deselected)
             return
         self._collected([item.name for item in items])
-        if self.config.option.collectonly:
-            self._list(items)
+        if self.config.option.collectonly and self.config.pluginmanager.getplugin("terminalreporter") is None:
+            self._list(items)  # `qconform run --list`; under plain `pytest --co`, pytest lists them itself
 
     def _list(self, items: list[CaseItem]) -> None:
         """``--list``: the cases that would run, one id a line (a disabled case says so)."""
@@ -412,8 +416,9 @@ class ConformanceRun:
 
     def _known_families(self) -> set[str]:
         from qconform.generators.registry import family_names
+        from qconform.harness.adapter import ECHO_FAMILY
 
-        return set(self.index["families"]) | set(family_names())
+        return set(self.index["families"]) | set(family_names()) | {ECHO_FAMILY}
 
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         if self.collected is None:
@@ -618,8 +623,8 @@ class ConformanceRun:
         session.exitstatus = code
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.is_worker:
-            return
+        if self.is_worker or self.config.option.collectonly:
+            return  # `pytest --co` judged nothing: a summary of verdicts would say so falsely
         from qconform.harness.run.report import render_to_text
 
         terminalreporter.section("qconform")

@@ -11,7 +11,14 @@ import io
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from qconform.harness.run.summary import RunHeader, RunSummary
@@ -116,6 +123,8 @@ class RunProgress:
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
+            TextColumn("left"),
+            TimeRemainingColumn(),
             TextColumn("{task.fields[bad]}"),
             console=console,
             auto_refresh=False,

@@ -28,7 +28,7 @@ from qconform.harness.stat.runner import FAIL, CaseResult, Histogram, StatRun, o
 FORMAT = "qconform-stat-v1"
 #: coverage of the bands drawn around the expected frequencies, simultaneous per case
 BAND_COVERAGE = 0.99
-STYLE = {"pass": "green", "fail": "bold red", "error": "bold magenta", "unsupported": "yellow"}
+STYLE = {"pass": "green", "fail": "bold red", "error": "bold magenta", "unsupported": "yellow", "interrupted": "red"}
 
 
 def bin_label(outcomes: tuple) -> str:
@@ -72,6 +72,8 @@ def render(run: StatRun, console: Console) -> None:
                 + (f" (plot: {r.plot})" if r.plot else "")
             )
     counts = ", ".join(f"{n} {k}" for k, n in sorted(run.counts().items()))
+    if run.interrupted:
+        console.print(f"problem: run interrupted by {run.interrupted}")
     console.print(f"[bold]{'OK' if run.ok else 'FAILED'}[/bold]: {counts}")
 
 
@@ -129,6 +131,7 @@ def run_json(run: StatRun) -> dict:
             "chunk": options.chunk,
         },
         "testedCases": run.tested,
+        "interrupted": run.interrupted or None,
         "ok": run.ok,
         "counts": run.counts(),
         "cases": [case_json(r) for r in run.results],

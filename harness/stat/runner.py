@@ -72,6 +72,8 @@ def case_laws(family: str, case_input: dict) -> list[Law]:
 
 
 PASS, FAIL, ERROR, UNSUPPORTED = "pass", "fail", "error", "unsupported"
+#: a case whose sampling a SIGINT or SIGTERM cut short: judged nothing, fails the run
+INTERRUPTED = "interrupted"
 
 
 @dataclass(frozen=True)
@@ -235,6 +237,8 @@ class StatRun:
     config: AdapterConfig
     results: list[CaseResult]
     tested: int = 0
+    #: the signal that cut the run short ("SIGINT", "SIGTERM"), or "" for a finished run
+    interrupted: str = ""
 
     @property
     def ok(self) -> bool:
@@ -336,9 +340,16 @@ class StatRunner:
     """Samples every case of a run and judges it (module docstring)."""
 
     def __init__(
-        self, sampler: Sampler, cases: Sequence[StatCase], options: StatOptions, ranks: Ranks = SINGLE
+        self,
+        sampler: Sampler,
+        cases: Sequence[StatCase],
+        options: StatOptions,
+        ranks: Ranks = SINGLE,
+        progress: Callable[[int], None] | None = None,
     ) -> None:
         self.sampler = sampler
+        #: told the rounds of every answered request (a progress bar)
+        self.progress = progress
         self.options = options
         self.ranks = ranks
         self.looks = spending_looks(options.samples, options.looks if options.sequential else 1)
@@ -362,8 +373,11 @@ class StatRunner:
         them all together: each case's rounds depend only on the case, so the verdicts do not
         depend on the world size (docs/distributed.md)."""
         mine = self.ranks.mine(range(len(self.states)))
-        for family in dict.fromkeys(s.case.family for s in self.states):
-            self.run_family([self.states[i] for i in mine if self.states[i].case.family == family])
+        try:
+            for family in dict.fromkeys(s.case.family for s in self.states):
+                self.run_family([self.states[i] for i in mine if self.states[i].case.family == family])
+        except KeyboardInterrupt as stop:  # SIGINT, or SIGTERM turned into one: judge what was sampled
+            return self.interrupt(str(stop) or "SIGINT")
         if self.ranks.world > 1:
             sampled = self.ranks.merged({i: (self.states[i].result, self.states[i].p_values) for i in mine})
             for i, (result, p_values) in sampled.items():
@@ -371,6 +385,19 @@ class StatRunner:
         self.conclude()
         results = [s.result for s in self.states]
         return StatRun(self.options, self.sampler.config, results, self.tested)
+
+    def interrupt(self, signal_name: str) -> StatRun:
+        """The partial run: finished cases judged as always (Holm over them), every other case
+        :data:`INTERRUPTED` with the rounds it had sampled."""
+        for state in self.states:
+            if not state.done:
+                state.done = True
+                result = state.result
+                result.verdict = INTERRUPTED
+                result.message = f"not judged: run interrupted by {signal_name} after {result.samples} rounds"
+        self.conclude()
+        results = [s.result for s in self.states]
+        return StatRun(self.options, self.sampler.config, results, self.tested, signal_name)
 
     def run_family(self, states: list[CaseState]) -> None:
         """Sample the cases of one family look by look, each request for every live case."""
@@ -396,6 +423,8 @@ class StatRunner:
             self.requests[stream] += 1
             state.add(self.sampler.sample_batch(state.case.family, [state.case.input], count, seed)[0])
             state.result.samples += count
+            if self.progress is not None:
+                self.progress(count)
 
     def look_at(self, state: CaseState, k: int, look: Look) -> None:
         """Judge a live case at look ``k``: stop it when an outcome is impossible, when the
@@ -461,7 +490,14 @@ def outcome_label(outcome: tuple[int, tuple[int, ...]]) -> str:
 
 
 def run_stat(
-    sampler: Sampler, cases: Sequence[StatCase], options: StatOptions = StatOptions(), ranks: Ranks = SINGLE
+    sampler: Sampler,
+    cases: Sequence[StatCase],
+    options: StatOptions = StatOptions(),
+    ranks: Ranks = SINGLE,
+    progress: Callable[[int], None] | None = None,
 ) -> StatRun:
-    """Sample and judge ``cases`` (see the module docstring), this rank's share under torchrun."""
-    return StatRunner(sampler, cases, options, ranks).run()
+    """Sample and judge ``cases`` (see the module docstring), this rank's share under torchrun;
+    ``progress`` is told the rounds of each answered request. A KeyboardInterrupt (SIGINT, or
+    SIGTERM under :class:`~qconform.harness.run.gate.SignalGuard`) ends the sampling: the
+    run returned is partial (``interrupted``), its unfinished cases :data:`INTERRUPTED`."""
+    return StatRunner(sampler, cases, options, ranks, progress).run()

@@ -89,8 +89,17 @@ def describe_exit(returncode: int | None) -> str:
     return f"exited with status {returncode}"
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the child's whole process group (the child leads its own session)."""
+def _kill_group(proc: subprocess.Popen, kept: bool = False) -> None:
+    """End the child and everything it started. A ``kept`` child is the keeper of its tree
+    (harness/transport/subreaper.py): SIGTERM makes it SIGKILL every descendant, then exit;
+    otherwise, or if the keeper does not end in time, SIGKILL the child's whole process group
+    (the child leads its own session)."""
+    if proc.poll() is None and kept:
+        try:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=EXIT_GRACE_S)
+        except (subprocess.TimeoutExpired, ProcessLookupError):
+            pass
     if proc.poll() is None:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -100,6 +109,21 @@ def _kill_group(proc: subprocess.Popen) -> None:
         proc.wait(timeout=EXIT_GRACE_S)
     except subprocess.TimeoutExpired:
         pass
+
+
+#: the keeper of an adapter's process tree, run as a script (standard library only)
+SUBREAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "subreaper.py")
+#: seconds the keeper may take to report that it started the command
+KEEPER_START_S = 30.0
+#: seconds of a dead child's output still read after it ended, before its end is reported
+EXITED_DRAIN_S = 0.3
+#: how often a wait for a reply checks whether the child is still alive
+ALIVE_POLL_S = 0.1
+
+
+def kept_command(command: Sequence[str], status_fd: int) -> list[str]:
+    """``command`` run under the keeper of its process tree, which writes its pid to ``status_fd``."""
+    return [sys.executable, "-S", SUBREAPER, str(status_fd), "--", *command]
 
 
 #: prctl(2) option that delivers a signal to a process when its parent dies (Linux)
@@ -145,40 +169,80 @@ def parent_death_signal() -> Callable[[], None] | None:
     The signal follows the thread that started the child, which is why children are
     started from the thread that drives them (the plugin's main thread).
     """
+    if _prctl() is None:
+        return None
+    parent = os.getpid()
+    return lambda: die_with_parent(parent)
+
+
+def _prctl() -> Callable[..., int] | None:
     if not sys.platform.startswith("linux"):
         return None
     import ctypes
 
     try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
-    parent = os.getpid()
 
-    def die_with_parent() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
 
-    return die_with_parent
+def die_with_parent(parent: int | None = None) -> None:
+    """Make this process get SIGKILL when its parent dies (Linux ``PR_SET_PDEATHSIG``; nothing
+    elsewhere); exit at once if ``parent`` (the pid it was started by) is already gone. For a
+    process the harness did not start with a ``preexec_fn``: an xdist worker, a forked worker."""
+    prctl = _prctl()
+    if prctl is None:
+        return
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
+
+
+_forking_pid = os.getpid()
+
+
+def _remember_forking_pid() -> None:
+    global _forking_pid
+    _forking_pid = os.getpid()
+
+
+def forks_die_with_parent() -> None:
+    """From now on every process this one forks (multiprocessing and process-pool workers) gets
+    SIGKILL when this process dies, however it dies (``kill -9`` included), so no worker of a
+    command outlives it; the adapter keepers of such a worker then end their trees."""
+    if _prctl() is not None:
+        os.register_at_fork(before=_remember_forking_pid, after_in_child=lambda: die_with_parent(_forking_pid))
 
 
 class Child:
     """One running child: a reader thread per output pipe, a bounded stderr tail."""
 
     def __init__(self, command: Sequence[str], pass_fds: Sequence[int] = ()) -> None:
+        #: on Linux the command runs under the keeper of its process tree (subreaper.py), which
+        #: ends every process the command starts when the command ends or is stopped
+        self.kept = sys.platform.startswith("linux")
+        status_r, status_w = os.pipe() if self.kept else (-1, -1)
+        launched = kept_command(command, status_w) if self.kept else list(command)
         try:
             self.proc = subprocess.Popen(
-                list(command),
+                launched,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
-                preexec_fn=parent_death_signal(),
-                pass_fds=tuple(pass_fds),
+                preexec_fn=None if self.kept else parent_death_signal(),
+                pass_fds=(*pass_fds, status_w) if self.kept else tuple(pass_fds),
             )
         except OSError as exc:
+            if self.kept:
+                os.close(status_r)
+                os.close(status_w)
             raise AdapterStartError(f"cannot run {shlex.join(command)}: {exc}") from None
+        #: the pid of the command itself (the keeper's child), for diagnostics and tests
+        self.pid = self.proc.pid
+        if self.kept:
+            os.close(status_w)
+            self.pid = self._command_pid(status_r, command)
         #: requests are written without blocking; what the pipe does not take at once is left
         #: to a thread (:meth:`send`), so a child that stops reading cannot block us
         assert self.proc.stdin is not None and self.proc.stdout is not None  # stdin=PIPE, stdout=PIPE
@@ -201,7 +265,20 @@ class Child:
         ]
         for thread in self._threads:
             thread.start()
-        self._finalizer = weakref.finalize(self, _kill_group, self.proc)
+        self._finalizer = weakref.finalize(self, _kill_group, self.proc, self.kept)
+
+    def _command_pid(self, status_r: int, command: Sequence[str]) -> int:
+        """The pid the keeper reports for the command it started; AdapterStartError when it could not."""
+        try:
+            ready, _, _ = select.select([status_r], [], [], KEEPER_START_S)
+            text = os.read(status_r, 4096).decode("utf-8", "replace").strip() if ready else ""
+        finally:
+            os.close(status_r)
+        if text.isdigit():
+            return int(text)
+        _kill_group(self.proc, kept=True)
+        why = text[1:] if text.startswith("!") else f"its process keeper failed ({describe_exit(self.proc.poll())})"
+        raise AdapterStartError(f"cannot run {shlex.join(command)}: {why}")
 
     def _read_stdout(self) -> None:
         try:
@@ -262,11 +339,25 @@ class Child:
             pass  # the child is gone; the reader sees EOF
 
     def read_line(self, deadline: float) -> Any:
-        """The next stdout line, ``_EOF``, or None when ``deadline`` passes first."""
-        try:
-            return self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Empty:
-            return None
+        """The next stdout line, ``_EOF``, or None when ``deadline`` passes first.
+
+        The child's pid is watched, not only its stdout: a child that ended is ``_EOF`` once its
+        last output has been read (:data:`EXITED_DRAIN_S`), even while a process it started
+        still holds the pipe, so a crash is reported as one at once, never as a timeout."""
+        ended_at: float | None = None
+        while True:
+            now = time.monotonic()
+            try:
+                return self.lines.get(timeout=max(0.0, min(deadline - now, ALIVE_POLL_S)))
+            except queue.Empty:
+                pass
+            now = time.monotonic()
+            if now >= deadline:
+                return None
+            if self.proc.poll() is not None:
+                ended_at = now if ended_at is None else ended_at
+                if now - ended_at >= EXITED_DRAIN_S:
+                    return _EOF
 
     def exit_status(self) -> str:
         try:
@@ -278,14 +369,14 @@ class Child:
     def failure(self, what: str) -> str:
         """``what``, with the tail of the child's stderr for diagnosis."""
         if self.proc.poll() is not None:
-            self._threads[1].join(timeout=1.0)  # let the last stderr bytes arrive
+            self._threads[1].join(timeout=EXITED_DRAIN_S)  # let the last stderr bytes arrive
         tail = self.stderr_tail()
         return f"{what}; stderr: {tail}" if tail else f"{what}; stderr was empty"
 
     def kill(self) -> None:
         """Kill the child's process group. The reader threads close stdout/stderr
         themselves at EOF (closing them here could block on a pending read)."""
-        _kill_group(self.proc)
+        _kill_group(self.proc, self.kept)
         try:
             self.proc.stdin.close()
         except OSError:

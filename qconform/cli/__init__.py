@@ -61,4 +61,9 @@ def cli() -> None:
 
 
 def main() -> None:
-    cli()
+    from qconform.cli.errors import environment_errors
+    from qconform.harness.transport.client import forks_die_with_parent
+
+    forks_die_with_parent()  # a command's forked workers never outlive it (docs/harness.md, "Stopping cleanly")
+    with environment_errors():  # an OS error or a missing optional module: one line and its status
+        cli()

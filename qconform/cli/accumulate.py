@@ -115,8 +115,13 @@ def accumulate_command(
         expected = load_expected(vectors or default_vectors_dir())
     except AccumulatedFileError as exc:
         raise UsageLineError(str(exc)) from None
+    from qconform.cli.console import rounds_progress
+    from qconform.harness.run.gate import SignalGuard
+
     line = command_line(adapter, family, count)
     ranks = torchrun_ranks(device)
+    guard = SignalGuard()  # SIGINT and SIGTERM end the run; how far it got is still reported
+    answered = [0]
     try:
         with open_checked(adapter, device, timeout, start_timeout) as client:
             if family not in client.config.capabilities.families:
@@ -124,16 +129,34 @@ def accumulate_command(
             if record:
                 check_found_files((family,))
 
-            def run_batch(name: str, inputs: list[dict]) -> list:
-                return client.run_batch(name, inputs, schema_check=False)
+            with rounds_progress(count // ranks.world, "accumulating", "cases") as advance:
 
-            def judge_case(case: int, outcome: object) -> tuple[str, str]:
-                verdict = judge(case_vector(family, case, line), outcome, client.config)
-                return str(verdict.cls), verdict.line()
+                def run_batch(name: str, inputs: list[dict]) -> list:
+                    outcomes = client.run_batch(name, inputs, schema_check=False)
+                    answered[0] += len(inputs)
+                    advance(len(inputs))
+                    return outcomes
 
-            result = accumulate(run_batch, family, count, expected, batch, ranks, judge_case, shard_cases)
+                def judge_case(case: int, outcome: object) -> tuple[str, str]:
+                    verdict = judge(case_vector(family, case, line), outcome, client.config)
+                    return str(verdict.cls), verdict.line()
+
+                guard.install()
+                try:
+                    result = accumulate(run_batch, family, count, expected, batch, ranks, judge_case, shard_cases)
+                except KeyboardInterrupt:
+                    client.abort()  # the batch in flight is abandoned with its child
+                    result = None
+                finally:
+                    guard.restore()
     finally:
         finish(ranks)
+    if result is None:  # interrupted: the hash covers all N cases, so nothing can be compared
+        click.echo(
+            f"INTERRUPTED by {guard.name or 'SIGINT'}: {family}: {answered[0]} of {count} cases answered "
+            f"on this rank; the hash covers all {count}, so nothing was compared. Rerun: {line}"
+        )
+        ctx.exit(128 + (guard.signum or 2))
     if ranks.rank != 0:
         ctx.exit(0 if result.verdict != "fail" else 1)
     rate = count / result.seconds if result.seconds > 0 else float("inf")
@@ -186,7 +209,13 @@ def accumulate_command(
     click.echo(f"divergent case, a test object of vectors/{family}.json:")
     click.echo(text)
     if vector_out is not None:
-        Path(vector_out).write_text(text + "\n", encoding="utf-8")
+        from qconform.cli.errors import os_error
+        from qconform.generators import atomic_file
+
+        try:
+            atomic_file.write_text(vector_out, text + "\n")
+        except atomic_file.WriteError as exc:
+            raise os_error(exc) from None
     if record:
         record_finding(vector)
     else:

@@ -113,8 +113,6 @@ def adequacy(
         for site in selected:
             click.echo(f"{site.id}  (line {site.line})")
         return
-    if json_path is not None and not json_path.parent.is_dir():
-        raise UsageLineError(f"cannot write {json_path}: no such directory {json_path.parent}")
     from qconform.generators.validation import VectorFileError
 
     with render.progress_bar() as advance:
@@ -136,10 +134,13 @@ def adequacy(
             raise click.ClickException(str(error)) from None
     render.render(report)
     if json_path is not None:
+        from qconform.cli.errors import os_error
+        from qconform.generators import atomic_file
+
         try:
-            json_path.write_text(json.dumps(report.to_json(), indent=1) + "\n", encoding="utf-8")
-        except OSError as error:
-            raise UsageLineError(f"cannot write {json_path}: {error.strerror}") from None
+            atomic_file.write_text(json_path, json.dumps(report.to_json(), indent=1) + "\n")
+        except atomic_file.WriteError as error:
+            raise os_error(error) from None
     rate = report.tally().rate
     if report.stale:
         raise click.ClickException(f"{len(report.stale)} stale entr(y/ies) in the equivalents file")

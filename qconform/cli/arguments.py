@@ -63,8 +63,11 @@ def checkout_expectations(adapter: str) -> Path | None:
 def check_device(adapter: str, device: str) -> None:
     """Refuse ``--device cuda`` up front where torch sees no CUDA device, for the bundled
     in-process adapters (a shim or an endpoint owns its device and says so itself):
-    otherwise every case would be an error saying the same thing."""
+    otherwise every case would be an error saying the same thing. One rule for every device
+    (docs/harness.md, "Exit codes"): a device this machine or the adapter lacks means the
+    adapter cannot start, exit 3, here as when the adapter itself refuses ``--device tpu``."""
     from qconform.adapters.catalog import shim_adapter
+    from qconform.cli.errors import StartLineError
     from qconform.harness.transport.client import SHIM_PREFIX, TCP_PREFIX
 
     if not device.startswith("cuda") or adapter.startswith((SHIM_PREFIX, TCP_PREFIX)) or shim_adapter(adapter):
@@ -72,9 +75,13 @@ def check_device(adapter: str, device: str) -> None:
     try:
         import torch
     except ImportError:
-        raise UsageLineError(f"--device {device} needs torch with CUDA; torch is not installed") from None
+        raise StartLineError(
+            f"--device {device} needs torch with CUDA, and torch is not installed: pip install 'qconform[torch]'"
+        ) from None
     if not torch.cuda.is_available():
-        raise UsageLineError(f"--device {device}: torch {torch.__version__} sees no CUDA device on this machine")
+        raise StartLineError(
+            f"--device {device}: torch {torch.__version__} sees no CUDA device on this machine; run with --device cpu"
+        )
 
 
 def check_adapter(adapter: str) -> None:
@@ -158,11 +165,13 @@ def check_keyword(keyword: str | None) -> None:
 
 def open_checked(adapter: str, device: str, timeout: float, start_timeout: float | None = None):
     """The started adapter client of a command that drives it directly (fuzz, batch-invariance);
-    an unknown adapter, or one that cannot start, is a usage error (exit 2)."""
+    an unknown adapter is a usage error (exit 2), one that cannot start a start error (exit 3), as
+    on every command (docs/harness.md, "Exit codes")."""
+    from qconform.cli.errors import StartLineError
     from qconform.harness.transport.client import AdapterStartError, open_adapter
 
     check_adapter(adapter)
     try:
         return open_adapter(adapter, device=device, timeout_s=timeout, start_timeout_s=start_timeout)
     except AdapterStartError as exc:
-        raise UsageLineError(str(exc)) from None
+        raise StartLineError(str(exc)) from None

@@ -1,4 +1,5 @@
-"""The consoles commands print to: a wide stdout table console and a progress bar on stderr."""
+"""The consoles commands print to: a wide stdout table console, and progress bars on stderr (over
+families, or over units of work with the time left) that only a terminal shows."""
 
 from __future__ import annotations
 
@@ -21,6 +22,34 @@ def family_progress(total: int, verb: str) -> Iterator[Callable[[str], None]]:
             progress.update(task, advance=1, description=f"{verb} {name}")
 
         yield advance
+
+
+@contextlib.contextmanager
+def rounds_progress(total: int, verb: str, unit: str = "rounds") -> Iterator[Callable[[int], None]]:
+    """A rich progress bar over ``total`` units of work on stderr, with the elapsed time and an
+    estimate of the time left; hidden when stderr is not a terminal (a pipe, a CI log)."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    console = Console(stderr=True)
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn(unit),
+        TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as progress:
+        task = progress.add_task(verb, total=total)
+        yield lambda done: progress.update(task, advance=done)
 
 
 def wide_console() -> Console:

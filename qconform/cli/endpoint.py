@@ -24,18 +24,20 @@ def configure_logging(level: str) -> None:
 
 
 class EndpointUsageError(click.ClickException):
-    """A bad argument or a missing dependency: one ``Error:`` line, exit status 2."""
+    """A bad argument: one ``Error:`` line, exit status 2."""
 
     exit_code = 2
 
 
 def require_torch(role: str) -> None:
-    """The worker and the driving target sample with the torch candidate."""
+    """The worker and the driving target sample with the torch candidate (a missing dependency: exit 3)."""
+    from qconform.cli.errors import StartLineError
+
     try:
         import torch  # noqa: F401
     except ImportError:
-        raise EndpointUsageError(
-            f"{role} samples with the torch candidate; install it: pip install -e '.[torch]'"
+        raise StartLineError(
+            f"{role} samples with the torch candidate, and torch is not installed: pip install 'qconform[torch]'"
         ) from None
 
 
@@ -53,7 +55,18 @@ async def serve_until_signalled(endpoint, host: str, port: int, driver=None, exi
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, lambda sig=sig: (log.info("received %s, shutting down", sig.name), stop.set()))
-    port = await endpoint.start(host, port)
+    try:
+        port = await endpoint.start(host, port)
+    except OSError as exc:  # a port in use or not ours to take: the endpoint cannot start (exit 3)
+        import os
+
+        from qconform.cli.errors import StartLineError
+
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise StartLineError(
+            f"{endpoint.role} cannot listen on {host}:{port}: {reason}; "
+            "choose another --port (0: any free one), or stop the process that holds it"
+        ) from None
     if not log.isEnabledFor(logging.INFO):  # the port must be known even when info lines are off
         print(f"{endpoint.role} listening on {host}:{port}", file=sys.stderr, flush=True)
     waits = [asyncio.ensure_future(stop.wait())]

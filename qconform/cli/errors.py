@@ -1,18 +1,43 @@
-"""How a command reports a user's mistake: one ``Error:`` line and an exit status, never a traceback.
+"""How a command reports a mistake or a fault of its environment: one ``Error:`` line and the
+exit status of its cause, never a traceback.
 
-:class:`UsageLineError` is a bad argument (exit status 2, without click's usage
-banner); :func:`user_errors` turns the pipeline's typed errors (unreadable or
-malformed corpus files, unwritable output) into one line with exit status 1.
+The statuses are the one table of every command, :class:`qconform.harness.run.gate.RunExit`
+(docs/harness.md, "Exit codes"): :class:`UsageLineError` is a bad argument (2, without
+click's usage banner); :class:`StartLineError` is something the command needs that cannot
+start here (3: an adapter, an endpoint's listening socket, an optional dependency that is not
+installed, a device the machine or the adapter lacks); :class:`WriteLineError` is an output
+that cannot be written (4). :func:`user_errors` turns the pipeline's typed errors into one
+line, and :func:`environment_errors`, around every command (qconform.cli.main), turns what
+still escapes (an ``OSError``, a missing optional module) into its row's line and status.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import sys
 from typing import Iterator
 
 import click
 
-__all__ = ["UsageLineError", "user_errors"]
+__all__ = [
+    "UsageLineError",
+    "StartLineError",
+    "WriteLineError",
+    "user_errors",
+    "environment_errors",
+    "missing_dependency",
+    "os_error",
+]
+
+#: the optional modules a command may need, and the extra of pyproject.toml that installs each
+OPTIONAL_MODULES = {"torch": "torch", "triton": "triton", "matplotlib": "stat", "atheris": "fuzz"}
+#: errno values that mean "this output cannot be written here"
+WRITE_ERRNOS = frozenset(
+    {errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.ENOTDIR, errno.EISDIR}
+)
+#: errno values of a socket that cannot listen
+LISTEN_ERRNOS = frozenset({errno.EADDRINUSE, errno.EADDRNOTAVAIL})
 
 
 class UsageLineError(click.ClickException):
@@ -21,16 +46,75 @@ class UsageLineError(click.ClickException):
     exit_code = 2
 
 
+class StartLineError(click.ClickException):
+    """Something the command needs cannot start here: an adapter, a listening socket, an optional
+    dependency, a device (exit status 3)."""
+
+    exit_code = 3
+
+
+class WriteLineError(click.ClickException):
+    """An output cannot be written: permission denied, a file in the way, a full disk (exit status 4)."""
+
+    exit_code = 4
+
+
+def missing_dependency(exc: ImportError) -> StartLineError | None:
+    """The line of an optional dependency that is not installed; None for any other import error."""
+    root = (exc.name or "").split(".")[0]
+    extra = OPTIONAL_MODULES.get(root)
+    if extra is None:
+        return None
+    return StartLineError(f"this command needs {root}, which is not installed: pip install 'qconform[{extra}]'")
+
+
+def os_error(exc: OSError) -> click.ClickException:
+    """The one line, and row, of an operating-system error that reached the command line."""
+    from qconform.generators.atomic_file import WriteError
+
+    if isinstance(exc, WriteError):
+        return WriteLineError(f"{exc}; choose another path, or free or fix the one given")
+    where = f" {exc.filename}" if exc.filename else ""
+    reason = exc.strerror or str(exc)
+    if exc.errno in LISTEN_ERRNOS:
+        return StartLineError(f"cannot listen{where}: {reason}; choose another --port, or stop what holds it")
+    if exc.errno in WRITE_ERRNOS:
+        return WriteLineError(f"cannot write{where}: {reason}; choose another path, or free or fix the one given")
+    return StartLineError(f"the system refused{where}: {reason}")
+
+
+@contextlib.contextmanager
+def environment_errors() -> Iterator[None]:
+    """Around a whole command: an ``OSError`` or a missing optional module that no layer below
+    named is still one line with its row's status (docs/harness.md, "Exit codes")."""
+    try:
+        yield
+    except ImportError as exc:
+        line = missing_dependency(exc)
+        if line is None:
+            raise
+        line.show()
+        sys.exit(line.exit_code)
+    except OSError as exc:
+        line = os_error(exc)
+        line.show()
+        sys.exit(line.exit_code)
+
+
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn the pipeline's typed errors into one-line click errors (exit status 1)."""
+    """Turn the pipeline's typed errors into their one-line click errors: an unwritable output is a
+    write error (4); a malformed committed file, or vectors that fail their own checks, fail the
+    check that read them (1)."""
     from qconform.generators.corpus import CorpusError, OutputError
     from qconform.generators.validation import VectorFileError
 
     try:
         yield
-    except (VectorFileError, OutputError) as exc:
+    except VectorFileError as exc:
         raise click.ClickException(str(exc)) from None
+    except OutputError as exc:
+        raise WriteLineError(str(exc)) from None
     except CorpusError as exc:
         lines = "\n".join(f"  {p}" for p in exc.problems)
         raise click.ClickException(f"generated vectors fail their own checks (generator bug):\n{lines}") from None

@@ -61,7 +61,9 @@ def print_finding(report, vector_out: str | None) -> dict:
         try:
             atomic_file.write_text(vector_out, text + "\n")
         except atomic_file.WriteError as exc:
-            raise click.ClickException(str(exc)) from None
+            from qconform.cli.errors import os_error
+
+            raise os_error(exc) from None
     return vector
 
 
@@ -155,13 +157,23 @@ def fuzz(
     start_timeout: float | None = None,
 ) -> None:
     """Differential fuzzing: random valid inputs, the spec's answer vs the adapter's."""
+    from qconform.cli.console import rounds_progress
     from qconform.harness.fuzz.driver import fuzz as run_fuzz
+    from qconform.harness.run.gate import SignalGuard
 
+    guard = SignalGuard()  # SIGINT and SIGTERM end the run; what was tried is still reported
     with open_checked(adapter, device, timeout, start_timeout) as client:
         chosen = fuzz_families(families, client.config.capabilities.families)
         if record:
             check_found_files(chosen)
-        report = run_fuzz(client, adapter, chosen, examples, seed_value, shrink=not no_shrink)
+        guard.install()
+        try:
+            with rounds_progress(examples, "fuzzing", "examples") as advance:
+                report = run_fuzz(client, adapter, chosen, examples, seed_value, not no_shrink, advance)
+        finally:
+            guard.restore()
+        if report.interrupted:
+            client.abort()  # the batch in flight is abandoned with its child
     if report.finding is not None:
         vector = print_finding(report, vector_out)
         if record:
@@ -169,4 +181,6 @@ def fuzz(
     elif report.flaky is not None:
         click.echo(f"finding: the adapter is nondeterministic: {report.flaky}")
     click.echo(report.summary())
+    if guard.signum is not None:
+        ctx.exit(128 + guard.signum)
     ctx.exit(0 if report.finding is None and report.flaky is None else 1)

@@ -313,7 +313,9 @@ def mutants(
         try:
             atomic_file.write_text(json_path, json.dumps(report_json(results, MUTANTS, root), indent=2) + "\n")
         except atomic_file.WriteError as exc:
-            raise click.ClickException(str(exc)) from None
+            from qconform.cli.errors import os_error
+
+            raise os_error(exc) from None
     survivors = [r.name for r in results if not r.killed]
     flagged = [r.name for r in results if r.error_only]
     if flagged:

@@ -17,6 +17,9 @@ atomic writer afterwards, so a failure to write it comes after the summary.
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -32,6 +35,25 @@ from qconform.cli.arguments import (
     start_timeout_option,
 )
 from qconform.cli.errors import UsageLineError
+
+#: the private folder of one run (its pytest.ini, its JUnit file before publication), named for its pid
+RUN_DIR_PREFIX = "qconform-run-"
+RUN_DIR = re.compile(rf"^{RUN_DIR_PREFIX}(?P<pid>\d+)-")
+
+
+def remove_stale_run_dirs(temp: Path | None = None) -> list[Path]:
+    """Remove the private folders of runs that ended without removing them (``kill -9``): those
+    whose pid no longer runs, as ``qconform generate`` removes a killed writer's temporaries."""
+    from qconform.generators.atomic_file import process_alive
+
+    removed = []
+    root = Path(temp or tempfile.gettempdir())
+    for path in root.glob(f"{RUN_DIR_PREFIX}*"):
+        match = RUN_DIR.match(path.name)
+        if match and path.is_dir() and not path.is_symlink() and not process_alive(int(match["pid"])):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
 
 
 def parse_workers(value: str) -> str:
@@ -240,7 +262,8 @@ def run(
     extra += ["--collect-only"] if list_only else ["--qconform-record-failures"]
     if exitfirst:
         extra += ["-x"]
-    with tempfile.TemporaryDirectory(prefix="qconform-run-") as tmp:
+    remove_stale_run_dirs()
+    with tempfile.TemporaryDirectory(prefix=f"{RUN_DIR_PREFIX}{os.getpid()}-") as tmp:
         ini = Path(tmp) / "pytest.ini"
         ini.write_text("[pytest]\n", encoding="utf-8")
         junit_tmp = Path(tmp) / "junit.xml" if junit_path else None

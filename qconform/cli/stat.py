@@ -9,7 +9,7 @@ from an adapter that draws with its own RNG (the ``sample`` op of the shim
 protocol) and compares them with the spec's exact law (qconform.harness.stat.runner).
 Exit status: 0 when every case passes (or is unsupported), 1 when any case fails
 or errors, 2 for a usage error (among them an adapter that samples none of the
-selected families), 4 when the JSON report or the plots cannot be written (after
+selected families), 3 when the adapter cannot start, 4 when the JSON report or the plots cannot be written (after
 the summary, one ``Error:`` line), 5 when no case is selected. ``-k EXPR`` selects
 as ``qconform run -k`` does (id, flags, rules); ``--exclude GLOB`` leaves cases out.
 """
@@ -27,6 +27,10 @@ from qconform.harness.stat.sequential import LOOKS
 
 #: exit status when no case matches the selection (pytest's)
 NO_CASES = 5
+#: the most rounds one run may ask for (cases x --samples): a fast GPU engine sampling 10^7 rounds a
+#: second needs a day for them (the torch candidate on a CPU core: about 10^5 a second); more is
+#: refused before anything starts (docs/stat-mode.md)
+MAX_ROUNDS = 10**12
 
 
 def _stat_families(_ctx, param, values: tuple[str, ...]) -> tuple[str, ...]:
@@ -185,13 +189,34 @@ def stat_command(
     if not cases:
         click.echo("no case selected", err=True)
         raise SystemExit(NO_CASES)
+    rounds = len(cases) * samples
+    if rounds > MAX_ROUNDS:
+        raise UsageLineError(
+            f"{len(cases)} case(s) x --samples {samples} = {rounds:.3g} rounds, more than {MAX_ROUNDS:.0e}: "
+            "at 10^7 rounds a second (a fast GPU engine) that takes more than a day; "
+            "lower --samples, or select fewer cases (--case, -k, --family)"
+        )
     options = StatOptions(
         samples=samples, alpha=alpha, power=power, seed=seed, sequential=sequential, looks=looks, chunk=chunk
     )
+    from qconform.cli.console import rounds_progress
+    from qconform.harness.run.gate import SignalGuard
+
+    guard = SignalGuard()  # SIGINT and SIGTERM end the sampling; the partial run is still reported
+    guard.install()
     try:
         client = open_adapter(adapter, device, timeout_s, start_timeout_s=start_timeout)
     except AdapterStartError as exc:
-        raise UsageLineError(str(exc)) from None
+        from qconform.cli.errors import StartLineError
+
+        raise StartLineError(str(exc)) from None
+    except KeyboardInterrupt:  # before the adapter answered: nothing was sampled, nothing to report
+        click.echo(
+            f"Error: interrupted by {guard.name or 'SIGINT'} while the adapter started; nothing sampled", err=True
+        )
+        raise SystemExit(128 + (guard.signum or 2)) from None
+    finally:
+        guard.restore()
     ranks = torchrun_ranks(device)  # under torchrun: this rank's share of the cases (docs/distributed.md)
     try:
         with client:
@@ -202,7 +227,14 @@ def stat_command(
                     f"(capabilities.sampling is {list(client.config.capabilities.sampling)}); "
                     "statistical mode needs the sample op (docs/stat-mode.md)"
                 )
-            run = run_stat(client, cases, options, ranks)
+            guard.install()
+            try:
+                with rounds_progress(rounds, "sampling") as advance:
+                    run = run_stat(client, cases, options, ranks, advance)
+            finally:
+                guard.restore()
+            if run.interrupted:
+                client.abort()  # the request in flight is abandoned with its child
     finally:
         finish(ranks)
     if ranks.rank != 0:
@@ -237,4 +269,6 @@ def stat_command(
             errors.append(f"HTML report not written: {exc}")
     for error in errors:  # after the summary, one line each (docs/harness.md, "Exit codes")
         click.echo(f"Error: {error}", err=True)
+    if guard.signum is not None:  # the partial report is out: the status of the interruption
+        raise SystemExit(128 + guard.signum)
     raise SystemExit(4 if errors else 0 if run.ok else 1)

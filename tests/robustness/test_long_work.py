@@ -1,0 +1,110 @@
+"""Long work shows progress on a terminal, is quiet on a pipe, refuses the absurd up front, and
+leaves a report when interrupted (issue #22). Before: ``stat --samples 10^15`` printed nothing
+for a minute, and a SIGTERM of ``stat`` ended with status 143, no output and no report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from qconform.cli import cli
+from tests.robustness.processes import qconform, survivors, tree_shim, wait_until_asked
+
+
+def test_an_absurd_sample_count_is_refused_before_anything_starts():
+    started = time.monotonic()
+    result = CliRunner().invoke(cli, ["stat", "--adapter", "shim:/nonexistent/shim", "--samples", str(10**15)])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "more than 1e+12" in lines[0] and "lower --samples" in lines[0], lines
+    assert time.monotonic() - started < 60  # the cases are loaded; no adapter is started
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupted_stat_reports_what_it_sampled(tmp_path, signum):
+    pids, report = tmp_path / "pids", tmp_path / "stat.json"
+    proc = qconform("stat", "--adapter", tree_shim(pids, "hang"), "--json", str(report), cwd=tmp_path)
+    wait_until_asked(pids, proc)  # the adapter answered get_config; the first sample request hangs
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signum, err[-3000:]
+    name = signal.Signals(signum).name
+    assert f"problem: run interrupted by {name}" in out and "FAILED:" in out, out[-3000:]
+    data = json.loads(report.read_text())
+    assert data["interrupted"] == name and data["ok"] is False
+    assert data["counts"].get("interrupted"), data["counts"]
+    assert survivors(pids) == []
+
+
+def read_all(fd: int, proc: subprocess.Popen) -> bytes:
+    chunks = []
+    while True:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:  # the terminal's other end closed
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        elif proc.poll() is not None:
+            break
+    return b"".join(chunks)
+
+
+def test_stat_shows_progress_on_a_terminal_and_nothing_on_a_pipe(tmp_path):
+    pids = tmp_path / "pids"
+    args = ("stat", "--adapter", tree_shim(pids, "hang"))
+    piped = qconform(*args, cwd=tmp_path)
+    wait_until_asked(pids, piped)
+    piped.send_signal(signal.SIGTERM)
+    _, err = piped.communicate(timeout=120)
+    assert "sampling" not in err and "left" not in err, err[-2000:]
+
+    main, secondary = pty.openpty()
+    pids, args = tmp_path / "pids2", ("stat", "--adapter", tree_shim(tmp_path / "pids2", "hang"))
+    terminal = qconform(*args, cwd=tmp_path, stderr=secondary)
+    os.close(secondary)
+    wait_until_asked(pids, terminal)
+    time.sleep(0.5)  # a refresh of the bar
+    terminal.send_signal(signal.SIGTERM)
+    shown = read_all(main, terminal).decode("utf-8", "replace")
+    terminal.communicate(timeout=120)
+    os.close(main)
+    assert "sampling" in shown and "rounds" in shown, shown[-2000:]
+    assert survivors(pids) == []
+
+
+#: the partial report of an interrupted fuzz or accumulate: the summary says how far it got
+PARTIAL = {
+    "fuzz": (["fuzz", "--family", "rng_abi", "--examples", "1000"], "INTERRUPTED by {name} after 1 of 1000 examples"),
+    "accumulate": (
+        ["accumulate", "--family", "rng_abi", "--count", "100000"],
+        "INTERRUPTED by {name}: rng_abi: 0 of 100000 cases answered",
+    ),
+}
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("command", list(PARTIAL))
+def test_an_interrupted_fuzz_or_accumulate_says_how_far_it_got(tmp_path, command, signum):
+    pids = tmp_path / "pids"
+    args, expected = PARTIAL[command]
+    proc = qconform(*args, "--adapter", tree_shim(pids, "hang"), cwd=tmp_path)
+    wait_until_asked(pids, proc)
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signum, out[-2000:] + err[-2000:]
+    assert expected.format(name=signal.Signals(signum).name) in out, out[-2000:]
+    assert "Traceback" not in err and "Aborted" not in err, err[-2000:]
+    assert survivors(pids) == []
