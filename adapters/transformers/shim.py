@@ -183,7 +183,8 @@ def sample_verification_round(sampler: TransformersSampler, inp: dict, samples: 
 
 
 def config(args: argparse.Namespace, sampler: TransformersSampler) -> dict:
-    name = "transformers" + (f"+patch-{args.patch}" if args.patch else "")
+    # engine-version-kernels[+patch-P]: the engine matrix reads its rows from it (docs/engines/README.md)
+    name = f"transformers-{sampler.version}-torch" + (f"+patch-{args.patch}" if args.patch else "")
     return {
         "name": name,
         "protocol": 1,

@@ -244,15 +244,17 @@ def sample_verification_round(vllm: VllmSampler, inp: dict, samples: int, seed: 
 
 
 def config(args: argparse.Namespace, vllm_sampler: VllmSampler) -> dict:
-    name = f"vllm-{args.kernels}" + (f"+patch-{args.patch}" if args.patch else "")
     import vllm
 
+    # the checker, with no vLLM installed, takes this folder (adapters/vllm) for the vllm package
+    version = vllm.__version__  # pyright: ignore[reportAttributeAccessIssue]
+    # engine-version-kernels[+patch-P]: the engine matrix reads its rows from it (docs/engines/README.md)
+    name = f"vllm-{version}-{args.kernels}" + (f"+patch-{args.patch}" if args.patch else "")
     return {
         "name": name,
         "protocol": 1,
         "device": args.device,
-        # the checker, with no vLLM installed, takes this folder (adapters/vllm) for the vllm package
-        "vllm": vllm.__version__,  # pyright: ignore[reportAttributeAccessIssue]
+        "vllm": version,
         "kernels": vllm_sampler.kernels,
         "patch": args.patch or "none",
         "capabilities": {
