@@ -106,7 +106,7 @@ def read_report(path: Path) -> tuple[str, RowKey, dict]:
         report = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ReportError(f"{path}: not a readable JSON report ({exc})") from None
-    kind = {RUN_FORMAT: "run", STAT_FORMAT: "stat"}.get(report.get("format") if isinstance(report, dict) else None)
+    kind = {RUN_FORMAT: "run", STAT_FORMAT: "stat"}.get(str(report.get("format")) if isinstance(report, dict) else "")
     if kind is None:
         raise ReportError(f"{path}: not a qconform run or stat report")
     name = report.get("adapterConfig", {}).get("name") if kind == "run" else report.get("adapter")
@@ -136,9 +136,8 @@ def collect(sources: list[Path]) -> list[Row]:
         row = rows.setdefault(key, Row(key))
         (row.runs if kind == "run" else row.stats).append(report)
     for key in list(rows):
-        cuda = CUDA_KERNELS.get(key.engine)
-        if key.device == "cpu" and not key.variant and key.kernels == cuda:
-            gpu = RowKey(key.engine, key.version, cuda, "", "cuda")
+        if key.device == "cpu" and not key.variant and key.kernels == CUDA_KERNELS.get(key.engine):
+            gpu = RowKey(key.engine, key.version, key.kernels, "", "cuda")
             rows.setdefault(gpu, Row(gpu))
     return sorted(rows.values(), key=lambda r: (r.key.engine, version_order(r.key.version), r.key))
 
@@ -258,7 +257,9 @@ def main(argv: list[str] | None = None) -> int:
         page_path.write_text(updated, encoding="utf-8")
         return 0
     if updated != page:
-        diff = difflib.unified_diff(page.splitlines(), updated.splitlines(), str(page_path), "from the reports", lineterm="")
+        diff = difflib.unified_diff(
+            page.splitlines(), updated.splitlines(), str(page_path), "from the reports", lineterm=""
+        )
         print("\n".join(diff))
         print(f"engine matrix: {page_path} differs from the reports: regenerate it with --write", file=sys.stderr)
         return 1

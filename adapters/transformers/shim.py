@@ -3,7 +3,7 @@
 
 Runs in its own virtual environment, the one ``adapters/transformers/install.sh`` makes,
 and imports nothing from qconform (its Philox, codecs and protocol loop are
-``adapters/engine_shim.py``, loaded by path). Per request it calls the library's own
+``adapters/engine_shared/engine_shim.py``, loaded by path). Per request it calls the library's own
 ``transformers.generation.utils._speculative_sampling`` unmodified, as
 ``GenerationMixin._assisted_decoding`` calls it with ``do_sample=True``:
 
@@ -51,7 +51,7 @@ if TYPE_CHECKING:  # torch is imported when the sampler starts, after file descr
 
 # the glue every engine shim shares (Philox, codecs, stop rule, protocol loop), from its own
 # folder: adapters/ itself on sys.path would let adapters/transformers hide the library of that name
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine_shim"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine_shared"))
 import engine_shim as es  # noqa: E402  # pyright: ignore[reportMissingImports]
 
 #: float32 softmax of log q and log p, the ratio p_i / q_i in float32 and the draw truncated to
@@ -109,7 +109,8 @@ class TransformersSampler:
 
         self.torch = torch
         self.device = torch.device(device)
-        self.version = transformers.__version__
+        # the checker, with no transformers installed, takes this folder (adapters/transformers) for it
+        self.version = transformers.__version__  # pyright: ignore[reportAttributeAccessIssue]
         self.function = generation._speculative_sampling
         if patch == "strict-accept":
             self.function = strict_accept_variant(self.function)

@@ -50,7 +50,7 @@ if TYPE_CHECKING:  # torch is imported when the sampler starts, after file descr
 
 # the glue every engine shim shares (Philox, codecs, stop rule, protocol loop), from its own
 # folder: adapters/ itself on sys.path would let adapters/vllm hide the library of that name
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine_shim"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine_shared"))
 import engine_shim as es  # noqa: E402  # pyright: ignore[reportMissingImports]
 
 MAX_REQUESTS = 4

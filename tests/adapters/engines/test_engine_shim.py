@@ -1,4 +1,4 @@
-"""The glue every engine shim shares (adapters/engine_shim/engine_shim.py), without an engine.
+"""The glue every engine shim shares (adapters/engine_shared/engine_shim.py), without an engine.
 
 Its acceptance draws against the spec's RNG ABI, its reading of an engine's output under
 the caller's stop rule, and that no engine shim imports anything from qconform.
@@ -17,7 +17,7 @@ from qconform.spec.rng_abi import RngIdentity, accept_key, uniform32_draw, unsee
 
 ADAPTERS = Path(__file__).resolve().parents[3] / "adapters"
 SHIMS = [
-    ADAPTERS / "engine_shim" / "engine_shim.py",
+    ADAPTERS / "engine_shared" / "engine_shim.py",
     ADAPTERS / "vllm" / "shim.py",
     ADAPTERS / "transformers" / "shim.py",
 ]
