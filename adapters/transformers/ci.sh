@@ -33,6 +33,6 @@ $Q run "${BATCH[@]}" --adapter transformers:strict-accept --family verification_
 
 # 3. statistical mode: every draw the library's own (torch's global generator)
 $Q stat --adapter transformers --samples 2000 --case 'verification_round/residual/*' \
-    --case 'verification_round/full_acceptance/*' --case 'verification_round/stop_and_budget/*' \
+    --case 'verification_round/full_acceptance/*' \
     --json "$OUT/stat-transformers.json"
 echo "transformers stage: $((SECONDS - began)) s"
