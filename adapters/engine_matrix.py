@@ -212,7 +212,7 @@ def render(rows: list[Row], root: Path) -> str:
         varies = any(b.varies for b in bugs)
         bug_cell = "<br>".join(f"[{b.title.split(':')[0]}]({b.link})" for b in bugs) if row.runs or row.stats else "-"
         lines.append(
-            f"| {key.engine} | {key.version} | {key.kernels} | {key.variant or 'as released'} | {key.device} | "
+            f"| {key.engine} | {key.version} | {key.kernels} | {f'patched: {key.variant}' if key.variant else 'as released'} | {key.device} | "
             f"{run_cell(row.runs, varies)} | {stat_cell(row.stats, varies)} | "
             f"{expectations_cell(row.runs, root) if row.runs else '-'} | {bug_cell or 'none'} |"
         )

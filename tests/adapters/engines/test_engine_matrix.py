@@ -73,7 +73,7 @@ def test_rows_come_from_the_names_and_devices(reports):
     assert "ok: 15 pass of 15 laws, N = 2000" in lines["transformers/as released/cpu"]
     assert "[17](../../expectations/transformers.toml)" in lines["transformers/as released/cpu"]
     assert lines["transformers/as released/cuda"].count("not run") == 2
-    assert "|none|" in lines["transformers/strict-accept/cpu"]
+    assert "|none|" in lines["transformers/patched: strict-accept/cpu"]
     vllm_row = lines["vllm/as released/cpu"]
     assert "**FAILED**: counts vary from run to run (57 cases)" in vllm_row and "40 fail" not in vllm_row
     assert "vLLM #55005" in vllm_row
