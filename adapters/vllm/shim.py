@@ -106,31 +106,48 @@ class VllmSampler:
         assert len(self.injected) == num_tokens
         return self.torch.tensor(self.injected, dtype=self.torch.float64, device=device)
 
+    def request_tensors(self, q: list[list[float]], p: list[list[float]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """One request's draft probabilities ``[K, V]`` and target logits ``log p`` ``[K + 1, V]``,
+        float32 on the device (``-inf`` where ``p = 0``): made once, repeated by ``sample``."""
+        torch = self.torch
+        with torch.no_grad():
+            probs = torch.tensor(p, dtype=torch.float64)
+            logits = torch.where(probs > 0, probs.log(), torch.tensor(-math.inf, dtype=torch.float64))
+            draft_probs = torch.tensor(q, dtype=torch.float32, device=self.device)
+            return draft_probs, logits.to(torch.float32).to(self.device)
+
     def forward(
         self,
         drafts: list[list[int]],
-        q: list[list[list[float]]],
-        p: list[list[list[float]]],
+        tensors: list[tuple[torch.Tensor, torch.Tensor]],
         generators: dict[int, torch.Generator],
     ) -> list[list[int]]:
-        """vLLM's output tokens per request (accepted drafts, then the recovered or bonus token)."""
+        """vLLM's output tokens per request (accepted drafts, then the recovered or bonus token),
+        from each request's :meth:`request_tensors`."""
         torch = self.torch
-        batch, vocab = len(drafts), len(p[0][0])
-        depths = [len(d) for d in drafts]
-        rows, target_index, bonus_index = [], [], []
-        for r in range(batch):
-            for i in range(depths[r]):
-                target_index.append(len(rows))
-                rows.append(p[r][i])
-            bonus_index.append(len(rows))
-            rows.append(p[r][depths[r]])
         with torch.no_grad():
-            probs = torch.tensor(rows, dtype=torch.float64)
-            logits = torch.where(probs > 0, probs.log(), torch.tensor(-math.inf, dtype=torch.float64))
-            logits = logits.to(torch.float32).to(self.device)
-            draft_probs = torch.tensor(
-                [row for request in q for row in request], dtype=torch.float32, device=self.device
-            )
+            logits = torch.cat([target for _, target in tensors])
+            draft_probs = torch.cat([draft for draft, _ in tensors])
+        return self.forward_batch(drafts, draft_probs, logits, generators)
+
+    def forward_batch(
+        self,
+        drafts: list[list[int]],
+        draft_probs: torch.Tensor,
+        logits: torch.Tensor,
+        generators: dict[int, torch.Generator],
+    ) -> list[list[int]]:
+        """:meth:`forward` of the batch's draft probabilities and target logits, concatenated
+        (each request's K target rows, then its bonus row)."""
+        torch = self.torch
+        batch = len(drafts)
+        depths = [len(d) for d in drafts]
+        target_index, bonus_index, row = [], [], 0
+        for depth in depths:  # each request's K target rows, then its bonus row
+            target_index += range(row, row + depth)
+            bonus_index.append(row + depth)
+            row += depth + 1
+        with torch.no_grad():
             cu = torch.tensor([sum(depths[: r + 1]) for r in range(batch)], dtype=torch.int32, device=self.device)
             metadata = self.SpecDecodeMetadata(
                 draft_token_ids=torch.tensor([t for d in drafts for t in d], dtype=torch.int32, device=self.device),
@@ -139,7 +156,7 @@ class VllmSampler:
                 cu_num_sampled_tokens=cu + torch.arange(1, batch + 1, dtype=torch.int32, device=self.device),
                 target_logits_indices=torch.tensor(target_index, dtype=torch.int32, device=self.device),
                 bonus_logits_indices=torch.tensor(bonus_index, dtype=torch.int32, device=self.device),
-                logits_indices=torch.arange(len(rows), dtype=torch.int32, device=self.device),
+                logits_indices=torch.arange(row, dtype=torch.int32, device=self.device),
             )
             sampling = self.SamplingMetadata(
                 temperature=torch.ones(batch, dtype=torch.float32, device=self.device),
@@ -161,7 +178,6 @@ class VllmSampler:
                 spec_token_ids=drafts,
             )
             out = self.sampler(metadata, draft_probs, logits, sampling).sampled_token_ids
-        _ = vocab
         return [[t for t in row if t != -1] for row in out.cpu().tolist()]
 
 
@@ -206,8 +222,9 @@ def run_verification_round(vllm: VllmSampler, inp: dict) -> dict:
     check_batch(inp)
     vocab, requests = inp["vocab"], inp["requests"]
     drafts = [r["draft_tokens"] for r in requests]
-    q = [[es.q_dense(row, vocab) for row in r["q_rows"]] for r in requests]
-    p = [es.p_rows(r["p_rows"]) for r in requests]
+    tensors = [
+        vllm.request_tensors([es.q_dense(row, vocab) for row in r["q_rows"]], es.p_rows(r["p_rows"])) for r in requests
+    ]
     u32s = [es.request_accept_u32s(r) for r in requests]
     vllm.injected = [u / 2**32 for request in u32s for u in request]
     torch = vllm.torch
@@ -215,7 +232,7 @@ def run_verification_round(vllm: VllmSampler, inp: dict) -> dict:
         i: torch.Generator(device=vllm.device).manual_seed(es.generator_seed(r)) for i, r in enumerate(requests)
     }
     try:
-        tokens = vllm.forward(drafts, q, p, generators)
+        tokens = vllm.forward(drafts, tensors, generators)
     finally:
         vllm.injected = None
     return {"requests": [es.request_answer(r, t, u) for r, t, u in zip(requests, tokens, u32s)]}
@@ -227,13 +244,23 @@ def sample_verification_round(vllm: VllmSampler, inp: dict, samples: int, seed: 
     torch = vllm.torch
     for index, request in enumerate(inp["requests"]):
         torch.manual_seed((seed * 1000003 + index) % (1 << 63))
-        q = [es.q_dense(row, vocab) for row in request["q_rows"]]
-        p = es.p_rows(request["p_rows"])
+        draft, target = vllm.request_tensors(
+            [es.q_dense(row, vocab) for row in request["q_rows"]], es.p_rows(request["p_rows"])
+        )
+        # the copies of one forward, made once (vLLM's forward reads them and writes its own copies):
+        # each chunk takes a prefix, so the 2^26-entry tensors are not rebuilt per chunk
+        most = min(max(1, ROWS_PER_FORWARD // vocab), samples)
+        draft_copies, target_copies = draft.repeat(most, 1), target.repeat(most, 1)
         histogram: dict[tuple, int] = {}
         done = 0
         while done < samples:
-            chunk = min(max(1, ROWS_PER_FORWARD // vocab), samples - done)
-            rows = vllm.forward([request["draft_tokens"]] * chunk, [q] * chunk, [p] * chunk, {})
+            chunk = min(most, samples - done)
+            rows = vllm.forward_batch(
+                [request["draft_tokens"]] * chunk,
+                draft_copies[: chunk * len(draft)],
+                target_copies[: chunk * len(target)],
+                {},
+            )
             es.outcome_histogram(rows, request, histogram)
             done += chunk
         out.append(es.histogram_outcomes(histogram))
