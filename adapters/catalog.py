@@ -192,8 +192,11 @@ def _entry_points() -> dict[str, Any]:
 
 
 #: adapters that are programs of their own, driven as shims in their own environments
+#: (docs/engines/README.md); each is the module ``qconform.adapters.<name>``
 SHIM_ADAPTERS: dict[str, str] = {
     "vllm": "vLLM's rejection sampler in its own environment (docs/engines/vllm.md); vllm:patch-expand, vllm:triton",
+    "transformers": "Hugging Face transformers' _speculative_sampling in its own environment "
+    "(docs/engines/transformers.md); transformers:strict-accept",
 }
 
 
@@ -203,24 +206,29 @@ def shim_adapter(spec: str) -> str | None:
     return base if base in SHIM_ADAPTERS else None
 
 
+def _shim_module(spec: str) -> Any:
+    name = shim_adapter(spec)
+    if name is None:
+        raise UnknownAdapter(spec, sorted(SHIM_ADAPTERS))
+    return importlib.import_module(f"qconform.adapters.{name}")
+
+
 def shim_adapter_command(spec: str, device: str = "cpu") -> list[str]:
     """The command line of the shim program that serves ``spec`` (a :data:`SHIM_ADAPTERS` name
     with its options); :class:`AdapterStartError` in one line when it cannot be built (an
     unknown option, a missing environment)."""
-    from qconform.adapters import vllm
+    from qconform.adapters.engine_env import EngineSetupError
 
     try:
-        return vllm.shim_command(spec, device)
-    except vllm.VllmSetupError as exc:
+        return _shim_module(spec).shim_command(spec, device)
+    except EngineSetupError as exc:
         raise AdapterStartError(str(exc)) from None
 
 
 def shim_adapter_start_s(spec: str) -> float:
     """Seconds the shim program that serves ``spec`` may take to start (its answer to
     ``get_config``), as its adapter declares; a start is never given less than the batch timeout."""
-    from qconform.adapters import vllm
-
-    return vllm.START_TIMEOUT_S
+    return _shim_module(spec).START_TIMEOUT_S
 
 
 def available_adapters() -> dict[str, str]:

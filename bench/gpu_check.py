@@ -15,7 +15,10 @@ It does, in one run:
    ``qconform run --adapter triton --device cuda`` over the whole corpus, side by
    side in child processes, each with a time limit (the Triton kernels are compiled
    natively); with two or more GPUs also ``torch-tp2`` on NCCL (NCCL takes one GPU
-   per rank, so on one GPU that run is listed as skipped, not failed);
+   per rank, so on one GPU that run is listed as skipped, not failed); and every engine
+   whose environment exists on the machine (``vllm:triton``, ``transformers``;
+   adapters/engine_env.py), its JSON report kept in ``<table>-engines/`` for the engine
+   matrix (docs/engines/README.md), the others listed as skipped with the place looked;
 2. the device-to-device copy bandwidth (``torch`` copy of a 1 GiB buffer: bytes
    read plus bytes written over the median time);
 3. every stage of a round at batch 4 x depth 5 x V = 129280, Triton and torch, timed
@@ -65,7 +68,13 @@ from typing import Callable
 BATCH, DEPTH, VOCAB, TOP_K, RANK = 4, 5, 129280, 32, 8
 GIB = 1 << 30
 #: seconds a conformance run may take (the Triton run compiles every kernel first)
-RUN_LIMIT_S = {"torch": 100, "triton": 170, "torch-tp2": 120}
+RUN_LIMIT_S = {"torch": 100, "triton": 170, "torch-tp2": 120, "vllm:triton": 170, "transformers": 120}
+#: the engines run on CUDA where their environments exist (docs/engines/README.md, "On a GPU"):
+#: adapter -> (the engine module that finds its environment, the run's label in the table)
+ENGINE_ADAPTERS = {
+    "vllm:triton": ("vllm", "vLLM Triton kernels"),
+    "transformers": ("transformers", "transformers _speculative_sampling"),
+}
 #: the conformance runs of ``--smoke`` (on CPU; the Triton one in the interpreter)
 SMOKE_FAMILIES = ("categorical_sampling",)
 #: the whole script's budget: stages that would start after it are skipped
@@ -159,7 +168,7 @@ def start_conformance(
 ) -> tuple[subprocess.Popen, float]:
     """Start ``qconform run`` of one adapter over the whole corpus (or ``families``) in a child process."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    expectations = ROOT / "expectations" / f"{adapter}.toml"
+    expectations = ROOT / "expectations" / f"{adapter.split(':')[0]}.toml"
     command = [
         sys.executable,
         "-m",
@@ -201,36 +210,48 @@ def finish_conformance(adapter: str, child: subprocess.Popen, began: float, repo
     return Conformance(adapter, bool(data["ok"]), data["counts"], wall, "; ".join(bad[:3]))
 
 
-def vllm_missing() -> str | None:
-    """Why vLLM's Triton kernels cannot run here (None when its environment exists):
-    vLLM (3.5 GB with its torch) is never among the wheels carried to a device
-    (docs/engines/vllm.md, "On a GPU")."""
-    from qconform.adapters import vllm
+def engine_missing(engine: str) -> str | None:
+    """Why an engine cannot run here (None when its environment exists): no engine
+    environment is among the wheels carried to a device (docs/engines/README.md, "On a GPU")."""
+    import importlib
+
+    from qconform.adapters.engine_env import EngineSetupError
 
     try:
-        vllm.environment_python()
-    except vllm.VllmSetupError as exc:
+        importlib.import_module(f"qconform.adapters.{engine}").ENVIRONMENT.python()
+    except EngineSetupError as exc:
         return str(exc)
     return None
 
 
-def conformance_runs(device: str, gpus: int, families: tuple[str, ...] = ()) -> tuple[list[Conformance], list[str]]:
-    """The conformance runs (every family, or ``families``), side by side; and the runs skipped, with why."""
+def conformance_runs(
+    device: str, gpus: int, families: tuple[str, ...] = (), engine_reports: Path | None = None
+) -> tuple[list[Conformance], list[str]]:
+    """The conformance runs (every family, or ``families``), side by side; and the runs skipped, with why.
+    The engines' JSON reports are kept in ``engine_reports``, the engine matrix's input
+    (``python -m qconform.adapters.engine_matrix``; docs/engines/README.md)."""
     adapters = ["torch", "triton"] + (["torch-tp2"] if gpus >= 2 else [])
     skipped = (
         []
         if gpus >= 2
         else [f"torch-tp2 on NCCL: {gpus} GPU{'' if gpus == 1 else 's'} visible, and NCCL takes one GPU per rank"]
     )
-    missing_vllm = vllm_missing() if device.startswith("cuda") else "on cuda only (on a CPU: bash adapters/vllm/ci.sh)"
-    if missing_vllm is None:
-        adapters.append("vllm:triton")
-    else:
-        skipped.append(f"vLLM Triton kernels: {missing_vllm}")
+    for adapter, (engine, label) in ENGINE_ADAPTERS.items():
+        on_cpu = f"on cuda only (on a CPU: bash adapters/{engine}/ci.sh)"
+        missing = engine_missing(engine) if device.startswith("cuda") else on_cpu
+        if missing is None:
+            adapters.append(adapter)
+        else:
+            skipped.append(f"{label}: {missing}")
     with tempfile.TemporaryDirectory() as tmp:
         reports = {a: Path(tmp) / f"{a}.json" for a in adapters}
         started = {a: start_conformance(a, device, reports[a], families) for a in adapters}
-        return [finish_conformance(a, *started[a], reports[a]) for a in adapters], skipped
+        runs = [finish_conformance(a, *started[a], reports[a]) for a in adapters]
+        for adapter in ENGINE_ADAPTERS:
+            if engine_reports is not None and adapter in reports and reports[adapter].is_file():
+                engine_reports.mkdir(parents=True, exist_ok=True)
+                shutil.copy(reports[adapter], engine_reports / f"run-{adapter.replace(':', '-')}-{device}.json")
+        return runs, skipped
 
 
 def accumulated_run(
@@ -662,7 +683,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_conformance:
         write()
         gpus = torch.cuda.device_count() if device == "cuda" else 0
-        runs, skipped = conformance_runs(device, gpus, () if device == "cuda" else SMOKE_FAMILIES)
+        runs, skipped = conformance_runs(
+            device, gpus, () if device == "cuda" else SMOKE_FAMILIES, out.parent / f"{out.stem}-engines"
+        )
         for run in runs:
             print(f"conformance {run.adapter}: ok={run.ok} {run.counts} {run.wall_s:.1f} s {run.note}", flush=True)
         write()

