@@ -13,7 +13,7 @@ kernel function replaced by a seeded bug.
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -279,6 +279,10 @@ class TorchAdapter(Adapter):
             residual_margin="1/1099511627776",
             notes="FP64 allocation (R06), FP64 exp rounded to FP32, FP64 acceptance ratio and residual CDF.",
         )
+
+    def run_block(self, family: str, block: dict[str, Any]) -> Any:
+        """A block of accumulated cases, answered as records (docs/accumulated.md, "Blocks")."""
+        return torch_batched.run_block(family, block, self.device)
 
     def run_batch(self, family: str, inputs: Sequence[dict]) -> list[Outcome]:
         solve = FAMILIES[family]

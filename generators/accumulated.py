@@ -184,7 +184,8 @@ class Batch:
 @dataclass(frozen=True)
 class AccumulatedFamily:
     """An accumulated family: its stream tag, record width, arrays of a case range, one
-    case's input object, and the record of an answer object."""
+    case's input object, the record of an answer object, and the block of a case range
+    (the same inputs as arrays, docs/accumulated.md "Blocks")."""
 
     name: str
     tag: int
@@ -192,6 +193,7 @@ class AccumulatedFamily:
     arrays: Callable[[int, int], Batch]
     case_input: Callable[[Batch, int], dict]
     record: Callable[[dict, dict], list[int]]
+    block: Callable[[Batch], dict[str, np.ndarray]]
 
 
 def _cases(start: int, stop: int) -> np.ndarray:
@@ -446,16 +448,68 @@ def verification_record(_inp: dict, answer: dict) -> list[int]:
     return words + [PAD] * (5 * (KMAX + 1 - len(draws)))
 
 
+# --- blocks: the inputs of a case range as arrays (docs/accumulated.md, "Blocks") ---------
+
+def u32s(values: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(values, dtype="<u4")
+
+
+def below(limit: np.ndarray, width: int) -> np.ndarray:
+    """``[n, width]`` mask of the positions ``< limit`` of each case."""
+    return np.arange(width)[None, :] < np.asarray(limit, dtype=np.int64)[:, None]
+
+
+def rng_block(batch: Batch) -> dict[str, np.ndarray]:
+    f = batch.fields
+    block = {"seed": np.ascontiguousarray(f["seed"], dtype="<u8")}
+    return block | {key: u32s(f[key]) for key in ("generation", "round", "position", "domain", "draw_counter")}
+
+
+def categorical_block(batch: Batch) -> dict[str, np.ndarray]:
+    f = batch.fields
+    return {"vocab": u32s(f["vocab"]), "counts": u32s(f["counts"]), "draws": u32s(f["draws"])}
+
+
+def allocation_block(batch: Batch) -> dict[str, np.ndarray]:
+    """The weights as FP32 (exact: integers below 2^24), zero from V on."""
+    f = batch.fields
+    return {"vocab": u32s(f["vocab"]), "weights": np.ascontiguousarray(f["weights"], dtype="<f4")}
+
+
+def verification_block(batch: Batch) -> dict[str, np.ndarray]:
+    """The request as arrays: q rows and drafts beyond K and p rows beyond K + 1 are zero, the
+    p rows are FP32 ``count / M`` (exact: a power-of-two scale of an integer up to 2^24)."""
+    f = batch.fields
+    depth = f["depth"]
+    drafts = np.where(below(depth, KMAX), f["drafts"], 0)
+    q = np.where(below(depth, KMAX)[:, :, None], f["q"], U64(0))
+    p = np.where(below(depth + 1, KMAX + 1)[:, :, None], f["p"], U64(0)).astype("<f4") * np.float32(1.0 / M)
+    block = {"seed": np.ascontiguousarray(f["seed"], dtype="<u8")}
+    block |= {key: u32s(f[key]) for key in ("generation", "round", "anchor", "depth", "vocab")}
+    return block | {"drafts": u32s(drafts), "q": u32s(q), "p": np.ascontiguousarray(p)}
+
+
+def wire_dtype(array: np.ndarray) -> str:
+    """The blob dtype (docs/vector-format.md) of a block array."""
+    return {np.dtype("<u4"): "u32", np.dtype("<u8"): "u64", np.dtype("<f4"): "f32"}[array.dtype]
+
+
 FAMILIES: dict[str, AccumulatedFamily] = {
-    "rng_abi": AccumulatedFamily("rng_abi", 1, 10, rng_arrays, rng_input, rng_record),
+    "rng_abi": AccumulatedFamily("rng_abi", 1, 10, rng_arrays, rng_input, rng_record, rng_block),
     "categorical_sampling": AccumulatedFamily(
-        "categorical_sampling", 2, DRAWS, categorical_arrays, categorical_input, categorical_record
+        "categorical_sampling", 2, DRAWS, categorical_arrays, categorical_input, categorical_record, categorical_block
     ),
     "allocation_dense": AccumulatedFamily(
-        "allocation_dense", 3, VMAX, allocation_arrays, allocation_input, allocation_record
+        "allocation_dense", 3, VMAX, allocation_arrays, allocation_input, allocation_record, allocation_block
     ),
     "verification_round": AccumulatedFamily(
-        "verification_round", 4, VERIFY_WORDS, verification_arrays, verification_input, verification_record
+        "verification_round",
+        4,
+        VERIFY_WORDS,
+        verification_arrays,
+        verification_input,
+        verification_record,
+        verification_block,
     ),
 }
 

@@ -35,12 +35,13 @@ from qconform.generators.accumulated import (
     SHARD_CASES,
     AccumulatedError,
     AccumulatedFamily,
+    Batch,
     combine,
     record_of,
     shard_digest,
     shard_ranges,
 )
-from qconform.generators.accumulated_engine import engine_records
+from qconform.generators.accumulated_engine import ENGINES
 from qconform.harness.adapter import AdapterError, Unimplemented
 from qconform.harness.run.distributed import SINGLE, Ranks
 
@@ -154,35 +155,111 @@ def answer_records(family: AccumulatedFamily, inputs: list[dict], outcomes: list
     return records, broken
 
 
+#: a run_batch of an adapter client: (family, case inputs) -> one outcome per input
+RunBatch = Callable[[str, list[dict]], list]
+#: a run_block of an adapter client: (family, block arrays) -> records, or Unimplemented / AdapterError
+RunBlock = Callable[[str, dict[str, np.ndarray]], object]
+
+
+@dataclass(frozen=True)
+class Answers:
+    """A batch of cases answered: their records ``[n, words]``, and for case ``k`` its ordinary
+    outcome, the reason it has no record ("" when it has one) and whether that outcome
+    reduces to the record the batch holds (False: its block answer and its answer as one
+    input object differ, a failure whatever the comparator says)."""
+
+    records: np.ndarray
+    outcome: Callable[[int], tuple[object, str, bool]]
+
+
+def per_case_answers(run_batch: RunBatch, family: AccumulatedFamily, batch: Batch) -> Answers:
+    """The cases as input objects through ``run_batch``: one object per case each way."""
+    inputs = [family.case_input(batch, k) for k in range(batch.stop - batch.start)]
+    outcomes = run_batch(family.name, inputs)
+    records, broken = answer_records(family, inputs, outcomes)
+    return Answers(records, lambda k: (outcomes[k], broken.get(k, ""), True))
+
+
+class Candidate:
+    """How the cases reach the adapter: by block (``run_block``: arrays each way, docs/accumulated.md
+    "Blocks") while the adapter answers blocks, else as input objects (``run_batch``). A divergent
+    case of a block is asked again as one input object, for the ordinary comparator."""
+
+    def __init__(self, run_batch: RunBatch, run_block: RunBlock | None = None) -> None:
+        self.run_batch, self.run_block = run_batch, run_block
+        #: why the block path was left (a refusal or a failed request), "" while it is used
+        self.blocks_left = ""
+
+    @property
+    def by_block(self) -> bool:
+        return self.run_block is not None and not self.blocks_left
+
+    def answers(self, family: AccumulatedFamily, batch: Batch) -> Answers:
+        if not self.by_block:
+            return per_case_answers(self.run_batch, family, batch)
+        assert self.run_block is not None
+        n = batch.stop - batch.start
+        answer = self.run_block(family.name, family.block(batch))
+        if not isinstance(answer, np.ndarray) or answer.shape != (n, family.record_words) or answer.dtype != "<u4":
+            what = (
+                answer
+                if isinstance(answer, (Unimplemented, AdapterError))
+                else f"records of shape {getattr(answer, 'shape', '?')}"
+            )
+            self.blocks_left = f"the adapter answered a block with {what}"
+            return per_case_answers(self.run_batch, family, batch)
+        records = answer.astype(np.uint64)
+
+        def outcome(k: int) -> tuple[object, str, bool]:
+            one = per_case_answers(
+                self.run_batch,
+                family,
+                Batch(
+                    batch.start + k,
+                    batch.start + k + 1,
+                    {name: values[k : k + 1] for name, values in batch.fields.items()},
+                ),
+            )
+            single, reason, _ = one.outcome(0)
+            return single, reason, bool((one.records[0] == records[k]).all())
+
+        return Answers(records, outcome)
+
+
 def run_shard(
-    run_batch: Callable[[str, list[dict]], list], family: AccumulatedFamily, lo: int, hi: int, batch: int, judge: Judge
+    candidate: Candidate, family: AccumulatedFamily, lo: int, hi: int, batch: int, judge: Judge
 ) -> ShardResult:
-    """The adapter's digest of cases ``[lo, hi)``, the engine's, and the divergent cases."""
+    """The adapter's digest of cases ``[lo, hi)``, the engine's, and the divergent cases. Per
+    batch, the only per-case work is the judging of divergent cases (at most
+    :data:`MAX_JUDGED`, none after the shard's first failure); the rest are counted."""
     parts, engine_parts = [], []
     divergences: list[Divergence] = []
     unjudged = 0
     for start in range(lo, hi, batch):
         stop = min(start + batch, hi)
         arrays = family.arrays(start, stop)
-        inputs = [family.case_input(arrays, k) for k in range(stop - start)]
-        outcomes = run_batch(family.name, inputs)
-        records, broken = answer_records(family, inputs, outcomes)
-        engine = engine_records(family.name, start, stop)
-        parts.append(records)
+        answers = candidate.answers(family, arrays)
+        engine = ENGINES[family.name](arrays)
+        parts.append(answers.records)
         engine_parts.append(engine)
-        for k in np.flatnonzero((records != engine).any(axis=1)).tolist():
+        divergent = np.flatnonzero((answers.records != engine).any(axis=1))
+        for seen, k in enumerate(divergent.tolist()):
             if len(divergences) >= MAX_JUDGED or any(d.verdict != "precision" for d in divergences[-1:]):
-                unjudged += 1  # past the budget, or after this shard's first failure
-                continue
-            verdict, line = judge(start + k, outcomes[k])
-            divergences.append(Divergence(start + k, outcomes[k], broken.get(k, ""), verdict, line))
+                unjudged += len(divergent) - seen  # past the budget, or after this shard's first failure
+                break
+            outcome, reason, consistent = answers.outcome(k)
+            if consistent:
+                verdict, line = judge(start + k, outcome)
+            else:
+                verdict, line = "fail", "its answer in a block differs from its answer as one input object"
+            divergences.append(Divergence(start + k, outcome, reason, verdict, line))
     return ShardResult(
         shard_digest(np.concatenate(parts)), shard_digest(np.concatenate(engine_parts)), divergences, unjudged
     )
 
 
 def accumulate(
-    run_batch: Callable[[str, list[dict]], list],
+    run_batch: RunBatch,
     family_name: str,
     count: int,
     expected: dict,
@@ -190,6 +267,7 @@ def accumulate(
     ranks: Ranks = SINGLE,
     judge: Judge = exact_judge,
     shard_cases: int = SHARD_CASES,
+    run_block: RunBlock | None = None,
 ) -> AccumulateResult:
     """Run ``count`` cases of an accumulated family through ``run_batch`` (an adapter
     client's), this rank's share of the shards; every rank returns the same result.
@@ -197,7 +275,8 @@ def accumulate(
     family = FAMILIES[family_name]
     began = time.perf_counter()
     shards = shard_ranges(count, shard_cases)
-    local = {s: run_shard(run_batch, family, *shards[s], batch, judge) for s in ranks.mine(range(len(shards)))}
+    candidate = Candidate(run_batch, run_block)
+    local = {s: run_shard(candidate, family, *shards[s], batch, judge) for s in ranks.mine(range(len(shards)))}
     results: dict[int, ShardResult] = ranks.merged(local)
     ordered = [results[s] for s in range(len(shards))]
     engine_hash = combine([r.engine_digest for r in ordered])
