@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from harness_stubs import on_ranks
 
 from qconform.cli import cli
 from qconform.generators import accumulated, accumulated_engine
@@ -188,25 +188,6 @@ def test_accumulate_locates_the_first_divergent_case(monkeypatch):
     assert result.verdict == "fail" and result.failures[0].case == 650 and "boom" in result.failures[0].reason
 
 
-def threaded_ranks(world: int) -> list:
-    """``world`` in-process ranks whose gather meets at a barrier (all_gather_object's contract)."""
-    from qconform.harness.run.distributed import Ranks
-
-    barrier, slots = threading.Barrier(world), [None] * world
-
-    def ranks(rank: int) -> Ranks:
-        def gather(obj):
-            slots[rank] = obj
-            barrier.wait()
-            out = list(slots)
-            barrier.wait()
-            return out
-
-        return Ranks(rank, world, gather)
-
-    return [ranks(r) for r in range(world)]
-
-
 def test_shards_combine_independently_of_the_world_size():
     """Every rank of any world size reports the same hash and the same first divergence."""
 
@@ -216,18 +197,12 @@ def test_shards_combine_independently_of_the_world_size():
 
     seen = set()
     for world in (1, 2, 3, 4):
-        results: list = [None] * world
-
-        def run(rank, ranks):
-            results[rank] = accumulate(
+        results = on_ranks(
+            world,
+            lambda ranks: accumulate(
                 broken, "rng_abi", 2500, {"families": {}}, batch=300, ranks=ranks, shard_cases=400
-            )
-
-        threads = [threading.Thread(target=run, args=(r, ranks)) for r, ranks in enumerate(threaded_ranks(world))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+            ),
+        )
         seen |= {(r.hash, r.expected, r.failures[0].case, len(r.failures)) for r in results}
     assert len(seen) == 1 and next(iter(seen))[1] == engine_hash("rng_abi", 2500, 400)
 

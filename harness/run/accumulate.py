@@ -19,6 +19,7 @@ Shards are independent units, spread over ``torchrun`` ranks by
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -37,8 +38,8 @@ from qconform.generators.accumulated import (
     AccumulatedFamily,
     Batch,
     combine,
+    record_bytes,
     record_of,
-    shard_digest,
     shard_ranges,
 )
 from qconform.generators.accumulated_engine import ENGINES
@@ -74,6 +75,54 @@ class ShardResult:
     engine_digest: bytes
     divergences: list[Divergence]
     unjudged: int
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Part of a shard computed by one rank (docs/distributed.md): its records as canonical
+    bytes, the engine's, and its divergent cases, judged as if the piece were a shard."""
+
+    records: bytes
+    engine: bytes
+    divergences: list[Divergence]
+    unjudged: int
+
+
+def capped(divergences: list[Divergence], unjudged: int) -> tuple[list[Divergence], int]:
+    """A shard's judged divergences in case order, cut as one pass over the shard cuts them: at
+    :data:`MAX_JUDGED`, and after the first failure; what is cut counts as unjudged."""
+    keep = len(divergences)
+    for index, divergence in enumerate(divergences):
+        if index >= MAX_JUDGED:
+            keep = index
+            break
+        if divergence.verdict != "precision":
+            keep = index + 1
+            break
+    return divergences[:keep], unjudged + len(divergences) - keep
+
+
+def merge_pieces(pieces: list[Piece]) -> ShardResult:
+    """One shard's result from its pieces in case order: the same digests, divergences and
+    unjudged count as one pass over the whole shard gives."""
+    divergences, unjudged = capped([d for p in pieces for d in p.divergences], sum(p.unjudged for p in pieces))
+    return ShardResult(
+        hashlib.sha256(b"".join(p.records for p in pieces)).digest(),
+        hashlib.sha256(b"".join(p.engine for p in pieces)).digest(),
+        divergences,
+        unjudged,
+    )
+
+
+def rank_pieces(shards: list[tuple[int, int]], count: int, ranks: Ranks) -> list[tuple[int, int, int]]:
+    """This rank's work, ``(shard, lo, hi)``: its contiguous ``1 / world`` of the cases,
+    ``[count * rank // world, count * (rank + 1) // world)``, cut at shard boundaries."""
+    first, last = count * ranks.rank // ranks.world, count * (ranks.rank + 1) // ranks.world
+    pieces = []
+    for index, (lo, hi) in enumerate(shards):
+        if max(lo, first) < min(hi, last):
+            pieces.append((index, max(lo, first), min(hi, last)))
+    return pieces
 
 
 @dataclass
@@ -226,12 +275,10 @@ class Candidate:
         return Answers(records, outcome)
 
 
-def run_shard(
-    candidate: Candidate, family: AccumulatedFamily, lo: int, hi: int, batch: int, judge: Judge
-) -> ShardResult:
-    """The adapter's digest of cases ``[lo, hi)``, the engine's, and the divergent cases. Per
+def run_piece(candidate: Candidate, family: AccumulatedFamily, lo: int, hi: int, batch: int, judge: Judge) -> Piece:
+    """The adapter's records of cases ``[lo, hi)``, the engine's, and the divergent cases. Per
     batch, the only per-case work is the judging of divergent cases (at most
-    :data:`MAX_JUDGED`, none after the shard's first failure); the rest are counted."""
+    :data:`MAX_JUDGED`, none after the first failure); the rest are counted."""
     parts, engine_parts = [], []
     divergences: list[Divergence] = []
     unjudged = 0
@@ -240,12 +287,12 @@ def run_shard(
         arrays = family.arrays(start, stop)
         answers = candidate.answers(family, arrays)
         engine = ENGINES[family.name](arrays)
-        parts.append(answers.records)
-        engine_parts.append(engine)
+        parts.append(record_bytes(answers.records))
+        engine_parts.append(record_bytes(engine))
         divergent = np.flatnonzero((answers.records != engine).any(axis=1))
         for seen, k in enumerate(divergent.tolist()):
             if len(divergences) >= MAX_JUDGED or any(d.verdict != "precision" for d in divergences[-1:]):
-                unjudged += len(divergent) - seen  # past the budget, or after this shard's first failure
+                unjudged += len(divergent) - seen  # past the budget, or after the first failure
                 break
             outcome, reason, consistent = answers.outcome(k)
             if consistent:
@@ -253,9 +300,7 @@ def run_shard(
             else:
                 verdict, line = "fail", "its answer in a block differs from its answer as one input object"
             divergences.append(Divergence(start + k, outcome, reason, verdict, line))
-    return ShardResult(
-        shard_digest(np.concatenate(parts)), shard_digest(np.concatenate(engine_parts)), divergences, unjudged
-    )
+    return Piece(b"".join(parts), b"".join(engine_parts), divergences, unjudged)
 
 
 def accumulate(
@@ -276,9 +321,18 @@ def accumulate(
     began = time.perf_counter()
     shards = shard_ranges(count, shard_cases)
     candidate = Candidate(run_batch, run_block)
-    local = {s: run_shard(candidate, family, *shards[s], batch, judge) for s in ranks.mine(range(len(shards)))}
-    results: dict[int, ShardResult] = ranks.merged(local)
-    ordered = [results[s] for s in range(len(shards))]
+    local: dict[tuple[int, int], ShardResult | Piece] = {}
+    for index, lo, hi in rank_pieces(shards, count, ranks):
+        piece = run_piece(candidate, family, lo, hi, batch, judge)
+        whole = (lo, hi) == shards[index]  # a whole shard travels as its digests, a part as its records
+        local[index, lo] = merge_pieces([piece]) if whole else piece
+    by_shard: dict[int, list] = {}
+    for (index, _lo), part in sorted(ranks.merged(local).items(), key=lambda item: item[0]):
+        by_shard.setdefault(index, []).append(part)
+    ordered = [
+        parts[0] if isinstance(parts[0], ShardResult) else merge_pieces(parts)
+        for parts in (by_shard[index] for index in range(len(shards)))
+    ]
     engine_hash = combine([r.engine_digest for r in ordered])
     committed = committed_hash(expected, family_name, count) if shard_cases == SHARD_CASES else None
     return AccumulateResult(
