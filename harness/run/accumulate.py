@@ -257,7 +257,7 @@ class Candidate:
             )
             self.blocks_left = f"the adapter answered a block with {what}"
             return per_case_answers(self.run_batch, family, batch)
-        records = answer.astype(np.uint64)
+        records = answer
 
         def outcome(k: int) -> tuple[object, str, bool]:
             one = per_case_answers(
