@@ -433,7 +433,6 @@ def verification_arrays(start: int, stop: int) -> Batch:
             "q": q,
             "p": p,
             "drafts": drafts,
-            "accept_u32": accept_u32,
         },
     )
 

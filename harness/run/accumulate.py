@@ -1,8 +1,7 @@
 """Accumulated runs: an adapter answers millions of stream cases, pinned by one hash (docs/accumulated.md).
 
 The cases of an accumulated family (:mod:`qconform.generators.accumulated`) go to the
-adapter in large ``run_batch`` calls (the ordinary family API: one call, many cases, so
-a vectorised candidate runs them at once). Each answer is reduced to its canonical
+adapter in large requests, so a vectorised candidate runs them at once. Each answer is reduced to its canonical
 record; the records of each fixed shard are hashed, and the shard digests combine into
 the run's hash, which is compared with the committed one (``vectors/accumulated.json``)
 or, for a count that has none, the engine's.
@@ -13,8 +12,13 @@ whose digest differs is searched for its first differing record, so the first di
 case of the run is known without a second pass; it is printed as an ordinary vector
 (its ``expected`` from the spec's ``solve``), ready for ``--record``.
 
-Shards are independent units, spread over ``torchrun`` ranks by
-:mod:`qconform.harness.run.distributed`; the hash does not depend on the world size.
+Cases reach the adapter by block (``run_block``: arrays each way, docs/accumulated.md
+"Blocks") when it answers blocks, else as input objects; a divergent case of a block is
+asked again as one input object, which the ordinary comparator judges.
+
+Under ``torchrun`` each rank takes a contiguous ``1 / world`` of the cases
+(:mod:`qconform.harness.run.distributed`); a shard cut between ranks is hashed from the
+gathered pieces, so the hash does not depend on the world size.
 """
 
 from __future__ import annotations
@@ -117,7 +121,7 @@ def merge_pieces(pieces: list[Piece]) -> ShardResult:
 def rank_pieces(shards: list[tuple[int, int]], count: int, ranks: Ranks) -> list[tuple[int, int, int]]:
     """This rank's work, ``(shard, lo, hi)``: its contiguous ``1 / world`` of the cases,
     ``[count * rank // world, count * (rank + 1) // world)``, cut at shard boundaries."""
-    first, last = count * ranks.rank // ranks.world, count * (ranks.rank + 1) // ranks.world
+    first, last = ranks.share(count)
     pieces = []
     for index, (lo, hi) in enumerate(shards):
         if max(lo, first) < min(hi, last):
