@@ -143,11 +143,13 @@ def tensor(values: np.ndarray, device: str) -> torch.Tensor:
 def rng_block(block: dict[str, np.ndarray], device: str, cases: int) -> np.ndarray:
     seed = block["seed"].astype(np.uint64)
     key = tensor(np.stack([seed & np.uint64(MASK32), seed >> np.uint64(32)], axis=1), device)
-    fields = [tensor(block[name], device) for name in ("position", "round", "generation", "draw_counter")]
+    position, rnd, generation, draw_counter = (
+        tensor(block[name], device) for name in ("position", "round", "generation", "draw_counter")
+    )
     out = np.empty((cases, 10), dtype=np.int64)
     for (domain,), members in groups(block["domain"]):
         index = torch.from_numpy(members).to(device)
-        counter = philox.counter_words(*(f[index] for f in fields[:3]), domain, fields[3][index])
+        counter = philox.counter_words(position[index], rnd[index], generation[index], domain, draw_counter[index])
         words = philox.philox4x32_10(counter, key[index])
         out[members] = torch.cat([counter, words, (words[:, :1] >> 8), words[:, :1]], dim=1).cpu().numpy()
     return out

@@ -91,9 +91,21 @@ def harness_part(args: argparse.Namespace) -> None:
             count, per_case = args.cases, args.per_case_cases
             oracle = oracle_blocks(family, count, args.batch)
             rows = [
-                ("block, in process", count, lambda: accumulate(by_block, family, count, expected, args.batch, run_block=oracle)),
-                ("block, noop child", count, lambda: accumulate(by_block, family, count, expected, args.batch, run_block=client.run_block)),
-                ("per case, noop child", per_case, lambda: accumulate(by_block, family, per_case, expected, args.batch)),
+                (
+                    "block, in process",
+                    count,
+                    lambda: accumulate(by_block, family, count, expected, args.batch, run_block=oracle),
+                ),
+                (
+                    "block, noop child",
+                    count,
+                    lambda: accumulate(by_block, family, count, expected, args.batch, run_block=client.run_block),
+                ),
+                (
+                    "per case, noop child",
+                    per_case,
+                    lambda: accumulate(by_block, family, per_case, expected, args.batch),
+                ),
             ]
             rates = {}
             for path, n, run in rows:
@@ -143,10 +155,16 @@ def engine_part(args: argparse.Namespace) -> None:
     inputs_s = spread(lambda: family.arrays(0, args.engine_cases), max(1, args.repeat // 2))
     print(f"verification decisions per case: {count / args.engine_cases:.2f}")
     print(f"{'row (process CPU time)':52} {'cases':>8} {'decisions (blocks)/s median (min-max)':>40}")
-    print(f"{'spec verify_round (Fractions), inputs decoded':52} {args.spec_cases:>8} {rate_cells(decisions(spec_small), spec_s):>40}")
-    print(f"{'engine verification_records, every draw inside':52} {args.engine_cases:>8} {rate_cells(count, engine_s):>40}")
+    print(
+        f"{'spec verify_round (Fractions), inputs decoded':52} {args.spec_cases:>8} {rate_cells(decisions(spec_small), spec_s):>40}"
+    )
+    print(
+        f"{'engine verification_records, every draw inside':52} {args.engine_cases:>8} {rate_cells(count, engine_s):>40}"
+    )
     print(f"{'Philox4x32-10 floor, one block per decision':52} {count:>8} {rate_cells(count, floor_s):>40}")
-    print(f"{'the stream inputs (verification_arrays), per case':52} {args.engine_cases:>8} {rate_cells(args.engine_cases, inputs_s):>40}")
+    print(
+        f"{'the stream inputs (verification_arrays), per case':52} {args.engine_cases:>8} {rate_cells(args.engine_cases, inputs_s):>40}"
+    )
     stage_s = {name: 0.0 for name in STAGES}
     for _ in range(args.repeat):
         verification_records(arrays, stage_s)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from qconform.generators.encoding import EncodingError, decode_blob, encode_blob, encode_u64
 
@@ -66,7 +67,7 @@ PHILOX_CHUNK: int = 1 << 14
 
 
 def philox_lanes(
-    c0: np.ndarray, c1: np.ndarray, c2: np.ndarray, c3: np.ndarray, k0: object, k1: object
+    c0: ArrayLike, c1: ArrayLike, c2: ArrayLike, c3: ArrayLike, k0: ArrayLike, k1: ArrayLike
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Philox4x32-10 (Random123) on uint64 lanes holding 32-bit words; every product of two
     32-bit words fits in 64 bits, so the arithmetic is exact. Equal to ``spec.philox.philox4x32``.

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from harness_stubs import on_ranks
+from harness_stubs import on_ranks, spec_run_batch
 
 from qconform.cli import cli
 from qconform.generators import accumulated, accumulated_engine
@@ -167,18 +167,13 @@ def test_malformed_answers_have_no_record(answer, why):
         record_of(fam, inp, answer)
 
 
-def reference_run_batch(family, inputs):
-    solve = load_family(family).solve
-    return [solve(inp) for inp in inputs]
-
-
 def test_accumulate_locates_the_first_divergent_case(monkeypatch):
     expected = {"families": {}}
-    result = accumulate(reference_run_batch, "categorical_sampling", 3000, expected, batch=700)
+    result = accumulate(spec_run_batch, "categorical_sampling", 3000, expected, batch=700)
     assert result.verdict == "pass" and result.hash == engine_hash("categorical_sampling", 3000)
 
     def broken(family, inputs):
-        outcomes = reference_run_batch(family, inputs)
+        outcomes = spec_run_batch(family, inputs)
         for k, inp in enumerate(inputs):
             if k == 650:
                 outcomes[k] = AdapterError("boom")
@@ -192,7 +187,7 @@ def test_shards_combine_independently_of_the_world_size():
     """Every rank of any world size reports the same hash and the same first divergence."""
 
     def broken(family, inputs):
-        outcomes = reference_run_batch(family, inputs)
+        outcomes = spec_run_batch(family, inputs)
         return [AdapterError("boom") if inp["position"] % 97 == 0 else out for inp, out in zip(inputs, outcomes)]
 
     seen = set()

@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from harness_stubs import spec_run_batch
 
 from qconform.cli import cli
 from qconform.generators.accumulated import FAMILIES, KMAX, PAD, Batch
 from qconform.generators.accumulated_engine import ENGINES, engine_hash
 from qconform.generators.encoding import decode_blob, decode_u64
-from qconform.generators.registry import load_family
 from qconform.harness.adapter import AdapterError, Unimplemented
 from qconform.harness.run.accumulate import accumulate, per_case_answers
 from qconform.harness.transport.shim_protocol import to_json_blobs
@@ -35,7 +35,7 @@ def f32(bits: list[int]) -> np.ndarray:
     return np.array(bits, dtype="<u4").view("<f4")
 
 
-def decoded(family: str, inp: dict) -> dict[str, np.ndarray]:
+def decoded(family: str, inp: dict) -> dict[str, object]:
     """One case's input object (docs/formats) as the fields of its block row."""
     if family == "rng_abi":
         codes = {"PROPOSAL": 1, "ACCEPT": 2, "CORRECTION": 3}
@@ -107,11 +107,6 @@ def test_torch_answers_a_block_as_it_answers_its_cases(family):
         assert differs <= (0.02 if family == "allocation_dense" else 0.0)
 
 
-def reference_run_batch(family, inputs):
-    solve = load_family(family).solve
-    return [solve(inp) for inp in inputs]
-
-
 def in_process_blocks(run_batch):
     """A block path built from an answer function of input objects: each block's cases as objects."""
 
@@ -141,7 +136,7 @@ def test_a_run_by_block_gives_the_verdicts_of_a_run_by_case():
     per-case outcome of each divergent case is judged, as on the per-case path)."""
 
     def broken(family, inputs):
-        outcomes = reference_run_batch(family, inputs)
+        outcomes = spec_run_batch(family, inputs)
         return [AdapterError("boom") if inp["position"] % 97 == 0 else out for inp, out in zip(inputs, outcomes)]
 
     expected = {"families": {}}
@@ -196,7 +191,7 @@ def test_an_adapter_without_blocks_is_asked_case_by_case(answer):
         return answer
 
     result = accumulate(
-        reference_run_batch, "rng_abi", 1200, {"families": {}}, batch=400, run_block=run_block, shard_cases=400
+        spec_run_batch, "rng_abi", 1200, {"families": {}}, batch=400, run_block=run_block, shard_cases=400
     )
     assert result.verdict == "pass" and result.hash == engine_hash("rng_abi", 1200, 400)
     assert calls == ["rng_abi"]  # asked once, then never again in the run

@@ -5,10 +5,9 @@ records; the result is the one a single process computes, verdicts and judging c
 from __future__ import annotations
 
 import pytest
-from harness_stubs import on_ranks
+from harness_stubs import on_ranks, spec_run_batch
 
 from qconform.generators.accumulated import SHARD_CASES, shard_ranges
-from qconform.generators.registry import load_family
 from qconform.harness.adapter import AdapterError
 from qconform.harness.run import accumulate as run_accumulate
 from qconform.harness.run.accumulate import accumulate, rank_pieces
@@ -30,11 +29,6 @@ def test_ranks_take_equal_contiguous_parts_cut_at_shard_bounds(count, world):
             assert shards[index][0] <= lo < hi <= shards[index][1]
 
 
-def reference_run_batch(family, inputs):
-    solve = load_family(family).solve
-    return [solve(inp) for inp in inputs]
-
-
 def test_every_world_size_gives_the_single_process_result(monkeypatch):
     """A candidate with excused and failing divergences, and a judging budget that runs out inside
     a shard that the ranks cut: hash, verdict, judged cases and unjudged count are those of one
@@ -42,7 +36,7 @@ def test_every_world_size_gives_the_single_process_result(monkeypatch):
     monkeypatch.setattr(run_accumulate, "MAX_JUDGED", 3)
 
     def wrong(family, inputs):
-        outcomes = reference_run_batch(family, inputs)
+        outcomes = spec_run_batch(family, inputs)
         return [AdapterError("boom") if inp["position"] % 41 == 0 else out for inp, out in zip(inputs, outcomes)]
 
     def judge(case, outcome):  # excuse the cases of the first shard: its budget runs out, not a failure
