@@ -116,14 +116,21 @@ def bump(key: object, weyl: np.uint64) -> object:
     return key
 
 
-def stream_words(tag: int, cases: np.ndarray, blocks: int) -> np.ndarray:
+def stream_words(tag: int, cases: np.ndarray, blocks: int, needed: np.ndarray | None = None) -> np.ndarray:
     """Input-stream blocks ``0 .. blocks - 1`` of each case, as words ``[n, 4 * blocks]``: word
     ``4 j + k`` is word ``k`` of block ``j``, Philox4x32-10 at counter ``(i mod 2^32, i >> 32, j,
-    tag)`` under :data:`STREAM_KEY`. One pass over all the blocks of all the cases."""
-    i = np.asarray(cases, dtype=U64)[:, None]
-    j = np.arange(blocks, dtype=U64)[None, :]
-    words = philox_lanes(i & WORD_MASK, i >> U64(32), j, U64(tag), STREAM_KEY[0], STREAM_KEY[1])
-    return np.stack(words, axis=2).reshape(len(i), 4 * blocks)
+    tag)`` under :data:`STREAM_KEY`. One pass over all the blocks of all the cases, or with
+    ``needed`` (bool ``[n, blocks]``) over those blocks only (the others' words are zero)."""
+    i = np.asarray(cases, dtype=U64)
+    if needed is None:
+        j = np.arange(blocks, dtype=U64)[None, :]
+        words = philox_lanes(i[:, None] & WORD_MASK, i[:, None] >> U64(32), j, U64(tag), *STREAM_KEY)
+        return np.stack(words, axis=2).reshape(len(i), 4 * blocks)
+    case, block = np.nonzero(needed)
+    out = np.zeros((len(i), blocks, 4), dtype=U64)
+    words = philox_lanes(i[case] & WORD_MASK, i[case] >> U64(32), block.astype(U64), U64(tag), *STREAM_KEY)
+    out[case, block] = np.stack(words, axis=1)
+    return out.reshape(len(i), 4 * blocks)
 
 
 def draw_word0(
@@ -146,17 +153,30 @@ def draw_word0(
 # --- shared row construction ---------------------------------------------------------------
 
 
+#: a sorting network of the seven cut points (16 compare-exchanges, depth 6; Knuth, TAOCP 5.3.4):
+#: on columns, it sorts every row at once (tests/test_accumulated.py checks it on every 0/1 input)
+SORT7: tuple[tuple[int, int], ...] = (
+    (0, 6), (2, 3), (4, 5), (0, 2), (1, 4), (3, 6), (0, 1), (2, 5),
+    (3, 4), (1, 2), (4, 6), (2, 3), (4, 5), (1, 2), (3, 4), (5, 6),
+)  # fmt: skip
+
+
 def counts_from_cuts(cuts: np.ndarray, vocab: np.ndarray) -> np.ndarray:
     """Dyadic24 counts ``[..., VMAX]`` from ``VMAX - 1`` cut points in [0, M] (``[..., VMAX - 1]``,
     ``vocab`` broadcasting to the rows): cuts at index ``>= V - 1`` are set to M, the cuts are
     sorted, and the counts are the gaps of ``0, cuts..., M``. Entries at and beyond V are
-    zero; equal cuts give zero counts."""
-    last = np.asarray(vocab, dtype=np.int64)[..., None] - 1
-    cuts = np.sort(np.where(np.arange(VMAX - 1) >= last, U64(M), cuts), axis=-1)
+    zero; equal cuts give zero counts. The cuts are sorted by :data:`SORT7`, column by column."""
+    last = np.broadcast_to(np.asarray(vocab, dtype=np.int64) - 1, cuts.shape[:-1])
+    cols = [np.where(last <= c, np.uint32(M), cuts[..., c].astype(np.uint32)) for c in range(VMAX - 1)]
+    for i, j in SORT7:
+        low = np.minimum(cols[i], cols[j])
+        np.maximum(cols[i], cols[j], out=cols[j])
+        cols[i] = low
     counts = np.empty(cuts.shape[:-1] + (VMAX,), dtype=U64)
-    counts[..., 0] = cuts[..., 0]
-    np.subtract(cuts[..., 1:], cuts[..., :-1], out=counts[..., 1 : VMAX - 1])
-    np.subtract(U64(M), cuts[..., -1], out=counts[..., VMAX - 1])
+    counts[..., 0] = cols[0]
+    for c in range(1, VMAX - 1):
+        counts[..., c] = cols[c] - cols[c - 1]
+    counts[..., VMAX - 1] = np.uint32(M) - cols[-1]
     return counts
 
 
@@ -373,8 +393,8 @@ Q_BLOCK, P_BLOCK = 2, 2 + 2 * KMAX
 def verification_arrays(start: int, stop: int) -> Batch:
     i = _cases(start, stop)
     n = len(i)
-    words = stream_words(4, i, P_BLOCK + 2 * (KMAX + 1))  # 24 blocks: [n, 96]
-    b0, b1 = words[:, 0:4], words[:, 4:8]
+    head = stream_words(4, i, Q_BLOCK)  # blocks 0 and 1: the request's fields
+    b0, b1 = head[:, 0:4], head[:, 4:8]
     seed = b0[:, 0] | (b0[:, 1] << U64(32))
     generation, rnd = b0[:, 2], b0[:, 3]
     depth = (U64(1) + b1[:, 1] % U64(KMAX)).astype(np.int64)
@@ -384,15 +404,17 @@ def verification_arrays(start: int, stop: int) -> Batch:
     wrap = ((b1[:, 3] >> U64(3)) & U64(7)) == 0
     anchor = np.where(wrap, WORD_MASK - (b1[:, 0] & U64(7)), b1[:, 0])
 
-    # q row r from blocks Q_BLOCK + 2r, + 1; p row r from blocks P_BLOCK + 2r, + 1 (8 words each)
-    row_words = words[:, 4 * Q_BLOCK :].reshape(n, 2 * KMAX + 1, 8)
+    # q row r from blocks Q_BLOCK + 2r, + 1; p row r from blocks P_BLOCK + 2r, + 1 (8 words each).
+    # Only the rows a case reads are drawn, q and p rows up to K (q row K is the bonus row of
+    # mode 1); the others are zero, and neither the input object, the block nor the engine reads them
+    row = np.arange(2 * KMAX + 1)[None, :]
+    read = (row <= depth[:, None]) | ((row >= KMAX) & (row <= KMAX + depth[:, None]))
+    needed = np.repeat(np.concatenate([np.zeros((n, 1), bool), read], axis=1), 2, axis=1)
+    row_words = stream_words(4, i, P_BLOCK + 2 * (KMAX + 1), needed)[:, 4 * Q_BLOCK :].reshape(n, 2 * KMAX + 1, 8)
     counts = counts_from_cuts(row_cuts(row_words[:, :, : VMAX - 1], coarse[:, None]), vocab[:, None])
     q, p = counts[:, :KMAX], counts[:, KMAX:]  # [n, KMAX, VMAX], [n, KMAX + 1, VMAX]
     p_words = row_words[:, KMAX:]
     drafts = sample_rows(q, row_words[:, :KMAX, 7] >> U64(8))
-    positions = (anchor[:, None] + np.arange(KMAX, dtype=U64)[None, :]) & WORD_MASK
-    accept_u32 = draw_word0(seed[:, None], positions, rnd[:, None], generation[:, None], DOMAIN_CODES["ACCEPT"])
-    rows = np.arange(n)
     within = np.arange(KMAX)[None, :] < depth[:, None]
     # mode 1: p = q at every draft position but one (the one chosen by word 7 of p_1)
     keep = (p_words[:, 0, 7] % depth.astype(U64)).astype(np.int64)
@@ -400,27 +422,28 @@ def verification_arrays(start: int, stop: int) -> Batch:
     same |= (mode == 3)[:, None]  # mode 3: p = q at every draft position
     p[:, :KMAX] = np.where(same[:, :, None], q, p[:, :KMAX])
     # mode 2: p = q except at the draft: p(x) = ceil(u32 q(x) / 2^32) + delta, the difference at x + 1 mod V
-    boundary = (mode == 2)[:, None] & within
-    qx = np.take_along_axis(q, drafts[:, :, None], axis=2)[:, :, 0]
-    delta = (p_words[:, :KMAX, 7] % U64(3)).astype(np.int64) - 1
-    target = (((accept_u32 * qx) + U64((1 << 32) - 1)) >> U64(32)).astype(np.int64) + delta
-    target = np.clip(target, 0, qx.astype(np.int64))
-    nxt = (drafts + 1) % vocab[:, None]
-    r_idx, k_idx = np.nonzero(boundary)
+    # (the acceptance draw a_r of the RNG ABI, drawn for these rows only)
+    r_idx, k_idx = np.nonzero((mode == 2)[:, None] & within)
+    x = drafts[r_idx, k_idx]
+    qx = q[r_idx, k_idx, x].astype(np.int64)
+    accept = DOMAIN_CODES["ACCEPT"]
+    a = draw_word0(seed[r_idx], (anchor[r_idx] + k_idx.astype(U64)) & WORD_MASK, rnd[r_idx], generation[r_idx], accept)
+    delta = (p_words[r_idx, k_idx, 7] % U64(3)).astype(np.int64) - 1
+    target = np.clip(((a * qx.astype(U64) + U64((1 << 32) - 1)) >> U64(32)).astype(np.int64) + delta, 0, qx)
     moved = q[r_idx, k_idx].astype(np.int64)  # [m, VMAX]: the rows mode 2 rewrites
     m_idx = np.arange(len(r_idx))
-    moved[m_idx, drafts[r_idx, k_idx]] = target[r_idx, k_idx]
-    moved[m_idx, nxt[r_idx, k_idx]] += qx[r_idx, k_idx].astype(np.int64) - target[r_idx, k_idx]
+    moved[m_idx, x] = target
+    moved[m_idx, (x + 1) % vocab[r_idx]] += qx - target
     p[r_idx, k_idx] = moved.astype(U64)
-    # mode 3: the bonus row p_{K+1} has a cumulative boundary at u32 >> 8 (+1 by a bit of its word 7)
-    bonus_position = (anchor + depth.astype(U64)) & WORD_MASK
-    bonus_u32 = draw_word0(seed, bonus_position, rnd, generation, DOMAIN_CODES["CORRECTION"])
-    bonus_words = p_words[rows, depth]  # [n, 8] words of p_{K+1}
-    edge = np.minimum((bonus_u32 >> U64(8)) + (bonus_words[:, 7] & U64(1)), U64(M))
-    cuts = row_cuts(bonus_words[:, : VMAX - 1], coarse)
-    cuts[:, 0] = edge
-    bonus_row = counts_from_cuts(cuts, vocab)
-    p[rows, depth] = np.where((mode == 3)[:, None], bonus_row, p[rows, depth])
+    # mode 3: the bonus row p_{K+1} has a cumulative boundary at u32 >> 8 (+1 by a bit of its word 7),
+    # b the CORRECTION draw at anchor + K (drawn for these cases only)
+    bonus = np.flatnonzero(mode == 3)
+    bonus_position = (anchor[bonus] + depth[bonus].astype(U64)) & WORD_MASK
+    b = draw_word0(seed[bonus], bonus_position, rnd[bonus], generation[bonus], DOMAIN_CODES["CORRECTION"])
+    bonus_words = p_words[bonus, depth[bonus]]  # [m, 8] words of p_{K+1}
+    cuts = row_cuts(bonus_words[:, : VMAX - 1], coarse[bonus])
+    cuts[:, 0] = np.minimum((b >> U64(8)) + (bonus_words[:, 7] & U64(1)), U64(M))
+    p[bonus, depth[bonus]] = counts_from_cuts(cuts, vocab[bonus])
     return Batch(
         start,
         stop,

@@ -54,6 +54,14 @@ def first_difference(a: np.ndarray, b: np.ndarray) -> int | None:
     return int(differs[0]) if len(differs) else None
 
 
+def test_the_cut_sorting_network_sorts_every_row():
+    """By the 0-1 principle a comparator network sorts every input iff it sorts every 0/1 input."""
+    rows = (np.arange(1 << 7)[:, None] >> np.arange(7)[None, :]) & 1
+    counts = accumulated.counts_from_cuts(rows.astype(np.uint64), np.full(len(rows), accumulated.VMAX))
+    cuts = np.cumsum(counts, axis=1)[:, :-1]  # the sorted cuts, rebuilt from the gaps
+    assert np.array_equal(cuts, np.sort(rows, axis=1)) and (counts.sum(axis=1) == accumulated.M).all()
+
+
 def test_philox_lanes_are_the_spec_philox():
     for counter, key, output in KNOWN_ANSWERS:
         lanes = accumulated.philox_lanes(*(np.array([w], dtype=np.uint64) for w in (*counter, *key)))
