@@ -124,7 +124,8 @@ def main() -> None:
         print("\nbest exact / float64 per row: " + ", ".join(f"{row} {r:.2f}x" for row, r in ratios.items()))
         worst = max(ratios.values())
         print(
-            f"worst {worst:.2f}x ({'meets' if worst <= GOAL_RATIO else 'misses'} the goal of {GOAL_RATIO:.0f}x on every row)"
+            f"worst {worst:.2f}x: the goal of at most {GOAL_RATIO:.0f}x on every row is "
+            f"{'met' if worst <= GOAL_RATIO else 'missed'}"
         )
 
 
