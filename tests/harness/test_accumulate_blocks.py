@@ -221,3 +221,20 @@ def test_noop_refuses_every_case_of_a_block():
     fam = FAMILIES["verification_round"]
     records = NoopAdapter().run_block(fam.name, fam.block(fam.arrays(0, 10)))
     assert records.shape == (10, fam.record_words) and (records == PAD).all()
+
+
+def test_a_variant_of_the_torch_adapter_is_asked_case_by_case():
+    """A mutant, tensor-parallel or partial variant answers its own way in run_batch: a block
+    answered by the plain candidate would hide it, so variants never answer blocks."""
+    pytest.importorskip("torch")
+    from qconform.adapters.torch_adapter import TorchAdapter
+    from qconform.adapters.torch_mutants import MutantTorchAdapter
+
+    class Variant(TorchAdapter):
+        pass
+
+    fam = FAMILIES["rng_abi"]
+    block = fam.block(fam.arrays(0, 4))
+    assert isinstance(Variant().run_block(fam.name, block), Unimplemented)
+    assert issubclass(MutantTorchAdapter, TorchAdapter)  # so every mutant is such a variant
+    assert TorchAdapter().run_block(fam.name, block).shape == (4, fam.record_words)
