@@ -73,17 +73,17 @@ def philox_lanes(
     32-bit words fits in 64 bits, so the arithmetic is exact. Equal to ``spec.philox.philox4x32``.
     The inputs broadcast together; a key that is the same for every lane may be a Python int.
     The lanes go in passes of :data:`PHILOX_CHUNK`, each round in place (ten array operations)."""
-    words = np.broadcast_arrays(*(np.asarray(c, dtype=U64) for c in (c0, c1, c2, c3)))
     keys = [k if isinstance(k, int) else np.asarray(k, dtype=U64) for k in (k0, k1)]
-    shape = np.broadcast_shapes(words[0].shape, *(k.shape for k in keys if not isinstance(k, int)))
-    flat = [np.broadcast_to(w, shape).reshape(-1) for w in words]
+    words = [np.asarray(c, dtype=U64) for c in (c0, c1, c2, c3)]
+    shape = np.broadcast_shapes(*(w.shape for w in words), *(k.shape for k in keys if not isinstance(k, int)))
+    # fresh lanes of this call's own, worked on in place and returned
+    x = [np.array(np.broadcast_to(w, shape), dtype=U64).reshape(-1) for w in words]
     flat_keys = [k if isinstance(k, int) else np.broadcast_to(k, shape).reshape(-1) for k in keys]
-    n = flat[0].size
-    out = [np.empty(n, dtype=U64) for _ in range(4)]
+    n = x[0].size
     p0, p1 = np.empty(min(n, PHILOX_CHUNK), dtype=U64), np.empty(min(n, PHILOX_CHUNK), dtype=U64)
     for lo in range(0, n, PHILOX_CHUNK):
         hi = min(lo + PHILOX_CHUNK, n)
-        x0, x1, x2, x3 = (w[lo:hi].copy() for w in flat)
+        x0, x1, x2, x3 = (w[lo:hi] for w in x)
         key0, key1 = (k if isinstance(k, int) else k[lo:hi].copy() for k in flat_keys)
         a, b = p0[: hi - lo], p1[: hi - lo]
         for r in range(10):
@@ -100,9 +100,7 @@ def philox_lanes(
             x2 ^= x3
             x2 ^= key1
             np.bitwise_and(a, WORD_MASK, out=x3)
-        for o, x in zip(out, (x0, x1, x2, x3)):
-            o[lo:hi] = x
-    c0, c1, c2, c3 = (o.reshape(shape) for o in out)
+    c0, c1, c2, c3 = (w.reshape(shape) for w in x)
     return c0, c1, c2, c3
 
 
@@ -129,7 +127,7 @@ def stream_words(tag: int, cases: np.ndarray, blocks: int, needed: np.ndarray | 
     case, block = np.nonzero(needed)
     out = np.zeros((len(i), blocks, 4), dtype=U64)
     words = philox_lanes(i[case] & WORD_MASK, i[case] >> U64(32), block.astype(U64), U64(tag), *STREAM_KEY)
-    out[case, block] = np.stack(words, axis=1)
+    out[needed] = np.stack(words, axis=1)  # a boolean mask walks the blocks in the order of nonzero
     return out.reshape(len(i), 4 * blocks)
 
 
