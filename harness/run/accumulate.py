@@ -216,13 +216,13 @@ RunBlock = Callable[[str, dict[str, np.ndarray]], object]
 
 @dataclass(frozen=True)
 class Answers:
-    """A batch of cases answered: their records ``[n, words]``, and for case ``k`` its ordinary
-    outcome, the reason it has no record ("" when it has one) and whether that outcome
-    reduces to the record the batch holds (False: its block answer and its answer as one
-    input object differ, a failure whatever the comparator says)."""
+    """A batch of cases answered: their records ``[n, words]``, and for cases ``ks`` (indices in
+    the batch) their ordinary outcomes, each with the reason it has no record ("" when it has
+    one) and whether it reduces to the record the batch holds (False: its block answer and its
+    answer as one input object differ, a failure whatever the comparator says)."""
 
     records: np.ndarray
-    outcome: Callable[[int], tuple[object, str, bool]]
+    outcomes: Callable[[list[int]], list[tuple[object, str, bool]]]
 
 
 def per_case_answers(run_batch: RunBatch, family: AccumulatedFamily, batch: Batch) -> Answers:
@@ -230,7 +230,7 @@ def per_case_answers(run_batch: RunBatch, family: AccumulatedFamily, batch: Batc
     inputs = [family.case_input(batch, k) for k in range(batch.stop - batch.start)]
     outcomes = run_batch(family.name, inputs)
     records, broken = answer_records(family, inputs, outcomes)
-    return Answers(records, lambda k: (outcomes[k], broken.get(k, ""), True))
+    return Answers(records, lambda ks: [(outcomes[k], broken.get(k, ""), True) for k in ks])
 
 
 class Candidate:
@@ -263,20 +263,14 @@ class Candidate:
             return per_case_answers(self.run_batch, family, batch)
         records = answer
 
-        def outcome(k: int) -> tuple[object, str, bool]:
-            one = per_case_answers(
-                self.run_batch,
-                family,
-                Batch(
-                    batch.start + k,
-                    batch.start + k + 1,
-                    {name: values[k : k + 1] for name, values in batch.fields.items()},
-                ),
-            )
-            single, reason, _ = one.outcome(0)
-            return single, reason, bool((one.records[0] == records[k]).all())
+        def outcomes(ks: list[int]) -> list[tuple[object, str, bool]]:
+            """The cases asked again as input objects, in one ``run_batch`` call."""
+            inputs = [family.case_input(batch, k) for k in ks]
+            answered = self.run_batch(family.name, inputs) if ks else []
+            again, broken = answer_records(family, inputs, answered)
+            return [(answered[j], broken.get(j, ""), bool((again[j] == records[k]).all())) for j, k in enumerate(ks)]
 
-        return Answers(records, outcome)
+        return Answers(records, outcomes)
 
 
 def run_piece(candidate: Candidate, family: AccumulatedFamily, lo: int, hi: int, batch: int, judge: Judge) -> Piece:
@@ -293,17 +287,25 @@ def run_piece(candidate: Candidate, family: AccumulatedFamily, lo: int, hi: int,
         engine = ENGINES[family.name](arrays)
         parts.append(record_bytes(answers.records))
         engine_parts.append(record_bytes(engine))
-        divergent = np.flatnonzero((answers.records != engine).any(axis=1))
-        for seen, k in enumerate(divergent.tolist()):
-            if len(divergences) >= MAX_JUDGED or any(d.verdict != "precision" for d in divergences[-1:]):
-                unjudged += len(divergent) - seen  # past the budget, or after the first failure
-                break
-            outcome, reason, consistent = answers.outcome(k)
-            if consistent:
-                verdict, line = judge(start + k, outcome)
-            else:
-                verdict, line = "fail", "its answer in a block differs from its answer as one input object"
-            divergences.append(Divergence(start + k, outcome, reason, verdict, line))
+        divergent = np.flatnonzero((answers.records != engine).any(axis=1)).tolist()
+        failed = any(d.verdict != "precision" for d in divergences[-1:])
+        asked = [] if failed else divergent[: MAX_JUDGED - len(divergences)]
+        unjudged += len(divergent) - len(asked)  # past the budget, or after the first failure
+        judged = 0
+        while judged < len(asked) and not failed:
+            # the first divergent case alone (a failing adapter is asked one case), then the rest at once
+            take = asked[judged : judged + 1] if judged == 0 else asked[judged:]
+            for k, (outcome, reason, consistent) in zip(take, answers.outcomes(take)):
+                if consistent:
+                    verdict, line = judge(start + k, outcome)
+                else:
+                    verdict, line = "fail", "its answer in a block differs from its answer as one input object"
+                divergences.append(Divergence(start + k, outcome, reason, verdict, line))
+                judged += 1
+                failed = verdict != "precision"
+                if failed:
+                    break
+        unjudged += len(asked) - judged  # after the first failure
     return Piece(b"".join(parts), b"".join(engine_parts), divergences, unjudged)
 
 
