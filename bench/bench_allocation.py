@@ -113,7 +113,7 @@ def bench_row(name: str) -> list[int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--repeat", type=int, default=21, help="runs per fast implementation (median)")
     parser.add_argument("--plain-repeat", type=int, default=5, help="runs of the plain Fraction path (median)")
     parser.add_argument("--row", choices=(*ROWS, "all"), default="softmax", help="the row; all: each in turn")
@@ -140,14 +140,16 @@ def one_row(args: argparse.Namespace, row: str) -> float:
             ("plain", lambda: allocate_dense(weights_from_f32(bits)), args.plain_repeat),
             ("integer", lambda: allocate_dense_f32_bits(bits), args.repeat),
             ("units", lambda: allocate_units(units), args.repeat),
-            ("certified", lambda: allocate_dense_f32_certified(array), args.repeat),
+            ("certified", lambda: allocate_dense_f32_certified(array), args.repeat),  # pyright: ignore[reportArgumentType]
             ("float64", lambda: allocate_float64(array), args.repeat),
             ("to_array", lambda: np.array(bits, dtype=np.uint32), args.repeat),
         ],
         clock,
     )
     plain = measured["plain"][1]
-    f64_counts, f64_remaining, f64_gap = measured["float64"][1]
+    f64 = measured["float64"][1]
+    assert isinstance(f64, tuple)
+    f64_counts, f64_remaining, f64_gap = f64
     assert isinstance(plain, DenseAllocation)
     assert all(measured[name][1] == plain for name in ("integer", "units", "certified")), "a fast exact path differs"
     float64_s, certified_s, to_array = measured["float64"][0], measured["certified"][0], measured["to_array"][0]

@@ -73,12 +73,14 @@ def philox_lanes(
     32-bit words fits in 64 bits, so the arithmetic is exact. Equal to ``spec.philox.philox4x32``.
     The inputs broadcast together; a key that is the same for every lane may be a Python int.
     The lanes go in passes of :data:`PHILOX_CHUNK`, each round in place (ten array operations)."""
-    keys = [k if isinstance(k, int) else np.asarray(k, dtype=U64) for k in (k0, k1)]
+    keys: list[int | np.ndarray] = [k if isinstance(k, int) else np.asarray(k, dtype=U64) for k in (k0, k1)]
     words = [np.asarray(c, dtype=U64) for c in (c0, c1, c2, c3)]
     shape = np.broadcast_shapes(*(w.shape for w in words), *(k.shape for k in keys if not isinstance(k, int)))
     # fresh lanes of this call's own, worked on in place and returned
     x = [np.array(np.broadcast_to(w, shape), dtype=U64).reshape(-1) for w in words]
-    flat_keys = [k if isinstance(k, int) else np.broadcast_to(k, shape).reshape(-1) for k in keys]
+    flat_keys: list[int | np.ndarray] = [
+        k if isinstance(k, int) else np.broadcast_to(k, shape).reshape(-1) for k in keys
+    ]
     n = x[0].size
     p0, p1 = np.empty(min(n, PHILOX_CHUNK), dtype=U64), np.empty(min(n, PHILOX_CHUNK), dtype=U64)
     for lo in range(0, n, PHILOX_CHUNK):
@@ -104,11 +106,10 @@ def philox_lanes(
     return c0, c1, c2, c3
 
 
-def bump(key: object, weyl: np.uint64) -> object:
+def bump(key: int | np.ndarray, weyl: np.uint64) -> int | np.ndarray:
     """The next round's key word (Weyl sequence, mod 2^32): in place for a lane array."""
     if isinstance(key, int):
         return (key + int(weyl)) & 0xFFFFFFFF
-    assert isinstance(key, np.ndarray)
     key += weyl
     key &= WORD_MASK
     return key
