@@ -238,3 +238,16 @@ def test_a_variant_of_the_torch_adapter_is_asked_case_by_case():
     assert isinstance(Variant().run_block(fam.name, block), Unimplemented)
     assert issubclass(MutantTorchAdapter, TorchAdapter)  # so every mutant is such a variant
     assert TorchAdapter().run_block(fam.name, block).shape == (4, fam.record_words)
+
+
+def test_a_shim_that_does_not_know_run_block_passes_case_by_case():
+    """The example shim answers the unknown op with an error (docs/shim-protocol.md): the run
+    goes on with input objects and passes, with the engine's hash."""
+    import sys
+    from pathlib import Path
+
+    shim = Path(__file__).resolve().parents[2] / "examples" / "shim" / "python_shim.py"
+    args = ["accumulate", "--adapter", f"shim:{sys.executable} {shim}", "--family", "rng_abi", "--count", "300"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert f"hash     {engine_hash('rng_abi', 300)}" in result.output and "PASS" in result.output
