@@ -9,7 +9,7 @@ against ``noop`` with an ``error`` verdict is a harness bug.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from qconform.generators.registry import family_names
 from qconform.harness.adapter import Adapter, Capabilities, Outcome, PrecisionProfile
@@ -30,3 +30,13 @@ class NoopAdapter(Adapter):
 
     def run_batch(self, family: str, inputs: Sequence[dict]) -> list[Outcome]:
         return [{"error": NOOP_CODE} for _ in inputs]
+
+    def run_block(self, family: str, block: dict[str, Any]) -> Any:
+        """Every case of a block refused (docs/accumulated.md, "Blocks"): records all padding,
+        made at once, so a run measures the harness's block path."""
+        import numpy as np
+
+        from qconform.generators.accumulated import FAMILIES, PAD
+
+        cases = len(next(iter(block.values())))
+        return np.full((cases, FAMILIES[family].record_words), PAD, dtype="<u4")

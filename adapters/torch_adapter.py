@@ -13,7 +13,7 @@ kernel function replaced by a seeded bug.
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -28,7 +28,7 @@ from qconform.adapters.torch_codec import (
     request_answers,
     word,
 )
-from qconform.harness.adapter import Adapter, AdapterError, Capabilities, Outcome, PrecisionProfile
+from qconform.harness.adapter import Adapter, AdapterError, Capabilities, Outcome, PrecisionProfile, Unimplemented
 
 MAX_REQUESTS = 4
 
@@ -279,6 +279,15 @@ class TorchAdapter(Adapter):
             residual_margin="1/1099511627776",
             notes="FP64 allocation (R06), FP64 exp rounded to FP32, FP64 acceptance ratio and residual CDF.",
         )
+
+    def run_block(self, family: str, block: dict[str, Any]) -> Any:
+        """A block of accumulated cases, answered as records (docs/accumulated.md, "Blocks"), by the
+        torch candidate itself only: a variant (a mutant, tensor parallel, partial, native draws)
+        answers its own way in ``run_batch``, which its block answer would bypass, so it is asked
+        case by case."""
+        if type(self) is not TorchAdapter:
+            return Unimplemented(f"{self.name} answers case by case")
+        return torch_batched.run_block(family, block, self.device)
 
     def run_batch(self, family: str, inputs: Sequence[dict]) -> list[Outcome]:
         solve = FAMILIES[family]

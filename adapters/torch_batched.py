@@ -117,3 +117,165 @@ def run_many(family: str, inputs: Sequence[dict], device: str) -> list[dict | No
     """Answers of the inputs this path takes, grouped by shape; None where the caller must
     answer one case at a time (another shape, or a group whose batched call refused)."""
     return batched_run_many(BATCHED, family, inputs, device, REFUSALS)
+
+
+# --- blocks: the accumulated cases as arrays, answered as records (docs/accumulated.md, "Blocks") ---
+
+PAD = MASK32
+#: record words of each family's block answer (docs/accumulated.md, "Records")
+RECORD_WORDS = {"rng_abi": 10, "categorical_sampling": 4, "allocation_dense": 8, "verification_round": 39}
+DECISIONS = {"accept": 0, "reject": 1, "correction": 2, "bonus": 3}
+
+
+def groups(*keys: np.ndarray) -> list[tuple[tuple[int, ...], np.ndarray]]:
+    """The cases of a block by the values of ``keys`` (shape fields): (values, case indices)."""
+    stacked = np.stack([np.asarray(k, dtype=np.int64) for k in keys], axis=1)
+    values, inverse = np.unique(stacked, axis=0, return_inverse=True)
+    order = np.argsort(inverse.reshape(-1), kind="stable")
+    bounds = np.searchsorted(inverse.reshape(-1)[order], np.arange(len(values) + 1))
+    return [(tuple(int(v) for v in values[g]), order[bounds[g] : bounds[g + 1]]) for g in range(len(values))]
+
+
+def tensor(values: np.ndarray, device: str) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64)).to(device)
+
+
+def rng_block(block: dict[str, np.ndarray], device: str, cases: int) -> np.ndarray:
+    seed = block["seed"].astype(np.uint64)
+    key = tensor(np.stack([seed & np.uint64(MASK32), seed >> np.uint64(32)], axis=1), device)
+    position, rnd, generation, draw_counter = (
+        tensor(block[name], device) for name in ("position", "round", "generation", "draw_counter")
+    )
+    out = np.empty((cases, 10), dtype=np.int64)
+    for (domain,), members in groups(block["domain"]):
+        index = torch.from_numpy(members).to(device)
+        counter = philox.counter_words(position[index], rnd[index], generation[index], domain, draw_counter[index])
+        words = philox.philox4x32_10(counter, key[index])
+        out[members] = torch.cat([counter, words, (words[:, :1] >> 8), words[:, :1]], dim=1).cpu().numpy()
+    return out
+
+
+def categorical_block(block: dict[str, np.ndarray], device: str, cases: int) -> np.ndarray:
+    out = np.full((cases, 4), PAD, dtype=np.int64)
+    for (vocab,), members in groups(block["vocab"]):
+        counts = block["counts"][members, :vocab].astype(np.int64)
+        if not legal_dense(counts):
+            continue  # refused: the harness asks these cases one by one
+        draws = tensor(block["draws"][members], device)
+        tokens = sampling.sample_counts(
+            tensor(counts, device).repeat_interleave(draws.shape[1], dim=0), draws.reshape(-1)
+        )
+        out[members] = tokens.reshape(len(members), -1).cpu().numpy()
+    return out
+
+
+def allocation_block(block: dict[str, np.ndarray], device: str, cases: int) -> np.ndarray:
+    out = np.zeros((cases, 8), dtype=np.int64)
+    for (vocab,), members in groups(block["vocab"]):
+        w = torch.from_numpy(np.ascontiguousarray(block["weights"][members, :vocab])).to(device)
+        try:
+            weights.validate_weights(w)
+            out[members, :vocab] = allocation.largest_remainder_counts(w).cpu().numpy()
+        except REFUSALS:
+            out[members] = PAD
+    return out
+
+
+def verification_block(block: dict[str, np.ndarray], device: str, cases: int) -> np.ndarray:
+    out = np.full((cases, 39), PAD, dtype=np.int64)
+    for (vocab, depth), members in groups(block["vocab"], block["depth"]):
+        q = block["q"][members, :depth, :vocab].astype(np.int64)
+        if not legal_dense(q):
+            continue
+        p = block["p"][members, : depth + 1, :vocab].astype(np.float64)
+        drafts = block["drafts"][members, :depth].astype(np.int64)
+        try:
+            result = verification.verify_round(
+                block["seed"][members].tolist(),
+                tensor(block["generation"][members], device),
+                tensor(block["round"][members], device),
+                tensor(block["anchor"][members], device),
+                tensor(drafts, device),
+                tensor(q, device),
+                torch.from_numpy(p).to(device),
+                [[] for _ in members],
+                [None for _ in members],
+            )
+        except REFUSALS:
+            continue
+        out[members] = verification_records(result, depth)
+    return out
+
+
+def verification_records(result: verification.VerifiedRound, depth: int) -> np.ndarray:
+    """Records ``[B, 39]`` of one verify_round call: accepted, emitted count, emitted tokens padded
+    to 6, draw count, then per draw (domain, position, u32, decision, token) padded to 6 draws."""
+    t = {
+        name: getattr(result, name).cpu().numpy()
+        for name in (
+            "anchor",
+            "draft_tokens",
+            "accepted",
+            "accept_u32",
+            "accept_ok",
+            "accept_draws",
+            "final_kind",
+            "final_position",
+            "final_u32",
+            "final_token",
+            "emitted",
+            "emitted_count",
+        )
+    }
+    batch = len(t["accepted"])
+    rows = np.arange(batch)
+    has_final = t["final_kind"] > 0
+    record = np.full((batch, 39), PAD, dtype=np.int64)
+    record[:, 0] = t["accepted"]
+    record[:, 1] = t["emitted_count"]
+    record[:, 2 : 2 + depth + 1] = t["emitted"] & MASK32  # -1 (none) is the padding word
+    record[:, 8] = t["accept_draws"] + has_final
+    draws = np.full((batch, 6, 5), PAD, dtype=np.int64)
+    steps = np.arange(depth)
+    consumed = steps[None, :] < t["accept_draws"][:, None]
+    accept = np.stack(
+        [
+            np.full((batch, depth), philox.ACCEPT),
+            (t["anchor"][:, None] + steps[None, :]) & MASK32,
+            t["accept_u32"],
+            np.where(t["accept_ok"], DECISIONS["accept"], DECISIONS["reject"]),
+            t["draft_tokens"],
+        ],
+        axis=2,
+    )
+    draws[:, :depth] = np.where(consumed[:, :, None], accept, PAD)
+    final = np.stack(
+        [
+            np.full(batch, philox.CORRECTION),
+            t["final_position"],
+            t["final_u32"],
+            np.where(t["final_kind"] == 1, DECISIONS["correction"], DECISIONS["bonus"]),
+            t["final_token"],
+        ],
+        axis=1,
+    )
+    slot = t["accept_draws"]
+    draws[rows[has_final], slot[has_final]] = final[has_final]
+    record[:, 9:] = draws.reshape(batch, 30)
+    return record
+
+
+BLOCKS = {
+    "rng_abi": rng_block,
+    "categorical_sampling": categorical_block,
+    "allocation_dense": allocation_block,
+    "verification_round": verification_block,
+}
+
+
+def run_block(family: str, block: dict[str, np.ndarray], device: str) -> np.ndarray:
+    """The records ``uint32 [cases, words]`` of a block; a group of cases the candidate refuses is
+    all padding (the harness then asks those cases one by one and judges their refusals)."""
+    cases = len(next(iter(block.values())))
+    records = BLOCKS[family](block, device, cases)
+    return np.ascontiguousarray(records & MASK32, dtype="<u4")

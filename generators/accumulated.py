@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from qconform.generators.encoding import EncodingError, decode_blob, encode_blob, encode_u64
 
@@ -61,36 +62,74 @@ class AccumulatedError(ValueError):
 # --- Philox4x32-10 over NumPy lanes ---------------------------------------------------------
 
 
+#: lanes per pass of :func:`philox_lanes`: the working arrays stay in a core's cache
+PHILOX_CHUNK: int = 1 << 14
+
+
 def philox_lanes(
-    c0: np.ndarray, c1: np.ndarray, c2: np.ndarray, c3: np.ndarray, k0: np.ndarray, k1: np.ndarray
+    c0: ArrayLike, c1: ArrayLike, c2: ArrayLike, c3: ArrayLike, k0: ArrayLike, k1: ArrayLike
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Philox4x32-10 (Random123) on uint64 lanes holding 32-bit words; every product of two
-    32-bit words fits in 64 bits, so the arithmetic is exact. Equal to ``spec.philox.philox4x32``."""
-    c0, c1, c2, c3 = (np.asarray(c, dtype=U64) for c in (c0, c1, c2, c3))
-    k0, k1 = np.asarray(k0, dtype=U64), np.asarray(k1, dtype=U64)
-    for r in range(10):
-        if r:
-            k0 = (k0 + PHILOX_W0) & WORD_MASK
-            k1 = (k1 + PHILOX_W1) & WORD_MASK
-        p0 = PHILOX_M0 * c0
-        p1 = PHILOX_M1 * c2
-        c0, c1, c2, c3 = ((p1 >> U64(32)) ^ c1 ^ k0, p1 & WORD_MASK, (p0 >> U64(32)) ^ c3 ^ k1, p0 & WORD_MASK)
+    32-bit words fits in 64 bits, so the arithmetic is exact. Equal to ``spec.philox.philox4x32``.
+    The inputs broadcast together; a key that is the same for every lane may be a Python int.
+    The lanes go in passes of :data:`PHILOX_CHUNK`, each round in place (ten array operations)."""
+    keys: list[int | np.ndarray] = [k if isinstance(k, int) else np.asarray(k, dtype=U64) for k in (k0, k1)]
+    words = [np.asarray(c, dtype=U64) for c in (c0, c1, c2, c3)]
+    shape = np.broadcast_shapes(*(w.shape for w in words), *(k.shape for k in keys if not isinstance(k, int)))
+    # fresh lanes of this call's own, worked on in place and returned
+    x = [np.array(np.broadcast_to(w, shape), dtype=U64).reshape(-1) for w in words]
+    flat_keys: list[int | np.ndarray] = [
+        k if isinstance(k, int) else np.broadcast_to(k, shape).reshape(-1) for k in keys
+    ]
+    n = x[0].size
+    p0, p1 = np.empty(min(n, PHILOX_CHUNK), dtype=U64), np.empty(min(n, PHILOX_CHUNK), dtype=U64)
+    for lo in range(0, n, PHILOX_CHUNK):
+        hi = min(lo + PHILOX_CHUNK, n)
+        x0, x1, x2, x3 = (w[lo:hi] for w in x)
+        key0, key1 = (k if isinstance(k, int) else k[lo:hi].copy() for k in flat_keys)
+        a, b = p0[: hi - lo], p1[: hi - lo]
+        for r in range(10):
+            if r:
+                key0 = bump(key0, PHILOX_W0)
+                key1 = bump(key1, PHILOX_W1)
+            np.multiply(x0, PHILOX_M0, out=a)
+            np.multiply(x2, PHILOX_M1, out=b)
+            np.right_shift(b, U64(32), out=x0)  # (hi(M1 c2) ^ c1 ^ k0, lo(M1 c2), hi(M0 c0) ^ c3 ^ k1, lo(M0 c0))
+            x0 ^= x1
+            x0 ^= key0
+            np.bitwise_and(b, WORD_MASK, out=x1)
+            np.right_shift(a, U64(32), out=x2)
+            x2 ^= x3
+            x2 ^= key1
+            np.bitwise_and(a, WORD_MASK, out=x3)
+    c0, c1, c2, c3 = (w.reshape(shape) for w in x)
     return c0, c1, c2, c3
 
 
-def stream_block(tag: int, cases: np.ndarray, block: int) -> np.ndarray:
-    """Input-stream block ``block`` of each case: words ``[n, 4]`` of Philox4x32-10 at counter
-    ``(i mod 2^32, i >> 32, block, tag)`` under :data:`STREAM_KEY`."""
+def bump(key: int | np.ndarray, weyl: np.uint64) -> int | np.ndarray:
+    """The next round's key word (Weyl sequence, mod 2^32): in place for a lane array."""
+    if isinstance(key, int):
+        return (key + int(weyl)) & 0xFFFFFFFF
+    key += weyl
+    key &= WORD_MASK
+    return key
+
+
+def stream_words(tag: int, cases: np.ndarray, blocks: int, needed: np.ndarray | None = None) -> np.ndarray:
+    """Input-stream blocks ``0 .. blocks - 1`` of each case, as words ``[n, 4 * blocks]``: word
+    ``4 j + k`` is word ``k`` of block ``j``, Philox4x32-10 at counter ``(i mod 2^32, i >> 32, j,
+    tag)`` under :data:`STREAM_KEY`. One pass over all the blocks of all the cases, or with
+    ``needed`` (bool ``[n, blocks]``) over those blocks only (the others' words are zero)."""
     i = np.asarray(cases, dtype=U64)
-    words = philox_lanes(
-        i & WORD_MASK,
-        i >> U64(32),
-        np.full_like(i, block),
-        np.full_like(i, tag),
-        np.full_like(i, STREAM_KEY[0]),
-        np.full_like(i, STREAM_KEY[1]),
-    )
-    return np.stack(words, axis=1)
+    if needed is None:
+        j = np.arange(blocks, dtype=U64)[None, :]
+        words = philox_lanes(i[:, None] & WORD_MASK, i[:, None] >> U64(32), j, U64(tag), *STREAM_KEY)
+        return np.stack(words, axis=2).reshape(len(i), 4 * blocks)
+    case, block = np.nonzero(needed)
+    out = np.zeros((len(i), blocks, 4), dtype=U64)
+    words = philox_lanes(i[case] & WORD_MASK, i[case] >> U64(32), block.astype(U64), U64(tag), *STREAM_KEY)
+    out[needed] = np.stack(words, axis=1)  # a boolean mask walks the blocks in the order of nonzero
+    return out.reshape(len(i), 4 * blocks)
 
 
 def draw_word0(
@@ -113,22 +152,39 @@ def draw_word0(
 # --- shared row construction ---------------------------------------------------------------
 
 
+#: a sorting network of the seven cut points (16 compare-exchanges, depth 6; Knuth, TAOCP 5.3.4):
+#: on columns, it sorts every row at once (tests/test_accumulated.py checks it on every 0/1 input)
+SORT7: tuple[tuple[int, int], ...] = (
+    (0, 6), (2, 3), (4, 5), (0, 2), (1, 4), (3, 6), (0, 1), (2, 5),
+    (3, 4), (1, 2), (4, 6), (2, 3), (4, 5), (1, 2), (3, 4), (5, 6),
+)  # fmt: skip
+
+
 def counts_from_cuts(cuts: np.ndarray, vocab: np.ndarray) -> np.ndarray:
-    """Dyadic24 counts ``[n, VMAX]`` from ``VMAX - 1`` cut points in [0, M]: cuts at index
-    ``>= V - 1`` are set to M, the cuts are sorted, and the counts are the gaps of
-    ``0, cuts..., M``. Entries at and beyond V are zero; equal cuts give zero counts."""
-    cuts = np.where(np.arange(VMAX - 1)[None, :] >= (vocab[:, None] - 1), U64(M), cuts)
-    bounds = np.concatenate(
-        [np.zeros((len(cuts), 1), U64), np.sort(cuts, axis=1), np.full((len(cuts), 1), M, U64)], axis=1
-    )
-    return np.diff(bounds.astype(np.int64), axis=1).astype(U64)
+    """Dyadic24 counts ``[..., VMAX]`` from ``VMAX - 1`` cut points in [0, M] (``[..., VMAX - 1]``,
+    ``vocab`` broadcasting to the rows): cuts at index ``>= V - 1`` are set to M, the cuts are
+    sorted, and the counts are the gaps of ``0, cuts..., M``. Entries at and beyond V are
+    zero; equal cuts give zero counts. The cuts are sorted by :data:`SORT7`, column by column."""
+    last = np.broadcast_to(np.asarray(vocab, dtype=np.int64) - 1, cuts.shape[:-1])
+    cols = [np.where(last <= c, np.uint32(M), cuts[..., c].astype(np.uint32)) for c in range(VMAX - 1)]
+    for i, j in SORT7:
+        low = np.minimum(cols[i], cols[j])
+        np.maximum(cols[i], cols[j], out=cols[j])
+        cols[i] = low
+    counts = np.empty(cuts.shape[:-1] + (VMAX,), dtype=U64)
+    counts[..., 0] = cols[0]
+    for c in range(1, VMAX - 1):
+        counts[..., c] = cols[c] - cols[c - 1]
+    counts[..., VMAX - 1] = np.uint32(M) - cols[-1]
+    return counts
 
 
 def row_cuts(words: np.ndarray, coarse: np.ndarray) -> np.ndarray:
-    """Cut points from words: the top 24 bits, or in coarse mode the top 4 (multiples of 2^20,
-    so ties and zero counts are frequent)."""
-    fine = words >> U64(8)
-    return np.where(coarse[:, None], (words >> U64(28)) << U64(20), fine)
+    """Cut points from words ``[..., k]``: the top 24 bits, or in coarse mode (``coarse``
+    broadcasting to the rows) the top 4 (multiples of 2^20, so ties and zero counts are frequent):
+    ``(w >> 28) << 20`` is ``(w >> 8) & 0xf00000``."""
+    keep = np.where(np.asarray(coarse)[..., None], U64(0xF00000), U64(0xFFFFFF))
+    return (words >> U64(8)) & keep
 
 
 def sample_rows(counts: np.ndarray, u24: np.ndarray) -> np.ndarray:
@@ -184,7 +240,8 @@ class Batch:
 @dataclass(frozen=True)
 class AccumulatedFamily:
     """An accumulated family: its stream tag, record width, arrays of a case range, one
-    case's input object, and the record of an answer object."""
+    case's input object, the record of an answer object, and the block of a case range
+    (the same inputs as arrays, docs/accumulated.md "Blocks")."""
 
     name: str
     tag: int
@@ -192,6 +249,7 @@ class AccumulatedFamily:
     arrays: Callable[[int, int], Batch]
     case_input: Callable[[Batch, int], dict]
     record: Callable[[dict, dict], list[int]]
+    block: Callable[[Batch], dict[str, np.ndarray]]
 
 
 def _cases(start: int, stop: int) -> np.ndarray:
@@ -222,8 +280,8 @@ def as_word(text: object) -> int:
 
 
 def rng_arrays(start: int, stop: int) -> Batch:
-    i = _cases(start, stop)
-    b0, b1 = stream_block(1, i, 0), stream_block(1, i, 1)
+    words = stream_words(1, _cases(start, stop), 2)
+    b0, b1 = words[:, 0:4], words[:, 4:8]
     return Batch(
         start,
         stop,
@@ -262,8 +320,8 @@ def rng_record(_inp: dict, answer: dict) -> list[int]:
 
 
 def categorical_arrays(start: int, stop: int) -> Batch:
-    i = _cases(start, stop)
-    b = [stream_block(2, i, j) for j in range(5)]
+    words = stream_words(2, _cases(start, stop), 5)
+    b = [words[:, 4 * j : 4 * j + 4] for j in range(5)]
     vocab = U64(1) + b[0][:, 0] % U64(VMAX)
     coarse = (b[0][:, 1] & U64(1)).astype(bool)
     cut_words = np.concatenate([b[1], b[2][:, :3]], axis=1)
@@ -296,10 +354,9 @@ def categorical_record(_inp: dict, answer: dict) -> list[int]:
 
 
 def allocation_arrays(start: int, stop: int) -> Batch:
-    i = _cases(start, stop)
-    b0, b1, b2 = (stream_block(3, i, j) for j in range(3))
+    stream = stream_words(3, _cases(start, stop), 3)
+    b0, words = stream[:, 0:4], stream[:, 4:12]
     vocab = U64(1) + b0[:, 0] % U64(VMAX)
-    words = np.concatenate([b1, b2], axis=1)
     shift = np.array([12, 28, 30, 9], dtype=U64)[(b0[:, 1] & U64(3)).astype(np.int64)]
     weights = words >> shift[:, None]
     weights = np.where(np.arange(VMAX)[None, :] < vocab[:, None].astype(np.int64), weights, U64(0))
@@ -335,7 +392,8 @@ Q_BLOCK, P_BLOCK = 2, 2 + 2 * KMAX
 def verification_arrays(start: int, stop: int) -> Batch:
     i = _cases(start, stop)
     n = len(i)
-    b0, b1 = stream_block(4, i, 0), stream_block(4, i, 1)
+    head = stream_words(4, i, Q_BLOCK)  # blocks 0 and 1: the request's fields
+    b0, b1 = head[:, 0:4], head[:, 4:8]
     seed = b0[:, 0] | (b0[:, 1] << U64(32))
     generation, rnd = b0[:, 2], b0[:, 3]
     depth = (U64(1) + b1[:, 1] % U64(KMAX)).astype(np.int64)
@@ -345,45 +403,46 @@ def verification_arrays(start: int, stop: int) -> Batch:
     wrap = ((b1[:, 3] >> U64(3)) & U64(7)) == 0
     anchor = np.where(wrap, WORD_MASK - (b1[:, 0] & U64(7)), b1[:, 0])
 
-    def row(block: int) -> tuple[np.ndarray, np.ndarray]:
-        words = np.concatenate([stream_block(4, i, block), stream_block(4, i, block + 1)], axis=1)
-        return counts_from_cuts(row_cuts(words[:, : VMAX - 1], coarse), vocab), words
-
-    q_rows, q_words = zip(*(row(Q_BLOCK + 2 * r) for r in range(KMAX)))
-    q = np.stack(q_rows, axis=1)  # [n, KMAX, VMAX]
-    drafts = sample_rows(q, np.stack([w[:, 7] >> U64(8) for w in q_words], axis=1))
-    p_rows, p_words = zip(*(row(P_BLOCK + 2 * r) for r in range(KMAX + 1)))
-    p = np.stack(p_rows, axis=1)  # [n, KMAX + 1, VMAX]
-    positions = (anchor[:, None] + np.arange(KMAX, dtype=U64)[None, :]) & WORD_MASK
-    accept_u32 = draw_word0(seed[:, None], positions, rnd[:, None], generation[:, None], DOMAIN_CODES["ACCEPT"])
-    rows = np.arange(n)
+    # q row r from blocks Q_BLOCK + 2r, + 1; p row r from blocks P_BLOCK + 2r, + 1 (8 words each).
+    # Only the rows a case reads are drawn, q and p rows up to K (q row K is the bonus row of
+    # mode 1); the others are zero, and neither the input object, the block nor the engine reads them
+    row = np.arange(2 * KMAX + 1)[None, :]
+    read = (row <= depth[:, None]) | ((row >= KMAX) & (row <= KMAX + depth[:, None]))
+    needed = np.repeat(np.concatenate([np.zeros((n, 1), bool), read], axis=1), 2, axis=1)
+    row_words = stream_words(4, i, P_BLOCK + 2 * (KMAX + 1), needed)[:, 4 * Q_BLOCK :].reshape(n, 2 * KMAX + 1, 8)
+    counts = counts_from_cuts(row_cuts(row_words[:, :, : VMAX - 1], coarse[:, None]), vocab[:, None])
+    q, p = counts[:, :KMAX], counts[:, KMAX:]  # [n, KMAX, VMAX], [n, KMAX + 1, VMAX]
+    p_words = row_words[:, KMAX:]
+    drafts = sample_rows(q, row_words[:, :KMAX, 7] >> U64(8))
     within = np.arange(KMAX)[None, :] < depth[:, None]
     # mode 1: p = q at every draft position but one (the one chosen by word 7 of p_1)
-    keep = (p_words[0][:, 7] % depth.astype(U64)).astype(np.int64)
+    keep = (p_words[:, 0, 7] % depth.astype(U64)).astype(np.int64)
     same = (mode == 1)[:, None] & (np.arange(KMAX)[None, :] != keep[:, None])
     same |= (mode == 3)[:, None]  # mode 3: p = q at every draft position
     p[:, :KMAX] = np.where(same[:, :, None], q, p[:, :KMAX])
     # mode 2: p = q except at the draft: p(x) = ceil(u32 q(x) / 2^32) + delta, the difference at x + 1 mod V
-    boundary = (mode == 2)[:, None] & within
-    qx = np.take_along_axis(q, drafts[:, :, None], axis=2)[:, :, 0]
-    delta = np.stack([(w[:, 7] % U64(3)).astype(np.int64) - 1 for w in p_words[:KMAX]], axis=1)
-    target = (((accept_u32 * qx) + U64((1 << 32) - 1)) >> U64(32)).astype(np.int64) + delta
-    target = np.clip(target, 0, qx.astype(np.int64))
-    nxt = (drafts + 1) % vocab[:, None]
-    moved = q.astype(np.int64).copy()
-    r_idx, k_idx = np.nonzero(boundary)
-    moved[r_idx, k_idx, drafts[r_idx, k_idx]] = target[r_idx, k_idx]
-    moved[r_idx, k_idx, nxt[r_idx, k_idx]] += qx[r_idx, k_idx].astype(np.int64) - target[r_idx, k_idx]
-    p[:, :KMAX] = np.where(boundary[:, :, None], moved.astype(U64), p[:, :KMAX])
-    # mode 3: the bonus row p_{K+1} has a cumulative boundary at u32 >> 8 (+1 by a bit of its word 7)
-    bonus_position = (anchor + depth.astype(U64)) & WORD_MASK
-    bonus_u32 = draw_word0(seed, bonus_position, rnd, generation, DOMAIN_CODES["CORRECTION"])
-    bonus_words = np.stack(p_words, axis=1)[rows, depth]  # [n, 8] words of p_{K+1}
-    edge = np.minimum((bonus_u32 >> U64(8)) + (bonus_words[:, 7] & U64(1)), U64(M))
-    cuts = row_cuts(bonus_words[:, : VMAX - 1], coarse)
-    cuts[:, 0] = edge
-    bonus_row = counts_from_cuts(cuts, vocab)
-    p[rows, depth] = np.where((mode == 3)[:, None], bonus_row, p[rows, depth])
+    # (the acceptance draw a_r of the RNG ABI, drawn for these rows only)
+    r_idx, k_idx = np.nonzero((mode == 2)[:, None] & within)
+    x = drafts[r_idx, k_idx]
+    qx = q[r_idx, k_idx, x].astype(np.int64)
+    accept = DOMAIN_CODES["ACCEPT"]
+    a = draw_word0(seed[r_idx], (anchor[r_idx] + k_idx.astype(U64)) & WORD_MASK, rnd[r_idx], generation[r_idx], accept)
+    delta = (p_words[r_idx, k_idx, 7] % U64(3)).astype(np.int64) - 1
+    target = np.clip(((a * qx.astype(U64) + U64((1 << 32) - 1)) >> U64(32)).astype(np.int64) + delta, 0, qx)
+    moved = q[r_idx, k_idx].astype(np.int64)  # [m, VMAX]: the rows mode 2 rewrites
+    m_idx = np.arange(len(r_idx))
+    moved[m_idx, x] = target
+    moved[m_idx, (x + 1) % vocab[r_idx]] += qx - target
+    p[r_idx, k_idx] = moved.astype(U64)
+    # mode 3: the bonus row p_{K+1} has a cumulative boundary at u32 >> 8 (+1 by a bit of its word 7),
+    # b the CORRECTION draw at anchor + K (drawn for these cases only)
+    bonus = np.flatnonzero(mode == 3)
+    bonus_position = (anchor[bonus] + depth[bonus].astype(U64)) & WORD_MASK
+    b = draw_word0(seed[bonus], bonus_position, rnd[bonus], generation[bonus], DOMAIN_CODES["CORRECTION"])
+    bonus_words = p_words[bonus, depth[bonus]]  # [m, 8] words of p_{K+1}
+    cuts = row_cuts(bonus_words[:, : VMAX - 1], coarse[bonus])
+    cuts[:, 0] = np.minimum((b >> U64(8)) + (bonus_words[:, 7] & U64(1)), U64(M))
+    p[bonus, depth[bonus]] = counts_from_cuts(cuts, vocab[bonus])
     return Batch(
         start,
         stop,
@@ -397,7 +456,6 @@ def verification_arrays(start: int, stop: int) -> Batch:
             "q": q,
             "p": p,
             "drafts": drafts,
-            "accept_u32": accept_u32,
         },
     )
 
@@ -446,16 +504,69 @@ def verification_record(_inp: dict, answer: dict) -> list[int]:
     return words + [PAD] * (5 * (KMAX + 1 - len(draws)))
 
 
+# --- blocks: the inputs of a case range as arrays (docs/accumulated.md, "Blocks") ---------
+
+
+def u32s(values: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(values, dtype="<u4")
+
+
+def below(limit: np.ndarray, width: int) -> np.ndarray:
+    """``[n, width]`` mask of the positions ``< limit`` of each case."""
+    return np.arange(width)[None, :] < np.asarray(limit, dtype=np.int64)[:, None]
+
+
+def rng_block(batch: Batch) -> dict[str, np.ndarray]:
+    f = batch.fields
+    block = {"seed": np.ascontiguousarray(f["seed"], dtype="<u8")}
+    return block | {key: u32s(f[key]) for key in ("generation", "round", "position", "domain", "draw_counter")}
+
+
+def categorical_block(batch: Batch) -> dict[str, np.ndarray]:
+    f = batch.fields
+    return {"vocab": u32s(f["vocab"]), "counts": u32s(f["counts"]), "draws": u32s(f["draws"])}
+
+
+def allocation_block(batch: Batch) -> dict[str, np.ndarray]:
+    """The weights as FP32 (exact: integers below 2^24), zero from V on."""
+    f = batch.fields
+    return {"vocab": u32s(f["vocab"]), "weights": np.ascontiguousarray(f["weights"], dtype="<f4")}
+
+
+def verification_block(batch: Batch) -> dict[str, np.ndarray]:
+    """The request as arrays: q rows and drafts beyond K and p rows beyond K + 1 are zero, the
+    p rows are FP32 ``count / M`` (exact: a power-of-two scale of an integer up to 2^24)."""
+    f = batch.fields
+    depth = f["depth"]
+    drafts = np.where(below(depth, KMAX), f["drafts"], 0)
+    q = np.where(below(depth, KMAX)[:, :, None], f["q"], U64(0))
+    p = np.where(below(depth + 1, KMAX + 1)[:, :, None], f["p"], U64(0)).astype("<f4") * np.float32(1.0 / M)
+    block = {"seed": np.ascontiguousarray(f["seed"], dtype="<u8")}
+    block |= {key: u32s(f[key]) for key in ("generation", "round", "anchor", "depth", "vocab")}
+    return block | {"drafts": u32s(drafts), "q": u32s(q), "p": np.ascontiguousarray(p)}
+
+
+def wire_dtype(array: np.ndarray) -> str:
+    """The blob dtype (docs/vector-format.md) of a block array."""
+    return {np.dtype("<u4"): "u32", np.dtype("<u8"): "u64", np.dtype("<f4"): "f32"}[array.dtype]
+
+
 FAMILIES: dict[str, AccumulatedFamily] = {
-    "rng_abi": AccumulatedFamily("rng_abi", 1, 10, rng_arrays, rng_input, rng_record),
+    "rng_abi": AccumulatedFamily("rng_abi", 1, 10, rng_arrays, rng_input, rng_record, rng_block),
     "categorical_sampling": AccumulatedFamily(
-        "categorical_sampling", 2, DRAWS, categorical_arrays, categorical_input, categorical_record
+        "categorical_sampling", 2, DRAWS, categorical_arrays, categorical_input, categorical_record, categorical_block
     ),
     "allocation_dense": AccumulatedFamily(
-        "allocation_dense", 3, VMAX, allocation_arrays, allocation_input, allocation_record
+        "allocation_dense", 3, VMAX, allocation_arrays, allocation_input, allocation_record, allocation_block
     ),
     "verification_round": AccumulatedFamily(
-        "verification_round", 4, VERIFY_WORDS, verification_arrays, verification_input, verification_record
+        "verification_round",
+        4,
+        VERIFY_WORDS,
+        verification_arrays,
+        verification_input,
+        verification_record,
+        verification_block,
     ),
 }
 

@@ -22,6 +22,7 @@ hashes; candidates never import it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -81,59 +82,83 @@ def first_above(masses: np.ndarray, u32: np.ndarray) -> np.ndarray:
     return np.argmax(cumulative * TWO32 > threshold[:, None], axis=1)
 
 
-def verification_records(batch: Batch) -> np.ndarray:
+#: the stages of :func:`verification_records`, timed when it is handed a dict (bench/bench_accumulated.py)
+STAGES: tuple[str, ...] = ("acceptance draws", "acceptance tests", "final draw and pick", "record assembly")
+
+
+class Stopwatch:
+    """Adds the process CPU time since the last mark to ``stages[name]`` (nothing without a dict)."""
+
+    def __init__(self, stages: dict[str, float] | None) -> None:
+        self.stages = stages
+        self.last = time.process_time() if stages is not None else 0.0
+
+    def mark(self, name: str) -> None:
+        if self.stages is not None:
+            now = time.process_time()
+            self.stages[name] = self.stages.get(name, 0.0) + now - self.last
+            self.last = now
+
+
+def verification_records(batch: Batch, stages: dict[str, float] | None = None) -> np.ndarray:
+    """Records ``uint32 [n, VERIFY_WORDS]``. Every draw is computed here from the request's key
+    and counters (the acceptance draws at the positions below K, the final draw), none taken
+    from the stream's inputs."""
+    clock = Stopwatch(stages)
     f = batch.fields
     n = batch.stop - batch.start
     rows = np.arange(n)
-    depth, q, p, drafts, accept_u32 = f["depth"], f["q"], f["p"], f["drafts"], f["accept_u32"]
+    depth, q, p, drafts = f["depth"], f["q"], f["p"], f["drafts"]
+    anchor, rnd, generation, seed = f["anchor"], f["round"], f["generation"], f["seed"]
+    key0, key1 = seed & WORD_MASK, seed >> U64(32)
+    k = np.arange(KMAX)[None, :]
+    within = k < depth[:, None]
+    cases, steps = np.nonzero(within)
+    accept_u32 = np.zeros((n, KMAX), dtype=U64)
+    accept_u32[cases, steps] = philox_lanes(
+        (anchor[cases] + steps.astype(U64)) & WORD_MASK,
+        rnd[cases],
+        generation[cases],
+        U64(DOMAIN_CODES["ACCEPT"] << 24),
+        key0[cases],
+        key1[cases],
+    )[0]
+    clock.mark(STAGES[0])
     qx = np.take_along_axis(q, drafts[:, :, None], axis=2)[:, :, 0]
     px = np.take_along_axis(p[:, :KMAX], drafts[:, :, None], axis=2)[:, :, 0]
-    ok = (accept_u32 * qx < px * TWO32) | (np.arange(KMAX)[None, :] >= depth[:, None])
+    ok = (accept_u32 * qx < px * TWO32) | ~within
     accepted = np.where(ok.all(axis=1), depth, np.argmin(ok, axis=1))
     full = accepted == depth
-    position = (f["anchor"] + accepted.astype(U64)) & WORD_MASK
-    final_u32 = philox_lanes(
-        position,
-        f["round"],
-        f["generation"],
-        np.full(n, DOMAIN_CODES["CORRECTION"] << 24, U64),
-        f["seed"] & WORD_MASK,
-        f["seed"] >> U64(32),
-    )[0]
+    clock.mark(STAGES[1])
+    position = (anchor + accepted.astype(U64)) & WORD_MASK
+    final_u32 = philox_lanes(position, rnd, generation, U64(DOMAIN_CODES["CORRECTION"] << 24), key0, key1)[0]
     p_at, q_at = p[rows, accepted], q[rows, np.minimum(accepted, KMAX - 1)]
-    residual = np.where(p_at > q_at, p_at - q_at, U64(0))
-    masses = np.where(full[:, None], p_at, residual)
+    masses = np.where(full[:, None], p_at, np.where(p_at > q_at, p_at - q_at, U64(0)))
     final_token = first_above(masses, final_u32)
-
-    k = np.arange(KMAX)[None, :]
+    clock.mark(STAGES[2])
     tested = np.minimum(accepted + 1, depth)  # acceptance draws consumed
-    draws = np.empty((n, KMAX + 1, 5), dtype=U64)
+    records = np.full((n, VERIFY_WORDS), PAD, dtype=np.uint32)
+    records[:, 0] = accepted
+    records[:, 1] = accepted + 1
+    emitted = records[:, 2 : 3 + KMAX]
+    emitted[:, :KMAX] = np.where(k < accepted[:, None], drafts, PAD)
+    emitted[rows, accepted] = final_token
+    records[:, 3 + KMAX] = tested + 1
+    draws = records[:, 4 + KMAX :].reshape(n, KMAX + 1, 5)  # a view: per draw (domain, position, u32, decision, token)
     draws[:, :KMAX, 0] = DOMAIN_CODES["ACCEPT"]
-    draws[:, :KMAX, 1] = (f["anchor"][:, None] + k.astype(U64)) & WORD_MASK
+    draws[:, :KMAX, 1] = (anchor[:, None] + k.astype(U64)) & WORD_MASK
     draws[:, :KMAX, 2] = accept_u32
     draws[:, :KMAX, 3] = np.where(k < accepted[:, None], DECISION_CODES["accept"], DECISION_CODES["reject"])
     draws[:, :KMAX, 4] = drafts
-    draws[:, KMAX] = PAD
-    draws[rows, tested] = np.stack(
-        [
-            np.full(n, DOMAIN_CODES["CORRECTION"], U64),
-            position,
-            final_u32,
-            np.where(full, DECISION_CODES["bonus"], DECISION_CODES["correction"]).astype(U64),
-            final_token.astype(U64),
-        ],
-        axis=1,
-    )
+    final = draws[rows, tested]  # a copy: written back whole
+    final[:, 0] = DOMAIN_CODES["CORRECTION"]
+    final[:, 1] = position
+    final[:, 2] = final_u32
+    final[:, 3] = np.where(full, DECISION_CODES["bonus"], DECISION_CODES["correction"])
+    final[:, 4] = final_token
+    draws[rows, tested] = final
     draws[np.arange(KMAX + 1)[None, :] > tested[:, None]] = PAD
-    emitted = np.full((n, KMAX + 1), PAD, dtype=U64)
-    emitted[:, :KMAX] = np.where(k < accepted[:, None], drafts.astype(U64), U64(PAD))
-    emitted[rows, accepted] = final_token
-    records = np.empty((n, VERIFY_WORDS), dtype=U64)
-    records[:, 0] = accepted
-    records[:, 1] = accepted + 1
-    records[:, 2 : 3 + KMAX] = emitted
-    records[:, 3 + KMAX] = tested + 1
-    records[:, 4 + KMAX :] = draws.reshape(n, 5 * (KMAX + 1))
+    clock.mark(STAGES[3])
     return records
 
 

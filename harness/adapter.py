@@ -196,6 +196,15 @@ class Adapter(ABC):
         """
         return [Unimplemented(f"{self.name} does not sample {family}")] * len(inputs)
 
+    def run_block(self, family: str, block: dict[str, Any]) -> Any:
+        """Answer a **block** of accumulated cases (docs/accumulated.md, "Blocks"): ``block`` maps
+        each of the family's block fields to a NumPy array whose first axis is the case; the
+        answer is the cases' records, a NumPy ``uint32`` array ``[cases, record words]``, with
+        every word of a case the adapter refuses set to ``0xffffffff``. Adapters without a block
+        path leave this default, and the harness sends them the same cases one input object each.
+        """
+        return Unimplemented(f"{self.name} does not answer blocks of {family}")
+
     def config(self) -> AdapterConfig:
         return AdapterConfig(self.name, self.capabilities(), self.precision(), self.device)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Sequence
@@ -143,3 +144,44 @@ def small_corpus(root: Path, families: Sequence[str] = ("rng_abi",)) -> Path:
     """Generate a corpus of ``families`` into ``root`` (committed files are copied when present)."""
     generate(root, [load_family(name) for name in families])
     return root
+
+
+def threaded_ranks(world: int) -> list:
+    """``world`` in-process ranks whose gather meets at a barrier (all_gather_object's contract)."""
+    from qconform.harness.run.distributed import Ranks  # here: most users of these helpers need no ranks
+
+    barrier, slots = threading.Barrier(world), [None] * world
+
+    def ranks(rank: int) -> Ranks:
+        def gather(obj):
+            slots[rank] = obj
+            barrier.wait()
+            out = list(slots)
+            barrier.wait()
+            return out
+
+        return Ranks(rank, world, gather)
+
+    return [ranks(r) for r in range(world)]
+
+
+def on_ranks(world: int, run: Callable) -> list:
+    """``run(ranks)`` on ``world`` threaded in-process ranks (:func:`threaded_ranks`); their results."""
+    results: list = [None] * world
+
+    def one(rank: int, ranks) -> None:
+        results[rank] = run(ranks)
+
+    threads = [threading.Thread(target=one, args=(r, ranks)) for r, ranks in enumerate(threaded_ranks(world))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def spec_run_batch(family: str, inputs: Sequence[dict]) -> list:
+    """A ``run_batch`` that answers with the spec's ``solve`` (the reference answers)."""
+    solve = load_family(family).solve
+    assert solve is not None, f"{family} has no solve"
+    return [solve(inp) for inp in inputs]

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from harness_stubs import on_ranks, spec_run_batch
 
 from qconform.cli import cli
 from qconform.generators import accumulated, accumulated_engine
@@ -52,6 +52,14 @@ def spec_records(family: str, start: int, stop: int) -> np.ndarray:
 def first_difference(a: np.ndarray, b: np.ndarray) -> int | None:
     differs = np.flatnonzero((a != b).any(axis=1))
     return int(differs[0]) if len(differs) else None
+
+
+def test_the_cut_sorting_network_sorts_every_row():
+    """By the 0-1 principle a comparator network sorts every input iff it sorts every 0/1 input."""
+    rows = (np.arange(1 << 7)[:, None] >> np.arange(7)[None, :]) & 1
+    counts = accumulated.counts_from_cuts(rows.astype(np.uint64), np.full(len(rows), accumulated.VMAX))
+    cuts = np.cumsum(counts, axis=1)[:, :-1]  # the sorted cuts, rebuilt from the gaps
+    assert np.array_equal(cuts, np.sort(rows, axis=1)) and (counts.sum(axis=1) == accumulated.M).all()
 
 
 def test_philox_lanes_are_the_spec_philox():
@@ -167,18 +175,13 @@ def test_malformed_answers_have_no_record(answer, why):
         record_of(fam, inp, answer)
 
 
-def reference_run_batch(family, inputs):
-    solve = load_family(family).solve
-    return [solve(inp) for inp in inputs]
-
-
 def test_accumulate_locates_the_first_divergent_case(monkeypatch):
     expected = {"families": {}}
-    result = accumulate(reference_run_batch, "categorical_sampling", 3000, expected, batch=700)
+    result = accumulate(spec_run_batch, "categorical_sampling", 3000, expected, batch=700)
     assert result.verdict == "pass" and result.hash == engine_hash("categorical_sampling", 3000)
 
     def broken(family, inputs):
-        outcomes = reference_run_batch(family, inputs)
+        outcomes = spec_run_batch(family, inputs)
         for k, inp in enumerate(inputs):
             if k == 650:
                 outcomes[k] = AdapterError("boom")
@@ -188,46 +191,21 @@ def test_accumulate_locates_the_first_divergent_case(monkeypatch):
     assert result.verdict == "fail" and result.failures[0].case == 650 and "boom" in result.failures[0].reason
 
 
-def threaded_ranks(world: int) -> list:
-    """``world`` in-process ranks whose gather meets at a barrier (all_gather_object's contract)."""
-    from qconform.harness.run.distributed import Ranks
-
-    barrier, slots = threading.Barrier(world), [None] * world
-
-    def ranks(rank: int) -> Ranks:
-        def gather(obj):
-            slots[rank] = obj
-            barrier.wait()
-            out = list(slots)
-            barrier.wait()
-            return out
-
-        return Ranks(rank, world, gather)
-
-    return [ranks(r) for r in range(world)]
-
-
 def test_shards_combine_independently_of_the_world_size():
     """Every rank of any world size reports the same hash and the same first divergence."""
 
     def broken(family, inputs):
-        outcomes = reference_run_batch(family, inputs)
+        outcomes = spec_run_batch(family, inputs)
         return [AdapterError("boom") if inp["position"] % 97 == 0 else out for inp, out in zip(inputs, outcomes)]
 
     seen = set()
     for world in (1, 2, 3, 4):
-        results: list = [None] * world
-
-        def run(rank, ranks):
-            results[rank] = accumulate(
+        results = on_ranks(
+            world,
+            lambda ranks: accumulate(
                 broken, "rng_abi", 2500, {"families": {}}, batch=300, ranks=ranks, shard_cases=400
-            )
-
-        threads = [threading.Thread(target=run, args=(r, ranks)) for r, ranks in enumerate(threaded_ranks(world))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+            ),
+        )
         seen |= {(r.hash, r.expected, r.failures[0].case, len(r.failures)) for r in results}
     assert len(seen) == 1 and next(iter(seen))[1] == engine_hash("rng_abi", 2500, 400)
 

@@ -1,8 +1,7 @@
 """Accumulated runs: an adapter answers millions of stream cases, pinned by one hash (docs/accumulated.md).
 
 The cases of an accumulated family (:mod:`qconform.generators.accumulated`) go to the
-adapter in large ``run_batch`` calls (the ordinary family API: one call, many cases, so
-a vectorised candidate runs them at once). Each answer is reduced to its canonical
+adapter in large requests, so a vectorised candidate runs them at once. Each answer is reduced to its canonical
 record; the records of each fixed shard are hashed, and the shard digests combine into
 the run's hash, which is compared with the committed one (``vectors/accumulated.json``)
 or, for a count that has none, the engine's.
@@ -13,12 +12,18 @@ whose digest differs is searched for its first differing record, so the first di
 case of the run is known without a second pass; it is printed as an ordinary vector
 (its ``expected`` from the spec's ``solve``), ready for ``--record``.
 
-Shards are independent units, spread over ``torchrun`` ranks by
-:mod:`qconform.harness.run.distributed`; the hash does not depend on the world size.
+Cases reach the adapter by block (``run_block``: arrays each way, docs/accumulated.md
+"Blocks") when it answers blocks, else as input objects; a divergent case of a block is
+asked again as one input object, which the ordinary comparator judges.
+
+Under ``torchrun`` each rank takes a contiguous ``1 / world`` of the cases
+(:mod:`qconform.harness.run.distributed`); a shard cut between ranks is hashed from the
+gathered pieces, so the hash does not depend on the world size.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -35,12 +40,13 @@ from qconform.generators.accumulated import (
     SHARD_CASES,
     AccumulatedError,
     AccumulatedFamily,
+    Batch,
     combine,
+    record_bytes,
     record_of,
-    shard_digest,
     shard_ranges,
 )
-from qconform.generators.accumulated_engine import engine_records
+from qconform.generators.accumulated_engine import ENGINES
 from qconform.harness.adapter import AdapterError, Unimplemented
 from qconform.harness.run.distributed import SINGLE, Ranks
 
@@ -73,6 +79,54 @@ class ShardResult:
     engine_digest: bytes
     divergences: list[Divergence]
     unjudged: int
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Part of a shard computed by one rank (docs/distributed.md): its records as canonical
+    bytes, the engine's, and its divergent cases, judged as if the piece were a shard."""
+
+    records: bytes
+    engine: bytes
+    divergences: list[Divergence]
+    unjudged: int
+
+
+def capped(divergences: list[Divergence], unjudged: int) -> tuple[list[Divergence], int]:
+    """A shard's judged divergences in case order, cut as one pass over the shard cuts them: at
+    :data:`MAX_JUDGED`, and after the first failure; what is cut counts as unjudged."""
+    keep = len(divergences)
+    for index, divergence in enumerate(divergences):
+        if index >= MAX_JUDGED:
+            keep = index
+            break
+        if divergence.verdict != "precision":
+            keep = index + 1
+            break
+    return divergences[:keep], unjudged + len(divergences) - keep
+
+
+def merge_pieces(pieces: list[Piece]) -> ShardResult:
+    """One shard's result from its pieces in case order: the same digests, divergences and
+    unjudged count as one pass over the whole shard gives."""
+    divergences, unjudged = capped([d for p in pieces for d in p.divergences], sum(p.unjudged for p in pieces))
+    return ShardResult(
+        hashlib.sha256(b"".join(p.records for p in pieces)).digest(),
+        hashlib.sha256(b"".join(p.engine for p in pieces)).digest(),
+        divergences,
+        unjudged,
+    )
+
+
+def rank_pieces(shards: list[tuple[int, int]], count: int, ranks: Ranks) -> list[tuple[int, int, int]]:
+    """This rank's work, ``(shard, lo, hi)``: its contiguous ``1 / world`` of the cases,
+    ``[count * rank // world, count * (rank + 1) // world)``, cut at shard boundaries."""
+    first, last = ranks.share(count)
+    pieces = []
+    for index, (lo, hi) in enumerate(shards):
+        if max(lo, first) < min(hi, last):
+            pieces.append((index, max(lo, first), min(hi, last)))
+    return pieces
 
 
 @dataclass
@@ -154,35 +208,109 @@ def answer_records(family: AccumulatedFamily, inputs: list[dict], outcomes: list
     return records, broken
 
 
-def run_shard(
-    run_batch: Callable[[str, list[dict]], list], family: AccumulatedFamily, lo: int, hi: int, batch: int, judge: Judge
-) -> ShardResult:
-    """The adapter's digest of cases ``[lo, hi)``, the engine's, and the divergent cases."""
+#: a run_batch of an adapter client: (family, case inputs) -> one outcome per input
+RunBatch = Callable[[str, list[dict]], list]
+#: a run_block of an adapter client: (family, block arrays) -> records, or Unimplemented / AdapterError
+RunBlock = Callable[[str, dict[str, np.ndarray]], object]
+
+
+@dataclass(frozen=True)
+class Answers:
+    """A batch of cases answered: their records ``[n, words]``, and for cases ``ks`` (indices in
+    the batch) their ordinary outcomes, each with the reason it has no record ("" when it has
+    one) and whether it reduces to the record the batch holds (False: its block answer and its
+    answer as one input object differ, a failure whatever the comparator says)."""
+
+    records: np.ndarray
+    outcomes: Callable[[list[int]], list[tuple[object, str, bool]]]
+
+
+def per_case_answers(run_batch: RunBatch, family: AccumulatedFamily, batch: Batch) -> Answers:
+    """The cases as input objects through ``run_batch``: one object per case each way."""
+    inputs = [family.case_input(batch, k) for k in range(batch.stop - batch.start)]
+    outcomes = run_batch(family.name, inputs)
+    records, broken = answer_records(family, inputs, outcomes)
+    return Answers(records, lambda ks: [(outcomes[k], broken.get(k, ""), True) for k in ks])
+
+
+class Candidate:
+    """How the cases reach the adapter: by block (``run_block``: arrays each way, docs/accumulated.md
+    "Blocks") while the adapter answers blocks, else as input objects (``run_batch``). A divergent
+    case of a block is asked again as one input object, for the ordinary comparator."""
+
+    def __init__(self, run_batch: RunBatch, run_block: RunBlock | None = None) -> None:
+        self.run_batch, self.run_block = run_batch, run_block
+        #: why the block path was left (a refusal or a failed request), "" while it is used
+        self.blocks_left = ""
+
+    @property
+    def by_block(self) -> bool:
+        return self.run_block is not None and not self.blocks_left
+
+    def answers(self, family: AccumulatedFamily, batch: Batch) -> Answers:
+        if not self.by_block:
+            return per_case_answers(self.run_batch, family, batch)
+        assert self.run_block is not None
+        n = batch.stop - batch.start
+        answer = self.run_block(family.name, family.block(batch))
+        if not isinstance(answer, np.ndarray) or answer.shape != (n, family.record_words) or answer.dtype != "<u4":
+            what = (
+                answer
+                if isinstance(answer, (Unimplemented, AdapterError))
+                else f"records of shape {getattr(answer, 'shape', '?')}"
+            )
+            self.blocks_left = f"the adapter answered a block with {what}"
+            return per_case_answers(self.run_batch, family, batch)
+        records = answer
+
+        def outcomes(ks: list[int]) -> list[tuple[object, str, bool]]:
+            """The cases asked again as input objects, in one ``run_batch`` call."""
+            inputs = [family.case_input(batch, k) for k in ks]
+            answered = self.run_batch(family.name, inputs) if ks else []
+            again, broken = answer_records(family, inputs, answered)
+            return [(answered[j], broken.get(j, ""), bool((again[j] == records[k]).all())) for j, k in enumerate(ks)]
+
+        return Answers(records, outcomes)
+
+
+def run_piece(candidate: Candidate, family: AccumulatedFamily, lo: int, hi: int, batch: int, judge: Judge) -> Piece:
+    """The adapter's records of cases ``[lo, hi)``, the engine's, and the divergent cases. Per
+    batch, the only per-case work is the judging of divergent cases (at most
+    :data:`MAX_JUDGED`, none after the first failure); the rest are counted."""
     parts, engine_parts = [], []
     divergences: list[Divergence] = []
     unjudged = 0
     for start in range(lo, hi, batch):
         stop = min(start + batch, hi)
         arrays = family.arrays(start, stop)
-        inputs = [family.case_input(arrays, k) for k in range(stop - start)]
-        outcomes = run_batch(family.name, inputs)
-        records, broken = answer_records(family, inputs, outcomes)
-        engine = engine_records(family.name, start, stop)
-        parts.append(records)
-        engine_parts.append(engine)
-        for k in np.flatnonzero((records != engine).any(axis=1)).tolist():
-            if len(divergences) >= MAX_JUDGED or any(d.verdict != "precision" for d in divergences[-1:]):
-                unjudged += 1  # past the budget, or after this shard's first failure
-                continue
-            verdict, line = judge(start + k, outcomes[k])
-            divergences.append(Divergence(start + k, outcomes[k], broken.get(k, ""), verdict, line))
-    return ShardResult(
-        shard_digest(np.concatenate(parts)), shard_digest(np.concatenate(engine_parts)), divergences, unjudged
-    )
+        answers = candidate.answers(family, arrays)
+        engine = ENGINES[family.name](arrays)
+        parts.append(record_bytes(answers.records))
+        engine_parts.append(record_bytes(engine))
+        divergent = np.flatnonzero((answers.records != engine).any(axis=1)).tolist()
+        failed = any(d.verdict != "precision" for d in divergences[-1:])
+        asked = [] if failed else divergent[: MAX_JUDGED - len(divergences)]
+        unjudged += len(divergent) - len(asked)  # past the budget, or after the first failure
+        judged = 0
+        while judged < len(asked) and not failed:
+            # the first divergent case alone (a failing adapter is asked one case), then the rest at once
+            take = asked[judged : judged + 1] if judged == 0 else asked[judged:]
+            for k, (outcome, reason, consistent) in zip(take, answers.outcomes(take)):
+                if consistent:
+                    verdict, line = judge(start + k, outcome)
+                else:
+                    verdict, line = "fail", "its answer in a block differs from its answer as one input object"
+                divergences.append(Divergence(start + k, outcome, reason, verdict, line))
+                judged += 1
+                failed = verdict != "precision"
+                if failed:
+                    break
+        unjudged += len(asked) - judged  # after the first failure
+    return Piece(b"".join(parts), b"".join(engine_parts), divergences, unjudged)
 
 
 def accumulate(
-    run_batch: Callable[[str, list[dict]], list],
+    run_batch: RunBatch,
     family_name: str,
     count: int,
     expected: dict,
@@ -190,6 +318,7 @@ def accumulate(
     ranks: Ranks = SINGLE,
     judge: Judge = exact_judge,
     shard_cases: int = SHARD_CASES,
+    run_block: RunBlock | None = None,
 ) -> AccumulateResult:
     """Run ``count`` cases of an accumulated family through ``run_batch`` (an adapter
     client's), this rank's share of the shards; every rank returns the same result.
@@ -197,9 +326,19 @@ def accumulate(
     family = FAMILIES[family_name]
     began = time.perf_counter()
     shards = shard_ranges(count, shard_cases)
-    local = {s: run_shard(run_batch, family, *shards[s], batch, judge) for s in ranks.mine(range(len(shards)))}
-    results: dict[int, ShardResult] = ranks.merged(local)
-    ordered = [results[s] for s in range(len(shards))]
+    candidate = Candidate(run_batch, run_block)
+    local: dict[tuple[int, int], ShardResult | Piece] = {}
+    for index, lo, hi in rank_pieces(shards, count, ranks):
+        piece = run_piece(candidate, family, lo, hi, batch, judge)
+        whole = (lo, hi) == shards[index]  # a whole shard travels as its digests, a part as its records
+        local[index, lo] = merge_pieces([piece]) if whole else piece
+    by_shard: dict[int, list] = {}
+    for (index, _lo), part in sorted(ranks.merged(local).items(), key=lambda item: item[0]):
+        by_shard.setdefault(index, []).append(part)
+    ordered = [
+        parts[0] if isinstance(parts[0], ShardResult) else merge_pieces(parts)
+        for parts in (by_shard[index] for index in range(len(shards)))
+    ]
     engine_hash = combine([r.engine_digest for r in ordered])
     committed = committed_hash(expected, family_name, count) if shard_cases == SHARD_CASES else None
     return AccumulateResult(

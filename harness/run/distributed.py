@@ -1,9 +1,10 @@
 """Sharding a harness run over ``torch.distributed`` ranks launched by ``torchrun`` (docs/distributed.md).
 
-``qconform stat`` and ``qconform accumulate`` split their work into fixed units (cases,
-shards of cases) whose results do not depend on which process computed them; rank ``r``
-of ``W`` takes the units ``u`` with ``u % W == r``, and every rank gathers every unit's
-result with ``all_gather_object``. So the result is the same for any world size.
+``qconform stat`` and ``qconform accumulate`` split their work into units whose results do
+not depend on which process computed them: rank ``r`` of ``W`` takes the cases ``u`` with
+``u % W == r`` (``stat``, :meth:`Ranks.mine`), or a contiguous ``1 / W`` of the stream's
+cases (``accumulate``, :meth:`Ranks.share`), and every rank gathers every unit's result
+with ``all_gather_object``. So the result is the same for any world size.
 
 Launched by ``torchrun`` (``WORLD_SIZE`` and ``RANK`` in the environment), the process
 group is initialised from torchrun's own rendezvous (``env://``): gloo for a CPU
@@ -32,6 +33,11 @@ class Ranks:
     def mine(self, units: Sequence[T]) -> list[T]:
         """The units this rank computes: every ``world``-th, starting at ``rank``."""
         return list(units[self.rank :: self.world])
+
+    def share(self, count: int) -> tuple[int, int]:
+        """This rank's contiguous ``1 / world`` of ``count`` units, ``[first, last)``: the shares of
+        the ranks differ by at most one unit and cover ``0 .. count - 1`` in rank order."""
+        return count * self.rank // self.world, count * (self.rank + 1) // self.world
 
     def merged(self, local: dict) -> dict:
         """Every rank's ``{unit: result}``, merged (identical on every rank)."""

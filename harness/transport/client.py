@@ -604,6 +604,40 @@ class AdapterClient:
         request = {"op": "sample", "family": family, "inputs": inputs, "samples": samples, "seed": str(seed)}
         return self._batch(request, timeout_s, lambda output: check_sample_output(family, output, samples))
 
+    def run_block(self, family: str, block: dict[str, Any], timeout_s: float | None = None) -> Any:
+        """Answer a block of accumulated cases (the ``run_block`` op, docs/shim-protocol.md): the
+        records as a NumPy array, or :class:`Unimplemented` (no block path: ask case by case) or
+        :class:`AdapterError` (the request failed; the child was restarted if it misbehaved)."""
+        from qconform.harness.transport.blocks import BlockError, blob_array, block_blobs
+        from qconform.harness.transport.shim_protocol import to_json_blobs
+
+        if family not in self.config.capabilities.families:
+            return Unimplemented(f"{self.config.name} does not declare family {family}")
+        with self._lock:
+            try:
+                self._ensure_child()
+            except AdapterStartError as exc:
+                return AdapterError(f"adapter restart failed: {exc}")
+            blobs = block_blobs(block)
+            request = {
+                "op": "run_block",
+                "family": family,
+                "block": blobs if self.payload == BINARY_PAYLOAD else to_json_blobs(blobs),
+            }
+            try:
+                reply = self._exchange(request, self.timeout_s if timeout_s is None else timeout_s)
+            except ChildFailure as exc:
+                return AdapterError(str(exc))
+        status = reply.get("status")
+        if status == "unimplemented":
+            return Unimplemented(str(reply.get("reason", "")))
+        if status != "ok":
+            return AdapterError(f"run_block failed: {reply.get('message', quote(repr(reply)))}")
+        try:
+            return blob_array(reply.get("records"), "the records")
+        except BlockError as exc:
+            return AdapterError(f"run_block answered {exc}")
+
     def _batch(self, request: dict, timeout_s: float | None, check: Callable[[dict], str | None]) -> list[Outcome]:
         """Send one batch request and return its per-input outcomes, each checked by ``check``."""
         count = len(request["inputs"])

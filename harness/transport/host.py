@@ -31,6 +31,7 @@ from qconform.harness.transport.shim_protocol import (
     ProtocolError,
     config_to_json,
     decode_line,
+    encode_binary,
     encode_message,
     join_sections,
     outcome_to_entry,
@@ -172,6 +173,37 @@ def sample_reply(
     )
 
 
+def block_reply(adapter: Adapter, families: tuple[str, ...], request_id: Any, request: dict, binary: bool) -> bytes:
+    """The serialized answer to one ``run_block`` request (docs/shim-protocol.md, "run_block"):
+    the adapter's records as one ``u32`` blob, ``unimplemented`` when it has no block path."""
+    import numpy as np  # here: a child that is never sent a block does not load NumPy
+
+    from qconform.harness.transport.blocks import BlockError, array_blob, block_arrays
+
+    family = request.get("family")
+    if not isinstance(family, str):
+        return error_reply(request_id, "run_block needs a string family")
+    if family not in families:
+        return unimplemented_reply(adapter, request_id, f"implement {family}")
+    try:
+        block = block_arrays(request.get("block"))
+    except BlockError as exc:
+        return error_reply(request_id, f"bad block: {exc}")
+    try:
+        records = adapter.run_block(family, block)
+    except Exception as exc:  # noqa: BLE001 - the whole block failed: the harness asks case by case
+        traceback.print_exc()
+        return error_reply(request_id, describe_exception(exc))
+    if isinstance(records, Unimplemented):
+        return encode_message({"id": request_id, "status": "unimplemented", "reason": records.reason})
+    try:
+        blob = array_blob(np.asarray(records))
+    except BlockError as exc:
+        return error_reply(request_id, f"run_block returned {exc}")
+    reply = {"id": request_id, "status": "ok", "records": blob}
+    return encode_binary(reply) if binary else encode_message(to_json_blobs(reply))
+
+
 def attach_arena(offer: Any) -> memoryview | None:
     """The read-only mapping of an offered arena (``{"fd": N, "bytes": SIZE}``), or None when there
     is no offer or it does not map (the harness then sends every blob inline; said on stderr)."""
@@ -229,6 +261,10 @@ class Host:
                 self.families = self.adapter.capabilities().families
             family, inputs = request.get("family"), request.get("inputs")
             return run_reply(self.adapter, self.families, request_id, family, inputs, self.binary), True
+        if op == "run_block":
+            if self.families is None:
+                self.families = self.adapter.capabilities().families
+            return block_reply(self.adapter, self.families, request_id, request, self.binary), True
         if op == "sample":
             if self.sampling is None:
                 self.sampling = self.adapter.capabilities().sampling

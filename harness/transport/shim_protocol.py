@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from qconform.harness.transport.arena import BlobArena as Arena
 
 PROTOCOL_VERSION = 1
-OPS = ("get_config", "run", "sample", "shutdown")
+OPS = ("get_config", "run", "run_block", "sample", "shutdown")
 ENTRY_STATUSES = ("ok", "unimplemented", "error")
 #: keys of a ``get_config`` answer's ``config``; any other key lands in ``extra``
 CONFIG_KEYS = ("name", "protocol", "capabilities", "precision", "device", "payload", "arena")

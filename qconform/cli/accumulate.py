@@ -47,10 +47,16 @@ def command_line(adapter: str, family: str, count: int) -> str:
 @click.option(
     "--batch",
     type=click.IntRange(min=1),
-    default=4096,
+    default=16384,
     show_default=True,
     metavar="B",
-    help="Cases per run_batch call.",
+    help="Cases per request: per run_block call (a block of arrays), or per run_batch call.",
+)
+@click.option(
+    "--by-case",
+    is_flag=True,
+    help="Send every case as an input object (run_batch), even to an adapter that answers blocks "
+    '(docs/accumulated.md, "Blocks").',
 )
 @click.option(
     "--shard-cases",
@@ -90,6 +96,7 @@ def accumulate_command(
     family: str,
     count: int,
     batch: int,
+    by_case: bool,
     shard_cases: int,
     device: str,
     timeout: float,
@@ -141,9 +148,26 @@ def accumulate_command(
                     verdict = judge(case_vector(family, case, line), outcome, client.config)
                     return str(verdict.cls), verdict.line()
 
+                def run_block(name: str, block: dict) -> object:
+                    answer = client.run_block(name, block)
+                    if hasattr(answer, "shape"):  # records: the block was answered (else it is asked case by case)
+                        answered[0] += len(answer)
+                        advance(len(answer))
+                    return answer
+
                 guard.install()
                 try:
-                    result = accumulate(run_batch, family, count, expected, batch, ranks, judge_case, shard_cases)
+                    result = accumulate(
+                        run_batch,
+                        family,
+                        count,
+                        expected,
+                        batch,
+                        ranks,
+                        judge_case,
+                        shard_cases,
+                        None if by_case else run_block,
+                    )
                 except KeyboardInterrupt:
                     client.abort()  # the batch in flight is abandoned with its child
                     result = None
