@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from qconform.cli import cli
 from qconform.harness.run.gate import RunExit
-from tests.robustness.processes import REPO, qconform
+from robustness.processes import REPO, qconform
 
 FAMILY = ["--family", "rng_abi"]
 

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from qconform.cli import cli
 from qconform.generators.corpus import default_vectors_dir
 from qconform.generators.validation import load_index
-from tests.robustness.processes import REPO
+from robustness.processes import REPO
 
 GATE = REPO / "examples" / "ci" / "gate.sh"
 EXAMPLE_SHIM = REPO / "examples" / "shim" / "python_shim.py"

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from qconform.cli import cli
-from tests.robustness.processes import qconform, survivors, tree_shim, wait_until_asked
+from robustness.processes import qconform, survivors, tree_shim, wait_until_asked
 
 
 def test_an_absurd_sample_count_is_refused_before_anything_starts():

@@ -18,8 +18,8 @@ import pytest
 
 from qconform.harness.adapter import AdapterStartError
 from qconform.harness.transport.client import open_adapter
-from tests.endpoint_servers import opt_in_slow
-from tests.robustness.processes import qconform, recorded, survivors, tree_shim, wait_for_helpers
+from endpoint_servers import opt_in_slow
+from robustness.processes import qconform, recorded, survivors, tree_shim, wait_for_helpers
 
 RNG_CASE = {"n": 1}
 
@@ -61,18 +61,14 @@ def test_a_shim_killed_by_a_signal_is_reported_as_killed_by_it(tmp_path):
     assert survivors(pids) == []
 
 
-def _worker_that_sleeps() -> None:
-    time.sleep(600)
-
-
 def test_forked_workers_die_with_a_command_killed_by_sigkill(tmp_path):
     """``qconform mutants`` and ``adequacy`` fork their workers: they end with the command, kill -9 included."""
     script = (
         "import multiprocessing, sys, time\n"
         "from qconform.harness.transport.client import forks_die_with_parent\n"
         "forks_die_with_parent()\n"
-        "from tests.robustness.test_process_tree import _worker_that_sleeps\n"
-        "p = multiprocessing.get_context('fork').Process(target=_worker_that_sleeps)\n"
+        "def sleeps(): time.sleep(600)\n"
+        "p = multiprocessing.get_context('fork').Process(target=sleeps)\n"
         "p.start()\n"
         "open(sys.argv[1], 'w').write(f'{p.pid}\\n')\n"
         "time.sleep(600)\n"

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from qconform.cli import cli
 from qconform.generators.corpus import default_vectors_dir
 from qconform.generators.validation import load_index
-from tests.robustness.processes import REPO, qconform, tree_shim, wait_until_asked
+from robustness.processes import REPO, qconform, tree_shim, wait_until_asked
 
 RNG_ABI = sorted(cid for cid in load_index(default_vectors_dir())["cases"] if cid.startswith("rng_abi/"))
 
