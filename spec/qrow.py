@@ -44,20 +44,24 @@ def check_vocab(vocab: int) -> None:
 
 @defines("R07", "R19")
 def check_sparse_support(vocab: int, ids: Sequence[int], counts: Sequence[int]) -> None:
-    """Refuse a sparse support that is not canonical (R07, R19)."""
+    """Refuse a sparse support that is not canonical (R07, R19), in the order of
+    ``refusal_order.QROW_REFUSALS``: the lengths, then each class over the whole row
+    (an ID out of range anywhere, then one not above the one before it, then a zero
+    count), so which entry is bad first never decides the code."""
     if len(ids) != len(counts):
         raise refuse("BAD_SHAPE", f"{len(ids)} sparse IDs but {len(counts)} counts")
-    previous = -1
-    for token, count in zip(ids, counts):
+    for token in ids:
         if not isinstance(token, int) or isinstance(token, bool):
             raise refuse("BAD_SPARSE_SUPPORT", f"sparse ID {token!r} is not an integer")
-        if not 0 <= token < vocab:
-            raise refuse("TOKEN_OUT_OF_RANGE", f"sparse ID {token} outside vocabulary {vocab}")
+    outside = [token for token in ids if not 0 <= token < vocab]
+    if outside:
+        raise refuse("TOKEN_OUT_OF_RANGE", f"sparse ID {outside[0]} outside vocabulary {vocab}")
+    for previous, token in zip(ids, ids[1:]):
         if token <= previous:
             raise refuse("BAD_SPARSE_SUPPORT", f"sparse ID {token} does not ascend strictly after {previous}")
+    for token, count in zip(ids, counts):
         if is_count(count) and count == 0:
             raise refuse("BAD_SPARSE_SUPPORT", f"sparse ID {token} has a zero count")
-        previous = token
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,64 @@
+"""The refusal precedence of every family outside the wire, as data (R05, R07, R10, R19, R22, R24, R27, R31).
+
+When one input breaks several rules at once, its answer is the code of the **earlier row** of its
+family's table. Each family's format document (``docs/formats/<family>.md``, "Refusal precedence")
+prints the same table, and a test parses it and compares row for row (the words of each failing
+condition and its code). The spec functions that refuse check in this order; the family's generator
+pins every row alone and every pair of rows that can fail together (its ``precedence`` group) and
+fails when the spec answers other than the earlier row, so the code cannot drift from its table.
+The wire's own tables are ``qconform.spec.wire.checks`` (docs/wire-v2.md, "Check order").
+
+The principle behind every table, as on the wire: the shape of the input (lengths, counts, the
+sizes a request asks for) comes before its values, so a refusal about a size never depends on the
+values it sizes; then each value class **over the whole row** (which entry is bad first never
+decides the answer: a parallel implementation reduces one flag per class), then the rules that
+need every value (a sum, zero mass). A batch is judged request by request, in batch order
+(verification_round, "Refusal precedence", says why).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One row of a family's precedence table: ``code`` when the input fails ``when`` (the document's words)."""
+
+    code: str
+    when: str
+
+
+def table(*rows: tuple[str, str]) -> tuple[Refusal, ...]:
+    return tuple(Refusal(code, when) for code, when in rows)
+
+
+#: A q row (``QRow``): the shape, then the IDs over the whole row, then the counts (R03, R07, R19).
+QROW_REFUSALS: tuple[Refusal, ...] = table(
+    ("BAD_SHAPE", "dense: the row has not `vocab` counts"),
+    ("BAD_SHAPE", "sparse: `ids` and `counts` differ in length"),
+    ("TOKEN_OUT_OF_RANGE", "sparse: an ID is outside [0, `vocab`)"),
+    ("BAD_SPARSE_SUPPORT", "sparse: an ID is not above the one before it"),
+    ("BAD_SPARSE_SUPPORT", "sparse: a count is 0"),
+    ("WRONG_TOTAL_MASS", "the counts do not sum to M = 2^24"),
+)
+
+#: A proposal row of weights or of logits and a temperature, and the top-k size (R05, R07).
+ALLOCATION_REFUSALS: tuple[Refusal, ...] = table(
+    ("EMPTY_ROW", "the row has no entries"),
+    ("BAD_TEMPERATURE", "logits: T is not a finite positive number"),
+    ("NAN_WEIGHT", "weights: a weight is NaN"),
+    ("POS_INF_WEIGHT", "weights: a weight is +inf"),
+    ("NEGATIVE_WEIGHT", "weights: a weight is negative (-inf and negative subnormals included)"),
+    ("NAN_LOGIT", "logits: some `s_v = f32(z_v / T)` is NaN"),
+    ("POS_INF_LOGIT", "logits: some `s_v` is +inf"),
+    ("ZERO_MASS", "weights: no weight is positive"),
+    ("ALL_MASKED", "logits: every `s_v` is -inf"),
+    ("BAD_SUPPORT_SIZE", "`k` is outside 1..V"),
+)
+
+#: family -> its rows in precedence order (families with refusals; the wire's are ``wire.checks``).
+REFUSAL_ORDER: dict[str, tuple[Refusal, ...]] = {
+    "categorical_sampling": QROW_REFUSALS,
+    "allocation_invalid": ALLOCATION_REFUSALS,
+}
