@@ -151,10 +151,9 @@ def allocation_dense(inp: dict, device: str) -> dict:
 
 def allocation_sparse(inp: dict, device: str) -> dict:
     k = inp["k"]
-    vocab = (inp["weights"] if "weights" in inp else inp["logits"])["shape"][0]
-    if not 1 <= k <= vocab:
+    w, extra = row_weights(inp, device)  # the row's refusals come before k's (docs/formats/allocation_invalid.md)
+    if not 1 <= k <= w.shape[-1]:
         raise CandidateError("BAD_SUPPORT_SIZE", f"k = {k}")
-    w, extra = row_weights(inp, device)
     support = allocation.top_k_support(w, k)
     counts = allocation.largest_remainder_counts(w.gather(1, support))
     row = q_row_json(counts[0], support[0])

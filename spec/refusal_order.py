@@ -57,8 +57,21 @@ ALLOCATION_REFUSALS: tuple[Refusal, ...] = table(
     ("BAD_SUPPORT_SIZE", "`k` is outside 1..V"),
 )
 
+#: A sharded proposal row (the unsharded row's table, shard ranges first) and a sharded residual
+#: (its ranges, its q row as ``QROW_REFUSALS``, its target weights, its mass) (R05, R07, R10, R31, R33).
+SHARDING_REFUSALS: tuple[Refusal, ...] = table(
+    ("BAD_SHARD_RANGES", "the shard ranges are not nonempty contiguous ranges covering [0, V)"),
+    *((r.code, r.when) for r in ALLOCATION_REFUSALS[1:-1]),
+    ("BAD_SUPPORT_SIZE", "top-k: `k` is outside 1..V"),
+    *((r.code, f"residual: `q_row`, {r.when}") for r in QROW_REFUSALS),
+    ("BAD_TARGET_ROW", "residual: a target weight is NaN, infinite or negative"),
+    ("BAD_TARGET_ROW", "residual: no target weight is positive"),
+    ("ZERO_MASS", "residual: every residual mass `max(p - q, 0)` is 0 and a draw is asked for"),
+)
+
 #: family -> its rows in precedence order (families with refusals; the wire's are ``wire.checks``).
 REFUSAL_ORDER: dict[str, tuple[Refusal, ...]] = {
     "categorical_sampling": QROW_REFUSALS,
     "allocation_invalid": ALLOCATION_REFUSALS,
+    "sharding": SHARDING_REFUSALS,
 }

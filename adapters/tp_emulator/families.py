@@ -60,7 +60,11 @@ def gathered(rank: Rank, tensor: torch.Tensor, fill: float | int = 0) -> torch.T
 # --- allocation_dense, allocation_sparse --------------------------------------------------------
 
 
-def check_k(k: int | None, vocab: int) -> None:
+def check_mass_then_k(rank: Rank, weights: torch.Tensor, k: int | None, vocab: int) -> None:
+    """ZERO_MASS when the all-reduced W is 0, then BAD_SUPPORT_SIZE for k outside 1..V: the row's
+    refusals before the request's (docs/formats/allocation_invalid.md, "Refusal precedence")."""
+    if rank.exact_sum(weights)[0] == 0:
+        raise CandidateError("ZERO_MASS", "the all-reduced weight sum is zero")
     if k is not None and not 1 <= k <= vocab:
         raise CandidateError("BAD_SUPPORT_SIZE", f"k = {k}")
 
@@ -94,9 +98,9 @@ def allocation_row(rank: Rank, inp: dict, k: int | None) -> tuple[torch.Tensor, 
     vocab = row_vocab(inp)
     if vocab == 0:
         raise CandidateError("EMPTY_ROW", "weight row has no entries")
-    check_k(k, vocab)
     span = even_spans(vocab, rank.world)[rank.rank]
     row = kernels.load_row(rank, inp, span)
+    check_mass_then_k(rank, row.weights, k, vocab)
     result = allocate_row(rank, span, row.weights, k)
     return gathered(rank, result.counts), None if result.top is None else result.top.support, row
 
@@ -136,8 +140,8 @@ def proposal_case(rank: Rank, inp: dict) -> dict | None:
     vocab = row_vocab(inp)
     spans = checked_spans(inp["shard_ranges"], vocab, rank.world)
     k = inp["support"]["k"] if inp["support"]["policy"] == "top_k" else None
-    check_k(k, vocab)
     row = kernels.load_row(rank, inp, spans[rank.rank])
+    check_mass_then_k(rank, row.weights, k, vocab)
     result = allocate_row(rank, spans[rank.rank], row.weights, k)
     draws = [kernels.sample_proposal(rank, result.counts, spans, u) for u in inp["proposal_draws"]]
     report = shard_report(rank, row, result)
@@ -224,7 +228,12 @@ def residual_case(rank: Rank, inp: dict) -> dict | None:
     spans = checked_spans(inp["shard_ranges"], vocab, rank.world)
     span = spans[rank.rank]
     q_counts = q_row_counts(inp["q_row"], vocab, rank.device)[span.start : span.end]
-    target = kernels.load_row(rank, {"weights": inp["p_weights"]}, span).weights
+    try:
+        target = kernels.load_row(rank, {"weights": inp["p_weights"]}, span).weights
+    except CandidateError as error:  # a target row is p: every way it fails to be one is R10's code
+        if error.code not in kernels.WEIGHT_CODES:
+            raise
+        raise CandidateError("BAD_TARGET_ROW", f"target weights: {error.detail}") from None
     total = rank.exact_sum(target)[0]
     if total <= 0:
         raise CandidateError("BAD_TARGET_ROW", "the all-reduced target sum is not positive")
