@@ -28,6 +28,7 @@ from qconform.adapters.torch_codec import (
     request_answers,
     word,
 )
+from qconform.adapters.verification_inputs import verification_refusal
 from qconform.harness.adapter import Adapter, AdapterError, Capabilities, Outcome, PrecisionProfile
 
 MAX_REQUESTS = 4
@@ -224,13 +225,9 @@ def proposal_batch(inp: dict, device: str) -> dict:
 
 def verification_round(inp: dict, device: str) -> dict:
     vocab, requests = inp["vocab"], inp["requests"]
-    if len(requests) > MAX_REQUESTS:
-        raise CandidateError("BAD_SHAPE", f"{len(requests)} requests; the batch bound is {MAX_REQUESTS} (R27)")
-    depth = len(requests[0]["draft_tokens"])
-    if any(len(r["draft_tokens"]) != depth for r in requests):
-        raise CandidateError("BAD_SHAPE", "requests of one batch must share the depth")
-    if any(not 0 <= t < vocab for r in requests for t in r.get("stop_tokens", [])):
-        raise CandidateError("TOKEN_OUT_OF_RANGE", "a stop token is outside the vocabulary")
+    refusal = verification_refusal(inp)  # the documented order, request by request (verification_inputs)
+    if refusal is not None:
+        raise CandidateError(refusal, "refused before any kernel runs")
     q = torch.stack([q_rows_dense(r["q_rows"], vocab, device) for r in requests])
     p = torch.stack([p_rows_f64(r["p_rows"], device, vocab) for r in requests])
     drafts = torch.tensor([r["draft_tokens"] for r in requests], dtype=torch.int64, device=device)

@@ -69,9 +69,27 @@ SHARDING_REFUSALS: tuple[Refusal, ...] = table(
     ("ZERO_MASS", "residual: every residual mass `max(p - q, 0)` is 0 and a draw is asked for"),
 )
 
+#: A batch of rounds: the batch's shape (rows 1-3), then each request in batch order, the first
+#: refused request deciding by its earliest failing row (rows 4-17) (R10, R11, R19, R24, R27).
+VERIFICATION_REFUSALS: tuple[Refusal, ...] = table(
+    ("BAD_SHAPE", "the batch holds more than 4 requests"),
+    ("BAD_SHAPE", "two requests have different numbers of drafts K"),
+    ("BAD_SHAPE", "K is above 8 (no fixed-depth arm)"),
+    ("BAD_REQUEST_ID", "the request carries both or neither of `seed` and `request_id`"),
+    ("BAD_SHAPE", "`q_rows` has not K rows or `p_rows` has not K + 1 rows"),
+    *((r.code, f"a q row, {r.when}") for r in QROW_REFUSALS),
+    ("BAD_SHAPE", "a target row has not `vocab` entries"),
+    ("BAD_TARGET_ROW", "a target row is no distribution"),
+    ("TOKEN_OUT_OF_RANGE", "a draft token is outside [0, `vocab`)"),
+    ("ZERO_Q_AT_TOKEN", "a draft token has count 0 in its q row"),
+    ("TOKEN_OUT_OF_RANGE", "a stop token is outside [0, `vocab`)"),
+    ("BAD_SHAPE", "`budget` is below 1"),
+)
+
 #: family -> its rows in precedence order (families with refusals; the wire's are ``wire.checks``).
 REFUSAL_ORDER: dict[str, tuple[Refusal, ...]] = {
     "categorical_sampling": QROW_REFUSALS,
     "allocation_invalid": ALLOCATION_REFUSALS,
     "sharding": SHARDING_REFUSALS,
+    "verification_round": VERIFICATION_REFUSALS,
 }

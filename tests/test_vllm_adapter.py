@@ -66,11 +66,13 @@ def test_full_acceptance_reports_no_draw_for_the_bonus():
 
 def test_shapes_vllm_cannot_express_are_refused():
     row = {"representation": "dense", "counts": {"dtype": "u32", "b64": "", "shape": [0]}}
-    request = {"draft_tokens": [1], "q_rows": [row], "p_rows": {"probabilities": [["1"]]}}
+    request = {"seed": "1", "draft_tokens": [1], "q_rows": [row], "p_rows": {"probabilities": [["1"]]}}
     with pytest.raises(shim.Refusal, match="BAD_SHAPE"):
         shim.check_batch({"requests": [request]})
     with pytest.raises(shim.Refusal, match="BAD_SHAPE"):
         shim.check_batch({"requests": [{**request, "p_rows": {"probabilities": [["1"], ["1"]]}}] * 5})
+    with pytest.raises(shim.Refusal, match="BAD_REQUEST_ID"):  # before the row counts (verification_round.md)
+        shim.check_batch({"vocab": 1, "requests": [{k: v for k, v in request.items() if k != "seed"}]})
 
 
 def test_adapter_names_and_a_missing_environment(monkeypatch, tmp_path):

@@ -17,12 +17,13 @@ from typing import Callable
 
 import torch
 
-from qconform.adapters.torch_adapter import MAX_REQUESTS, p_rows_f64, q_row_counts, q_row_json, q_rows_dense
+from qconform.adapters.torch_adapter import p_rows_f64, q_row_counts, q_row_json, q_rows_dense
 from qconform.adapters.torch_candidate.allocation import M
 from qconform.adapters.torch_candidate.errors import CandidateError
 from qconform.adapters.torch_candidate.philox import ACCEPT, CORRECTION, draw_word0, request_seed, seed_keys, u32_of
 from qconform.adapters.torch_candidate.verification import accepts, check_shapes, residual_rows
 from qconform.adapters.torch_codec import DOMAIN_NAMES, encode_ints
+from qconform.adapters.verification_inputs import verification_refusal
 
 from . import kernels
 from .rank import Rank, Span, checked_spans, even_spans, fp64
@@ -347,12 +348,9 @@ def final_draw(rank: Rank, verdicts: dict, b: int, j: int, correction: bool) -> 
 def verification_round(rank: Rank, inp: dict) -> dict | None:
     """Standard verification of a batch, sharded over the vocabulary (R11, R33); draws owned by the leader."""
     vocab, requests = inp["vocab"], inp["requests"]
-    if len(requests) > MAX_REQUESTS:
-        raise CandidateError("BAD_SHAPE", f"{len(requests)} requests; the batch bound is {MAX_REQUESTS} (R27)")
-    if any(len(r["draft_tokens"]) != len(requests[0]["draft_tokens"]) for r in requests):
-        raise CandidateError("BAD_SHAPE", "requests of one batch must share the depth")
-    if any(not 0 <= t < vocab for r in requests for t in r.get("stop_tokens", [])):
-        raise CandidateError("TOKEN_OUT_OF_RANGE", "a stop token is outside the vocabulary")
+    refusal = verification_refusal(inp)  # the documented order, request by request (verification_inputs)
+    if refusal is not None:
+        raise CandidateError(refusal, "refused before any kernel runs")
     device = rank.device
     q = torch.stack([q_rows_dense(r["q_rows"], vocab, device) for r in requests])
     p = torch.stack([p_rows_f64(r["p_rows"], device, vocab) for r in requests])

@@ -56,6 +56,8 @@ MASK32 = 0xFFFFFFFF
 ACCEPT_DOMAIN = 2
 UNSEEDED_TAG = b"qconform-unseeded-seed-v1"
 MAX_REQUESTS = 4
+#: the deepest fixed-depth arm (docs/admission.md)
+MAX_DEPTH = 8
 FAMILIES = ("verification_round",)
 #: float32 rounding of the acceptance uniform (CPU kernel) or of p/q (Triton), and a
 #: float32 softmax of log p: every acceptance flip lies within 2^-20 of the boundary
@@ -280,12 +282,35 @@ def register_expand_fix() -> None:
 # --- verification_round ---------------------------------------------------------------------
 
 
+def q_row_refusal(rows: list[dict], vocab: int) -> str | None:
+    """The q-row rows of docs/formats/verification_round.md ("Refusal precedence", rows 6-11),
+    each over every q row of the request: the shim reads q into vLLM's dense draft probabilities,
+    which needs legal rows."""
+    raw = [
+        (unpack(r["ids"], "i32") if r["representation"] == "sparse" else None, unpack(r["counts"], "u32")) for r in rows
+    ]
+    if any((ids is None and len(c) != vocab) or (ids is not None and len(ids) != len(c)) for ids, c in raw):
+        return "BAD_SHAPE"
+    sparse = [(ids, c) for ids, c in raw if ids is not None]
+    if any(not 0 <= t < vocab for ids, _ in sparse for t in ids):
+        return "TOKEN_OUT_OF_RANGE"
+    if any(b <= a for ids, _ in sparse for a, b in zip(ids, ids[1:])) or any(0 in c for _, c in sparse):
+        return "BAD_SPARSE_SUPPORT"
+    return "WRONG_TOTAL_MASS" if any(sum(c) != M for _, c in raw) else None
+
+
 def check_batch(inp: dict) -> None:
-    """Refusals of the shim's own shape checks; vLLM's sampler validates nothing."""
+    """Refusals of the shim's own checks, rows 1-12 of docs/formats/verification_round.md's "Refusal
+    precedence" in its order (the batch's shape, then request by request: seed identity, row counts,
+    q rows, target row widths): what vLLM's metadata needs. vLLM's sampler validates nothing, so
+    rows 13-17 (target values, draft and stop token ranges, zero q, budget) are never refused."""
     requests = inp["requests"]
-    if not 1 <= len(requests) <= MAX_REQUESTS or len({len(r["draft_tokens"]) for r in requests}) != 1:
+    depths = {len(r["draft_tokens"]) for r in requests}
+    if not 1 <= len(requests) <= MAX_REQUESTS or len(depths) != 1 or not 1 <= depths.pop() <= MAX_DEPTH:
         raise Refusal("BAD_SHAPE")
     for r in requests:  # vLLM's metadata needs K q rows and K + 1 target rows of V entries each
+        if ("seed" in r) == ("request_id" in r):
+            raise Refusal("BAD_REQUEST_ID")
         p = r["p_rows"]
         if "probabilities" in p:
             widths = [len(row) for row in p["probabilities"]]
@@ -293,6 +318,9 @@ def check_batch(inp: dict) -> None:
             widths = [p["weights"]["shape"][1]] * p["weights"]["shape"][0]
         if len(r["q_rows"]) != len(r["draft_tokens"]) or len(widths) != len(r["draft_tokens"]) + 1:
             raise Refusal("BAD_SHAPE")
+        code = q_row_refusal(r["q_rows"], inp["vocab"])
+        if code:
+            raise Refusal(code)
         if any(width != inp["vocab"] for width in widths):
             raise Refusal("BAD_SHAPE")
 

@@ -19,7 +19,7 @@ from qconform.generators.registry import Case, Family, FuzzHooks, Group, Labels,
 from qconform.generators.schemas import closed_object as closed
 from qconform.spec.constants import VOCAB, M
 from qconform.spec.errors import SpecError, refuse
-from qconform.spec.qrow import QRow
+from qconform.spec.qrow import QRow, RawRow, check_q_rows
 from qconform.spec.sampling import sample_qrow
 
 if TYPE_CHECKING:
@@ -33,18 +33,21 @@ def encode_qrow(row: QRow) -> dict:
     return {"representation": "sparse", "ids": encode_blob("i32", row.ids), "counts": encode_blob("u32", row.counts)}
 
 
+def raw_qrow(obj: dict) -> RawRow:
+    """(sparse IDs or None, counts) of a q row's JSON object, unchecked."""
+    counts, _ = decode_blob(obj["counts"], "u32")
+    if obj.get("representation") == "dense":
+        return None, counts
+    if obj.get("representation") == "sparse":
+        return decode_blob(obj["ids"], "i32")[0], counts
+    raise EncodingError(f"q row representation {obj.get('representation')!r} is not dense or sparse")
+
+
 def decode_qrow(obj: dict, vocab: int) -> QRow:
     """The q row of a JSON object over ``vocab`` tokens; SpecError if the row is not legal."""
-    if obj.get("representation") == "dense":
-        counts, _ = decode_blob(obj["counts"], "u32")
-        if len(counts) != vocab:
-            raise refuse("BAD_SHAPE", f"dense q row has {len(counts)} counts, vocabulary is {vocab}")
-        return QRow.dense(counts)
-    if obj.get("representation") == "sparse":
-        ids, _ = decode_blob(obj["ids"], "i32")
-        counts, _ = decode_blob(obj["counts"], "u32")
-        return QRow.sparse(vocab, ids, counts)
-    raise EncodingError(f"q row representation {obj.get('representation')!r} is not dense or sparse")
+    ids, counts = raw_qrow(obj)
+    check_q_rows(vocab, [(ids, counts)])
+    return QRow.dense(counts) if ids is None else QRow.sparse(vocab, ids, counts)
 
 
 NOTES = {
