@@ -18,7 +18,7 @@ from qconform.generators.encoding import EncodingError, decode_blob, encode_blob
 from qconform.generators.registry import Case, Family, FuzzHooks, Group, Labels, Note
 from qconform.generators.schemas import closed_object as closed
 from qconform.spec.constants import VOCAB, M
-from qconform.spec.errors import SpecError, refuse
+from qconform.spec.errors import SpecError
 from qconform.spec.qrow import QRow, RawRow, check_q_rows
 from qconform.spec.sampling import sample_qrow
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
+from qconform.generators import precedence
 from qconform.generators.encoding import (
     EncodingError,
     decode_blob,
@@ -30,7 +31,6 @@ from qconform.generators.encoding import (
     encode_u64,
     f32_bits,
 )
-from qconform.generators import precedence
 from qconform.generators.families.categorical_sampling import (
     ROW_BREAKS,
     RowDraft,
@@ -54,8 +54,8 @@ from qconform.spec.rng_abi import (
     draw_words,
     proposal_draw,
     proposal_key,
-    uniform32_draw,
     request_seed,
+    uniform32_draw,
     unseeded_request_seed,
 )
 from qconform.spec.sampling import sample_qrow
