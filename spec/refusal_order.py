@@ -86,10 +86,21 @@ VERIFICATION_REFUSALS: tuple[Refusal, ...] = table(
     ("BAD_SHAPE", "`budget` is below 1"),
 )
 
+#: The table of one round's rows by prefix: the depth, every q row given, every p row given, then
+#: the rows a reachable prefix lacks (R01, R10, R11, R27).
+DISTRIBUTION_REFUSALS: tuple[Refusal, ...] = table(
+    ("BAD_SHAPE", "`depth` is below 1"),
+    *((r.code, f"a q row, {r.when}") for r in QROW_REFUSALS),
+    ("BAD_SHAPE", "a p row has not `vocab` entries"),
+    ("BAD_TARGET_ROW", "a p row is no distribution"),
+    ("BAD_SHAPE", "a prefix the round can reach has no q row (length < K) or no p row"),
+)
+
 #: family -> its rows in precedence order (families with refusals; the wire's are ``wire.checks``).
 REFUSAL_ORDER: dict[str, tuple[Refusal, ...]] = {
     "categorical_sampling": QROW_REFUSALS,
     "allocation_invalid": ALLOCATION_REFUSALS,
     "sharding": SHARDING_REFUSALS,
     "verification_round": VERIFICATION_REFUSALS,
+    "distribution": DISTRIBUTION_REFUSALS,
 }
