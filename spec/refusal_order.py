@@ -96,6 +96,22 @@ DISTRIBUTION_REFUSALS: tuple[Refusal, ...] = table(
     ("BAD_SHAPE", "a prefix the round can reach has no q row (length < K) or no p row"),
 )
 
+#: One proposal chain: its shapes, its Markov head and last token, then row by row (row 1 first)
+#: that row's weights and the top-k size (R05, R07, R19, R27, R35).
+PROPOSAL_CHAIN_REFUSALS: tuple[Refusal, ...] = table(
+    ("BAD_SHAPE", "`depth` is not the number of `base_logits` rows"),
+    ("BAD_SHAPE", "there is no base logit row (K = 0)"),
+    ("BAD_SHAPE", "a `base_logits` row has not V entries (V: the rows of `markov.left`)"),
+    ("BAD_SHAPE", "a `markov.left` row has not r entries (r: the rows of `markov.right`)"),
+    ("BAD_SHAPE", "a `markov.right` row has not V entries"),
+    ("TOKEN_OUT_OF_RANGE", "`last_committed_token` is outside [0, V)"),
+    ("BAD_TEMPERATURE", "the row: T is not a finite positive number"),
+    ("NAN_LOGIT", "the row: some `s_v = f32(f32(z_v + bias_v) / T)` is NaN"),
+    ("POS_INF_LOGIT", "the row: some `s_v` is +inf"),
+    ("ALL_MASKED", "the row: every `s_v` is -inf"),
+    ("BAD_SUPPORT_SIZE", "the row: top-k `k` is outside 1..V"),
+)
+
 #: family -> its rows in precedence order (families with refusals; the wire's are ``wire.checks``).
 REFUSAL_ORDER: dict[str, tuple[Refusal, ...]] = {
     "categorical_sampling": QROW_REFUSALS,
@@ -103,4 +119,5 @@ REFUSAL_ORDER: dict[str, tuple[Refusal, ...]] = {
     "sharding": SHARDING_REFUSALS,
     "verification_round": VERIFICATION_REFUSALS,
     "distribution": DISTRIBUTION_REFUSALS,
+    "proposal_chain": PROPOSAL_CHAIN_REFUSALS,
 }
