@@ -224,7 +224,9 @@ def propose_batch(requests: list[dict], device: str) -> list[dict]:
         raise TritonCandidateError("BAD_SHAPE", f"{len(requests)} requests; a batch holds 1 to {MAX_REQUESTS} (R27)")
     first = requests[0]
     if any(
-        r["support"] != first["support"] or r["markov"] != first["markov"] or r["depth"] != first["depth"]
+        r["support"] != first["support"]
+        or r["markov"] != first["markov"]
+        or r["base_logits"]["shape"][0] != first["base_logits"]["shape"][0]  # the rows, not the depth field
         for r in requests
     ):
         raise TritonCandidateError("BAD_SHAPE", "a batch has one depth, one support policy and one Markov head")

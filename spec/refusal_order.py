@@ -112,6 +112,14 @@ PROPOSAL_CHAIN_REFUSALS: tuple[Refusal, ...] = table(
     ("BAD_SUPPORT_SIZE", "the row: top-k `k` is outside 1..V"),
 )
 
+#: A batch of proposal chains: the batch's shape, then each request in batch order by the chain's table.
+PROPOSAL_BATCH_REFUSALS: tuple[Refusal, ...] = table(
+    ("BAD_SHAPE", "the batch holds no request or more than 4"),
+    ("BAD_SHAPE", "two requests have different numbers of `base_logits` rows"),
+    ("BAD_SHAPE", "two requests have different support policies or Markov heads"),
+    *((r.code, f"a request, {r.when}") for r in PROPOSAL_CHAIN_REFUSALS),
+)
+
 #: family -> its rows in precedence order (families with refusals; the wire's are ``wire.checks``).
 REFUSAL_ORDER: dict[str, tuple[Refusal, ...]] = {
     "categorical_sampling": QROW_REFUSALS,
@@ -120,4 +128,5 @@ REFUSAL_ORDER: dict[str, tuple[Refusal, ...]] = {
     "verification_round": VERIFICATION_REFUSALS,
     "distribution": DISTRIBUTION_REFUSALS,
     "proposal_chain": PROPOSAL_CHAIN_REFUSALS,
+    "proposal_batch": PROPOSAL_BATCH_REFUSALS,
 }
