@@ -120,6 +120,15 @@ PROPOSAL_BATCH_REFUSALS: tuple[Refusal, ...] = table(
     *((r.code, f"a request, {r.when}") for r in PROPOSAL_CHAIN_REFUSALS),
 )
 
+#: One draw key's fields (R22, R23, R24): one code, so the order never decides it.
+RNG_ABI_REFUSALS: tuple[Refusal, ...] = table(
+    ("BAD_RNG_FIELD", "`seed` is outside [0, 2^64)"),
+    ("BAD_RNG_FIELD", "`position` is outside [0, 2^32)"),
+    ("BAD_RNG_FIELD", "`round` is outside [0, 2^32)"),
+    ("BAD_RNG_FIELD", "`generation` is outside [0, 2^32)"),
+    ("BAD_RNG_FIELD", "`draw_counter` is outside [0, 2^24)"),
+)
+
 #: family -> its rows in precedence order (families with refusals; the wire's are ``wire.checks``).
 REFUSAL_ORDER: dict[str, tuple[Refusal, ...]] = {
     "categorical_sampling": QROW_REFUSALS,
@@ -129,4 +138,5 @@ REFUSAL_ORDER: dict[str, tuple[Refusal, ...]] = {
     "distribution": DISTRIBUTION_REFUSALS,
     "proposal_chain": PROPOSAL_CHAIN_REFUSALS,
     "proposal_batch": PROPOSAL_BATCH_REFUSALS,
+    "rng_abi": RNG_ABI_REFUSALS,
 }

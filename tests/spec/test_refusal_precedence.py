@@ -71,8 +71,15 @@ def families_with_refusals() -> set[str]:
     return found
 
 
+#: Families with refusals whose table is not written yet, and why (issue #21); the list may only shrink.
+PENDING: dict[str, str] = {
+    "admission": "its scenario's q and p rows and its decision table's BAD_POLICY rows are not yet one table",
+}
+
+
 def test_every_family_with_refusals_has_a_table():
-    assert families_with_refusals() <= set(REFUSAL_ORDER)
+    assert families_with_refusals() - set(PENDING) <= set(REFUSAL_ORDER)
+    assert not set(PENDING) & set(REFUSAL_ORDER), "a family with a table is no longer pending"
 
 
 @pytest.mark.parametrize("family", sorted(REFUSAL_ORDER))
