@@ -48,7 +48,7 @@ class Breaks(Generic[D]):
 
     family: str
     base: Callable[[frozenset[int]], D]
-    faults: dict[int, Callable[[D], None]]
+    faults: dict[int, Callable[[D], object]]
     encode: Callable[[D], dict]
     exclusive: frozenset[frozenset[int]] = frozenset()
     why: str = ""

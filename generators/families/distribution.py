@@ -413,7 +413,7 @@ def table_draft(rows: frozenset[int]) -> TableDraft:
     return TableDraft(1, q, {"": list(uniform), **{str(v): list(uniform) for v in range(q.vocab)}})
 
 
-def qrow_fault(n: int) -> Callable[[TableDraft], None]:
+def qrow_fault(n: int) -> Callable[[TableDraft], object]:
     return lambda d: ROW_BREAKS.faults[n - QROW_ROW_OFFSET](d.q)
 
 

@@ -222,7 +222,7 @@ def appended(change: Callable[[chain.ChainDraft], None]) -> Callable[[BatchDraft
     return fault
 
 
-def request_fault(n: int) -> Callable[[BatchDraft], None]:
+def request_fault(n: int) -> Callable[[BatchDraft], object]:
     return lambda d: chain.CHAIN_BREAKS.faults[n - CHAIN_ROW_OFFSET](d.requests[0])
 
 

@@ -1129,11 +1129,11 @@ def nine_drafts(d: BatchDraft) -> None:
     request.p_rows += [list(request.p_rows[-1]) for _ in range(extra)]
 
 
-def first_request(fault: Callable[[RequestDraft], None]) -> Callable[[BatchDraft], None]:
+def first_request(fault: Callable[[RequestDraft], object]) -> Callable[[BatchDraft], object]:
     return lambda d: fault(d.requests[0])
 
 
-def qrow_fault(n: int) -> Callable[[BatchDraft], None]:
+def qrow_fault(n: int) -> Callable[[BatchDraft], object]:
     return lambda d: ROW_BREAKS.faults[n - QROW_ROW_OFFSET](d.requests[0].q_rows[0])
 
 

@@ -88,7 +88,8 @@ def test_vectors_pin_every_row_and_every_pair_that_can_fail_together(family):
     declared exclusive ones (``precedence.Breaks.exclusive``, with its reason)."""
     rows = REFUSAL_ORDER[family]
     breaks = load_family(family).precedence
-    assert breaks is not None and breaks.family == family and breaks.why or not breaks.exclusive
+    assert breaks is not None and breaks.family == family
+    assert breaks.why or not breaks.exclusive, "the pairs left out need their reason"
     vectors = precedence_vectors(family)
     seen: set[tuple[int, ...]] = set()
     for name, case in vectors.items():
@@ -107,7 +108,9 @@ def test_swapping_two_adjacent_rows_is_caught(family):
     """A reader with rows n and n + 1 swapped answers row n + 1's code on the pair vector of the two, which the
     corpus holds whenever the rows have different codes and can fail together."""
     rows = REFUSAL_ORDER[family]
-    exclusive = load_family(family).precedence.exclusive
+    breaks = load_family(family).precedence
+    assert breaks is not None
+    exclusive = breaks.exclusive
     vectors = precedence_vectors(family)
     for n in range(1, len(rows)):
         if rows[n - 1].code == rows[n].code or frozenset((n, n + 1)) in exclusive:
