@@ -28,6 +28,7 @@ from qconform.adapters.torch_codec import (
     request_answers,
     word,
 )
+from qconform.adapters.verification_inputs import verification_refusal
 from qconform.harness.adapter import Adapter, AdapterError, Capabilities, Outcome, PrecisionProfile, Unimplemented
 
 MAX_REQUESTS = 4
@@ -151,10 +152,9 @@ def allocation_dense(inp: dict, device: str) -> dict:
 
 def allocation_sparse(inp: dict, device: str) -> dict:
     k = inp["k"]
-    vocab = (inp["weights"] if "weights" in inp else inp["logits"])["shape"][0]
-    if not 1 <= k <= vocab:
+    w, extra = row_weights(inp, device)  # the row's refusals come before k's (docs/formats/allocation_invalid.md)
+    if not 1 <= k <= w.shape[-1]:
         raise CandidateError("BAD_SUPPORT_SIZE", f"k = {k}")
-    w, extra = row_weights(inp, device)
     support = allocation.top_k_support(w, k)
     counts = allocation.largest_remainder_counts(w.gather(1, support))
     row = q_row_json(counts[0], support[0])
@@ -174,7 +174,9 @@ def propose_batch(requests: Sequence[dict], device: str) -> list[dict]:
         raise CandidateError("BAD_SHAPE", f"{len(requests)} requests; a batch holds 1 to {MAX_REQUESTS} (R27)")
     first = requests[0]
     if any(
-        r["support"] != first["support"] or r["markov"] != first["markov"] or r["depth"] != first["depth"]
+        r["support"] != first["support"]
+        or r["markov"] != first["markov"]
+        or r["base_logits"]["shape"][0] != first["base_logits"]["shape"][0]  # the rows, not the depth field
         for r in requests
     ):
         raise CandidateError("BAD_SHAPE", "a batch has one depth, one support policy and one Markov head")
@@ -225,13 +227,9 @@ def proposal_batch(inp: dict, device: str) -> dict:
 
 def verification_round(inp: dict, device: str) -> dict:
     vocab, requests = inp["vocab"], inp["requests"]
-    if len(requests) > MAX_REQUESTS:
-        raise CandidateError("BAD_SHAPE", f"{len(requests)} requests; the batch bound is {MAX_REQUESTS} (R27)")
-    depth = len(requests[0]["draft_tokens"])
-    if any(len(r["draft_tokens"]) != depth for r in requests):
-        raise CandidateError("BAD_SHAPE", "requests of one batch must share the depth")
-    if any(not 0 <= t < vocab for r in requests for t in r.get("stop_tokens", [])):
-        raise CandidateError("TOKEN_OUT_OF_RANGE", "a stop token is outside the vocabulary")
+    refusal = verification_refusal(inp)  # the documented order, request by request (verification_inputs)
+    if refusal is not None:
+        raise CandidateError(refusal, "refused before any kernel runs")
     q = torch.stack([q_rows_dense(r["q_rows"], vocab, device) for r in requests])
     p = torch.stack([p_rows_f64(r["p_rows"], device, vocab) for r in requests])
     drafts = torch.tensor([r["draft_tokens"] for r in requests], dtype=torch.int64, device=device)

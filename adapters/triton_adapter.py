@@ -44,6 +44,7 @@ from qconform.adapters.triton_candidate import (  # noqa: E402
 )
 from qconform.adapters.triton_candidate.launch import check_device, interpreting  # noqa: E402
 from qconform.adapters.triton_candidate.verification import MAX_REQUESTS, RoundOutcome  # noqa: E402
+from qconform.adapters.verification_inputs import verification_refusal  # noqa: E402
 from qconform.harness.adapter import (  # noqa: E402
     Adapter,
     AdapterError,
@@ -223,7 +224,9 @@ def propose_batch(requests: list[dict], device: str) -> list[dict]:
         raise TritonCandidateError("BAD_SHAPE", f"{len(requests)} requests; a batch holds 1 to {MAX_REQUESTS} (R27)")
     first = requests[0]
     if any(
-        r["support"] != first["support"] or r["markov"] != first["markov"] or r["depth"] != first["depth"]
+        r["support"] != first["support"]
+        or r["markov"] != first["markov"]
+        or r["base_logits"]["shape"][0] != first["base_logits"]["shape"][0]  # the rows, not the depth field
         for r in requests
     ):
         raise TritonCandidateError("BAD_SHAPE", "a batch has one depth, one support policy and one Markov head")
@@ -265,13 +268,10 @@ def proposal_batch(inp: dict, device: str) -> dict:
 
 def verification_round(inp: dict, device: str) -> dict:
     vocab, requests = inp["vocab"], inp["requests"]
-    if not 1 <= len(requests) <= MAX_REQUESTS:
-        raise TritonCandidateError("BAD_SHAPE", f"{len(requests)} requests; the batch bound is {MAX_REQUESTS} (R27)")
+    refusal = verification_refusal(inp)  # the documented order, request by request (verification_inputs)
+    if refusal is not None:
+        raise TritonCandidateError(refusal, "refused before any kernel runs")
     depth = len(requests[0]["draft_tokens"])
-    if any(len(r["draft_tokens"]) != depth or len(r["q_rows"]) != depth for r in requests):
-        raise TritonCandidateError("BAD_SHAPE", "requests of one batch must share the depth")
-    if any(not 0 <= t < vocab for r in requests for t in r.get("stop_tokens", [])):
-        raise TritonCandidateError("TOKEN_OUT_OF_RANGE", "a stop token is outside the vocabulary")
     q = QRows.build(vocab, [q_row(row) for r in requests for row in r["q_rows"]], device)
     targets = [p_rows(r["p_rows"], vocab, device) for r in requests]
     if any(t.shape != (depth + 1, vocab) for t in targets):

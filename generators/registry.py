@@ -25,6 +25,8 @@ from qconform.spec.rules import check_rule_ids
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
 
+    from qconform.generators.precedence import Breaks
+
 __all__ = [
     "Case",
     "Family",
@@ -150,6 +152,9 @@ class Family:
     fuzz: FuzzHooks | None = None
     #: statistical mode's hooks; None: ``qconform stat`` does not sample this family
     stat: StatHooks | None = None
+    #: how each row of the family's refusal precedence table is broken (``generators.precedence.Breaks``:
+    #: its ``precedence`` group); None for a family that refuses nothing
+    precedence: Breaks[Any] | None = None
 
     def __post_init__(self) -> None:
         check_rule_ids(self.rules)

@@ -33,7 +33,7 @@ from qconform.spec.errors import refuse
 from qconform.spec.qrow import QRow
 from qconform.spec.rules import defines
 from qconform.spec.sampling import integer_masses, mass_draw_counts
-from qconform.spec.verification import acceptance_probability, check_target_row, residual_row
+from qconform.spec.verification import acceptance_probability, check_target_row, check_target_shapes, residual_row
 
 Prefix = tuple[int, ...]
 QSource = Union[Mapping[Prefix, QRow], Callable[[Prefix], QRow]]
@@ -97,6 +97,47 @@ def p_row_at(p: PSource, prefix: Prefix, vocab: int) -> list[Fraction]:
     return row
 
 
+@defines("R27")
+def check_depth_positive(depth: int) -> None:
+    """Refuse (BAD_SHAPE) a depth that is not a positive integer: a round drafts K >= 1 tokens."""
+    if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
+        raise refuse("BAD_SHAPE", f"depth {depth!r} is not a positive integer")
+
+
+@defines("R01", "R11")
+def reachable_prefixes(vocab: int, depth: int, q: Mapping[Prefix, QRow], p: Mapping[Prefix, Sequence[Fraction]]):
+    """Every prefix a round can reach, shortest first; BAD_SHAPE for the first that lacks a row it needs.
+
+    The empty prefix is reached. A prefix ``s`` of length ``< K`` needs its q row (the draft's) and its
+    p row (acceptance and residual); its child ``s + (x,)`` is reached iff ``q_s(x) > 0`` (x can be
+    proposed) **and** ``p_s(x) > 0`` (x can be accepted: the acceptance probability, real or 32-bit,
+    is positive exactly then). A prefix of length ``K`` needs its p row (the bonus). Rows of other
+    prefixes may be left out (docs/formats/distribution.md, "Prefix keys").
+    """
+    reached: list[Prefix] = [()]
+    for prefix in reached:
+        if prefix not in p:
+            raise refuse("BAD_SHAPE", f"no p row for the reachable prefix {prefix}")
+        if len(prefix) == depth:
+            continue
+        if prefix not in q:
+            raise refuse("BAD_SHAPE", f"no q row for the reachable prefix {prefix}")
+        reached += [prefix + (x,) for x, _ in q[prefix].support() if p[prefix][x] > 0]
+    return reached
+
+
+@defines("R10", "R27")
+def check_round_table(vocab: int, depth: int, q: Mapping[Prefix, QRow], p: Mapping[Prefix, Sequence[Fraction]]) -> None:
+    """Refuse a round's table in the order of ``refusal_order.DISTRIBUTION_REFUSALS`` after its q rows
+    (which ``QRow`` validated): every target row's length, then every target row's values, then a
+    missing row of a prefix the round can reach (reachability reads the rows' values, so it comes last)."""
+    check_depth_positive(depth)
+    check_target_shapes([len(row) for row in p.values()], vocab)
+    for row in p.values():
+        check_target_row(list(row), vocab)
+    reachable_prefixes(vocab, depth, q, p)
+
+
 @defines("R11")
 def add_categorical(law: Law, prefix: Prefix, reach: Fraction, probabilities: Sequence[Fraction]) -> None:
     """Add ``reach * P(v)`` to the sequence ``prefix + (v,)`` for every token ``v``."""
@@ -116,8 +157,7 @@ def round_law_with(vocab: int, depth: int, q: QSource, p: PSource, model: DrawMo
     emits a correction from the full-vocabulary residual. At length ``K`` the
     bonus is drawn from the next target row.
     """
-    if not isinstance(depth, int) or depth < 1:
-        raise refuse("BAD_SHAPE", f"depth {depth!r} is not a positive integer")
+    check_depth_positive(depth)
     law: Law = {}
     frontier: list[tuple[Prefix, Fraction]] = [((), Fraction(1))]
     while frontier:

@@ -27,7 +27,10 @@ ERROR_CODES: dict[str, tuple[str, str]] = {
     "BAD_SHAPE": ("R27", "rows, depth or batch do not have the required shape"),
     "BAD_TARGET_ROW": ("R10", "a target row is not a probability distribution"),
     "BAD_RNG_FIELD": ("R22", "an RNG key or counter field is out of range"),
-    "BAD_REQUEST_ID": ("R24", "an unseeded request's ID is not a UTF-8 string"),
+    "BAD_REQUEST_ID": (
+        "R24",
+        "a request carries both or neither of a seed and a request ID, or its ID is not a UTF-8 string",
+    ),
     "BAD_POLICY": ("R36", "an admission policy is malformed or answered other than admit/stop"),
     "BAD_SHARD_RANGES": ("R31", "global shard ranges are not nonempty contiguous ranges covering the vocabulary"),
 }

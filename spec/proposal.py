@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Sequence
+from typing import Hashable, Sequence
 
 from qconform.spec.allocation import allocate_dense, allocate_sparse
 from qconform.spec.allocation_fp64 import fp64_row_may_differ, fp64_sparse_may_differ
@@ -186,15 +186,21 @@ def proposal_batch(inputs: Sequence[ProposalInput]) -> list[ProposalResult]:
     head (R27), else BAD_SHAPE. Each request's chain is its own: its identity,
     last committed token, draft temperature and base logits, whatever the other
     requests of the batch hold (R22)."""
-    if not 1 <= len(inputs) <= MAX_REQUESTS:
-        raise refuse("BAD_SHAPE", f"a batch holds 1..{MAX_REQUESTS} requests, not {len(inputs)}")
-    first = inputs[0]
-    for inp in inputs[1:]:
-        if len(inp.base_logits) != len(first.base_logits):
-            raise refuse("BAD_SHAPE", "a batch has one fixed depth (R27, R35)")
-        if inp.support != first.support or (inp.markov_left, inp.markov_right) != (
-            first.markov_left,
-            first.markov_right,
-        ):
-            raise refuse("BAD_SHAPE", "a batch has one draft model: one support policy and one Markov head")
+    check_proposal_batch(
+        [len(inp.base_logits) for inp in inputs],
+        [(inp.support, tuple(map(tuple, inp.markov_left)), tuple(map(tuple, inp.markov_right))) for inp in inputs],
+    )
     return [proposal_chain(inp) for inp in inputs]
+
+
+@defines("R27", "R35")
+def check_proposal_batch(depths: Sequence[int], models: Sequence[Hashable]) -> None:
+    """Refuse (BAD_SHAPE) a batch of no request or more than four, of mixed depths, or of more than
+    one draft model (support policy and Markov head): the batch's shape, judged before any request
+    (``refusal_order.PROPOSAL_BATCH_REFUSALS`` rows 1-3)."""
+    if not 1 <= len(depths) <= MAX_REQUESTS:
+        raise refuse("BAD_SHAPE", f"a batch holds 1..{MAX_REQUESTS} requests, not {len(depths)}")
+    if len(set(depths)) != 1:
+        raise refuse("BAD_SHAPE", "a batch has one fixed depth (R27, R35)")
+    if len(set(models)) != 1:
+        raise refuse("BAD_SHAPE", "a batch has one draft model: one support policy and one Markov head")

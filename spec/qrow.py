@@ -26,6 +26,45 @@ def is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+#: One q row as given: its sparse IDs (None for a dense row) and its counts.
+RawRow = tuple[Sequence[int] | None, Sequence[int]]
+
+
+@defines("R03", "R07", "R19")
+def check_q_rows(vocab: int, rows: Sequence[RawRow]) -> None:
+    """Refuse the first row of ``refusal_order.QROW_REFUSALS`` that fails on **any** of ``rows``.
+
+    Each condition is judged over every row given (one q row, or every q row of a request), so
+    which entry, or which row, is bad first never decides the code: the shapes, then any ID out
+    of range, then any ID not above the one before it, then any zero sparse count, then the sums
+    (R03, R07, R19; docs/formats/categorical_sampling.md, "Refusal precedence").
+    """
+    for ids, counts in rows:
+        if ids is None and len(counts) != vocab:
+            raise refuse("BAD_SHAPE", f"a dense q row needs exactly {vocab} counts, not {len(counts)}")
+        if ids is not None and len(ids) != len(counts):
+            raise refuse("BAD_SHAPE", f"{len(ids)} sparse IDs but {len(counts)} counts")
+    sparse = [(ids, counts) for ids, counts in rows if ids is not None]
+    for ids, _ in sparse:
+        for token in ids:
+            if not isinstance(token, int) or isinstance(token, bool):
+                raise refuse("BAD_SPARSE_SUPPORT", f"sparse ID {token!r} is not an integer")
+    for ids, _ in sparse:
+        outside = [token for token in ids if not 0 <= token < vocab]
+        if outside:
+            raise refuse("TOKEN_OUT_OF_RANGE", f"sparse ID {outside[0]} outside vocabulary {vocab}")
+    for ids, _ in sparse:
+        for previous, token in zip(ids, ids[1:]):
+            if token <= previous:
+                raise refuse("BAD_SPARSE_SUPPORT", f"sparse ID {token} does not ascend strictly after {previous}")
+    for ids, counts in sparse:
+        for token, count in zip(ids, counts):
+            if is_count(count) and count == 0:
+                raise refuse("BAD_SPARSE_SUPPORT", f"sparse ID {token} has a zero count")
+    for _, counts in rows:
+        check_counts(counts)
+
+
 @defines("R03")
 def check_counts(counts: Sequence[int]) -> None:
     """Refuse counts that are not nonnegative integers summing to exactly M (R03)."""
@@ -40,24 +79,6 @@ def check_counts(counts: Sequence[int]) -> None:
 def check_vocab(vocab: int) -> None:
     if not isinstance(vocab, int) or isinstance(vocab, bool) or vocab < 1:
         raise refuse("BAD_SHAPE", f"vocabulary size {vocab!r} is not a positive integer")
-
-
-@defines("R07", "R19")
-def check_sparse_support(vocab: int, ids: Sequence[int], counts: Sequence[int]) -> None:
-    """Refuse a sparse support that is not canonical (R07, R19)."""
-    if len(ids) != len(counts):
-        raise refuse("BAD_SHAPE", f"{len(ids)} sparse IDs but {len(counts)} counts")
-    previous = -1
-    for token, count in zip(ids, counts):
-        if not isinstance(token, int) or isinstance(token, bool):
-            raise refuse("BAD_SPARSE_SUPPORT", f"sparse ID {token!r} is not an integer")
-        if not 0 <= token < vocab:
-            raise refuse("TOKEN_OUT_OF_RANGE", f"sparse ID {token} outside vocabulary {vocab}")
-        if token <= previous:
-            raise refuse("BAD_SPARSE_SUPPORT", f"sparse ID {token} does not ascend strictly after {previous}")
-        if is_count(count) and count == 0:
-            raise refuse("BAD_SPARSE_SUPPORT", f"sparse ID {token} has a zero count")
-        previous = token
 
 
 @dataclass(frozen=True)
@@ -77,15 +98,14 @@ class QRow:
     def __post_init__(self) -> None:
         check_vocab(self.vocab)
         if self.representation == DENSE:
-            if self.ids is not None or len(self.counts) != self.vocab:
-                raise refuse("BAD_SHAPE", f"a dense row needs exactly {self.vocab} counts and no IDs")
+            if self.ids is not None:
+                raise refuse("BAD_SHAPE", "a dense row has no IDs")
         elif self.representation == SPARSE:
             if self.ids is None:
                 raise refuse("BAD_SHAPE", "a sparse row needs its IDs")
-            check_sparse_support(self.vocab, self.ids, self.counts)
         else:
             raise refuse("BAD_SHAPE", f"representation {self.representation!r} is not dense or sparse")
-        check_counts(self.counts)
+        check_q_rows(self.vocab, [(self.ids, self.counts)])
 
     @classmethod
     @defines("R03", "R04")

@@ -157,6 +157,19 @@ def uniform32_draw(key: DrawKey) -> int:
 
 
 @defines("R24")
+@defines("R24")
+def request_seed(seed: int | None, request_id: str | None) -> int:
+    """A request's seed: its explicit ``seed``, or :func:`unseeded_request_seed` of its ``request_id``.
+
+    A request carries exactly one of the two; both or neither is BAD_REQUEST_ID (R24): with both
+    the key would depend on which one a reader prefers, with neither on a default every unseeded
+    request would share (docs/rng-abi.md, *Request seeds*).
+    """
+    if (seed is None) == (request_id is None):
+        raise refuse("BAD_REQUEST_ID", "a request carries exactly one of a seed and a request ID")
+    return seed if seed is not None else unseeded_request_seed(request_id)  # type: ignore[arg-type]
+
+
 def unseeded_request_seed(request_id: str) -> int:
     """The 64-bit seed of a request that carries no seed: the first 8 bytes, read
     little-endian, of ``SHA-256(UNSEEDED_SEED_TAG || UTF-8(request_id))``.

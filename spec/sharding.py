@@ -203,6 +203,19 @@ def agreed_weights(partials: Sequence[WeightPartial]) -> list[list[Fraction]]:
     return [p.weights for p in partials]
 
 
+@defines("R10", "R31")
+def agreed_target_weights(partials: Sequence[WeightPartial]) -> list[list[Fraction]]:
+    """Every shard's target weights, once the ranks agree that none is NaN, infinite or negative.
+
+    A target row is the distribution p whatever its encoding: every way its weights fail to be one
+    is R10's one code, BAD_TARGET_ROW, as in ``verification.check_target_weight_bits``; R05's weight
+    codes belong to the draft's weights.
+    """
+    if any(p.refusal for p in partials):
+        raise refuse("BAD_TARGET_ROW", "a target weight is NaN, infinite or negative, agreed over the shards")
+    return [p.weights for p in partials]
+
+
 @defines("R31")
 def shifted_sum(weights: Sequence[Fraction]) -> Fraction:
     """A rank's shifted sum: the exact sum of its weights ``exp(s_v - m)`` (R31)."""
@@ -469,12 +482,14 @@ def sharded_q(
     Dense: every rank's domain is its whole shard. Top-k: each rank offers its
     local top-k, the merge gives one global support, and each rank allocates on
     the support members it owns; the normalization is within the support (R07).
-    Refuses BAD_SUPPORT_SIZE for k outside 1..V, then ZERO_MASS for W = 0 (in
-    :func:`allocate_sharded`: a top-k support of a row with W > 0 holds its heaviest,
-    positive weight, so the support sum is zero exactly when the row's is).
+    Refuses ZERO_MASS when the all-reduced W is 0, then BAD_SUPPORT_SIZE for k outside
+    1..V: the unsharded row's order (docs/formats/allocation_invalid.md, "Refusal
+    precedence"), the row before the request on it.
     """
     entries = [shard_entries(w, shard) for w, shard in zip(weights, ranges)]
     shifted = [shifted_sum(w) for w in weights]
+    if all_reduce_sum(shifted) == 0:
+        raise refuse("ZERO_MASS", "the all-reduced weight sum is zero")
     candidates, support = None, None
     domains = entries
     if k is not None:

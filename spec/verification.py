@@ -98,11 +98,18 @@ class RoundResult:
     draws: list[DrawRecord] = field(default_factory=list)
 
 
+@defines("R10", "R27")
+def check_target_shapes(lengths: Sequence[int], vocab: int) -> None:
+    """Refuse (BAD_SHAPE) target rows of other than ``vocab`` entries: every row's shape before any value."""
+    for length in lengths:
+        if length != vocab:
+            raise refuse("BAD_SHAPE", f"target row has {length} entries, vocabulary is {vocab}")
+
+
 @defines("R10")
 def check_target_row(row: Sequence[Fraction], vocab: int) -> None:
     """Refuse a target row that is not an exact distribution over ``vocab`` tokens (R10)."""
-    if len(row) != vocab:
-        raise refuse("BAD_SHAPE", f"target row has {len(row)} entries, vocabulary is {vocab}")
+    check_target_shapes([len(row)], vocab)
     for value in row:
         if not isinstance(value, (int, Fraction)) or isinstance(value, bool) or value.numerator < 0:
             raise refuse("BAD_TARGET_ROW", f"target probability {value!r} is not a nonnegative rational")
@@ -117,30 +124,54 @@ def check_token(token: int, vocab: int, what: str) -> None:
         raise refuse("TOKEN_OUT_OF_RANGE", f"{what} {token!r} outside vocabulary {vocab}")
 
 
+@defines("R27")
+def check_request_shape(depth: int, q_rows: int, p_rows: int) -> None:
+    """Refuse (BAD_SHAPE) a request without drafts, or without one q row per draft and one more p row."""
+    if depth < 1 or q_rows != depth or p_rows != depth + 1:
+        raise refuse(
+            "BAD_SHAPE", f"{depth} drafts need as many q rows and one more p row; got {q_rows} q rows, {p_rows} p rows"
+        )
+
+
+@defines("R27", "R35")
+def check_batch_shape(depths: Sequence[int], arm: Arm | None = None) -> int:
+    """Refuse (BAD_SHAPE) a batch of no request or more than four, of mixed depths, or of a depth
+    that is not the negotiated ``arm`` (without one: no arm, above 8); return the depth.
+
+    The batch's shape comes before any request is read (``refusal_order.VERIFICATION_REFUSALS``,
+    rows 1-3): it bounds what is read, as the negotiated sizes do on the wire.
+    """
+    if not 1 <= len(depths) <= MAX_REQUESTS:
+        raise refuse("BAD_SHAPE", f"a batch holds 1..{MAX_REQUESTS} requests, not {len(depths)}")
+    if len(set(depths)) != 1:
+        raise refuse("BAD_SHAPE", f"a batch has one fixed depth, not {sorted(set(depths))} (R27, R35)")
+    depth = depths[0]
+    check_depth(depth, Arm(depth) if arm is None else arm)
+    return depth
+
+
 @defines("R11", "R19", "R27")
 def check_round_input(inp: RoundInput) -> int:
     """Validate one round's input before any draw; return its vocabulary size.
 
-    Refuses: K = 0 or mismatched row counts (BAD_SHAPE), rows over different
-    vocabularies (BAD_SHAPE), an out-of-range draft or stop token
-    (TOKEN_OUT_OF_RANGE), zero q at a drafted token (ZERO_Q_AT_TOKEN), a target
-    row that is not an exact distribution (BAD_TARGET_ROW), a budget below 1.
+    In the order of ``refusal_order.VERIFICATION_REFUSALS`` (rows 5-17), each condition over
+    the whole request: K = 0 or mismatched row counts (BAD_SHAPE), rows over different
+    vocabularies (BAD_SHAPE), a target row of another length (BAD_SHAPE), one that is not an
+    exact distribution (BAD_TARGET_ROW), an out-of-range draft (TOKEN_OUT_OF_RANGE), zero q at
+    a drafted token (ZERO_Q_AT_TOKEN), an out-of-range stop token, a budget below 1 (BAD_SHAPE).
     """
     depth = len(inp.draft_tokens)
-    if depth < 1 or len(inp.q_rows) != depth or len(inp.p_rows) != depth + 1:
-        raise refuse(
-            "BAD_SHAPE",
-            f"{depth} drafts need as many q rows and one more p row; got "
-            f"{len(inp.q_rows)} q rows, {len(inp.p_rows)} p rows",
-        )
+    check_request_shape(depth, len(inp.q_rows), len(inp.p_rows))
     vocab = inp.q_rows[0].vocab
     for row in inp.q_rows:
         if row.vocab != vocab:
             raise refuse("BAD_SHAPE", f"q rows over vocabularies {row.vocab} and {vocab}")
+    check_target_shapes([len(row) for row in inp.p_rows], vocab)
     for row in inp.p_rows:
         check_target_row(row, vocab)
-    for token, row in zip(inp.draft_tokens, inp.q_rows):
+    for token in inp.draft_tokens:
         check_token(token, vocab, "draft token")
+    for token, row in zip(inp.draft_tokens, inp.q_rows):
         if row.count(token) == 0:
             raise refuse("ZERO_Q_AT_TOKEN", f"draft token {token} has zero q")
     for token in inp.stop_tokens:
@@ -266,13 +297,7 @@ def verify_batch(requests: Sequence[RoundInput], arm: Arm | None = None) -> list
     The depth must be the negotiated ``arm`` (R35, :func:`~qconform.spec.arms.check_depth`);
     without one, the batch's depth names its arm, which must exist (depth-1..depth-8).
     """
-    if not 1 <= len(requests) <= MAX_REQUESTS:
-        raise refuse("BAD_SHAPE", f"a batch holds 1..{MAX_REQUESTS} requests, not {len(requests)}")
-    depths = {len(request.draft_tokens) for request in requests}
-    if len(depths) != 1:
-        raise refuse("BAD_SHAPE", f"a batch has one fixed depth, not {sorted(depths)} (R27, R35)")
-    depth = depths.pop()
-    check_depth(depth, Arm(depth) if arm is None else arm)
+    check_batch_shape([len(request.draft_tokens) for request in requests], arm)
     return [verify_round(request) for request in requests]
 
 

@@ -64,6 +64,7 @@ def test_the_example_engine_passes_its_families_through_the_shim():
     assert by_group - {("fuzz", VerdictClass.PASS)} == {
         ("draw_keys", VerdictClass.PASS),
         ("invalid_fields", VerdictClass.PASS),
+        ("precedence", VerdictClass.PASS),
         ("philox_kat", VerdictClass.UNSUPPORTED),
         ("round_schedule", VerdictClass.UNSUPPORTED),
         ("unseeded_requests", VerdictClass.UNSUPPORTED),

@@ -21,11 +21,13 @@ pytestmark = pytest.mark.rules("R11", "R22", "R23")
 
 def test_shapes_vllm_cannot_express_are_refused():
     row = {"representation": "dense", "counts": {"dtype": "u32", "b64": "", "shape": [0]}}
-    request = {"draft_tokens": [1], "q_rows": [row], "p_rows": {"probabilities": [["1"]]}}
+    request = {"seed": "1", "draft_tokens": [1], "q_rows": [row], "p_rows": {"probabilities": [["1"]]}}
     with pytest.raises(shim.es.Refusal, match="BAD_SHAPE"):
-        shim.check_batch({"vocab": 1, "requests": [request]})
+        shim.es.check_batch({"vocab": 1, "requests": [request]})
     with pytest.raises(shim.es.Refusal, match="BAD_SHAPE"):
-        shim.check_batch({"vocab": 1, "requests": [{**request, "p_rows": {"probabilities": [["1"], ["1"]]}}] * 5})
+        shim.es.check_batch({"vocab": 1, "requests": [{**request, "p_rows": {"probabilities": [["1"], ["1"]]}}] * 5})
+    with pytest.raises(shim.es.Refusal, match="BAD_REQUEST_ID"):  # before the row counts (verification_round.md)
+        shim.es.check_batch({"vocab": 1, "requests": [{k: v for k, v in request.items() if k != "seed"}]})
 
 
 def test_adapter_names_and_a_missing_environment(monkeypatch, tmp_path):

@@ -22,8 +22,8 @@ def field_json(kind: str, value):
         return str(value)
     if kind == "f32":
         return {"f32": f"0x{value:08x}"}
-    if kind == "text":
-        return value.rstrip(b"\0").decode("ascii")
+    if kind == "text":  # the bytes before the first NUL, one character per byte (docs/wire-v2.md)
+        return value.split(b"\0", 1)[0].decode("latin-1")
     if kind == "digest":
         return value.hex()
     return value

@@ -109,8 +109,8 @@ class SharedLinkReceiver(Receiver):
     def feed(self, data: layout.FrameBytes, connection: int = 0) -> Disposition:
         return super().feed(data, 0)
 
-    def check(self, data: layout.FrameBytes, connection: int = 0):
-        return super().check(data, 0)
+    def check(self, data: layout.FrameBytes, connection: int = 0, reads_answers: bool = True):
+        return super().check(data, 0, reads_answers)
 
     def link(self, connection: int) -> dict | None:
         return super().link(0)

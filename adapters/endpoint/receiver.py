@@ -146,11 +146,16 @@ class Receiver:
 
     # -- stateless ----------------------------------------------------------------------
 
-    def check(self, data: layout.FrameBytes, connection: int = 0) -> tuple[Message, QRow | None]:
-        """Decoding, then negotiation (a HELLO before HELLO) or the stateless validation."""
+    def check(
+        self, data: layout.FrameBytes, connection: int = 0, reads_answers: bool = True
+    ) -> tuple[Message, QRow | None]:
+        """Decoding, then negotiation (a HELLO before HELLO) or the stateless validation.
+
+        A HELLO_ANSWER's status is its reader's (a worker's) check: the receiver itself
+        (``reads_answers`` False) stops at its verified checksum and refuses it when routing it."""
         negotiated = self.links.get(connection)
         message = self.decoder.decode(data, negotiated)
-        if message.type == 0:
+        if message.type == 0 or (message.type == layout.HELLO_ANSWER and not reads_answers):
             return message, None
         if message.type == layout.HELLO:
             if negotiated is None:
@@ -201,7 +206,7 @@ class Receiver:
         """One frame of ``connection`` through the state machine."""
         self.connection = connection
         try:
-            message, row = self.check(data, connection)
+            message, row = self.check(data, connection, reads_answers=False)
         except Refusal as refusal:
             verdict = self.refuse_frame(refusal)
             answer = self.answer_of(data, verdict)
@@ -445,15 +450,16 @@ class Receiver:
             return self.refuse("POSITION_MISMATCH", here)
         if (message["context_version"], message["prefix_digest"]) != (step["context_version"], step["prefix_digest"]):
             return self.refuse("CONTEXT_MISMATCH", here)
-        if message["status"] == layout.STATUS_FAILED:
-            self.counters["worker_failed"] += 1
-            return self.accept(self.discard(here, "worker_failed"))
-        if len(current.replies) < message["row_count"]:
+        failed = message["status"] == layout.STATUS_FAILED
+        if not failed and len(current.replies) < message["row_count"]:
             return self.refuse("MISSING_Q", here)
         if message["reply_bytes"] != sum(length for length, _ in current.blocks):
             return self.refuse("REPLY_SIZE_MISMATCH", here)
         if message["reply_checksum"] != crc32c_of_blocks(current.blocks):
             return self.refuse("COMPLETION_CHECKSUM_MISMATCH", here)
+        if failed:  # the worker gave up after the rows it sent: every rule but "every row received"
+            self.counters["worker_failed"] += 1
+            return self.accept(self.discard(here, "worker_failed"))
         current.completion = data
         return self.accept()
 

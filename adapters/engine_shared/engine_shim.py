@@ -30,6 +30,8 @@ MASK32 = 0xFFFFFFFF
 ACCEPT_DOMAIN = 2
 UNSEEDED_TAG = b"qconform-unseeded-seed-v1"
 FAMILIES = ("verification_round",)
+#: the family's batch bound (R27) and the deepest fixed-depth arm (docs/wire-v2.md, "Fixed-depth arms")
+MAX_REQUESTS, MAX_DEPTH = 4, 8
 
 
 class Refusal(Exception):
@@ -140,15 +142,44 @@ def p_row_widths(request: dict) -> list[int]:
     return [p["weights"]["shape"][1]] * p["weights"]["shape"][0]
 
 
-def check_request_shape(request: dict, vocab: int) -> None:
-    """``BAD_SHAPE`` for what a sampler's tensors cannot express: K q rows and K + 1 target rows
-    of V entries each, K >= 1."""
-    widths = p_row_widths(request)
-    depth = len(request["draft_tokens"])
-    if not depth or len(request["q_rows"]) != depth or len(widths) != depth + 1:
+def q_row_refusal(rows: list[dict], vocab: int) -> str | None:
+    """The q-row rows of docs/formats/verification_round.md ("Refusal precedence", rows 6-11),
+    each over every q row of the request: a shim reads q into the engine's dense draft
+    probabilities, which needs legal rows."""
+    raw = [
+        (unpack(r["ids"], "i32") if r["representation"] == "sparse" else None, unpack(r["counts"], "u32")) for r in rows
+    ]
+    if any((ids is None and len(c) != vocab) or (ids is not None and len(ids) != len(c)) for ids, c in raw):
+        return "BAD_SHAPE"
+    sparse = [(ids, c) for ids, c in raw if ids is not None]
+    if any(not 0 <= t < vocab for ids, _ in sparse for t in ids):
+        return "TOKEN_OUT_OF_RANGE"
+    if any(b <= a for ids, _ in sparse for a, b in zip(ids, ids[1:])) or any(0 in c for _, c in sparse):
+        return "BAD_SPARSE_SUPPORT"
+    return "WRONG_TOTAL_MASS" if any(sum(c) != M for _, c in raw) else None
+
+
+def check_batch(inp: dict) -> None:
+    """A shim's own refusals, rows 1-12 of docs/formats/verification_round.md's "Refusal
+    precedence" in its order (the batch's shape, then request by request: seed identity, row
+    counts, q rows, target row widths): what an engine's tensors need. The engines validate
+    nothing, so rows 13-17 (target values, draft and stop token ranges, zero q, budget) are
+    never refused: their cases are listed in each engine's expectations file."""
+    requests = inp["requests"]
+    depths = {len(r["draft_tokens"]) for r in requests}
+    if not 1 <= len(requests) <= MAX_REQUESTS or len(depths) != 1 or not 1 <= depths.pop() <= MAX_DEPTH:
         raise Refusal("BAD_SHAPE")
-    if any(width != vocab for width in widths):
-        raise Refusal("BAD_SHAPE")
+    for r in requests:  # K q rows and K + 1 target rows of V entries each
+        if ("seed" in r) == ("request_id" in r):
+            raise Refusal("BAD_REQUEST_ID")
+        widths = p_row_widths(r)
+        if len(r["q_rows"]) != len(r["draft_tokens"]) or len(widths) != len(r["draft_tokens"]) + 1:
+            raise Refusal("BAD_SHAPE")
+        code = q_row_refusal(r["q_rows"], inp["vocab"])
+        if code:
+            raise Refusal(code)
+        if any(width != inp["vocab"] for width in widths):
+            raise Refusal("BAD_SHAPE")
 
 
 # --- the engine's output, read as its scheduler reads it -------------------------------------

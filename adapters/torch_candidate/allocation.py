@@ -128,14 +128,15 @@ def allocate_top_k(weights: torch.Tensor, k: int) -> SparseCounts:
 
     Returns ``SparseCounts`` of shape ``[..., k]``: ascending IDs of the support and
     their counts (zero-count support entries kept in place; see ``canonical()``).
-    Refusals: EMPTY_ROW, BAD_SUPPORT_SIZE (k not in 1..V), then those of the weights.
+    Refusals: EMPTY_ROW, those of the weights, then BAD_SUPPORT_SIZE (k not in 1..V): the row
+    before the request on it (docs/formats/allocation_invalid.md, "Refusal precedence").
     """
     vocab = weights.shape[-1]
     if vocab == 0:
         raise CandidateError("EMPTY_ROW", "weight row has no entries")
+    validate_weights(weights)
     if not 1 <= int(k) <= vocab:
         raise CandidateError("BAD_SUPPORT_SIZE", f"k={k} for a vocabulary of {vocab}")
-    validate_weights(weights)
     flat = weights.reshape(-1, vocab)
     ids = top_k_support(flat, int(k))
     counts = largest_remainder_counts(flat.gather(1, ids))

@@ -34,6 +34,7 @@ CANDIDATE_CODES: frozenset[str] = frozenset(
         "BAD_SHAPE",
         "BAD_TARGET_ROW",
         "BAD_RNG_FIELD",
+        "BAD_REQUEST_ID",
         "ZERO_RESIDUAL_MASS",
     }
 )

@@ -17,12 +17,13 @@ from typing import Callable
 
 import torch
 
-from qconform.adapters.torch_adapter import MAX_REQUESTS, p_rows_f64, q_row_counts, q_row_json, q_rows_dense
+from qconform.adapters.torch_adapter import p_rows_f64, q_row_counts, q_row_json, q_rows_dense
 from qconform.adapters.torch_candidate.allocation import M
 from qconform.adapters.torch_candidate.errors import CandidateError
 from qconform.adapters.torch_candidate.philox import ACCEPT, CORRECTION, draw_word0, request_seed, seed_keys, u32_of
 from qconform.adapters.torch_candidate.verification import accepts, check_shapes, residual_rows
 from qconform.adapters.torch_codec import DOMAIN_NAMES, encode_ints
+from qconform.adapters.verification_inputs import verification_refusal
 
 from . import kernels
 from .rank import Rank, Span, checked_spans, even_spans, fp64
@@ -60,7 +61,11 @@ def gathered(rank: Rank, tensor: torch.Tensor, fill: float | int = 0) -> torch.T
 # --- allocation_dense, allocation_sparse --------------------------------------------------------
 
 
-def check_k(k: int | None, vocab: int) -> None:
+def check_mass_then_k(rank: Rank, weights: torch.Tensor, k: int | None, vocab: int) -> None:
+    """ZERO_MASS when the all-reduced W is 0, then BAD_SUPPORT_SIZE for k outside 1..V: the row's
+    refusals before the request's (docs/formats/allocation_invalid.md, "Refusal precedence")."""
+    if rank.exact_sum(weights)[0] == 0:
+        raise CandidateError("ZERO_MASS", "the all-reduced weight sum is zero")
     if k is not None and not 1 <= k <= vocab:
         raise CandidateError("BAD_SUPPORT_SIZE", f"k = {k}")
 
@@ -94,9 +99,9 @@ def allocation_row(rank: Rank, inp: dict, k: int | None) -> tuple[torch.Tensor, 
     vocab = row_vocab(inp)
     if vocab == 0:
         raise CandidateError("EMPTY_ROW", "weight row has no entries")
-    check_k(k, vocab)
     span = even_spans(vocab, rank.world)[rank.rank]
     row = kernels.load_row(rank, inp, span)
+    check_mass_then_k(rank, row.weights, k, vocab)
     result = allocate_row(rank, span, row.weights, k)
     return gathered(rank, result.counts), None if result.top is None else result.top.support, row
 
@@ -136,8 +141,8 @@ def proposal_case(rank: Rank, inp: dict) -> dict | None:
     vocab = row_vocab(inp)
     spans = checked_spans(inp["shard_ranges"], vocab, rank.world)
     k = inp["support"]["k"] if inp["support"]["policy"] == "top_k" else None
-    check_k(k, vocab)
     row = kernels.load_row(rank, inp, spans[rank.rank])
+    check_mass_then_k(rank, row.weights, k, vocab)
     result = allocate_row(rank, spans[rank.rank], row.weights, k)
     draws = [kernels.sample_proposal(rank, result.counts, spans, u) for u in inp["proposal_draws"]]
     report = shard_report(rank, row, result)
@@ -224,7 +229,12 @@ def residual_case(rank: Rank, inp: dict) -> dict | None:
     spans = checked_spans(inp["shard_ranges"], vocab, rank.world)
     span = spans[rank.rank]
     q_counts = q_row_counts(inp["q_row"], vocab, rank.device)[span.start : span.end]
-    target = kernels.load_row(rank, {"weights": inp["p_weights"]}, span).weights
+    try:
+        target = kernels.load_row(rank, {"weights": inp["p_weights"]}, span).weights
+    except CandidateError as error:  # a target row is p: every way it fails to be one is R10's code
+        if error.code not in kernels.WEIGHT_CODES:
+            raise
+        raise CandidateError("BAD_TARGET_ROW", f"target weights: {error.detail}") from None
     total = rank.exact_sum(target)[0]
     if total <= 0:
         raise CandidateError("BAD_TARGET_ROW", "the all-reduced target sum is not positive")
@@ -338,12 +348,9 @@ def final_draw(rank: Rank, verdicts: dict, b: int, j: int, correction: bool) -> 
 def verification_round(rank: Rank, inp: dict) -> dict | None:
     """Standard verification of a batch, sharded over the vocabulary (R11, R33); draws owned by the leader."""
     vocab, requests = inp["vocab"], inp["requests"]
-    if len(requests) > MAX_REQUESTS:
-        raise CandidateError("BAD_SHAPE", f"{len(requests)} requests; the batch bound is {MAX_REQUESTS} (R27)")
-    if any(len(r["draft_tokens"]) != len(requests[0]["draft_tokens"]) for r in requests):
-        raise CandidateError("BAD_SHAPE", "requests of one batch must share the depth")
-    if any(not 0 <= t < vocab for r in requests for t in r.get("stop_tokens", [])):
-        raise CandidateError("TOKEN_OUT_OF_RANGE", "a stop token is outside the vocabulary")
+    refusal = verification_refusal(inp)  # the documented order, request by request (verification_inputs)
+    if refusal is not None:
+        raise CandidateError(refusal, "refused before any kernel runs")
     device = rank.device
     q = torch.stack([q_rows_dense(r["q_rows"], vocab, device) for r in requests])
     p = torch.stack([p_rows_f64(r["p_rows"], device, vocab) for r in requests])

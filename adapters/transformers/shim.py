@@ -157,17 +157,9 @@ class TransformersSampler:
         return [self.call(drafts, q, p) for _ in range(samples)]
 
 
-def check_batch(inp: dict) -> None:
-    """Refusals of the shim's own shape checks; the library validates nothing."""
-    if not inp["requests"]:
-        raise es.Refusal("BAD_SHAPE")
-    for request in inp["requests"]:
-        es.check_request_shape(request, inp["vocab"])
-
-
 def run_verification_round(sampler: TransformersSampler, inp: dict) -> dict:
     """One call per request (``_assisted_decoding`` verifies a batch of one)."""
-    check_batch(inp)
+    es.check_batch(inp)
     answers = []
     for request in inp["requests"]:
         u32s = es.request_accept_u32s(request)
@@ -176,7 +168,7 @@ def run_verification_round(sampler: TransformersSampler, inp: dict) -> dict:
 
 
 def sample_verification_round(sampler: TransformersSampler, inp: dict, samples: int, seed: int) -> dict:
-    check_batch(inp)
+    es.check_batch(inp)
     out = []
     for index, request in enumerate(inp["requests"]):
         histogram: dict[tuple, int] = {}

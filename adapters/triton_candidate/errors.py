@@ -55,7 +55,15 @@ FLAG_CODES: tuple[tuple[int, str], ...] = tuple((1 << i, code) for i, code in en
 #: every code the candidate raises
 CODES: frozenset[str] = frozenset(
     {code for _, code in FLAG_CODES}
-    | {"EMPTY_ROW", "BAD_TEMPERATURE", "BAD_SUPPORT_SIZE", "BAD_SHAPE", "BAD_RNG_FIELD", "ZERO_Q_AT_TOKEN"}
+    | {
+        "EMPTY_ROW",
+        "BAD_TEMPERATURE",
+        "BAD_SUPPORT_SIZE",
+        "BAD_SHAPE",
+        "BAD_RNG_FIELD",
+        "ZERO_Q_AT_TOKEN",
+        "BAD_REQUEST_ID",
+    }
 )
 
 

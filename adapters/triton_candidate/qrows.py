@@ -3,9 +3,10 @@
 Row ``r`` lives at ``starts[r] .. starts[r] + lengths[r]`` of the flat int64 ``counts``
 (and, for a sparse row, of ``ids``: its global IDs). A dense row has ``lengths[r] = V``
 and its ``ids`` entries are unused. :func:`qrow_check_kernel` refuses a row that is not
-legal, in the order the design's receiver checks: per sparse entry, in ID order, an
-ID outside [0, V) (TOKEN_OUT_OF_RANGE), an ID not above the previous one or a zero
-count (BAD_SPARSE_SUPPORT); then the total, which must be exactly M (WRONG_TOTAL_MASS).
+legal, in the order of docs/formats/categorical_sampling.md ("Refusal precedence"), each
+class over the whole row: any sparse ID outside [0, V) (TOKEN_OUT_OF_RANGE), then any ID
+not above the previous one or zero count (BAD_SPARSE_SUPPORT); then the total, which must
+be exactly M (WRONG_TOTAL_MASS).
 """
 
 from __future__ import annotations
@@ -61,8 +62,8 @@ def qrow_check_kernel(
     first_order = tl.reduce(unordered, 1, MIN)
     flags = tl.where(
         first_range < length,
-        tl.where(first_range <= first_order, TOKEN_OUT_OF_RANGE, BAD_SPARSE_SUPPORT),  # pyright: ignore[reportOperatorIssue]  # Triton: tl.reduce returns a tensor here, typed as possibly a tuple
-        tl.where(first_order < length, BAD_SPARSE_SUPPORT, 0),
+        TOKEN_OUT_OF_RANGE,
+        tl.where(first_order < length, BAD_SPARSE_SUPPORT, 0),  # pyright: ignore[reportOperatorIssue]  # Triton: tl.reduce returns a tensor here, typed as possibly a tuple
     )
     flags = tl.where(flags == 0, tl.where(total == M_INT, 0, WRONG_TOTAL_MASS), flags)
     tl.store(flags_ptr + row, flags, mask=row_live)

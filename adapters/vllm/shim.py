@@ -53,7 +53,6 @@ if TYPE_CHECKING:  # torch is imported when the sampler starts, after file descr
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine_shared"))
 import engine_shim as es  # noqa: E402  # pyright: ignore[reportMissingImports]
 
-MAX_REQUESTS = 4
 #: float32 rounding of the acceptance uniform (CPU kernel) or of p/q (Triton), and a
 #: float32 softmax of log p: every acceptance flip lies within 2^-20 of the boundary
 RATIO_MARGIN = "1/1048576"
@@ -209,17 +208,8 @@ def register_expand_fix() -> None:
 # --- verification_round ---------------------------------------------------------------------
 
 
-def check_batch(inp: dict) -> None:
-    """Refusals of the shim's own shape checks; vLLM's sampler validates nothing."""
-    requests = inp["requests"]
-    if not 1 <= len(requests) <= MAX_REQUESTS or len({len(r["draft_tokens"]) for r in requests}) != 1:
-        raise es.Refusal("BAD_SHAPE")
-    for r in requests:
-        es.check_request_shape(r, inp["vocab"])
-
-
 def run_verification_round(vllm: VllmSampler, inp: dict) -> dict:
-    check_batch(inp)
+    es.check_batch(inp)
     vocab, requests = inp["vocab"], inp["requests"]
     drafts = [r["draft_tokens"] for r in requests]
     tensors = [
@@ -239,7 +229,7 @@ def run_verification_round(vllm: VllmSampler, inp: dict) -> dict:
 
 
 def sample_verification_round(vllm: VllmSampler, inp: dict, samples: int, seed: int) -> dict:
-    check_batch(inp)
+    es.check_batch(inp)
     vocab, out = inp["vocab"], []
     torch = vllm.torch
     for index, request in enumerate(inp["requests"]):

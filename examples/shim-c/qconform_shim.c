@@ -441,13 +441,13 @@ static outcome categorical_sampling(const jval *c, buffer *b) {
     sparse = strcmp(rep->text, "sparse") == 0;
     if (sparse && !blob_words(get(row, "ids"), "i32", &ids, &n_ids)) { result.error = "malformed ids"; goto done; }
     if (sparse ? n_ids != n : n != vocab) { result.refusal = "BAD_SHAPE"; goto done; }
-    if (sparse) { /* R19: in range, strictly ascending, every count positive */
-        int64_t previous = -1;
+    if (sparse) { /* R19, each class over the whole row: every ID in range, then strictly ascending, every count positive */
         for (i = 0; i < n; i++) {
             int64_t token = (int32_t)ids[i];
             if (token < 0 || (uint64_t)token >= vocab) { result.refusal = "TOKEN_OUT_OF_RANGE"; goto done; }
-            if (token <= previous || counts[i] == 0) { result.refusal = "BAD_SPARSE_SUPPORT"; goto done; }
-            previous = token;
+        }
+        for (i = 0; i < n; i++) {
+            if ((i > 0 && (int32_t)ids[i] <= (int32_t)ids[i - 1]) || counts[i] == 0) { result.refusal = "BAD_SPARSE_SUPPORT"; goto done; }
         }
     }
     cumulative = xmalloc(n * sizeof *cumulative);

@@ -128,13 +128,11 @@ def q_row(row: dict, vocab: int) -> tuple[list[int], list[int]]:
         ids = unpack(row["ids"], "i32")
         if len(ids) != len(counts):
             raise Refusal("BAD_SHAPE")
-        previous = -1
-        for token, count in zip(ids, counts):
-            if not 0 <= token < vocab:
-                raise Refusal("TOKEN_OUT_OF_RANGE")
-            if token <= previous or count == 0:
-                raise Refusal("BAD_SPARSE_SUPPORT")
-            previous = token
+        # each class over the whole row (docs/formats/categorical_sampling.md, "Refusal precedence")
+        if any(not 0 <= token < vocab for token in ids):
+            raise Refusal("TOKEN_OUT_OF_RANGE")
+        if any(b <= a for a, b in zip(ids, ids[1:])) or 0 in counts:
+            raise Refusal("BAD_SPARSE_SUPPORT")
     if sum(counts) != M:
         raise Refusal("WRONG_TOTAL_MASS")
     return ids, counts

@@ -14,8 +14,10 @@ the code, the generator only checks that it refuses.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterator
 
+from qconform.generators import precedence
 from qconform.generators.encoding import f32_bits
 from qconform.generators.families import allocation_dense, allocation_sparse
 from qconform.generators.families.allocation_dense import ROW_INPUTS, RowSource
@@ -72,6 +74,7 @@ NOTES = {
         "Several problems in one row: the code is chosen by class (NaN, then +inf, then negative), not by lowest ID.",
         "Pins the code a parallel implementation reports; a different code here is an error-mapping difference.",
     ),
+    precedence.FLAG: precedence.NOTE,
 }
 
 
@@ -198,11 +201,96 @@ def support_size_cases() -> Iterator[Case]:
     yield invalid_case("k-zero-logits", "k = 0 on a logits row.", ("BAD_K",), RowSource.logits([1.0, 0.0], 1.0), 0)
 
 
+@dataclass
+class AllocationDraft:
+    """A proposal row being broken: FP32 weights, or FP32 logits and a temperature; ``k`` for top-k."""
+
+    dtype: str
+    bits: list[int]
+    temperature: int | None = None
+    k: int | None = None
+
+    def input_json(self) -> dict:
+        source = RowSource(self.dtype, self.bits, self.temperature).input_json()
+        return source if self.k is None else {**source, "k": self.k}
+
+
+#: Rows of ``refusal_order.ALLOCATION_REFUSALS`` that hold for a weights row only, and for a logits row only.
+WEIGHT_ROWS, LOGIT_ROWS = {3, 4, 5, 8}, {2, 6, 7, 9}
+
+
+def allocation_draft(rows: frozenset[int]) -> AllocationDraft:
+    """A valid row to break: logits at T = 1 for a logits row, else FP32 weights; k = 2 when row 10 is broken."""
+    k = 2 if 10 in rows else None
+    if rows & LOGIT_ROWS:
+        return AllocationDraft("logits", [f32_bits(x) for x in (1.0, 2.0, -1.0, 0.5)], f32_bits(1.0), k)
+    return AllocationDraft("f32", [f32_bits(x) for x in (1.0, 2.0, 0.5, 3.0)], None, k)
+
+
+def set_bits(index: int, bits: int):
+    return lambda d: d.bits.__setitem__(index, bits)
+
+
+def zero_weights(d: AllocationDraft) -> None:
+    d.bits[:] = [0] * len(d.bits)
+
+
+def mask_logits(d: AllocationDraft) -> None:
+    d.bits[:] = [F32_NEG_INF] * len(d.bits)
+
+
+def empty_row(d: AllocationDraft) -> None:
+    d.bits.clear()
+
+
+def bad_k(d: AllocationDraft) -> None:
+    d.k = len(d.bits) + 1
+
+
+#: Faults of ``refusal_order.ALLOCATION_REFUSALS``, each on its own entry (T = -1 keeps every s_v finite).
+ALLOCATION_FAULTS = {
+    1: empty_row,
+    2: lambda d: setattr(d, "temperature", f32_bits(-1.0)),
+    3: set_bits(1, F32_QUIET_NAN),
+    4: set_bits(2, F32_POS_INF),
+    5: set_bits(3, f32_bits(-1.0)),
+    6: set_bits(1, F32_QUIET_NAN),
+    7: set_bits(2, F32_POS_INF),
+    8: zero_weights,
+    9: mask_logits,
+    10: bad_k,
+}
+ALLOCATION_EXCLUSIVE = (
+    precedence.exclusive_between(WEIGHT_ROWS, LOGIT_ROWS)
+    | precedence.exclusive_between({1}, {3, 4, 5, 6, 7})
+    | {frozenset({4, 8}), frozenset({6, 9}), frozenset({7, 9})}
+)
+ALLOCATION_WHY = (
+    "a row is weights or logits; an empty row has no entry to be NaN, +inf or negative; a +inf weight is "
+    "positive, so the row has mass; a NaN or +inf s_v is not -inf, so the row is not all masked"
+)
+
+ALLOCATION_BREAKS = precedence.Breaks[AllocationDraft](
+    family="allocation_invalid",
+    base=allocation_draft,
+    faults=ALLOCATION_FAULTS,
+    encode=AllocationDraft.input_json,
+    exclusive=frozenset(ALLOCATION_EXCLUSIVE),
+    why=ALLOCATION_WHY,
+)
+
+
 def build() -> Iterator[Group]:
     yield Group("weights", "Weight rows refused by R05.", ("R05",), list(weight_cases()))
     yield Group("logits", "Logit rows refused by R05.", ("R05",), list(logit_cases()))
     yield Group("temperature", "Draft temperatures that are not finite positive.", ("R05",), list(temperature_cases()))
     yield Group("support_size", "Top-k sizes outside 1..V.", ("R07",), list(support_size_cases()))
+    yield Group(
+        "precedence",
+        "Every refusal row alone and every pair that can fail together: the earlier row's code.",
+        ("R05", "R07"),
+        list(precedence.precedence_cases(ALLOCATION_BREAKS, solve, ("R05", "R07"))),
+    )
 
 
 CODES = sorted(
@@ -230,4 +318,5 @@ FAMILY = Family(
     solve=solve,
     input_schema={"oneOf": [closed({**fields, "k": K}, required=sorted(fields)) for fields in ROW_INPUTS]},
     expected_schema=closed({"error": {"enum": CODES}}),
+    precedence=ALLOCATION_BREAKS,
 )

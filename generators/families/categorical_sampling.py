@@ -9,15 +9,17 @@ of the qRow codec (docs/vector-format.md, "Rows") used by the other families.
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from itertools import accumulate
 from typing import TYPE_CHECKING, Iterator
 
+from qconform.generators import precedence
 from qconform.generators.encoding import EncodingError, decode_blob, encode_blob
 from qconform.generators.registry import Case, Family, FuzzHooks, Group, Labels, Note
 from qconform.generators.schemas import closed_object as closed
 from qconform.spec.constants import VOCAB, M
-from qconform.spec.errors import SpecError, refuse
-from qconform.spec.qrow import QRow
+from qconform.spec.errors import SpecError
+from qconform.spec.qrow import QRow, RawRow, check_q_rows
 from qconform.spec.sampling import sample_qrow
 
 if TYPE_CHECKING:
@@ -31,18 +33,21 @@ def encode_qrow(row: QRow) -> dict:
     return {"representation": "sparse", "ids": encode_blob("i32", row.ids), "counts": encode_blob("u32", row.counts)}
 
 
+def raw_qrow(obj: dict) -> RawRow:
+    """(sparse IDs or None, counts) of a q row's JSON object, unchecked."""
+    counts, _ = decode_blob(obj["counts"], "u32")
+    if obj.get("representation") == "dense":
+        return None, counts
+    if obj.get("representation") == "sparse":
+        return decode_blob(obj["ids"], "i32")[0], counts
+    raise EncodingError(f"q row representation {obj.get('representation')!r} is not dense or sparse")
+
+
 def decode_qrow(obj: dict, vocab: int) -> QRow:
     """The q row of a JSON object over ``vocab`` tokens; SpecError if the row is not legal."""
-    if obj.get("representation") == "dense":
-        counts, _ = decode_blob(obj["counts"], "u32")
-        if len(counts) != vocab:
-            raise refuse("BAD_SHAPE", f"dense q row has {len(counts)} counts, vocabulary is {vocab}")
-        return QRow.dense(counts)
-    if obj.get("representation") == "sparse":
-        ids, _ = decode_blob(obj["ids"], "i32")
-        counts, _ = decode_blob(obj["counts"], "u32")
-        return QRow.sparse(vocab, ids, counts)
-    raise EncodingError(f"q row representation {obj.get('representation')!r} is not dense or sparse")
+    ids, counts = raw_qrow(obj)
+    check_q_rows(vocab, [(ids, counts)])
+    return QRow.dense(counts) if ids is None else QRow.sparse(vocab, ids, counts)
 
 
 NOTES = {
@@ -86,6 +91,7 @@ NOTES = {
         "A row that is not a legal dyadic24 row; it must be refused before sampling (R03, R19).",
         "Catches a sampler that samples from a row with the wrong total or a noncanonical support.",
     ),
+    precedence.FLAG: precedence.NOTE,
 }
 
 RULES = ("R03", "R04", "R07", "R08")
@@ -268,6 +274,60 @@ def invalid_cases() -> Iterator[Case]:
     )
 
 
+@dataclass
+class RowDraft:
+    """A q row being broken: its vocabulary, representation, IDs (sparse) and counts."""
+
+    vocab: int
+    sparse: bool
+    ids: list[int]
+    counts: list[int]
+
+
+def row_draft(rows: frozenset[int]) -> RowDraft:
+    """A valid row to break: dense (V = 4) for the dense-only row 1, else sparse (V = 8)."""
+    if 1 in rows:
+        return RowDraft(4, False, [], [M // 2, M // 4, M // 8, M // 8])
+    return RowDraft(8, True, [1, 3, 5, 6], [M // 2, M // 4, M // 8, M // 8])
+
+
+def encode_draft(draft: RowDraft) -> dict:
+    if draft.sparse:
+        row = {
+            "representation": "sparse",
+            "ids": encode_blob("i32", draft.ids),
+            "counts": encode_blob("u32", draft.counts),
+        }
+    else:
+        row = {"representation": "dense", "counts": encode_blob("u32", draft.counts)}
+    return {"vocab": draft.vocab, "row": row, "draws": [0]}
+
+
+def move_count(draft: RowDraft) -> None:
+    """A zero count at index 1, its count moved to index 0 (the sum stays M)."""
+    draft.counts[0] += draft.counts[1]
+    draft.counts[1] = 0
+
+
+#: Faults of ``refusal_order.QROW_REFUSALS``: an out-of-range ID goes last (the order stays ascending),
+#: an extra ID after it (one more ID than counts, still ascending), two IDs swapped, a count moved.
+ROW_BREAKS = precedence.Breaks[RowDraft](
+    family="categorical_sampling",
+    base=row_draft,
+    faults={
+        1: lambda d: d.counts.append(0),
+        2: lambda d: d.ids.append(d.ids[-1] + 1),
+        3: lambda d: d.ids.__setitem__(-1, d.vocab),
+        4: lambda d: d.ids.__setitem__(slice(1, 3), d.ids[2:0:-1]),
+        5: move_count,
+        6: lambda d: d.counts.__setitem__(0, d.counts[0] - 1),
+    },
+    encode=encode_draft,
+    exclusive=precedence.exclusive_between({1}, {2, 3, 4, 5}),
+    why="row 1 holds for a dense row only, rows 2-5 for a sparse row only",
+)
+
+
 def build() -> Iterator[Group]:
     yield Group("boundaries", "Small dense rows with every cumulative boundary drawn.", RULES, list(boundary_cases()))
     yield Group("sparse_rows", "Sparse rows: global IDs returned.", RULES, list(sparse_cases()))
@@ -275,6 +335,12 @@ def build() -> Iterator[Group]:
     yield Group("production_vocab", "A dense row over V = 129280.", RULES, [production_dense_case()])
     yield Group("random_rows", "Random rows and draws.", RULES, list(random_cases()))
     yield Group("invalid_rows", "Illegal rows, refused before any draw.", ("R03", "R07", "R19"), list(invalid_cases()))
+    yield Group(
+        "precedence",
+        "Every refusal row alone and every pair that can fail together: the earlier row's code.",
+        ("R03", "R07", "R19"),
+        list(precedence.precedence_cases(ROW_BREAKS, solve, ("R03", "R07", "R19"))),
+    )
 
 
 ROW_ERRORS = ["WRONG_TOTAL_MASS", "BAD_SPARSE_SUPPORT", "TOKEN_OUT_OF_RANGE", "BAD_SHAPE", "NOT_DYADIC24"]
@@ -320,4 +386,5 @@ FAMILY = Family(
         ]
     },
     fuzz=FuzzHooks(inputs=fuzz_strategy, labels=fuzz_labels),
+    precedence=ROW_BREAKS,
 )

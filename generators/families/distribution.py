@@ -15,17 +15,29 @@ prefix of length ``<= depth`` (length ``depth``: the bonus row).
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from fractions import Fraction
 from itertools import product
 from typing import Callable, Iterator
 
+from qconform.generators import precedence
 from qconform.generators.encoding import decode_rational, encode_rational
-from qconform.generators.families.categorical_sampling import decode_qrow, encode_qrow
+from qconform.generators.families.categorical_sampling import (
+    ROW_BREAKS,
+    RowDraft,
+    decode_qrow,
+    encode_draft,
+    encode_qrow,
+    raw_qrow,
+    row_draft,
+)
 from qconform.generators.registry import Case, Family, Group, Note, StatHooks
 from qconform.generators.schemas import closed_object as closed
 from qconform.spec.constants import M
 from qconform.spec.distribution import (
     Prefix,
+    check_depth_positive,
+    check_round_table,
     first_token_law,
     first_token_law_real_uniform,
     quantization_deviation,
@@ -34,7 +46,8 @@ from qconform.spec.distribution import (
 )
 from qconform.spec.errors import SpecError
 from qconform.spec.outcome_law import Law, chain_outcome_law
-from qconform.spec.qrow import QRow
+from qconform.spec.qrow import QRow, check_q_rows
+from qconform.spec.refusal_order import DISTRIBUTION_REFUSALS
 
 RULES = ("R08", "R09", "R11")
 
@@ -55,13 +68,17 @@ def prefixes(vocab: int, max_length: int) -> list[Prefix]:
 
 def decode_law_input(obj: dict) -> tuple[int, int, dict[Prefix, QRow], dict[Prefix, list[Fraction]]]:
     """(vocab, depth, q by prefix, p by prefix) of a case input."""
-    vocab = obj["vocab"]
+    vocab, depth = obj["vocab"], obj["depth"]
+    check_depth_positive(depth)
+    check_q_rows(vocab, [raw_qrow(row) for row in obj["q"].values()])  # every q row given, reachable or not
     q = {parse_prefix(k): decode_qrow(row, vocab) for k, row in obj["q"].items()}
     p = {parse_prefix(k): [decode_rational(x) for x in row] for k, row in obj["p"].items()}
-    return vocab, obj["depth"], q, p
+    check_round_table(vocab, depth, q, p)
+    return vocab, depth, q, p
 
 
 NOTES = {
+    precedence.FLAG: precedence.NOTE,
     "Q_EQUALS_P": Note(
         "BASIC",
         "q = p: every draft is accepted, the round emits K drafts and a bonus.",
@@ -368,8 +385,82 @@ def invalid_cases() -> Iterator[Case]:
     )
 
 
+@dataclass
+class TableDraft:
+    """A round's table being broken: the depth, the empty prefix's q row, and p rows by prefix key."""
+
+    depth: int
+    q: RowDraft
+    p: dict[str, list[Fraction]]
+
+    def input_json(self) -> dict:
+        return {
+            "vocab": self.q.vocab,
+            "depth": self.depth,
+            "q": {"": encode_draft(self.q)["row"]},
+            "p": {key: rationals(row) for key, row in self.p.items()},
+        }
+
+
+#: ``refusal_order.DISTRIBUTION_REFUSALS`` rows 2-7 are ``QROW_REFUSALS`` rows 1-6 on the empty prefix's q row.
+QROW_ROW_OFFSET = 1
+
+
+def table_draft(rows: frozenset[int]) -> TableDraft:
+    """A valid depth-1 table: row_draft's q row at the empty prefix, uniform p there and at every one-token prefix."""
+    q = row_draft(frozenset(n - QROW_ROW_OFFSET for n in rows))
+    uniform = [Fraction(1, q.vocab)] * q.vocab
+    return TableDraft(1, q, {"": list(uniform), **{str(v): list(uniform) for v in range(q.vocab)}})
+
+
+def qrow_fault(n: int) -> Callable[[TableDraft], object]:
+    return lambda d: ROW_BREAKS.faults[n - QROW_ROW_OFFSET](d.q)
+
+
+def heavier_bonus_row(d: TableDraft) -> None:
+    d.p["1"][0] += Fraction(1, 8)
+
+
+TABLE_BREAKS = precedence.Breaks[TableDraft](
+    family="distribution",
+    base=table_draft,
+    faults={
+        1: lambda d: setattr(d, "depth", 0),
+        **{n: qrow_fault(n) for n in range(2, 8)},
+        8: lambda d: d.p[""].pop(),
+        9: heavier_bonus_row,
+        10: lambda d: d.p.pop("3"),  # token 3 has q > 0 and p > 0 at the empty prefix: (3) is reached
+    },
+    encode=TableDraft.input_json,
+    exclusive=frozenset(frozenset(n + QROW_ROW_OFFSET for n in pair) for pair in ROW_BREAKS.exclusive),
+    why="a q row is dense or sparse (categorical_sampling's exclusive pair)",
+)
+
+
+def reach_cases() -> Iterator[Case]:
+    """Rows a round cannot reach may be left out: a child is reached iff q > 0 **and** p > 0 at its parent."""
+    halves = encode_qrow(dyadic_q([M // 2, M // 2]))
+    for name, comment, p in (
+        (
+            "p-zero-child-row-omitted",
+            "Depth 1, q = (1/2, 1/2), p = (1, 0): token 1 is proposed (q > 0) but never accepted (p = 0), so "
+            "the prefix (1) is not reached and its p row (the bonus row) may be left out.",
+            {"": fractions("1", "0"), "0": fractions("1/2", "1/2")},
+        ),
+    ):
+        case_input = {"vocab": 2, "depth": 1, "q": {"": halves}, "p": {k: rationals(v) for k, v in p.items()}}
+        yield Case(
+            name=name,
+            comment=comment,
+            rules=RULES,
+            flags=("P_ZERO_WHERE_Q_POSITIVE",),
+            input=case_input,
+            expected=solve(case_input),
+        )
+
+
 def build() -> Iterator[Group]:
-    yield Group("depth1", "Depth-1 rounds.", RULES, list(depth1_cases()))
+    yield Group("depth1", "Depth-1 rounds.", RULES, list(depth1_cases()) + list(reach_cases()))
     yield Group("depth2", "Depth-2 rounds with prefix-dependent rows.", RULES + ("R01",), list(depth2_cases()))
     yield Group("random", "Random rows.", RULES, list(random_cases()))
     yield Group(
@@ -377,6 +468,12 @@ def build() -> Iterator[Group]:
         "Tables the exact law refuses: depth 0, a reachable prefix without its row.",
         RULES,
         list(invalid_cases()),
+    )
+    yield Group(
+        "precedence",
+        "Every refusal row alone and every pair that can fail together: the earlier row's code.",
+        ("R01", "R10", "R11", "R27"),
+        list(precedence.precedence_cases(TABLE_BREAKS, solve, ("R01", "R10", "R11", "R27"))),
     )
 
 
@@ -419,7 +516,7 @@ LAWS = closed(
 FAMILY = Family(
     name="distribution",
     description="The exact law of one round's emitted tokens at small vocabularies, and its quantization deviation.",
-    rules=("R01", "R08", "R09", "R11"),
+    rules=("R01", "R08", "R09", "R10", "R11", "R27"),
     notes=NOTES,
     build=build,
     solve=solve,
@@ -431,6 +528,7 @@ FAMILY = Family(
             "p": {"type": "object", "propertyNames": PREFIX_KEYS, "additionalProperties": RATIONALS},
         }
     ),
-    expected_schema={"oneOf": [LAWS, closed({"error": {"enum": ["BAD_SHAPE"]}})]},
+    expected_schema={"oneOf": [LAWS, closed({"error": {"enum": sorted({r.code for r in DISTRIBUTION_REFUSALS})}})]},
     stat=StatHooks(per_request=False, laws=outcome_laws),
+    precedence=TABLE_BREAKS,
 )

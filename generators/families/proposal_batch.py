@@ -15,22 +15,26 @@ order. Spec: :func:`qconform.spec.proposal.proposal_batch`.
 
 from __future__ import annotations
 
+import copy
+import json
 import random
-from dataclasses import replace
-from typing import Iterator
+from dataclasses import dataclass, replace
+from typing import Callable, Iterator
 
-from qconform.generators.encoding import f32_bits
+from qconform.generators import precedence
+from qconform.generators.encoding import decode_blob, f32_bits
 from qconform.generators.families import proposal_chain as chain
 from qconform.generators.registry import Case, Family, Group, Note
 from qconform.generators.schemas import closed_object as closed
 from qconform.spec.constants import DEPTH, MAX_REQUESTS
 from qconform.spec.errors import SpecError
-from qconform.spec.proposal import ProposalInput, SupportPolicy, proposal_batch
+from qconform.spec.proposal import ProposalInput, SupportPolicy, check_proposal_batch, proposal_batch, proposal_chain
 from qconform.spec.rng_abi import RngIdentity
 
 RULES = ("R01", "R05", "R08", "R22", "R27")
 
 NOTES = {
+    precedence.FLAG: precedence.NOTE,
     "PER_REQUEST_TEMPERATURE": Note(
         "KNOWN_BUG",
         "The requests of the batch have different draft temperatures; each row is tempered by its own "
@@ -55,7 +59,15 @@ NOTES = {
 def solve(case_input: dict) -> dict:
     """The spec's answer to one batch: each request's chain, in batch order, or the refusal code."""
     try:
-        inputs = [chain.decode_input(request) for request in case_input["requests"]]
+        requests = case_input["requests"]
+        check_proposal_batch(
+            [decode_blob(r["base_logits"], "f32")[1][0] for r in requests],
+            [json.dumps([r["support"], r["markov"]], sort_keys=True) for r in requests],
+        )
+        inputs = []
+        for request in requests:  # request by request, in batch order: the first refused decides
+            inputs.append(chain.decode_input(request))
+            proposal_chain(inputs[-1])
         return {"requests": [chain.encode_result(result) for result in proposal_batch(inputs)]}
     except SpecError as error:
         return {"error": error.code}
@@ -169,6 +181,65 @@ def build() -> Iterator[Group]:
         list(batch_cases()),
     )
     yield Group("incompatible_batches", "Batches the worker must refuse (R27).", ("R27",), list(invalid_cases()))
+    yield Group(
+        "precedence",
+        "Every refusal row alone and every pair that can fail together: the earlier row's code.",
+        ("R05", "R07", "R27"),
+        list(precedence.precedence_cases(BATCH_BREAKS, solve, ("R05", "R07", "R27"))),
+    )
+
+
+@dataclass
+class BatchDraft:
+    """A proposal batch being broken: one ``ChainDraft`` per request."""
+
+    requests: list[chain.ChainDraft]
+
+    def input_json(self) -> dict:
+        return {"requests": [r.input_json() for r in self.requests]}
+
+
+#: ``refusal_order.PROPOSAL_BATCH_REFUSALS`` rows 4-14 are the chain's rows 1-11 on request 0.
+CHAIN_ROW_OFFSET = 3
+
+
+def batch_draft(rows: frozenset[int]) -> BatchDraft:
+    return BatchDraft([chain.chain_draft(rows)])
+
+
+def five_requests(d: BatchDraft) -> None:
+    d.requests += [copy.deepcopy(d.requests[0]) for _ in range(MAX_REQUESTS + 1 - len(d.requests))]
+
+
+def appended(change: Callable[[chain.ChainDraft], None]) -> Callable[[BatchDraft], None]:
+    """A copy of request 0, changed, appended to the batch."""
+
+    def fault(d: BatchDraft) -> None:
+        other = copy.deepcopy(d.requests[0])
+        change(other)
+        d.requests.append(other)
+
+    return fault
+
+
+def request_fault(n: int) -> Callable[[BatchDraft], object]:
+    return lambda d: chain.CHAIN_BREAKS.faults[n - CHAIN_ROW_OFFSET](d.requests[0])
+
+
+BATCH_BREAKS = precedence.Breaks[BatchDraft](
+    family="proposal_batch",
+    base=batch_draft,
+    faults={
+        1: five_requests,
+        2: appended(lambda r: r.change(base_logits=[*r.inp.base_logits, r.inp.base_logits[0]])),
+        3: appended(lambda r: r.change(markov_left=[[b ^ 1 for b in row] for row in r.inp.markov_left])),
+        **{n: request_fault(n) for n in range(4, 15)},
+    },
+    encode=BatchDraft.input_json,
+    exclusive=frozenset(frozenset(n + CHAIN_ROW_OFFSET for n in pair) for pair in chain.CHAIN_BREAKS.exclusive)
+    | {frozenset({2, 5})},
+    why="as proposal_chain says; with no base logit row in request 0, a longer copy has only copies of none",
+)
 
 
 FAMILY = Family(
@@ -192,8 +263,9 @@ FAMILY = Family(
                     }
                 }
             ),
-            closed({"error": {"enum": ["BAD_SHAPE"]}}),
+            closed({"error": {"enum": chain.REFUSALS}}),
         ]
     },
     comparator="proposal_batch",
+    precedence=BATCH_BREAKS,
 )

@@ -16,10 +16,11 @@ legitimately allocate the row otherwise, exactly as ``allocation_dense`` /
 from __future__ import annotations
 
 import random
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from itertools import accumulate
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
+from qconform.generators import precedence
 from qconform.generators.encoding import (
     decode_blob,
     decode_f32,
@@ -38,7 +39,7 @@ from qconform.generators.schemas import blob_schema
 from qconform.generators.schemas import closed_object as closed
 from qconform.spec.constants import DEPTH, M
 from qconform.spec.errors import SpecError, refuse
-from qconform.spec.floats import F32_NEG_INF
+from qconform.spec.floats import F32_NEG_INF, F32_POS_INF, F32_QUIET_NAN
 from qconform.spec.markov import markov_bias_f32
 from qconform.spec.proposal import (
     ProposalInput,
@@ -48,11 +49,13 @@ from qconform.spec.proposal import (
     proposal_row,
 )
 from qconform.spec.qrow import QRow
+from qconform.spec.refusal_order import PROPOSAL_CHAIN_REFUSALS
 from qconform.spec.rng_abi import RngIdentity, proposal_draw, proposal_key
 
 RULES = ("R01", "R05", "R06", "R08", "R15", "R22", "R35")
 
 NOTES = {
+    precedence.FLAG: precedence.NOTE,
     "PREFIX_CONDITIONED": Note(
         "FUNCTIONALITY",
         "Row 2 would have different counts had x_1 been another token of positive q: q depends on the sampled "
@@ -510,6 +513,60 @@ def boundary_cases() -> Iterator[Case]:
         )
 
 
+@dataclass
+class ChainDraft:
+    """A chain input being broken: the spec's input, and a ``depth`` field that may disagree with it."""
+
+    inp: ProposalInput
+    depth: int | None = None
+
+    def change(self, **fields) -> None:
+        self.inp = replace(self.inp, **fields)
+
+    def input_json(self) -> dict:
+        case_input = encode_input(self.inp)
+        vocab = len(self.inp.markov_left)
+        if not self.inp.base_logits:
+            case_input["base_logits"] = encode_blob("f32", [], [0, vocab])
+        if self.depth is not None:
+            case_input["depth"] = self.depth
+        return case_input
+
+
+PRECEDENCE_IDENTITY = RngIdentity(seed=20240607, generation=1, round=3, anchor=1000)
+
+
+def chain_draft(rows: frozenset[int]) -> ChainDraft:
+    """A valid depth-5 chain over V = 16, rank 2, T = 1, dense support."""
+    return ChainDraft(make_input(0xC4D1, 16, 2, 1.0, 1.0, SupportPolicy.dense(), PRECEDENCE_IDENTITY))
+
+
+def set_logit(token: int, bits: int) -> Callable[[ChainDraft], None]:
+    return lambda d: d.change(base_logits=with_logit(d.inp.base_logits, 0, token, bits))
+
+
+CHAIN_BREAKS = precedence.Breaks[ChainDraft](
+    family="proposal_chain",
+    base=chain_draft,
+    faults={
+        1: lambda d: setattr(d, "depth", len(d.inp.base_logits) + 1),
+        2: lambda d: d.change(base_logits=[]),
+        3: lambda d: d.change(base_logits=[[*row, row[0]] for row in d.inp.base_logits]),
+        4: lambda d: d.change(markov_right=[*d.inp.markov_right, d.inp.markov_right[0]]),
+        5: lambda d: d.change(markov_right=[[*row, row[0]] for row in d.inp.markov_right]),
+        6: lambda d: d.change(last_committed_token=len(d.inp.markov_left)),
+        7: lambda d: d.change(temperature_bits=f32_bits(-1.0)),
+        8: set_logit(3, F32_QUIET_NAN),
+        9: set_logit(5, F32_POS_INF),
+        10: lambda d: d.change(base_logits=[[F32_NEG_INF] * len(d.inp.base_logits[0]), *d.inp.base_logits[1:]]),
+        11: lambda d: d.change(support=SupportPolicy.top_k(len(d.inp.markov_left) + 1)),
+    },
+    encode=ChainDraft.input_json,
+    exclusive=frozenset({frozenset({2, n}) for n in (3, 8, 9, 10)} | {frozenset({8, 10}), frozenset({9, 10})}),
+    why="with no base logit row there is no row to be wide or to hold a logit; a NaN or +inf s_v is not -inf",
+)
+
+
 def build() -> Iterator[Group]:
     yield Group(
         "chains",
@@ -535,6 +592,12 @@ def build() -> Iterator[Group]:
         "Chains the worker must refuse: depth 0, disagreeing shapes, k > V, x_0 outside the vocabulary.",
         ("R01", "R05", "R07", "R35"),
         list(invalid_cases()),
+    )
+    yield Group(
+        "precedence",
+        "Every refusal row alone and every pair that can fail together: the earlier row's code.",
+        ("R01", "R05", "R07", "R35"),
+        list(precedence.precedence_cases(CHAIN_BREAKS, solve, ("R01", "R05", "R07", "R35"))),
     )
     yield Group(
         "draw_boundaries",
@@ -572,15 +635,7 @@ ANSWER = closed(
 )
 
 #: The codes a chain may be refused with: shapes, x_0, then each row's weights (R05) and k (R07).
-REFUSALS: list[str] = [
-    "BAD_SHAPE",
-    "TOKEN_OUT_OF_RANGE",
-    "NAN_LOGIT",
-    "POS_INF_LOGIT",
-    "ALL_MASKED",
-    "BAD_TEMPERATURE",
-    "BAD_SUPPORT_SIZE",
-]
+REFUSALS: list[str] = sorted({row.code for row in PROPOSAL_CHAIN_REFUSALS})
 
 FAMILY = Family(
     name="proposal_chain",
@@ -606,4 +661,5 @@ FAMILY = Family(
     ),
     expected_schema={"oneOf": [ANSWER, closed({"error": {"enum": REFUSALS}})]},
     comparator="proposal",
+    precedence=CHAIN_BREAKS,
 )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING, Callable, Iterator
 
+from qconform.generators import precedence
 from qconform.generators.encoding import decode_decimal, decode_word, encode_u64, encode_word
 from qconform.generators.registry import Case, Family, FuzzHooks, Group, Labels, Note
 from qconform.generators.schemas import closed_object as closed
@@ -39,6 +40,7 @@ U64_MAX = (1 << 64) - 1
 DRAW_COUNTER_MAX = (1 << 24) - 1
 
 NOTES = {
+    precedence.FLAG: precedence.NOTE,
     "KNOWN_ANSWER": Note(
         "BASIC",
         "A Random123 kat_vectors line for philox4x32 with 10 rounds.",
@@ -317,6 +319,30 @@ def invalid_case(name: str, comment: str, fields: dict) -> Case:
     return solved_case(name, comment, ("R22", "R24"), ("OUT_OF_RANGE_FIELD",), case_input, result="invalid")
 
 
+def key_fields(rows: frozenset[int]) -> dict:
+    """A valid single draw's fields (the seed as an integer until encoded)."""
+    return {"seed": 1, "generation": 0, "round": 0, "position": 0, "domain": "ACCEPT", "draw_counter": 0}
+
+
+def one_past(name: str, limit: int):
+    return lambda d: d.__setitem__(name, limit)
+
+
+#: Faults of ``refusal_order.RNG_ABI_REFUSALS``: each field one past its range.
+FIELD_BREAKS = precedence.Breaks[dict](
+    family="rng_abi",
+    base=key_fields,
+    faults={
+        1: one_past("seed", 1 << 64),
+        2: one_past("position", 1 << 32),
+        3: one_past("round", 1 << 32),
+        4: one_past("generation", 1 << 32),
+        5: one_past("draw_counter", 1 << 24),
+    },
+    encode=lambda d: {**d, "seed": str(d["seed"])},  # the u64 text, 2^64 included (20 digits)
+)
+
+
 def invalid_field_cases() -> Iterator[Case]:
     base = {"seed": 1, "generation": 0, "round": 0, "position": 0, "domain": "ACCEPT", "draw_counter": 0}
     yield invalid_case(
@@ -367,6 +393,12 @@ def build() -> Iterator[Group]:
         "Fields outside their widths, refused with BAD_RNG_FIELD.",
         ("R22", "R24"),
         list(invalid_field_cases()),
+    )
+    yield Group(
+        "precedence",
+        "Every refusal row alone and every pair: one code, BAD_RNG_FIELD, whichever fields are out of range.",
+        ("R22", "R24"),
+        list(precedence.precedence_cases(FIELD_BREAKS, solve, ("R22", "R24"))),
     )
     yield Group(
         "unseeded_requests", "The seed of a request without one, from its request ID.", ("R24",), list(unseeded_cases())
@@ -449,4 +481,5 @@ FAMILY = Family(
     expected_schema=EXPECTED_SCHEMA,
     solve=solve,
     fuzz=FuzzHooks(inputs=fuzz_strategy, labels=fuzz_labels),
+    precedence=FIELD_BREAKS,
 )

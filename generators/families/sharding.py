@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import dataclass, field
 from fractions import Fraction
 from itertools import accumulate
 from typing import Iterator, Sequence
 
+from qconform.generators import precedence
 from qconform.generators.encoding import (
     EncodingError,
     encode_blob,
@@ -46,19 +48,35 @@ from qconform.generators.families.allocation_dense import (
     row_source,
     vector_bits,
 )
-from qconform.generators.families.categorical_sampling import decode_qrow, encode_qrow
+from qconform.generators.families.allocation_invalid import (
+    ALLOCATION_EXCLUSIVE,
+    ALLOCATION_FAULTS,
+    AllocationDraft,
+    allocation_draft,
+)
+from qconform.generators.families.categorical_sampling import (
+    ROW_BREAKS,
+    RowDraft,
+    decode_qrow,
+    encode_draft,
+    encode_qrow,
+    row_draft,
+)
 from qconform.generators.registry import Case, Family, Group, Note
 from qconform.generators.schemas import blob_schema
 from qconform.generators.schemas import closed_object as closed
 from qconform.spec.allocation_fp64 import fp64_error_bound
 from qconform.spec.constants import VOCAB, M
 from qconform.spec.errors import SpecError, refuse
+from qconform.spec.floats import F32_QUIET_NAN
 from qconform.spec.qrow import QRow
+from qconform.spec.refusal_order import SHARDING_REFUSALS
 from qconform.spec.sampling import U32_LIMIT
 from qconform.spec.sharding import (
     ShardedDraw,
     ShardedQ,
     ShardRange,
+    agreed_target_weights,
     agreed_weights,
     check_shard_ranges,
     sample_sharded_counts,
@@ -78,6 +96,7 @@ PROPOSAL_RULES = ("R06", "R07", "R08", "R30", "R31", "R32", "R34")
 RESIDUAL_RULES = ("R04", "R11", "R31", "R33", "R34")
 
 NOTES = {
+    precedence.FLAG: precedence.NOTE,
     "UNEVEN_SPLIT": Note(
         "EDGE_CASE",
         "Shard sizes differ by more than one token: the global shard ranges, not S, define ownership (R31).",
@@ -283,7 +302,7 @@ def sharded_residual(case_input: dict) -> Residual:
     p_bits = vector_bits(case_input["p_weights"], "f32")
     ranges = decode_ranges(case_input["shard_ranges"], len(p_bits))
     q_row = decode_qrow(case_input["q_row"], len(p_bits))
-    weights = agreed_weights([shard_weight_partial(bits, "f32") for bits in split_row(p_bits, ranges)])
+    weights = agreed_target_weights([shard_weight_partial(bits, "f32") for bits in split_row(p_bits, ranges)])
     p_shards = shard_target_probabilities(weights)
     q_shards = split_row(q_row.dense_counts(), ranges)
     return ranges, weights, [shard_residual(p, q) for p, q in zip(p_shards, q_shards)]
@@ -907,6 +926,83 @@ def invalid_row_cases() -> Iterator[Case]:
         )
 
 
+@dataclass
+class ShardDraft:
+    """A sharded input being broken: a proposal row (``row``) or a residual (``q`` and target weights ``p``)."""
+
+    ranges: list[list[int]]
+    row: AllocationDraft | None = None
+    q: RowDraft | None = None
+    p: list[int] = field(default_factory=list)
+
+    def input_json(self) -> dict:
+        if self.row is not None:
+            source = RowSource(self.row.dtype, self.row.bits, self.row.temperature)
+            support = {"policy": "dense"} if self.row.k is None else {"policy": "top_k", "k": self.row.k}
+            return {**source.input_json(), "shard_ranges": self.ranges, "support": support, "proposal_draws": [0]}
+        assert self.q is not None
+        q_row = encode_draft(self.q)["row"]
+        return {
+            "shard_ranges": self.ranges,
+            "q_row": q_row,
+            "p_weights": encode_blob("f32", self.p),
+            "residual_draws": [0],
+        }
+
+
+#: Rows of ``refusal_order.SHARDING_REFUSALS``: the proposal's (allocation_invalid's 2..10) and the residual's.
+PROPOSAL_ROWS, RESIDUAL_ROWS = set(range(2, 11)), set(range(11, 20))
+QROW_OFFSET = 10
+
+
+def shard_draft(rows: frozenset[int]) -> ShardDraft:
+    """A valid input to break: a residual over a q row (row_draft's) with uniform p, else a proposal row."""
+    if rows & RESIDUAL_ROWS:
+        q = row_draft(frozenset(n - QROW_OFFSET for n in rows))
+        return ShardDraft([[0, 2], [2, q.vocab]], q=q, p=[f32_bits(1.0)] * q.vocab)
+    row = allocation_draft(rows)
+    return ShardDraft([[0, 2], [2, len(row.bits)]], row=row)
+
+
+def target_equals_q(d: ShardDraft) -> None:
+    """Target weights proportional to q's counts: p = q, so every residual mass is 0."""
+    assert d.q is not None
+    dense = [0] * d.q.vocab
+    for v, c in zip(d.q.ids if d.q.sparse else range(d.q.vocab), d.q.counts):
+        dense[v] = c
+    d.p = [f32_bits(float(c)) if c else 0 for c in dense]
+
+
+def proposal_fault(n: int):
+    return lambda d: ALLOCATION_FAULTS[n](d.row)
+
+
+def residual_q_fault(n: int):
+    return lambda d: ROW_BREAKS.faults[n - QROW_OFFSET](d.q)
+
+
+SHARD_FAULTS = {
+    1: lambda d: d.ranges[1].__setitem__(0, d.ranges[1][0] + 1),
+    **{n: proposal_fault(n) for n in PROPOSAL_ROWS},
+    **{n: residual_q_fault(n) for n in range(11, 17)},
+    17: lambda d: d.p.__setitem__(0, F32_QUIET_NAN),
+    18: lambda d: d.p.__setitem__(slice(None), [0] * len(d.p)),
+    19: target_equals_q,
+}
+SHARD_BREAKS = precedence.Breaks[ShardDraft](
+    family="sharding",
+    base=shard_draft,
+    faults=SHARD_FAULTS,
+    encode=ShardDraft.input_json,
+    exclusive=frozenset(
+        precedence.exclusive_between(PROPOSAL_ROWS, RESIDUAL_ROWS)
+        | {pair for pair in ALLOCATION_EXCLUSIVE if 1 not in pair}
+        | {frozenset(n + QROW_OFFSET for n in pair) for pair in ROW_BREAKS.exclusive}
+    ),
+    why="an input is a proposal row or a residual; within each, as allocation_invalid and categorical_sampling say",
+)
+
+
 def build() -> Iterator[Group]:
     yield Group(
         "dense_split",
@@ -927,6 +1023,12 @@ def build() -> Iterator[Group]:
     yield Group("production_vocab", "V = 129280 over two and four shards.", RULES + ("R29",), list(production_cases()))
     yield Group(
         "invalid_ranges", "Global shard ranges that do not partition the vocabulary.", ("R31",), list(invalid_cases())
+    )
+    yield Group(
+        "precedence",
+        "Every refusal row alone and every pair that can fail together: the earlier row's code.",
+        ("R05", "R07", "R10", "R31", "R33"),
+        list(precedence.precedence_cases(SHARD_BREAKS, solve, ("R05", "R07", "R10", "R31", "R33"))),
     )
     yield Group(
         "invalid_rows",
@@ -1029,22 +1131,9 @@ FAMILY = Family(
         "oneOf": [
             PROPOSAL_ANSWER,
             RESIDUAL_ANSWER,
-            closed(
-                {
-                    "error": {
-                        "enum": [
-                            "BAD_SHARD_RANGES",
-                            "NAN_WEIGHT",
-                            "NAN_LOGIT",
-                            "ALL_MASKED",
-                            "ZERO_MASS",
-                            "BAD_SUPPORT_SIZE",
-                            "BAD_TARGET_ROW",
-                        ]
-                    }
-                }
-            ),
+            closed({"error": {"enum": sorted({row.code for row in SHARDING_REFUSALS})}}),
         ]
     },
     comparator="sharding",
+    precedence=SHARD_BREAKS,
 )

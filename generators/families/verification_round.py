@@ -14,11 +14,13 @@ their start seeds come from an exhaustive offline search and are checked all the
 
 from __future__ import annotations
 
+import copy
 import random
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
+from qconform.generators import precedence
 from qconform.generators.encoding import (
     EncodingError,
     decode_blob,
@@ -29,14 +31,22 @@ from qconform.generators.encoding import (
     encode_u64,
     f32_bits,
 )
-from qconform.generators.families.categorical_sampling import decode_qrow, encode_qrow
+from qconform.generators.families.categorical_sampling import (
+    ROW_BREAKS,
+    RowDraft,
+    decode_qrow,
+    encode_draft,
+    encode_qrow,
+    raw_qrow,
+)
 from qconform.generators.registry import Case, Family, FuzzHooks, Group, Labels, Note, StatHooks
 from qconform.generators.schemas import closed_object as closed
 from qconform.spec.constants import MAX_REQUESTS, VOCAB, M
 from qconform.spec.errors import SpecError
 from qconform.spec.floats import F32_POS_INF, F32_SIGN
 from qconform.spec.outcome_law import Law, request_outcome_law
-from qconform.spec.qrow import QRow
+from qconform.spec.qrow import QRow, check_q_rows
+from qconform.spec.refusal_order import VERIFICATION_REFUSALS
 from qconform.spec.rng_abi import (
     RngIdentity,
     accept_key,
@@ -44,11 +54,21 @@ from qconform.spec.rng_abi import (
     draw_words,
     proposal_draw,
     proposal_key,
+    request_seed,
     uniform32_draw,
     unseeded_request_seed,
 )
 from qconform.spec.sampling import sample_qrow
-from qconform.spec.verification import RoundInput, RoundResult, target_rows_from_f32, verify_batch
+from qconform.spec.verification import (
+    RoundInput,
+    RoundResult,
+    check_batch_shape,
+    check_request_shape,
+    check_round_input,
+    check_target_shapes,
+    target_rows_from_f32,
+    verify_batch,
+)
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
@@ -78,29 +98,37 @@ def encode_p_weights(bits_rows: Sequence[Sequence[int]]) -> dict:
     return {"weights": encode_blob("f32", flat, [len(bits_rows), len(bits_rows[0])])}
 
 
-def decode_p_rows(obj: dict) -> list[list[Fraction]]:
-    """Exact target rows of a pRows object."""
+def decode_p_rows(obj: dict, vocab: int | None = None) -> list[list[Fraction]]:
+    """Exact target rows of a pRows object; with ``vocab``, every row's length is checked before any value."""
     if "probabilities" in obj:
+        if vocab is not None:
+            check_target_shapes([len(row) for row in obj["probabilities"]], vocab)
         return [[decode_rational(value) for value in row] for row in obj["probabilities"]]
     flat, shape = decode_blob(obj["weights"], "f32")
     if len(shape) != 2:
         raise EncodingError(f"p weights have shape {shape}, need [rows, vocab]")
-    rows, vocab = shape
-    return target_rows_from_f32([flat[r * vocab : (r + 1) * vocab] for r in range(rows)])
+    rows, width = shape
+    if vocab is not None:
+        check_target_shapes([width] * rows, vocab)
+    return target_rows_from_f32([flat[r * width : (r + 1) * width] for r in range(rows)])
 
 
-def request_seed(obj: dict) -> int:
-    """A request object's seed: ``seed`` as given, or the unseeded seed of ``request_id`` (R24)."""
-    return decode_u64(obj["seed"]) if "seed" in obj else unseeded_request_seed(obj["request_id"])
+def p_row_count(obj: dict) -> int:
+    return len(obj["probabilities"]) if "probabilities" in obj else decode_blob(obj["weights"], "f32")[1][0]
 
 
 def decode_request(obj: dict, vocab: int) -> RoundInput:
-    """The spec's :class:`RoundInput` for one request object of a case input."""
+    """The spec's :class:`RoundInput` for one request object of a case input, refused in the order of
+    ``refusal_order.VERIFICATION_REFUSALS`` rows 4-13: its seed identity, its row counts, its q rows
+    (each condition over all of them), its target rows (every shape, then every value)."""
+    seed = request_seed(decode_u64(obj["seed"]) if "seed" in obj else None, obj.get("request_id"))
+    check_request_shape(len(obj["draft_tokens"]), len(obj["q_rows"]), p_row_count(obj["p_rows"]))
+    check_q_rows(vocab, [raw_qrow(row) for row in obj["q_rows"]])
     return RoundInput(
-        ident=RngIdentity(request_seed(obj), obj["generation"], obj["round"], obj["anchor"]),
+        ident=RngIdentity(seed, obj["generation"], obj["round"], obj["anchor"]),
         draft_tokens=list(obj["draft_tokens"]),
         q_rows=[decode_qrow(row, vocab) for row in obj["q_rows"]],
-        p_rows=decode_p_rows(obj["p_rows"]),
+        p_rows=decode_p_rows(obj["p_rows"], vocab),
         stop_tokens=frozenset(obj.get("stop_tokens", ())),
         budget=obj.get("budget"),
     )
@@ -147,6 +175,7 @@ def encode_result(result: RoundResult) -> dict:
 # --- notes --------------------------------------------------------------------------------
 
 NOTES = {
+    precedence.FLAG: precedence.NOTE,
     "ACCEPT_BOUNDARY": Note(
         "EDGE_CASE",
         "p(x) is chosen so that 2^32 p(x)/q(x) equals the acceptance draw u32, or lies one step "
@@ -329,7 +358,11 @@ HALF_Q = dense_q({0: Fraction(1, 2), 1: Fraction(1, 2)})
 def solve(case_input: dict) -> dict:
     """The spec's answer to one input: each request's round, or the batch's refusal."""
     try:
-        requests = [decode_request(obj, case_input["vocab"]) for obj in case_input["requests"]]
+        check_batch_shape([len(obj["draft_tokens"]) for obj in case_input["requests"]])
+        requests = []
+        for obj in case_input["requests"]:  # request by request, in batch order
+            requests.append(decode_request(obj, case_input["vocab"]))
+            check_round_input(requests[-1])
         return {"requests": [encode_result(result) for result in verify_batch(requests)]}
     except SpecError as error:
         return {"error": error.code}
@@ -822,8 +855,10 @@ def production_cases() -> Iterator[Case]:
     )
 
 
-def invalid_case(name: str, comment: str, requests: list[dict]) -> Case:
-    return batch_case(name, comment, ("INVALID_REQUEST",), requests, rules=("R11", "R19", "R27"), result="invalid")
+def invalid_case(name: str, comment: str, requests: list[dict], vocab: int = SMALL_VOCAB) -> Case:
+    return batch_case(
+        name, comment, ("INVALID_REQUEST",), requests, vocab, rules=("R11", "R19", "R27"), result="invalid"
+    )
 
 
 def invalid_cases() -> Iterator[Case]:
@@ -908,6 +943,33 @@ INVALID_TARGET_WEIGHTS: tuple[tuple[str, str, list[int]], ...] = (
 )
 
 
+def request_order_cases() -> Iterator[Case]:
+    """A batch is judged request by request: the first refused request decides, by its own earliest row."""
+    stop, mass = VERIFICATION_BREAKS.faults[16], VERIFICATION_BREAKS.faults[11]
+    for name, faults in (("stop-token-then-q-mass", (stop, mass)), ("q-mass-then-stop-token", (mass, stop))):
+        draft = batch_draft(frozenset())
+        draft.requests.append(copy.deepcopy(draft.requests[0]))
+        draft.requests[1].fields.update(seed="6")
+        for index, fault in enumerate(faults):
+            # each fault breaks request 0 of a one-request view, then the request moves to its place
+            view = BatchDraft(draft.vocab, [draft.requests[index]], draft.unsupported)
+            fault(view)
+        first = "a stop token equal to V" if faults[0] is stop else "a q row summing to M - 1"
+        yield invalid_case(
+            f"request-order-{name}",
+            f"Request 0 has {first}, request 1 the other fault: the batch is refused with request 0's code "
+            "(request by request, in batch order; not the earlier row across the batch).",
+            draft.input_json()["requests"],
+        )
+    draft = batch_draft(frozenset())
+    draft.requests[0].fields.pop("seed")
+    yield invalid_case(
+        "neither-seed-nor-request-id",
+        "A request with neither a seed nor a request ID: BAD_REQUEST_ID (R24), never a default seed.",
+        draft.input_json()["requests"],
+    )
+
+
 def target_weight_cases() -> Iterator[Case]:
     """FP32 target weight rows: -0.0 is zero; rows that are no distribution refuse BAD_TARGET_ROW (R10)."""
     ident = RngIdentity(5, 0, 0, 0)
@@ -988,7 +1050,118 @@ def build() -> Iterator[Group]:
         ("R10", "R11"),
         list(target_weight_cases()),
     )
-    yield Group("invalid_requests", "Requests refused before any draw.", ("R11", "R19", "R27"), list(invalid_cases()))
+    yield Group(
+        "invalid_requests",
+        "Requests refused before any draw.",
+        ("R11", "R19", "R27"),
+        list(invalid_cases()) + list(request_order_cases()),
+    )
+    yield Group(
+        "precedence",
+        "Every refusal row alone and every pair that can fail together: the earlier row's code.",
+        ("R10", "R19", "R24", "R27"),
+        list(precedence.precedence_cases(VERIFICATION_BREAKS, solve, ("R10", "R19", "R24", "R27"))),
+    )
+
+
+@dataclass
+class RequestDraft:
+    """One request being broken: its q rows as ``RowDraft``s and its target rows as exact rationals."""
+
+    drafts: list[int]
+    q_rows: list[RowDraft]
+    p_rows: list[list[Fraction]]
+    fields: dict = field(default_factory=lambda: {"seed": "5", "generation": 1, "round": 1, "anchor": 100})
+
+    def to_json(self) -> dict:
+        return {
+            **self.fields,
+            "draft_tokens": list(self.drafts),
+            "q_rows": [encode_draft(row)["row"] for row in self.q_rows],
+            "p_rows": encode_p_probabilities(self.p_rows),
+        }
+
+
+@dataclass
+class BatchDraft:
+    vocab: int
+    requests: list[RequestDraft]
+    #: a token of count 0 in every q row of the base
+    unsupported: int
+
+    def input_json(self) -> dict:
+        return {"vocab": self.vocab, "requests": [r.to_json() for r in self.requests]}
+
+
+#: ``refusal_order.VERIFICATION_REFUSALS`` rows 6-11 are ``QROW_REFUSALS`` rows 1-6 on a request's first q row.
+QROW_ROW_OFFSET = 5
+
+
+def batch_draft(rows: frozenset[int]) -> BatchDraft:
+    """A valid one-request batch of depth 2: dense q rows at V = 4 when the dense-only row is broken, else sparse."""
+    if 6 in rows:
+        q, drafts, unsupported = RowDraft(4, False, [], [M // 2, M // 4, M // 4, 0]), [1, 0], 3
+    else:
+        q, drafts, unsupported = RowDraft(8, True, [1, 3, 5, 6], [M // 2, M // 4, M // 8, M // 8]), [1, 3], 2
+    uniform = [Fraction(1, q.vocab)] * q.vocab
+    request = RequestDraft(drafts, [copy.deepcopy(q) for _ in drafts], [list(uniform) for _ in range(3)])
+    return BatchDraft(q.vocab, [request], unsupported)
+
+
+def five_requests(d: BatchDraft) -> None:
+    d.requests += [copy.deepcopy(d.requests[0]) for _ in range(MAX_REQUESTS + 1 - len(d.requests))]
+
+
+def deeper_request(d: BatchDraft) -> None:
+    """A second request with one more draft (valid on its own)."""
+    other = copy.deepcopy(d.requests[0])
+    other.drafts.append(other.drafts[-1])
+    other.q_rows.append(copy.deepcopy(other.q_rows[-1]))
+    other.p_rows.append(list(other.p_rows[-1]))
+    d.requests.append(other)
+
+
+def nine_drafts(d: BatchDraft) -> None:
+    """Request 0 extended to K = 9 (each list by the same count, so a count mismatch stays)."""
+    request, extra = d.requests[0], 9 - len(d.requests[0].drafts)
+    request.drafts += [request.drafts[-1]] * extra
+    request.q_rows += [copy.deepcopy(request.q_rows[-1]) for _ in range(extra)]
+    request.p_rows += [list(request.p_rows[-1]) for _ in range(extra)]
+
+
+def first_request(fault: Callable[[RequestDraft], object]) -> Callable[[BatchDraft], object]:
+    return lambda d: fault(d.requests[0])
+
+
+def qrow_fault(n: int) -> Callable[[BatchDraft], object]:
+    return lambda d: ROW_BREAKS.faults[n - QROW_ROW_OFFSET](d.requests[0].q_rows[0])
+
+
+def heavier_first_entry(request: RequestDraft) -> None:
+    request.p_rows[0][0] += Fraction(1, 8)
+
+
+VERIFICATION_BREAKS = precedence.Breaks[BatchDraft](
+    family="verification_round",
+    base=batch_draft,
+    faults={
+        1: five_requests,
+        2: deeper_request,
+        3: nine_drafts,
+        4: first_request(lambda r: r.fields.update(request_id="r")),
+        5: first_request(lambda r: r.p_rows.pop()),
+        **{n: qrow_fault(n) for n in range(6, 12)},
+        12: first_request(lambda r: r.p_rows[1].pop()),
+        13: first_request(heavier_first_entry),
+        14: lambda d: d.requests[0].drafts.__setitem__(1, d.vocab),
+        15: lambda d: d.requests[0].drafts.__setitem__(0, d.unsupported),
+        16: lambda d: d.requests[0].fields.update(stop_tokens=[d.vocab]),
+        17: first_request(lambda r: r.fields.update(budget=0)),
+    },
+    encode=BatchDraft.input_json,
+    exclusive=frozenset(frozenset(n + QROW_ROW_OFFSET for n in pair) for pair in ROW_BREAKS.exclusive),
+    why="a q row is dense or sparse (categorical_sampling's exclusive pair)",
+)
 
 
 NONNEG = {"type": "integer", "minimum": 0}
@@ -1005,12 +1178,10 @@ REQUEST_SCHEMA = closed(
         "q_rows": {"type": "array", "items": {"$ref": "#/$defs/qRow"}, "minItems": 1},
         "p_rows": {"$ref": "#/$defs/pRows"},
         "stop_tokens": TOKENS,
-        "budget": {"type": "integer", "minimum": 1},
+        "budget": {"type": "integer", "minimum": 0},
     },
     required=["anchor", "draft_tokens", "generation", "p_rows", "q_rows", "round"],
 )
-#: exactly one of ``seed`` (explicit) and ``request_id`` (unseeded, docs/rng-abi.md)
-REQUEST_SCHEMA["oneOf"] = [{"required": ["seed"]}, {"required": ["request_id"]}]
 
 DRAW_SCHEMA = closed(
     {
@@ -1071,10 +1242,11 @@ FAMILY = Family(
     expected_schema={
         "oneOf": [
             closed({"requests": {"type": "array", "items": RESULT_SCHEMA, "minItems": 1}}),
-            closed({"error": {"enum": ["ZERO_Q_AT_TOKEN", "TOKEN_OUT_OF_RANGE", "BAD_TARGET_ROW", "BAD_SHAPE"]}}),
+            closed({"error": {"enum": sorted({row.code for row in VERIFICATION_REFUSALS})}}),
         ]
     },
     comparator="verification",
     fuzz=FuzzHooks(inputs=fuzz_strategy, labels=fuzz_labels),
     stat=StatHooks(per_request=True, laws=outcome_laws),
+    precedence=VERIFICATION_BREAKS,
 )

@@ -456,6 +456,20 @@ def valid_cases() -> Iterator[Case]:
             encode_frame(HelloAnswer(SID, status, ascii_field(reason))),
             want="accept",
         )
+    for name, field, shown in (
+        ("after_nul", b"DEPTH_MISMATCH\0garbage\xff".ljust(32, b"\x07"), "DEPTH_MISMATCH"),
+        ("high_byte", b"caf\xe9".ljust(32, b"\0"), "caf\u00e9"),
+    ):
+        yield case(
+            f"hello_answer_reason_{name}",
+            f"A REFUSED HELLO_ANSWER whose reason is not canonical ASCII: its JSON form is the bytes before the "
+            f"first NUL, one character per byte (U+0000-U+00FF), here {shown!r}; bytes after the NUL are not "
+            "shown (docs/wire-v2.md, 'char[32] in JSON').",
+            ("VALID_FRAME",),
+            PROD,
+            encode_frame(HelloAnswer(SID, layout.HELLO_REFUSED, field)),
+            want="accept",
+        )
     yield case(
         "v1_greedy_before_hello",
         "A v1 greedy frame parses as v1 before HELLO too.",
@@ -1137,7 +1151,8 @@ def scalar_schema(f: Field) -> dict:
     if f.type == "f32":
         return {"$ref": "#/$defs/f32"}
     if f.type == "char[32]":
-        return {"type": "string", "maxLength": 32, "pattern": "^[ -~]*$"}
+        # the bytes before the first NUL, one character per byte (messages.ascii_text)
+        return {"type": "string", "maxLength": 32, "pattern": "^[\u0001-\u00ff]*$"}
     if f.type == "u8[32]":
         return {"type": "string", "pattern": DIGEST_PATTERN}
     if f.type == "i32":

@@ -37,7 +37,7 @@ from qconform.spec.constants import M
 from qconform.spec.qrow import QRow
 from qconform.spec.wire import layout
 from qconform.spec.wire.codec import completion_for, encode_frame, encode_v1, reply_from_row
-from qconform.spec.wire.messages import Cancel, Commit, Hello, Message, Reset, Step, ascii_field
+from qconform.spec.wire.messages import Cancel, Commit, Hello, HelloAnswer, Message, Reset, Step, ascii_field
 from qconform.spec.wire.reasons import REASONS
 from qconform.spec.wire.receiver import (
     EVENT_COUNTERS,
@@ -646,6 +646,52 @@ def retry_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     )
 
 
+def failed_completion_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
+    """A FAILED COMPLETION is held to every COMPLETION rule but "every row received" (docs/wire-v2.md)."""
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    s.complete(r1, [], status=layout.STATUS_FAILED)
+    s.commit(r1, 0)
+    yield (
+        "worker-failed-no-rows",
+        "A FAILED COMPLETION before any row, with 0 bytes and checksum 0 (the CRC-32C of no bytes), "
+        "is accepted and discards the proposal.",
+        ("DISCARD",),
+        s,
+    )
+
+    for name, what, changes in (
+        ("bytes", "a byte count of 0 after 2 rows", {"reply_bytes": 0, "reply_checksum": 0}),
+        ("checksum", "a checksum off by one over its 2 rows", {}),
+    ):
+        s = opened()
+        r1 = s.step(0, 1, 1, 100)
+        frames = s.replies(r1, range(2))
+        honest = completion_for(r1, frames)
+        changes = changes or {"reply_checksum": honest.reply_checksum ^ 1}
+        s.complete(r1, frames, status=layout.STATUS_FAILED, **changes)
+        s.replies(r1, range(2, 3))
+        yield (
+            f"worker-failed-wrong-{name}",
+            f"A FAILED COMPLETION with {what} is refused with that reason (it does not cover the rows "
+            "received) and still discards the round it addresses: the next row is late.",
+            ("DISCARD",),
+            s,
+        )
+
+    s = opened()
+    r1 = s.step(0, 1, 1, 100)
+    s.replies(r1, range(2))
+    s.complete(r1, [], status=layout.STATUS_FAILED, reply_bytes=0, reply_checksum=0)
+    yield (
+        "worker-failed-claims-no-rows",
+        "A FAILED COMPLETION that claims no rows (0 bytes, checksum 0) after 2 were received is "
+        "REPLY_SIZE_MISMATCH and discards the round.",
+        ("DISCARD",),
+        s,
+    )
+
+
 def discard_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s = opened()
     r1 = s.step(0, 1, 1, 100)
@@ -693,6 +739,8 @@ def discard_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
         ("DISCARD",),
         s,
     )
+
+    yield from failed_completion_cases()
 
     s = opened()
     r1 = s.step(0, 1, 1, 100)
@@ -1393,6 +1441,22 @@ def v1_isolation_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
         ("V1_ISOLATION",),
         s,
     )
+
+    for status in (layout.HELLO_ACCEPTED, layout.HELLO_REFUSED, 2, 0xFFFF):
+        s = opened()
+        r1 = s.step(0, 1, 1, 100)
+        frames = s.replies(r1, range(2))
+        s.send(HelloAnswer(s.session_id, status, ascii_field("")))
+        frames += s.replies(r1, range(2, 5))
+        s.complete(r1, frames)
+        s.commit(r1, 2)
+        yield (
+            f"hello-answer-status-{status}-keeps-round",
+            f"A HELLO_ANSWER of status {status} sent to the receiver is UNEXPECTED_MESSAGE whatever its status "
+            "(its status row is the worker's to read): a verified frame that addresses no round discards nothing.",
+            ("V1_ISOLATION",),
+            s,
+        )
 
 
 def random_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:

@@ -24,9 +24,10 @@ serves:
   with the draws the worker reports (``trace``), are the answer, which the
   family's comparator checks against the spec draw for draw. A frame the spec
   receiver refuses makes the answer ``WIRE_<REASON>`` (a ``fail``). A chain the
-  spec refuses for its shapes or ``x_0`` (``check_shapes``, ``check_factors``), or
-  whose k the negotiation refuses (``k > V``), cannot be carried: the worker loads
-  its model out of band and no round exists to play, so it is ``unsupported``;
+  spec refuses (``proposal_chain``: its shapes, ``x_0``, a row's temperature or
+  logits, ``k``) cannot be carried: the worker loads its model out of band, and a
+  refused row ends its round with a FAILED COMPLETION, which names no code (and a
+  temperature that is not positive no STEP can carry), so it is ``unsupported``;
   and ``worker_sessions`` over real connections: per case, a control connection
   (its HELLO accepted, so no watchdog ends it) ``configure``s the worker (the
   HELLO shape, the draft model, the session IDs of the case's connections in
@@ -55,8 +56,7 @@ from qconform.harness.adapter import Adapter, AdapterError, Capabilities, Outcom
 from qconform.harness.transport.client import TCP_PREFIX
 from qconform.harness.transport.shim_protocol import ProtocolError, parse_precision
 from qconform.spec.errors import SpecError
-from qconform.spec.markov import check_factors
-from qconform.spec.proposal import check_shapes
+from qconform.spec.proposal import proposal_chain as spec_chain
 from qconform.spec.wire import layout
 from qconform.spec.wire.codec import decode_frame, encode_frame
 from qconform.spec.wire.header import check_header, parse_header
@@ -331,13 +331,13 @@ class TcpAdapter(Adapter):
         k = inp["support"].get("k", 0)
         try:
             chain = decode_input(inp)
-            check_shapes(chain)
-            check_factors(chain.last_committed_token, chain.markov_left, chain.markov_right)
+            spec_chain(chain)  # the spec's refusal, if any (docs/formats/proposal_chain.md)
             config = example_config(vocab=vocab, max_support=k or min(16, vocab), depth=inp["depth"])
         except SpecError as refused:
             return Unimplemented(
-                f"a wire v2 worker loads its draft model out of band (control configure) and negotiates "
-                f"k <= V; this chain is refused before any round ({refused.code}), so no round can carry it"
+                f"a wire v2 worker loads its draft model out of band (control configure), negotiates k <= V "
+                f"and ends a round it cannot sample with a FAILED COMPLETION, which names no code; this chain "
+                f"is refused ({refused.code}), so no round can carry its answer"
             )
         model = {
             "base_logits": inp["base_logits"],

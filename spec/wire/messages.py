@@ -31,11 +31,15 @@ def ascii_field(text: str) -> bytes:
 
 @defines("R13")
 def ascii_text(field: bytes) -> str:
-    """The text of a canonical ``char[32]`` field (ValueError when not canonical ASCII)."""
-    text = field.rstrip(b"\0")
-    if b"\0" in text or not all(0x20 <= b < 0x7F for b in text):
-        raise ValueError(f"{field!r} is not NUL-padded printable ASCII")
-    return text.decode("ascii")
+    """The JSON form of a ``char[32]`` field: its bytes before the first NUL, one character per byte.
+
+    A field is a NUL-terminated string: what follows the first NUL is padding and is not shown,
+    and each byte before it is the character of the same code (U+0000-U+00FF), so every 32 bytes
+    have exactly one JSON form, the ASCII text itself for a canonical field (docs/wire-v2.md,
+    "char[32] in JSON"). Only a HELLO_ANSWER's ``reason`` (rule: any) can reach a JSON answer
+    with other bytes; a HELLO's identity fields are compared byte for byte.
+    """
+    return field.split(b"\0", 1)[0].decode("latin-1")
 
 
 @dataclass(frozen=True)

@@ -406,7 +406,13 @@ def receive_reply(
 def receive_completion(
     state: ReceiverState, completion: Completion, data: bytes, connection: int
 ) -> tuple[ReceiverState, Disposition]:
-    """Close the open round's replies; only a COMPLETION that validates makes its rows consumable."""
+    """Close the open round's replies; only a COMPLETION that validates makes its rows consumable.
+
+    A FAILED COMPLETION (the worker gives the round up, after any number of rows) is held to every
+    rule but "every row received": its ``reply_bytes`` and ``reply_checksum`` cover exactly the REPLY
+    frames received before it (none: 0 and 0, the CRC-32C of no bytes). Accepted, it discards the
+    round; refused, it discards it too, as any refused frame that addresses the open round does.
+    """
     current = routed_round(state, completion, connection)
     if isinstance(current, str):
         return refuse(state, current)
@@ -418,16 +424,17 @@ def receive_completion(
         return refuse(state, "POSITION_MISMATCH", here)
     if (completion.context_version, completion.prefix_digest) != (step.context_version, step.prefix_digest):
         return refuse(state, "CONTEXT_MISMATCH", here)
-    if completion.status == layout.STATUS_FAILED:
-        state, discarded = discard(counted(state, "worker_failed"), here)
-        return accept(state, discarded)
-    if len(current.replies) < completion.row_count:
+    failed = completion.status == layout.STATUS_FAILED
+    if not failed and len(current.replies) < completion.row_count:
         return refuse(state, "MISSING_Q", here)
     joined = b"".join(current.replies)
     if completion.reply_bytes != len(joined):
         return refuse(state, "REPLY_SIZE_MISMATCH", here)
     if completion.reply_checksum != crc32c(joined):
         return refuse(state, "COMPLETION_CHECKSUM_MISMATCH", here)
+    if failed:
+        state, discarded = discard(counted(state, "worker_failed"), here)
+        return accept(state, discarded)
     done = replace(current, completion=data)
     return accept(with_slot(state, completion.slot, replace(state.slots[completion.slot], open=done)))
 
@@ -522,7 +529,10 @@ def receive_reset(
 def receive_hello_answer(
     state: ReceiverState, answer: HelloAnswer, data: bytes, connection: int
 ) -> tuple[ReceiverState, Disposition]:
-    """A receiver sends HELLO answers and never receives one: UNEXPECTED_MESSAGE."""
+    """A receiver sends HELLO answers and never receives one: UNEXPECTED_MESSAGE whatever its status.
+
+    Its checksum verified and it addresses no round, so it discards nothing (as a second HELLO).
+    """
     return refuse(state, "UNEXPECTED_MESSAGE")
 
 
@@ -570,15 +580,22 @@ HANDLERS: dict[type, Handler] = {
 
 
 @defines("R12", "R13", "R18", "R19")
-def check_frame(data: bytes, config: Hello, negotiated: Hello | None) -> tuple[Message | V1Greedy, QRow | None]:
+def check_frame(
+    data: bytes, config: Hello, negotiated: Hello | None, *, reads_answers: bool = True
+) -> tuple[Message | V1Greedy, QRow | None]:
     """Every check of one frame that needs no session state, and a REPLY's validated q row.
 
     Decoding (framing, bounds, checksum), then for a HELLO before negotiation the
     negotiation against ``config``, for another v2 message the stateless validation
     against the ``negotiated`` HELLO. A HELLO after negotiation is left to the caller.
+    A HELLO_ANSWER's own rows (its status) are checked by its reader, a worker; the
+    receiver (``reads_answers=False``) reads no answer, so its check stops at the
+    verified checksum and step 9 refuses it (docs/wire-v2.md, "Check order: HELLO_ANSWER").
     """
     message = decode_frame(data, negotiated)
     if isinstance(message, V1Greedy):
+        return message, None
+    if isinstance(message, HelloAnswer) and not reads_answers:
         return message, None
     if isinstance(message, Hello):
         if negotiated is None:
@@ -602,7 +619,7 @@ def receive_frame(state: ReceiverState, data: bytes, connection: int) -> tuple[R
 def judge_frame(state: ReceiverState, data: bytes, connection: int) -> tuple[ReceiverState, Disposition]:
     """Check a frame statelessly (:func:`check_frame`) under its connection's HELLO, then route it."""
     try:
-        message, _ = check_frame(data, state.config, state.link(connection))
+        message, _ = check_frame(data, state.config, state.link(connection), reads_answers=False)
     except WireReject as error:
         return refuse_frame(state, error, connection)
     if isinstance(message, V1Greedy):

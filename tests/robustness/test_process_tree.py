@@ -15,10 +15,10 @@ import sys
 import time
 
 import pytest
+from endpoint_servers import opt_in_slow
 
 from qconform.harness.adapter import AdapterStartError
 from qconform.harness.transport.client import open_adapter
-from endpoint_servers import opt_in_slow
 from robustness.processes import qconform, recorded, survivors, tree_shim, wait_for_helpers
 
 RNG_CASE = {"n": 1}

@@ -116,5 +116,6 @@ ROW = {"representation": "dense", "counts": {"dtype": "u32", "b64": "AAAAAQ==", 
 )
 def test_shapes_no_sampler_tensor_can_hold_are_refused(request_):
     with pytest.raises(es.Refusal, match="BAD_SHAPE"):
-        es.check_request_shape(request_, 1)
-    es.check_request_shape({"draft_tokens": [0], "q_rows": [ROW], "p_rows": {"probabilities": [["1"], ["1"]]}}, 1)
+        es.check_batch({"vocab": 1, "requests": [{**request_, "seed": "1"}]})
+    valid = {"seed": "1", "draft_tokens": [0], "q_rows": [ROW], "p_rows": {"probabilities": [["1"], ["1"]]}}
+    es.check_batch({"vocab": 1, "requests": [valid]})
