@@ -45,6 +45,17 @@ CORE_MODULES: tuple[str, ...] = (
     "wire/codec",
     "admission/audit",
 )
+#: every normative module measured by default (issue #21): the core ones and the wire's negotiation,
+#: checks, header and fallback, the arms, the FP32 readers and the exact outcome law of ``stat``
+NORMATIVE_MODULES: tuple[str, ...] = CORE_MODULES + (
+    "wire/negotiation",
+    "wire/checks",
+    "wire/header",
+    "wire/fallback",
+    "arms",
+    "floats",
+    "outcome_law",
+)
 FORMAT = "qconform-adequacy-v1"
 KILLED = ("killed-drift", "killed-crash", "killed-timeout")
 #: a mutant's timeout: this many times the unmutated run of its families, plus the slack
@@ -116,24 +127,34 @@ class Tally:
     mutants: int = 0
     killed: int = 0
     equivalent: int = 0
+    unreachable: int = 0  # listed as unreachable through the corpus (shown apart)
 
     @property
     def survived(self) -> int:
-        return self.mutants - self.killed - self.equivalent
+        return self.mutants - self.killed - self.equivalent - self.unreachable
 
     @property
     def rate(self) -> Fraction | None:
+        """killed / (mutants - equivalent - unreachable): what the corpus can pin, pinned."""
+        judged = self.mutants - self.equivalent - self.unreachable
+        return Fraction(self.killed, judged) if judged else None
+
+    @property
+    def rate_with_unreachable(self) -> Fraction | None:
+        """killed / (mutants - equivalent): the unreachable counted as survivors."""
         judged = self.mutants - self.equivalent
         return Fraction(self.killed, judged) if judged else None
 
     def to_json(self) -> dict:
-        rate = self.rate
+        rate, strict = self.rate, self.rate_with_unreachable
         return {
             "mutants": self.mutants,
             "killed": self.killed,
             "equivalent": self.equivalent,
+            "unreachable": self.unreachable,
             "survived": self.survived,
             "killRate": None if rate is None else round(float(rate), 4),
+            "killRateWithUnreachable": None if strict is None else round(float(strict), 4),
         }
 
 
@@ -152,6 +173,7 @@ class Report:
                 tally.mutants += 1
                 tally.killed += m.status in KILLED
                 tally.equivalent += m.status == "equivalent"
+                tally.unreachable += m.status == "unreachable"
         return tally
 
     @property
@@ -253,7 +275,7 @@ def analyse(
                 MutantReport(
                     site,
                     families,
-                    "survived",
+                    listed[site.id].kind if site.id in listed else "survived",
                     None,
                     f"unreached: no committed case calls {site.qualname}",
                     reached=False,
@@ -275,7 +297,7 @@ def analyse(
         assert site is not None
         status = STATUS_OF.get(outcome.kind, "survived")
         if status == "survived" and site.id in listed:
-            status = "equivalent"
+            status = listed[site.id].kind
         reports.append(MutantReport(site, result.job.families, status, outcome.case, outcome.detail, result.seconds))
     order = {site.id: i for i, site in enumerate(sites_run)}
     reports.sort(key=lambda m: order[m.site.id])

@@ -32,7 +32,7 @@ def _percent(_ctx, _param, value: str) -> Fraction:
     "module_texts",
     multiple=True,
     metavar="PATH",
-    help="A spec module, e.g. spec/sampling.py or wire/codec (repeatable; default: the core modules).",
+    help="A spec module, e.g. spec/sampling.py or wire/codec (repeatable; default: every normative module, docs/adequacy.md).",
 )
 @click.option(
     "--sample",
@@ -105,7 +105,7 @@ def adequacy(
 
     try:
         texts = module_texts + tuple(equivalents.module_of(i) for i in mutant_ids)
-        modules = tuple(dict.fromkeys(analysis.resolve_module(t) for t in texts)) or analysis.CORE_MODULES
+        modules = tuple(dict.fromkeys(analysis.resolve_module(t) for t in texts)) or analysis.NORMATIVE_MODULES
         selected = analysis.select(modules, sample, seed, frozenset(mutant_ids))
     except analysis.AdequacyError as error:
         raise UsageLineError(str(error)) from None
