@@ -17,10 +17,12 @@ from pathlib import Path
 from qconform.generators import registry
 from qconform.generators.adequacy import equivalents, imports, runner
 from qconform.generators.adequacy.equivalents import Equivalent
+from qconform.generators.adequacy.fast_paths import FAST_PATHS
 from qconform.generators.adequacy.mutate import Site, sites
 from qconform.generators.adequacy.oracle import (
     CRASH,
     DRIFT,
+    JUDGING,
     SURVIVED,
     CommittedCase,
     module_name,
@@ -56,6 +58,15 @@ NORMATIVE_MODULES: tuple[str, ...] = CORE_MODULES + (
     "floats",
     "outcome_law",
 )
+#: the judges' unit tests (under tests/), the oracle of ``--judges``
+JUDGE_TESTS: tuple[str, ...] = (
+    "test_compare.py",
+    "test_compare_sharding.py",
+    "test_compare_wire.py",
+    "harness/judging",
+)
+#: what a run without --module measures: the normative modules and the fast paths
+DEFAULT_MODULES: tuple[str, ...] = NORMATIVE_MODULES + tuple(FAST_PATHS)
 FORMAT = "qconform-adequacy-v1"
 KILLED = ("killed-drift", "killed-crash", "killed-timeout")
 #: a mutant's timeout: this many times the unmutated run of its families, plus the slack
@@ -69,8 +80,9 @@ class AdequacyError(Exception):
 
 
 def resolve_module(text: str) -> str:
-    """``spec/wire/codec.py``, ``wire/codec.py`` or ``wire/codec`` -> ``"wire/codec"``; AdequacyError if unknown."""
-    name = text.strip().removeprefix("./").removeprefix("spec/").removesuffix(".py")
+    """``spec/wire/codec.py``, ``wire/codec.py`` or ``wire/codec`` -> ``"wire/codec"``; a judge
+    ``harness/judging/wire.py`` or ``judging/wire`` -> ``"judging/wire"``; AdequacyError if unknown."""
+    name = text.strip().removeprefix("./").removeprefix("spec/").removeprefix("harness/").removesuffix(".py")
     if module_name(name) not in imports.module_files() or name.endswith("__init__") or not name:
         known = sorted(
             m.removeprefix("qconform.spec.").replace(".", "/")
@@ -79,6 +91,22 @@ def resolve_module(text: str) -> str:
         )
         raise AdequacyError(f"unknown spec module {text!r}; spec modules: {', '.join(known)}")
     return name
+
+
+def judge_modules() -> tuple[str, ...]:
+    """Every judge, ``harness/judging/<name>.py``, as ``"judging/<name>"`` (``--judges``'s default)."""
+    prefix = module_name(JUDGING)
+    return tuple(
+        JUDGING + m.removeprefix(prefix).replace(".", "/")
+        for m, p in imports.module_files().items()
+        if m.startswith(prefix) and p.name != "__init__.py"
+    )
+
+
+def judge_tests() -> tuple[str, ...]:
+    """The judges' own unit tests: their oracle under ``--judges`` (docs/adequacy.md)."""
+    root = imports.package_dir("qconform").parent / "tests"
+    return tuple(str(root / path) for path in JUDGE_TESTS if (root / path).exists())
 
 
 def module_sites(module: str) -> list[Site]:
@@ -246,23 +274,33 @@ def analyse(
     """
     listed = equivalents.load(equivalents_path)
     family_names = registry.family_names()
-    families_of = {m: imports.dependent_families(module_name(m), family_names) for m in modules}
+    # a fast path's oracle is the committed cases of its families, answered by the fast path itself
+    families_of = {
+        m: FAST_PATHS[m].families if m in FAST_PATHS else imports.dependent_families(module_name(m), family_names)
+        for m in modules
+    }
     needed = sorted({f for m in modules for f in families_of[m]}, key=family_names.index)
     cases = committed_cases(vectors, needed)
     registry.all_families()  # imported once here, so every forked worker starts warm
 
-    baseline = runner.run([runner.Job(None, (f,), timeout_s or 3600.0, trace=True) for f in needed], cases, workers)
+    fast = [m for m in modules if m in FAST_PATHS]
+    baseline = runner.run(
+        [runner.Job(None, (f,), timeout_s or 3600.0, trace=True) for f in needed]
+        + [runner.Job(None, families_of[m], timeout_s or 3600.0, trace=True, fast_path=m) for m in fast],
+        cases,
+        workers,
+    )
     cost: dict[str, float] = {}
     reached: set[tuple[Path, str]] = set()
     for result in baseline:
         reached |= {(Path(file).resolve(), name) for file, name in result.outcome.reached}
-        family = result.job.families[0]
+        what = result.job.fast_path or result.job.families[0]
         if result.outcome.kind != SURVIVED:
             raise AdequacyError(
-                f"the unmutated spec does not reproduce {family} ({result.outcome.kind} at "
+                f"the unmutated spec does not reproduce {what} ({result.outcome.kind} at "
                 f"{result.outcome.case}: {result.outcome.detail}); run `qconform generate --check`"
             )
-        cost[family] = result.seconds
+        cost[what] = result.seconds
 
     jobs, unreached = [], []
     for site in sites_run:
@@ -282,6 +320,10 @@ def analyse(
                 )
             )
             continue
+        if site.module in FAST_PATHS:
+            limit = timeout_s or TIMEOUT_FACTOR * cost[site.module] + TIMEOUT_SLACK_S
+            jobs.append(runner.Job(site, families, limit, fast_path=site.module))
+            continue
         limit = timeout_s or TIMEOUT_FACTOR * sum(cost[f] for f in families) + TIMEOUT_SLACK_S
         jobs.append(runner.Job(site, families, limit))
     if progress:
@@ -299,6 +341,60 @@ def analyse(
         if status == "survived" and site.id in listed:
             status = listed[site.id].kind
         reports.append(MutantReport(site, result.job.families, status, outcome.case, outcome.detail, result.seconds))
+    order = {site.id: i for i, site in enumerate(sites_run)}
+    reports.sort(key=lambda m: order[m.site.id])
+    return Report(tuple(modules), reports, stale_entries(listed, reports), sample, seed)
+
+
+def analyse_judges(
+    modules: Sequence[str],
+    sites_run: Sequence[Site],
+    equivalents_path: Path,
+    workers: int,
+    timeout_s: float | None,
+    sample: int | None = None,
+    seed: int = 0,
+    progress: Callable[[str, int], None] | None = None,
+) -> Report:
+    """Run ``sites_run`` (mutants of judges) against the judges' own unit tests (:func:`judge_tests`).
+
+    The same statuses as :func:`analyse`: a failing test kills a mutant (``killed-drift``, the test
+    named), a collection error or a dead worker is ``killed-crash``. AdequacyError when the
+    unmutated judges already fail their tests.
+    """
+    listed = equivalents.load(equivalents_path)
+    tests = judge_tests()
+    baseline = runner.run([runner.Job(None, (), timeout_s or 3600.0, trace=True, tests=tests)], {}, 1)[0]
+    if baseline.outcome.kind != SURVIVED:
+        raise AdequacyError(
+            f"the unmutated judges fail their own tests ({baseline.outcome.kind} at "
+            f"{baseline.outcome.case}: {baseline.outcome.detail})"
+        )
+    reached = {(Path(file).resolve(), name) for file, name in baseline.outcome.reached}
+    limit = timeout_s or TIMEOUT_FACTOR * baseline.seconds + TIMEOUT_SLACK_S
+    jobs, reports = [], []
+    for site in sites_run:
+        path = imports.module_files()[module_name(site.module)].resolve()
+        if site.in_function and (path, site.qualname) not in reached:
+            status = listed[site.id].kind if site.id in listed else "survived"
+            detail = f"unreached: no judge test calls {site.qualname}"
+            reports.append(MutantReport(site, (), status, None, detail, reached=False))
+        else:
+            jobs.append(runner.Job(site, (), limit, tests=tests))
+    if progress:
+        progress("", len(jobs))
+
+    def done(result: runner.Finished) -> None:
+        if progress and result.job.site is not None:
+            progress(result.job.site.id, len(jobs))
+
+    for result in runner.run(jobs, {}, workers, done):
+        site, outcome = result.job.site, result.outcome
+        assert site is not None
+        status = STATUS_OF.get(outcome.kind, "survived")
+        if status == "survived" and site.id in listed:
+            status = listed[site.id].kind
+        reports.append(MutantReport(site, (), status, outcome.case, outcome.detail, result.seconds))
     order = {site.id: i for i, site in enumerate(sites_run)}
     reports.sort(key=lambda m: order[m.site.id])
     return Report(tuple(modules), reports, stale_entries(listed, reports), sample, seed)
