@@ -65,6 +65,11 @@ JUDGE_TESTS: tuple[str, ...] = (
     "test_compare_wire.py",
     "harness/judging",
 )
+#: a judge that only one family's comparator uses is judged by that family's tests alone (a
+#: faster oracle: the other tests never import it); every other judge by all of JUDGE_TESTS
+JUDGE_TESTS_OF: dict[str, tuple[str, ...]] = {
+    "judging/sharding": ("test_compare_sharding.py", "harness/judging/test_judge_boundaries.py"),
+}
 #: what a run without --module measures: the normative modules and the fast paths
 DEFAULT_MODULES: tuple[str, ...] = NORMATIVE_MODULES + tuple(FAST_PATHS)
 FORMAT = "qconform-adequacy-v1"
@@ -103,10 +108,15 @@ def judge_modules() -> tuple[str, ...]:
     )
 
 
-def judge_tests() -> tuple[str, ...]:
-    """The judges' own unit tests: their oracle under ``--judges`` (docs/adequacy.md)."""
+def judge_tests(modules: Sequence[str] = ()) -> tuple[str, ...]:
+    """The judges' own unit tests that judge ``modules`` (all of them for any judge not in
+    JUDGE_TESTS_OF): their oracle under ``--judges`` (docs/adequacy.md)."""
     root = imports.package_dir("qconform").parent / "tests"
-    return tuple(str(root / path) for path in JUDGE_TESTS if (root / path).exists())
+    if modules and all(m in JUDGE_TESTS_OF for m in modules):
+        paths: tuple[str, ...] = tuple(dict.fromkeys(p for m in modules for p in JUDGE_TESTS_OF[m]))
+    else:
+        paths = JUDGE_TESTS
+    return tuple(str(root / path) for path in paths if (root / path).exists())
 
 
 def module_sites(module: str) -> list[Site]:
@@ -363,7 +373,7 @@ def analyse_judges(
     unmutated judges already fail their tests.
     """
     listed = equivalents.load(equivalents_path)
-    tests = judge_tests()
+    tests = judge_tests(modules)
     baseline = runner.run([runner.Job(None, (), timeout_s or 3600.0, trace=True, tests=tests)], {}, 1)[0]
     if baseline.outcome.kind != SURVIVED:
         raise AdequacyError(

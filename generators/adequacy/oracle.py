@@ -182,11 +182,19 @@ def run_tests(tests: Sequence[str]) -> Outcome:
     The first failing test kills the mutant (``DRIFT``, named by its test ID); a run that
     cannot even collect (an import error of the mutated judge) is a ``CRASH``.
     """
+    import os
+
     import pytest
 
+    # the worker's own output is not the report: silence pytest's terminal (fds 1 and 2 of this child)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
     plugin = _FirstFailure()
     code = pytest.main(
-        [*tests, "-x", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "--no-header"],
+        # --assert=plain: pytest's assertion-rewriting import hook would otherwise load every module of
+        # the qconform plugin's package from its file, ahead of the finder that serves the mutant
+        [*tests, "-x", "-q", "--assert=plain", "-p", "no:cacheprovider", "-p", "no:xdist", "--no-header"],
         plugins=[plugin],
     )
     if plugin.nodeid is not None:

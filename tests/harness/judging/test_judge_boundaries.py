@@ -16,7 +16,7 @@ from harness_stubs import adapter_config, family_cases
 from qconform.generators.encoding import decode_blob, decode_rational, encode_blob, encode_rational
 from qconform.harness.judging.judge import judge
 from qconform.harness.judging.sharding import SUM_FIELDS
-from qconform.harness.verdicts import VerdictClass
+from qconform.harness.verdicts import VerdictClass, brief
 
 PASS, FAIL, PRECISION, ERROR = (VerdictClass.PASS, VerdictClass.FAIL, VerdictClass.PRECISION, VerdictClass.ERROR)
 AS = "allocation_sparse"
@@ -88,3 +88,5 @@ def test_a_sum_exactly_at_the_declared_margin_is_precision_and_one_step_beyond_f
         beyond["merged"][field] = encode_rational(want + sign * sum_rel * abs(want) * (1 + Fraction(1, 1 << 20)))
         verdict = judge(case, beyond, config)
         assert verdict.cls is FAIL and "beyond the profile's sum_rel" in verdict.message
+        relative = sum_rel * (1 + Fraction(1, 1 << 20))  # |got - want| / |want|, named in the message
+        assert f"differs by {brief(relative)} relative" in verdict.message
