@@ -90,3 +90,57 @@ def test_a_sum_exactly_at_the_declared_margin_is_precision_and_one_step_beyond_f
         assert verdict.cls is FAIL and "beyond the profile's sum_rel" in verdict.message
         relative = sum_rel * (1 + Fraction(1, 1 << 20))  # |got - want| / |want|, named in the message
         assert f"differs by {brief(relative)} relative" in verdict.message
+
+
+@pytest.mark.rules("R05")
+def test_a_nan_exp_weight_is_garbage_not_a_divergence():
+    """A logits row answered with a NaN weight is malformed (``error``), not a weight within or
+    beyond the exp margin: even a profile that excuses every ulp does not judge it."""
+    case = next(
+        (c for c in family_cases("allocation_dense") if c["result"] == "valid" and "weights" in c["expected"]), None
+    )
+    if case is None:
+        pytest.skip("no logits row in allocation_dense")
+    weights, shape = decode_blob(case["expected"]["weights"])
+    answer = dict(copy.deepcopy(case["expected"]), weights=encode_blob("f32", [0x7FC00000, *weights[1:]], shape))
+    verdict = judge(case, answer, adapter_config(["allocation_dense"], exp_ulp="1000000/1"))
+    assert verdict.cls is ERROR and "NaN" in verdict.message and "weights[0]" in verdict.message
+
+
+@pytest.mark.rules("R11")
+def test_emitted_tokens_that_are_not_a_list_are_garbage():
+    case = next(c for c in family_cases("verification_round") if c["result"] == "valid")
+    answer = copy.deepcopy(case["expected"])
+    answer["requests"][0]["emitted"] = {"0": answer["requests"][0]["emitted"][0]}
+    verdict = judge(case, answer, adapter_config(["verification_round"]))
+    assert verdict.cls is ERROR and "emitted" in verdict.message and "list" in verdict.message
+
+
+@pytest.mark.rules("R30")
+def test_an_answer_with_a_shard_missing_is_judged_not_raised():
+    case = sharding_case()
+    answer = copy.deepcopy(case["expected"])
+    answer["shards"].pop()
+    verdict = judge(case, answer, adapter_config(["sharding"]))
+    assert verdict.cls in (FAIL, ERROR) and verdict.message
+
+
+@pytest.mark.rules("R30", "R33")
+def test_a_precision_verdict_names_the_first_differing_sum():
+    """With several sums off within sum_rel, the verdict's diff is the first in answer order
+    (the shards before the merge), as a person reads the answer."""
+    case = sharding_case()
+    sum_rel = Fraction(1, 1 << 40)
+    answer = copy.deepcopy(case["expected"])
+    paths = []
+    for where, obj in [(f"shards[{i}]", shard) for i, shard in enumerate(answer["shards"])] + [
+        ("merged", answer["merged"])
+    ]:
+        for key in SUM_FIELDS:
+            if key in obj and decode_rational(obj[key]) != 0:
+                obj[key] = encode_rational(decode_rational(obj[key]) * (1 + sum_rel / 2))
+                paths.append(f"{where}.{key}")
+    assert len(paths) >= 2
+    verdict = judge(case, answer, adapter_config(["sharding"], sum_rel=encode_rational(sum_rel)))
+    assert verdict.cls is PRECISION and verdict.diff is not None and verdict.diff.path == paths[0]
+    assert f"{len(paths)} sum(s) differ" in verdict.message
