@@ -92,7 +92,3 @@ def chain_outcome_law(vocab: int, depth: int, q, p) -> Law:
     """The exact law of ``(accepted, emitted)`` of a round whose drafts are sampled too
     (the ``distribution`` family): :func:`qconform.spec.distribution.round_law`."""
     return {(len(emitted) - 1, emitted): probability for emitted, probability in round_law(vocab, depth, q, p).items()}
-
-
-def law_total(law: Law) -> Fraction:
-    return sum(law.values(), Fraction(0))

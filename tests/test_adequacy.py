@@ -13,6 +13,7 @@ import json
 import os
 import textwrap
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -285,3 +286,51 @@ def test_a_listed_mutant_that_the_corpus_kills_fails_the_run(tmp_path: Path) -> 
     data = json.loads(report.read_text())
     assert data["stale"] == [{"id": killed, "why": "now killed-drift: not equivalent"}]
     assert data["mutants"][0]["case"].startswith("sharding/residual/")
+
+
+# --- issue #21: the unreachable list, the fast paths, the judges ---------------------------------
+
+
+def test_unreachable_entries_are_their_own_list_and_count_apart(tmp_path: Path) -> None:
+    path = tmp_path / "eq.toml"
+    path.write_text(
+        '[[mutant]]\nid = "a:f:Lt->LtE:x < 1"\nreason = "r"\n\n[[unreachable]]\nid = "a:f:int+1:x < 1"\nreason = "s"\n'
+    )
+    listed = equivalents.load(path)
+    assert {i: e.kind for i, e in listed.items()} == {
+        "a:f:Lt->LtE:x < 1": "equivalent",
+        "a:f:int+1:x < 1": "unreachable",
+    }
+    tally = analysis.Tally(mutants=10, killed=6, equivalent=2, unreachable=2)
+    assert tally.rate == 1 and tally.rate_with_unreachable == Fraction(6, 8)
+    assert tally.to_json()["unreachable"] == 2 and tally.survived == 0
+
+
+def test_every_normative_module_and_fast_path_is_selected_by_default() -> None:
+    for module in ("wire/negotiation", "wire/checks", "wire/header", "wire/fallback", "arms", "floats", "outcome_law"):
+        assert module in analysis.NORMATIVE_MODULES
+    assert set(analysis.CORE_MODULES) < set(analysis.NORMATIVE_MODULES)
+    assert "allocation_certified" in analysis.DEFAULT_MODULES
+
+
+CERTIFIED_DROP = "allocation_certified:allocate_dense_f32_certified:drop-raise:raise refuse('ZERO_MASS', f'all {row.size} weights are zero')"
+
+
+def test_a_fast_path_mutant_is_judged_by_the_committed_allocation_rows() -> None:
+    """allocation_certified is no solve's, so the spec oracle cannot see its mutants; its own answers
+    to the committed rows can: without its ZERO_MASS refusal it answers the all-zero row."""
+    (site,) = analysis.select(["allocation_certified"], None, 0, frozenset({CERTIFIED_DROP}))
+    families = analysis.FAST_PATHS["allocation_certified"].families
+    cases = analysis.committed_cases(_vectors(), list(families))
+    (result,) = runner.run([runner.Job(site, families, 300, fast_path="allocation_certified")], cases, 1)
+    assert result.outcome.kind in (oracle.DRIFT, oracle.CRASH)
+    assert result.outcome.case is not None and result.outcome.case.startswith("allocation_invalid/weights/zero-mass")
+
+
+def test_judges_and_spec_modules_are_not_mixed() -> None:
+    result = CliRunner().invoke(cli, ["adequacy", "--judges", "--module", "sampling", "--list"])
+    assert result.exit_code == 2 and "a spec module" in result.output
+    result = CliRunner().invoke(cli, ["adequacy", "--module", "harness/judging/sharding.py", "--list"])
+    assert result.exit_code == 2 and "--judges" in result.output
+    listed = CliRunner().invoke(cli, ["adequacy", "--judges", "--module", "harness/judging/sharding.py", "--list"])
+    assert listed.exit_code == 0 and all(line.startswith("judging/sharding:") for line in listed.output.splitlines())

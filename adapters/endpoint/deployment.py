@@ -17,6 +17,8 @@ VOCAB = 129280
 DEPTH = 5
 MAX_REQUESTS = 4
 MAX_SUPPORT = 256
+#: the fixed-depth arms a configuration may name: depth-1..depth-8 (docs/wire-v2.md, "Fixed-depth arms")
+MAX_ARM_DEPTH = 8
 SESSION_ID = 0x5E55_1010_0000_0001
 SEMANTIC_ID = b"dyadic24-standard-v1"
 VERIFIER_ID = b"standard-speculative-v1"
@@ -61,3 +63,21 @@ def hello_config(
     }
     params["max_reply_bytes"] = max(layout.reply_bytes(params, 0), layout.reply_bytes(params, params["max_support"]))
     return params
+
+
+def config_problem(config: dict) -> str | None:
+    """Why a receiver configuration is one the design forbids (its refusal is BAD_SHAPE), or None.
+
+    docs/wire-v2.md, "HELLO and negotiation": 1..4 requests (R27), a fixed-depth arm
+    depth-1..depth-8 (R35), a dense stride that holds the vocabulary, 1 <= max_support <= V,
+    4-byte IDs and q values, at least one slot.
+    """
+    if not 1 <= config["max_requests"] <= MAX_REQUESTS:
+        return f"max_requests {config['max_requests']} is outside 1..{MAX_REQUESTS}"
+    if not 1 <= config["depth"] <= MAX_ARM_DEPTH:
+        return f"depth {config['depth']} names no fixed-depth arm (depth-1..depth-{MAX_ARM_DEPTH})"
+    if config["dense_stride"] < config["vocab"] or not 1 <= config["max_support"] <= config["vocab"]:
+        return "the dense stride must hold the vocabulary and 1 <= max_support <= vocab"
+    if (config["id_bytes"], config["q_bytes"]) != (layout.ID_BYTES, layout.Q_BYTES) or config["max_slots"] < 1:
+        return "IDs and q values are 4 bytes and there is at least one slot"
+    return None

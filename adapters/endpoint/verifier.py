@@ -34,6 +34,7 @@ from . import control, layout, stream
 from .answers import counters_json, hello_fields, message_frame, message_json, state_json, verdict_json
 from .blobs import blob
 from .codec import Refusal
+from .deployment import config_problem
 from .mutants import receiver_class
 from .receiver import Disposition, Receiver
 from .server import Endpoint
@@ -116,7 +117,11 @@ class VerifierEndpoint(Endpoint):
         op = request.get("op")
         receiver = self.bound[number]
         if op == "configure":
-            self.receiver = receiver_class(self.mutant)(hello_fields(request["config"]))
+            config = hello_fields(request["config"])
+            problem = config_problem(config)
+            if problem is not None:  # the receiver does not start under it (docs/formats/wire_sessions.md)
+                return {"refused": "BAD_SHAPE", "detail": problem}
+            self.receiver = receiver_class(self.mutant)(config)
             self.bound[number] = self.receiver
             return {"ok": True}
         if op == "encode":

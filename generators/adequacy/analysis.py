@@ -17,10 +17,12 @@ from pathlib import Path
 from qconform.generators import registry
 from qconform.generators.adequacy import equivalents, imports, runner
 from qconform.generators.adequacy.equivalents import Equivalent
+from qconform.generators.adequacy.fast_paths import FAST_PATHS
 from qconform.generators.adequacy.mutate import Site, sites
 from qconform.generators.adequacy.oracle import (
     CRASH,
     DRIFT,
+    JUDGING,
     SURVIVED,
     CommittedCase,
     module_name,
@@ -46,6 +48,36 @@ CORE_MODULES: tuple[str, ...] = (
     "wire/codec",
     "admission/audit",
 )
+#: every normative module measured by default (issue #21): the core ones and the wire's negotiation,
+#: checks, header and fallback, the arms, the FP32 readers and the exact outcome law of ``stat``
+NORMATIVE_MODULES: tuple[str, ...] = CORE_MODULES + (
+    "wire/negotiation",
+    "wire/checks",
+    "wire/header",
+    "wire/fallback",
+    "arms",
+    "floats",
+    "outcome_law",
+)
+#: the judges' unit tests (under tests/), the oracle of ``--judges``
+JUDGE_TESTS: tuple[str, ...] = (
+    "test_compare.py",
+    "test_compare_sharding.py",
+    "test_compare_wire.py",
+    "test_partial_injection.py",
+    "harness/judging",
+)
+#: tests of those files that run a candidate, not a judge: left out of the oracle (pytest --deselect)
+JUDGE_TESTS_DESELECTED: tuple[str, ...] = (
+    "test_partial_injection.py::test_torch_partial_passes_and_its_mutant_is_killed",
+)
+#: a judge that only one family's comparator uses is judged by that family's tests alone (a
+#: faster oracle: the other tests never import it); every other judge by all of JUDGE_TESTS
+JUDGE_TESTS_OF: dict[str, tuple[str, ...]] = {
+    "judging/sharding": ("test_compare_sharding.py", "harness/judging/test_judge_boundaries.py"),
+}
+#: what a run without --module measures: the normative modules and the fast paths
+DEFAULT_MODULES: tuple[str, ...] = NORMATIVE_MODULES + tuple(FAST_PATHS)
 FORMAT = "qconform-adequacy-v1"
 KILLED = ("killed-drift", "killed-crash", "killed-timeout")
 #: a mutant's timeout: this many times the unmutated run of its families, plus the slack
@@ -59,8 +91,9 @@ class AdequacyError(Exception):
 
 
 def resolve_module(text: str) -> str:
-    """``spec/wire/codec.py``, ``wire/codec.py`` or ``wire/codec`` -> ``"wire/codec"``; AdequacyError if unknown."""
-    name = text.strip().removeprefix("./").removeprefix("spec/").removesuffix(".py")
+    """``spec/wire/codec.py``, ``wire/codec.py`` or ``wire/codec`` -> ``"wire/codec"``; a judge
+    ``harness/judging/wire.py`` or ``judging/wire`` -> ``"judging/wire"``; AdequacyError if unknown."""
+    name = text.strip().removeprefix("./").removeprefix("spec/").removeprefix("harness/").removesuffix(".py")
     if module_name(name) not in imports.module_files() or name.endswith("__init__") or not name:
         known = sorted(
             m.removeprefix("qconform.spec.").replace(".", "/")
@@ -69,6 +102,28 @@ def resolve_module(text: str) -> str:
         )
         raise AdequacyError(f"unknown spec module {text!r}; spec modules: {', '.join(known)}")
     return name
+
+
+def judge_modules() -> tuple[str, ...]:
+    """Every judge, ``harness/judging/<name>.py``, as ``"judging/<name>"`` (``--judges``'s default)."""
+    prefix = module_name(JUDGING)
+    return tuple(
+        JUDGING + m.removeprefix(prefix).replace(".", "/")
+        for m, p in imports.module_files().items()
+        if m.startswith(prefix) and p.name != "__init__.py"
+    )
+
+
+def judge_tests(modules: Sequence[str] = ()) -> tuple[str, ...]:
+    """The judges' own unit tests that judge ``modules`` (all of them for any judge not in
+    JUDGE_TESTS_OF): their oracle under ``--judges`` (docs/adequacy.md)."""
+    root = imports.package_dir("qconform").parent / "tests"
+    if modules and all(m in JUDGE_TESTS_OF for m in modules):
+        paths: tuple[str, ...] = tuple(dict.fromkeys(p for m in modules for p in JUDGE_TESTS_OF[m]))
+    else:
+        paths = JUDGE_TESTS
+    deselected = tuple(f"--deselect={root / node}" for node in JUDGE_TESTS_DESELECTED if node.split("::")[0] in paths)
+    return tuple(str(root / path) for path in paths if (root / path).exists()) + deselected
 
 
 def module_sites(module: str) -> list[Site]:
@@ -117,24 +172,34 @@ class Tally:
     mutants: int = 0
     killed: int = 0
     equivalent: int = 0
+    unreachable: int = 0  # listed as unreachable through the corpus (shown apart)
 
     @property
     def survived(self) -> int:
-        return self.mutants - self.killed - self.equivalent
+        return self.mutants - self.killed - self.equivalent - self.unreachable
 
     @property
     def rate(self) -> Fraction | None:
+        """killed / (mutants - equivalent - unreachable): what the corpus can pin, pinned."""
+        judged = self.mutants - self.equivalent - self.unreachable
+        return Fraction(self.killed, judged) if judged else None
+
+    @property
+    def rate_with_unreachable(self) -> Fraction | None:
+        """killed / (mutants - equivalent): the unreachable counted as survivors."""
         judged = self.mutants - self.equivalent
         return Fraction(self.killed, judged) if judged else None
 
     def to_json(self) -> dict:
-        rate = self.rate
+        rate, strict = self.rate, self.rate_with_unreachable
         return {
             "mutants": self.mutants,
             "killed": self.killed,
             "equivalent": self.equivalent,
+            "unreachable": self.unreachable,
             "survived": self.survived,
             "killRate": None if rate is None else round(float(rate), 4),
+            "killRateWithUnreachable": None if strict is None else round(float(strict), 4),
         }
 
 
@@ -153,6 +218,7 @@ class Report:
                 tally.mutants += 1
                 tally.killed += m.status in KILLED
                 tally.equivalent += m.status == "equivalent"
+                tally.unreachable += m.status == "unreachable"
         return tally
 
     @property
@@ -225,23 +291,33 @@ def analyse(
     """
     listed = equivalents.load(equivalents_path)
     family_names = registry.family_names()
-    families_of = {m: imports.dependent_families(module_name(m), family_names) for m in modules}
+    # a fast path's oracle is the committed cases of its families, answered by the fast path itself
+    families_of = {
+        m: FAST_PATHS[m].families if m in FAST_PATHS else imports.dependent_families(module_name(m), family_names)
+        for m in modules
+    }
     needed = sorted({f for m in modules for f in families_of[m]}, key=family_names.index)
     cases = committed_cases(vectors, needed)
     registry.all_families()  # imported once here, so every forked worker starts warm
 
-    baseline = runner.run([runner.Job(None, (f,), timeout_s or 3600.0, trace=True) for f in needed], cases, workers)
+    fast = [m for m in modules if m in FAST_PATHS]
+    baseline = runner.run(
+        [runner.Job(None, (f,), timeout_s or 3600.0, trace=True) for f in needed]
+        + [runner.Job(None, families_of[m], timeout_s or 3600.0, trace=True, fast_path=m) for m in fast],
+        cases,
+        workers,
+    )
     cost: dict[str, float] = {}
     reached: set[tuple[Path, str]] = set()
     for result in baseline:
         reached |= {(Path(file).resolve(), name) for file, name in result.outcome.reached}
-        family = result.job.families[0]
+        what = result.job.fast_path or result.job.families[0]
         if result.outcome.kind != SURVIVED:
             raise AdequacyError(
-                f"the unmutated spec does not reproduce {family} ({result.outcome.kind} at "
+                f"the unmutated spec does not reproduce {what} ({result.outcome.kind} at "
                 f"{result.outcome.case}: {result.outcome.detail}); run `qconform generate --check`"
             )
-        cost[family] = result.seconds
+        cost[what] = result.seconds
 
     jobs, unreached = [], []
     for site in sites_run:
@@ -254,12 +330,16 @@ def analyse(
                 MutantReport(
                     site,
                     families,
-                    "survived",
+                    listed[site.id].kind if site.id in listed else "survived",
                     None,
                     f"unreached: no committed case calls {site.qualname}",
                     reached=False,
                 )
             )
+            continue
+        if site.module in FAST_PATHS:
+            limit = timeout_s or TIMEOUT_FACTOR * cost[site.module] + TIMEOUT_SLACK_S
+            jobs.append(runner.Job(site, families, limit, fast_path=site.module))
             continue
         limit = timeout_s or TIMEOUT_FACTOR * sum(cost[f] for f in families) + TIMEOUT_SLACK_S
         jobs.append(runner.Job(site, families, limit))
@@ -276,8 +356,62 @@ def analyse(
         assert site is not None
         status = STATUS_OF.get(outcome.kind, "survived")
         if status == "survived" and site.id in listed:
-            status = "equivalent"
+            status = listed[site.id].kind
         reports.append(MutantReport(site, result.job.families, status, outcome.case, outcome.detail, result.seconds))
+    order = {site.id: i for i, site in enumerate(sites_run)}
+    reports.sort(key=lambda m: order[m.site.id])
+    return Report(tuple(modules), reports, stale_entries(listed, reports), sample, seed)
+
+
+def analyse_judges(
+    modules: Sequence[str],
+    sites_run: Sequence[Site],
+    equivalents_path: Path,
+    workers: int,
+    timeout_s: float | None,
+    sample: int | None = None,
+    seed: int = 0,
+    progress: Callable[[str, int], None] | None = None,
+) -> Report:
+    """Run ``sites_run`` (mutants of judges) against the judges' own unit tests (:func:`judge_tests`).
+
+    The same statuses as :func:`analyse`: a failing test kills a mutant (``killed-drift``, the test
+    named), a collection error or a dead worker is ``killed-crash``. AdequacyError when the
+    unmutated judges already fail their tests.
+    """
+    listed = equivalents.load(equivalents_path)
+    tests = judge_tests(modules)
+    baseline = runner.run([runner.Job(None, (), timeout_s or 3600.0, trace=True, tests=tests)], {}, 1)[0]
+    if baseline.outcome.kind != SURVIVED:
+        raise AdequacyError(
+            f"the unmutated judges fail their own tests ({baseline.outcome.kind} at "
+            f"{baseline.outcome.case}: {baseline.outcome.detail})"
+        )
+    reached = {(Path(file).resolve(), name) for file, name in baseline.outcome.reached}
+    limit = timeout_s or TIMEOUT_FACTOR * baseline.seconds + TIMEOUT_SLACK_S
+    jobs, reports = [], []
+    for site in sites_run:
+        path = imports.module_files()[module_name(site.module)].resolve()
+        if site.in_function and (path, site.qualname) not in reached:
+            status = listed[site.id].kind if site.id in listed else "survived"
+            detail = f"unreached: no judge test calls {site.qualname}"
+            reports.append(MutantReport(site, (), status, None, detail, reached=False))
+        else:
+            jobs.append(runner.Job(site, (), limit, tests=tests))
+    if progress:
+        progress("", len(jobs))
+
+    def done(result: runner.Finished) -> None:
+        if progress and result.job.site is not None:
+            progress(result.job.site.id, len(jobs))
+
+    for result in runner.run(jobs, {}, workers, done):
+        site, outcome = result.job.site, result.outcome
+        assert site is not None
+        status = STATUS_OF.get(outcome.kind, "survived")
+        if status == "survived" and site.id in listed:
+            status = listed[site.id].kind
+        reports.append(MutantReport(site, (), status, outcome.case, outcome.detail, result.seconds))
     order = {site.id: i for i, site in enumerate(sites_run)}
     reports.sort(key=lambda m: order[m.site.id])
     return Report(tuple(modules), reports, stale_entries(listed, reports), sample, seed)

@@ -14,8 +14,9 @@ import importlib.util
 from functools import cache
 from pathlib import Path
 
-#: the packages whose modules form the graph: the spec and the generators
-PACKAGES = ("qconform.spec", "qconform.generators")
+#: the packages whose modules form the graph: the spec, the generators, and the judges
+#: (``qconform adequacy --judges`` mutates ``harness/judging``; docs/adequacy.md)
+PACKAGES = ("qconform.spec", "qconform.generators", "qconform.harness.judging")
 FAMILIES_PACKAGE = "qconform.generators.families"
 #: modules whose imports do not reach what generation runs: the fuzzer's input strategies
 #: (``Family.fuzz``) are drawn by ``qconform fuzz`` only, never by ``solve`` or ``build``, and

@@ -52,8 +52,14 @@ class Outcome:
     reached: frozenset[tuple[str, str]] = frozenset()
 
 
+#: a module ID with this prefix names a judge (``harness/judging/<name>.py``), not a spec module
+JUDGING = "judging/"
+
+
 def module_name(module: str) -> str:
-    """``"wire/codec"`` -> ``"qconform.spec.wire.codec"``."""
+    """``"wire/codec"`` -> ``"qconform.spec.wire.codec"``; ``"judging/wire"`` -> ``"qconform.harness.judging.wire"``."""
+    if module.startswith(JUDGING):
+        return "qconform.harness." + module.replace("/", ".")
     return "qconform.spec." + module.replace("/", ".")
 
 
@@ -154,3 +160,45 @@ def solve_all(families: Sequence[str], cases: Mapping[str, Sequence[CommittedCas
             if canonical_json(got) != canonical_json(case.expected):
                 return Outcome(DRIFT, case.id, first_difference(case.expected, got)[:DETAIL_LIMIT], solved)
     return Outcome(SURVIVED, None, "", solved)
+
+
+class _FirstFailure:
+    """A pytest plugin that keeps the first failing test's ID and its one-line reason."""
+
+    def __init__(self) -> None:
+        self.nodeid: str | None = None
+        self.detail = ""
+
+    def pytest_runtest_logreport(self, report) -> None:
+        if report.failed and self.nodeid is None:
+            self.nodeid = report.nodeid
+            crash = getattr(report.longrepr, "reprcrash", None)
+            self.detail = f"{report.when}: {crash.message if crash is not None else report.longrepr}"
+
+
+def run_tests(tests: Sequence[str]) -> Outcome:
+    """Run the unit tests ``tests`` (paths, in this process, no xdist): the judges' oracle.
+
+    The first failing test kills the mutant (``DRIFT``, named by its test ID); a run that
+    cannot even collect (an import error of the mutated judge) is a ``CRASH``.
+    """
+    import os
+
+    import pytest
+
+    # the worker's own output is not the report: silence pytest's terminal (fds 1 and 2 of this child)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    plugin = _FirstFailure()
+    code = pytest.main(
+        # --assert=plain: pytest's assertion-rewriting import hook would otherwise load every module of
+        # the qconform plugin's package from its file, ahead of the finder that serves the mutant
+        [*tests, "-x", "-q", "--assert=plain", "-p", "no:cacheprovider", "-p", "no:xdist", "--no-header"],
+        plugins=[plugin],
+    )
+    if plugin.nodeid is not None:
+        return Outcome(DRIFT, plugin.nodeid, plugin.detail[:DETAIL_LIMIT])
+    if code not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        return Outcome(CRASH, None, f"pytest exited with {code!r}")
+    return Outcome(SURVIVED)

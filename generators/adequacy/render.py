@@ -9,7 +9,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from qconform.generators.adequacy.analysis import Report
+from qconform.generators.adequacy.analysis import Report, Tally
+from qconform.generators.adequacy.oracle import JUDGING
 
 
 @contextlib.contextmanager
@@ -43,24 +44,30 @@ def render(report: Report, console: Console | None = None) -> None:
         console = Console()
         if not console.is_terminal:
             console.width = 160
-    table = Table(title="Spec mutants against the committed corpus")
-    for column in ("module", "mutants", "killed", "equivalent", "survived", "kill rate"):
+    judges = any(m.startswith(JUDGING) for m in report.modules)
+    title = "Judge mutants against the judges' unit tests" if judges else "Spec mutants against the committed corpus"
+    table = Table(title=title)
+    columns = ("module", "mutants", "killed", "equivalent", "unreachable", "survived", "kill rate", "with unreachable")
+    for column in columns:
         table.add_column(column, justify="left" if column == "module" else "right")
+
+    def row(name: str, t: Tally, bold: bool = False) -> None:
+        rate = f"[bold]{_rate(t.rate)}[/]" if bold else _rate(t.rate)
+        counts = (t.mutants, t.killed, t.equivalent, t.unreachable, t.survived)
+        table.add_row(name, *map(str, counts), rate, _rate(t.rate_with_unreachable))
+
     for module in report.modules:
-        t = report.tally(module)
-        table.add_row(module, str(t.mutants), str(t.killed), str(t.equivalent), str(t.survived), _rate(t.rate))
-    t = report.tally()
-    table.add_row(
-        "[bold]total[/]", str(t.mutants), str(t.killed), str(t.equivalent), str(t.survived), f"[bold]{_rate(t.rate)}[/]"
-    )
+        row(module, report.tally(module))
+    row("[bold]total[/]", report.tally(), bold=True)
     console.print(table)
     if report.survivors:
-        survivors = Table(title="Survivors: behaviours no committed vector pins")
+        pinned_by = "no judge test" if judges else "no committed vector"
+        survivors = Table(title=f"Survivors: behaviours {pinned_by} pins")
         survivors.add_column("line", justify="right")
         survivors.add_column("mutant")
         survivors.add_column("note")
         for m in report.survivors:
-            survivors.add_row(str(m.site.line), escape(m.site.id), "" if m.reached else "no case calls its function")
+            survivors.add_row(str(m.site.line), escape(m.site.id), "" if m.reached else "nothing calls its function")
         console.print(survivors)
     for ident, why in report.stale:
         console.print(f"[bold red]stale equivalent[/] {escape(ident)}: {why}")

@@ -38,6 +38,10 @@ class Job:
     families: tuple[str, ...]
     timeout_s: float
     trace: bool = False  # record the functions called (docs/adequacy.md, "Unreached functions")
+    #: the oracle is these unit tests (``--judges``), not the committed cases of ``families``
+    tests: tuple[str, ...] = ()
+    #: the oracle is this fast path answering the committed cases of ``families`` (fast_paths.py)
+    fast_path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -53,10 +57,17 @@ def _child(job: Job, conn: Connection) -> None:
         try:
             if job.site is not None:
                 oracle.install(job.site)
-            if job.trace:
-                outcome = oracle.traced(lambda: oracle.solve_all(job.families, _CASES))
-            else:
-                outcome = oracle.solve_all(job.families, _CASES)
+
+            def judge() -> Outcome:
+                if job.tests:
+                    return oracle.run_tests(job.tests)
+                if job.fast_path is not None:
+                    from qconform.generators.adequacy.fast_paths import solve_fast_path
+
+                    return solve_fast_path(job.fast_path, _CASES)
+                return oracle.solve_all(job.families, _CASES)
+
+            outcome = oracle.traced(judge) if job.trace else judge()
         except Exception as error:  # noqa: BLE001 - a mutant that cannot even be installed is a crash
             outcome = Outcome(CRASH, None, f"{type(error).__name__}: {error}"[: oracle.DETAIL_LIMIT])
         conn.send(outcome)

@@ -580,6 +580,31 @@ def build() -> Iterator[Group]:
         "logits", "Weights from logits and a draft temperature (R05), masks included.", RULES, list(logit_cases())
     )
     yield Group("production_vocab", "Rows over V = 129280.", RULES, list(production_cases()))
+    yield Group(
+        "fast_path_rows",
+        "Rows on which an FP64 evaluation of the allocation must hand tokens to exact arithmetic.",
+        RULES,
+        list(fast_path_cases()),
+    )
+
+
+def fast_path_cases() -> Iterator[Case]:
+    """Rows that a certified FP64 evaluation (spec/allocation_certified.py, measured as a candidate
+    by ``qconform adequacy``, issue #21) gets wrong if it trusts FP64 where FP64 proves nothing."""
+    yield dense_case(
+        "quotas-exact-integers",
+        "[196, 588]: the quotas are exactly M/4 and 3M/4, integers; an FP64 floor within its error of an "
+        "integer is not certain, and no ticket is left to hand out.",
+        (),
+        RowSource.f32([196.0, 588.0]),
+    )
+    yield dense_case(
+        "quotas-with-binary-fractions",
+        "[3.5, 21, 171.5]: W = 196, quotas M/56, 3M/28 and 7M/8; the fractional parts decide the "
+        "remaining tickets and the tie gap.",
+        (),
+        RowSource.f32([3.5, 21.0, 171.5]),
+    )
 
 
 WEIGHTS_BLOB = {"$ref": "#/$defs/blob", "properties": {"dtype": {"enum": ["f32", "f64"]}}}

@@ -34,6 +34,7 @@ from qconform.generators.registry import Case, Family, Group, Note
 from qconform.generators.schemas import blob_schema
 from qconform.generators.schemas import closed_object as closed
 from qconform.spec.constants import M
+from qconform.spec.errors import SpecError
 from qconform.spec.qrow import QRow
 from qconform.spec.wire import layout
 from qconform.spec.wire.codec import completion_for, encode_frame, encode_v1, reply_from_row
@@ -192,8 +193,12 @@ def state_json(state: ReceiverState) -> dict:
 
 
 def solve(case_input: dict) -> dict:
-    """Run the receiver over the events: every verdict, the final state, the nonzero counters."""
-    state = initial_state(hello_from_json(case_input["config"]))
+    """Run the receiver over the events: every verdict, the final state, the nonzero counters; or
+    ``{"error": "BAD_SHAPE"}`` for a receiver configuration the design forbids (no event is run)."""
+    try:
+        state = initial_state(hello_from_json(case_input["config"]))
+    except SpecError as refused:
+        return {"error": refused.code}
     verdicts = []
     for obj in case_input["events"]:
         state, verdict = step(state, event_from_json(obj))
@@ -329,7 +334,11 @@ class Script:
 
 def session_case(name: str, comment: str, flags: tuple[str, ...], script: Script, rules: tuple[str, ...]) -> Case:
     case_input = {"config": fields_to_json(script.config), "events": script.events}
-    return Case(name=name, comment=comment, rules=rules, flags=flags, input=case_input, expected=solve(case_input))
+    expected = solve(case_input)
+    result = "invalid" if "error" in expected else "valid"  # a refused receiver configuration
+    return Case(
+        name=name, comment=comment, rules=rules, flags=flags, input=case_input, expected=expected, result=result
+    )
 
 
 def opened(config: Hello = PROD, slot: int = 0, generation: int = 1, committed: int = 100) -> Script:
@@ -1279,6 +1288,60 @@ def arm_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     )
 
 
+def config_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
+    """Every bound of check_config exactly at its edge (a full round under it), then one past it:
+    a receiver that refuses a legal configuration, or runs under an illegal one, fails here."""
+    bounds = (
+        ("one-slot", "max_slots = 1", {"max_slots": 1}),
+        ("support-one", "max_support = 1", {"max_support": 1}),
+        ("support-equals-vocab", "max_support = V", {"max_support": DEV.vocab}),
+        ("stride-equals-vocab", "dense_stride = V", {"dense_stride": DEV.vocab}),
+        ("one-request", "max_requests = 1", {"max_requests": 1}),
+        ("arm-depth-1", "the arm depth-1", {"depth": 1}),
+        ("arm-depth-8", "the deepest arm, depth-8", {"depth": 8}),
+    )
+    for name, what, changes in bounds:
+        s = opened(replace(DEV, **changes))
+        r1 = s.step(0, 1, 1, 100)
+        s.full_round(r1)
+        s.commit(r1, s.config.depth)
+        outcome = (
+            "it negotiates; the two-token dense REPLY rows exceed that support (SUPPORT_ABOVE_MAX)"
+            if changes == {"max_support": 1}
+            else "it negotiates and verifies a round"
+        )
+        yield (name, f"A receiver configured with {what} is legal: {outcome}.", ("LIMITS", "DEV_PROFILE"), s)
+    s = opened(replace(DEV, max_slots=1))
+    s.reset(1, 1, 100)
+    yield (
+        "one-slot-second-slot",
+        "Under max_slots = 1, a RESET of slot 1 is past the last slot.",
+        ("LIMITS", "DEV_PROFILE"),
+        s,
+    )
+    refused = (
+        ("no-slot", "max_slots = 0", {"max_slots": 0}),
+        ("support-zero", "max_support = 0", {"max_support": 0}),
+        ("support-above-vocab", "max_support = V + 1", {"max_support": DEV.vocab + 1}),
+        ("stride-below-vocab", "dense_stride = V - 1", {"dense_stride": DEV.vocab - 1}),
+        ("no-request", "max_requests = 0", {"max_requests": 0}),
+        ("five-requests", "max_requests = 5", {"max_requests": 5}),
+        ("arm-depth-0", "depth 0", {"depth": 0}),
+        ("arm-depth-9", "depth 9, past the deepest arm", {"depth": 9}),
+        ("id-bytes-2", "2-byte IDs", {"id_bytes": 2}),
+        ("q-bytes-2", "2-byte q values", {"q_bytes": 2}),
+    )
+    for name, what, changes in refused:
+        s = Script(replace(DEV, **changes))
+        s.hello()
+        yield (
+            f"refused-{name}",
+            f"A receiver configuration with {what} is refused (BAD_SHAPE) before any event.",
+            ("LIMITS", "DEV_PROFILE"),
+            s,
+        )
+
+
 def connection_cases() -> Iterator[tuple[str, str, tuple[str, ...], Script]]:
     s = opened()
     r1 = s.step(0, 1, 1, 100)
@@ -1510,6 +1573,12 @@ GROUPS = (
     ("connections", "Several connections sharing one endpoint.", ("R12", "R24", "R25"), connection_cases),
     ("arms", "Fixed-depth arms: negotiated by HELLO depth, refused when not negotiated.", ("R27", "R35"), arm_cases),
     (
+        "configs",
+        "Receiver configurations at each bound of check_config, and configurations it refuses (BAD_SHAPE).",
+        ("R12", "R27", "R35"),
+        config_cases,
+    ),
+    (
         "endings",
         "Every ending of a verified round has one legal COMMIT; RESET's committed token.",
         ("R01", "R11", "R16", "R17", "R22"),
@@ -1573,7 +1642,9 @@ INPUT_SCHEMA = {
         {"config": {"$ref": "#/$defs/helloParams"}, "events": {"type": "array", "minItems": 1, "items": EVENT_SCHEMA}}
     ),
 }
-EXPECTED_SCHEMA = closed(
+#: the receiver's configuration refused (spec/wire/negotiation.py check_config): no event is run
+CONFIG_REFUSED_SCHEMA = closed({"error": {"enum": ["BAD_SHAPE"]}})
+SESSION_SCHEMA = closed(
     {
         "verdicts": {"type": "array", "items": VERDICT_SCHEMA},
         "final": closed(
@@ -1590,6 +1661,7 @@ EXPECTED_SCHEMA = closed(
         },
     }
 )
+EXPECTED_SCHEMA = {"oneOf": [SESSION_SCHEMA, CONFIG_REFUSED_SCHEMA]}
 
 FAMILY = Family(
     name="wire_sessions",

@@ -112,6 +112,31 @@ def judge(case: dict, outcome: Outcome | Any, config: AdapterConfig) -> Verdict:
         return judge_output(case, outcome, config.precision)
     except Malformed as exc:
         return errored(case_id, f"malformed answer: {exc}")
+    except UNREADABLE as exc:
+        # A comparator reads only the keys, dtypes and shapes it compares (docs/harness.md,
+        # "Structure-only validation"), so an answer of another shape can stop it anywhere. Name
+        # what is wrong with the answer from the family's full schema; a schema-valid answer
+        # that still breaks a comparator is a bug of the judge, and it propagates.
+        problem = answer_problem(family, outcome)
+        if problem is None:
+            raise
+        return errored(case_id, f"malformed answer: {problem} ({type(exc).__name__} in the comparator)")
+
+
+#: what reading a malformed answer can raise inside a comparator (a wrong type, a missing key,
+#: a short list, bad base64 or an impossible rational), as opposed to ``Malformed``
+UNREADABLE = (TypeError, ValueError, KeyError, IndexError, AttributeError, ArithmeticError)
+
+
+def answer_problem(family: str, output: dict) -> str | None:
+    """Why ``output`` is not a well-formed answer of ``family`` (its blobs, then its full
+    schema or a refusal's), or None."""
+    from qconform.harness.transport.shim_protocol import check_output
+
+    try:
+        return check_output(family, output, strict_schema=True)
+    except UNREADABLE as exc:  # a blob field of the wrong type stops the blob check itself
+        return f"not an answer of the {family} format ({type(exc).__name__}: {exc})"
 
 
 #: the package of the comparator modules a :class:`~qconform.generators.registry.Family` names

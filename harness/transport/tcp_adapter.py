@@ -296,7 +296,9 @@ class TcpAdapter(Adapter):
         a disconnect closes it for real and the next event of that number opens a new one."""
         links = {0: self.link()}
         try:
-            links[0].command("configure", config=inp["config"])
+            configured = links[0].command("configure", config=inp["config"])
+            if "refused" in configured:  # a configuration the design forbids: no event is run
+                return {"error": configured["refused"]}
             verdicts = []
             for event in inp["events"]:
                 label = event.get("connection", 0)

@@ -32,7 +32,7 @@ def _percent(_ctx, _param, value: str) -> Fraction:
     "module_texts",
     multiple=True,
     metavar="PATH",
-    help="A spec module, e.g. spec/sampling.py or wire/codec (repeatable; default: the core modules).",
+    help="A spec module, e.g. spec/sampling.py or wire/codec (repeatable; default: every normative module and fast path, docs/adequacy.md).",
 )
 @click.option(
     "--sample",
@@ -48,6 +48,11 @@ def _percent(_ctx, _param, value: str) -> Fraction:
     multiple=True,
     metavar="ID",
     help="Only the mutant with this ID (repeatable; its module is selected with it).",
+)
+@click.option(
+    "--judges",
+    is_flag=True,
+    help="Mutate the judges (harness/judging) instead of the spec; their own unit tests are the oracle.",
 )
 @click.option("--list", "list_only", is_flag=True, help="Print the selected mutant IDs and exit; run nothing.")
 @click.option(
@@ -91,6 +96,7 @@ def adequacy(
     mutant_ids,
     sample,
     seed,
+    judges,
     list_only,
     workers,
     timeout_s,
@@ -101,11 +107,18 @@ def adequacy(
 ) -> None:
     """Mutate the spec and check that the committed corpus notices every mutant."""
     from qconform.generators.adequacy import analysis, equivalents, render
+    from qconform.generators.adequacy.oracle import JUDGING
     from qconform.generators.corpus import default_vectors_dir
 
     try:
         texts = module_texts + tuple(equivalents.module_of(i) for i in mutant_ids)
-        modules = tuple(dict.fromkeys(analysis.resolve_module(t) for t in texts)) or analysis.CORE_MODULES
+        modules = tuple(dict.fromkeys(analysis.resolve_module(t) for t in texts)) or (
+            analysis.judge_modules() if judges else analysis.DEFAULT_MODULES
+        )
+        strays = [m for m in modules if m.startswith(JUDGING) != judges]
+        if strays:
+            kind = "a spec module" if judges else "a judge (use --judges)"
+            raise analysis.AdequacyError(f"{strays[0]} is {kind}: one run mutates the spec or the judges")
         selected = analysis.select(modules, sample, seed, frozenset(mutant_ids))
     except analysis.AdequacyError as error:
         raise UsageLineError(str(error)) from None
@@ -117,17 +130,29 @@ def adequacy(
 
     with render.progress_bar() as advance:
         try:
-            report = analysis.analyse(
-                modules,
-                selected,
-                vectors_dir or default_vectors_dir(),
-                equivalents_path or equivalents.default_path(),
-                workers,
-                timeout_s,
-                sample,
-                seed,
-                advance,
-            )
+            if judges:
+                report = analysis.analyse_judges(
+                    modules,
+                    selected,
+                    equivalents_path or equivalents.default_path(),
+                    workers,
+                    timeout_s,
+                    sample,
+                    seed,
+                    advance,
+                )
+            else:
+                report = analysis.analyse(
+                    modules,
+                    selected,
+                    vectors_dir or default_vectors_dir(),
+                    equivalents_path or equivalents.default_path(),
+                    workers,
+                    timeout_s,
+                    sample,
+                    seed,
+                    advance,
+                )
         except equivalents.EquivalentsError as error:
             raise UsageLineError(str(error)) from None
         except (analysis.AdequacyError, VectorFileError) as error:

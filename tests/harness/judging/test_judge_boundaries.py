@@ -1,0 +1,146 @@
+"""Judge tests at the boundaries a mutated judge gets wrong (issue #21, `qconform adequacy --judges`).
+
+Each test kills mutants of ``harness/judging`` that the older comparator tests let
+survive: the judge must fail a wrong answer where a mutant would pass it, raise
+where it must not, or move a margin by one step.
+"""
+
+from __future__ import annotations
+
+import copy
+from fractions import Fraction
+
+import pytest
+from harness_stubs import adapter_config, family_cases
+
+from qconform.generators.encoding import decode_blob, decode_rational, encode_blob, encode_rational
+from qconform.harness.judging.judge import judge
+from qconform.harness.judging.sharding import SUM_FIELDS
+from qconform.harness.verdicts import VerdictClass, brief
+
+PASS, FAIL, PRECISION, ERROR = (VerdictClass.PASS, VerdictClass.FAIL, VerdictClass.PRECISION, VerdictClass.ERROR)
+AS = "allocation_sparse"
+
+
+def sparse_case(min_ids: int) -> dict:
+    for case in family_cases(AS):
+        if case["result"] == "valid" and len(decode_blob(case["expected"]["ids"])[0]) >= min_ids:
+            return case
+    pytest.skip(f"no allocation_sparse case with {min_ids} ids")
+
+
+@pytest.mark.rules("R07")
+def test_ids_out_of_order_after_an_ascending_pair_fail_and_never_raise():
+    """IDs like [0, 5, 3]: the first pair ascends, the last does not. The answer is not canonical
+    (R07): ``fail`` at ids[2], whatever the counts; a judge that indexes past the list raises."""
+    case = sparse_case(3)
+    expected = case["expected"]
+    ids, counts = decode_blob(expected["ids"])[0], decode_blob(expected["counts"])[0]
+    last = len(ids) - 1
+    order = [*range(last - 1), last, last - 1]  # the last two swapped
+    answer = dict(
+        copy.deepcopy(expected),
+        ids=encode_blob("i32", [ids[i] for i in order]),
+        counts=encode_blob("u32", [counts[i] for i in order]),
+    )
+    verdict = judge(case, answer, adapter_config([AS]))
+    assert verdict.cls is FAIL and "not canonical" in verdict.message
+    assert verdict.diff is not None and verdict.diff.path == f"ids[{last}]"
+
+
+@pytest.mark.rules("R07")
+def test_a_repeated_id_is_not_canonical():
+    """Strictly ascending: an ID equal to its predecessor fails like a smaller one (its counts
+    chosen so that the answer's token counts still sum to M, the check before)."""
+    case = sparse_case(2)
+    expected = case["expected"]
+    ids, counts = decode_blob(expected["ids"])[0], decode_blob(expected["counts"])[0]
+    answer = dict(
+        copy.deepcopy(expected),
+        ids=encode_blob("i32", [ids[0], ids[0], *ids[2:]]),
+        counts=encode_blob("u32", [counts[1], counts[0] + counts[1], *counts[2:]]),
+    )
+    verdict = judge(case, answer, adapter_config([AS]))
+    assert verdict.cls is FAIL and verdict.diff is not None and verdict.diff.path == "ids[1]", verdict
+
+
+def sharding_case() -> dict:
+    for case in family_cases("sharding"):
+        if case["result"] == "valid" and any(k in case["expected"]["merged"] for k in SUM_FIELDS):
+            return case
+    pytest.skip("no valid sharding case with a merged sum")
+
+
+@pytest.mark.rules("R30", "R33")
+def test_a_sum_exactly_at_the_declared_margin_is_precision_and_one_step_beyond_fails():
+    """|got - want| = sum_rel * |want| is inside the margin (<=); the next rational beyond it is not."""
+    case = sharding_case()
+    field = next(k for k in SUM_FIELDS if k in case["expected"]["merged"])
+    want = decode_rational(case["expected"]["merged"][field])
+    assert want != 0
+    sum_rel = Fraction(1, 1 << 40)
+    config = adapter_config(["sharding"], sum_rel=encode_rational(sum_rel))
+    for sign in (1, -1):
+        at = copy.deepcopy(case["expected"])
+        at["merged"][field] = encode_rational(want + sign * sum_rel * abs(want))
+        assert judge(case, at, config).cls is PRECISION
+        beyond = copy.deepcopy(case["expected"])
+        beyond["merged"][field] = encode_rational(want + sign * sum_rel * abs(want) * (1 + Fraction(1, 1 << 20)))
+        verdict = judge(case, beyond, config)
+        assert verdict.cls is FAIL and "beyond the profile's sum_rel" in verdict.message
+        relative = sum_rel * (1 + Fraction(1, 1 << 20))  # |got - want| / |want|, named in the message
+        assert f"differs by {brief(relative)} relative" in verdict.message
+
+
+@pytest.mark.rules("R05")
+def test_a_nan_exp_weight_is_garbage_not_a_divergence():
+    """A logits row answered with a NaN weight is malformed (``error``), not a weight within or
+    beyond the exp margin: even a profile that excuses every ulp does not judge it."""
+    case = next(
+        (c for c in family_cases("allocation_dense") if c["result"] == "valid" and "weights" in c["expected"]), None
+    )
+    if case is None:
+        pytest.skip("no logits row in allocation_dense")
+    weights, shape = decode_blob(case["expected"]["weights"])
+    answer = dict(copy.deepcopy(case["expected"]), weights=encode_blob("f32", [0x7FC00000, *weights[1:]], shape))
+    verdict = judge(case, answer, adapter_config(["allocation_dense"], exp_ulp="1000000/1"))
+    assert verdict.cls is ERROR and "NaN" in verdict.message and "weights[0]" in verdict.message
+
+
+@pytest.mark.rules("R11")
+def test_emitted_tokens_that_are_not_a_list_are_garbage():
+    case = next(c for c in family_cases("verification_round") if c["result"] == "valid")
+    answer = copy.deepcopy(case["expected"])
+    answer["requests"][0]["emitted"] = {"0": answer["requests"][0]["emitted"][0]}
+    verdict = judge(case, answer, adapter_config(["verification_round"]))
+    assert verdict.cls is ERROR and "emitted" in verdict.message and "list" in verdict.message
+
+
+@pytest.mark.rules("R30")
+def test_an_answer_with_a_shard_missing_is_judged_not_raised():
+    case = sharding_case()
+    answer = copy.deepcopy(case["expected"])
+    answer["shards"].pop()
+    verdict = judge(case, answer, adapter_config(["sharding"]))
+    assert verdict.cls in (FAIL, ERROR) and verdict.message
+
+
+@pytest.mark.rules("R30", "R33")
+def test_a_precision_verdict_names_the_first_differing_sum():
+    """With several sums off within sum_rel, the verdict's diff is the first in answer order
+    (the shards before the merge), as a person reads the answer."""
+    case = sharding_case()
+    sum_rel = Fraction(1, 1 << 40)
+    answer = copy.deepcopy(case["expected"])
+    paths = []
+    for where, obj in [(f"shards[{i}]", shard) for i, shard in enumerate(answer["shards"])] + [
+        ("merged", answer["merged"])
+    ]:
+        for key in SUM_FIELDS:
+            if key in obj and decode_rational(obj[key]) != 0:
+                obj[key] = encode_rational(decode_rational(obj[key]) * (1 + sum_rel / 2))
+                paths.append(f"{where}.{key}")
+    assert len(paths) >= 2
+    verdict = judge(case, answer, adapter_config(["sharding"], sum_rel=encode_rational(sum_rel)))
+    assert verdict.cls is PRECISION and verdict.diff is not None and verdict.diff.path == paths[0]
+    assert f"{len(paths)} sum(s) differ" in verdict.message

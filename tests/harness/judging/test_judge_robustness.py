@@ -1,0 +1,153 @@
+"""A malformed answer of any shape that reaches a judge gives ``fail`` or ``error`` naming the
+problem, never an exception out of the judge (issue #21).
+
+A structure-aware fuzzer: hypothesis takes committed cases of every family (valid and
+invalid) and derives answers from their ``expected`` objects: one edit at a random place of
+the tree (a key dropped or added, a value of another JSON type, a list cut short or
+reversed, a typed blob with a wrong dtype, shape or base64, its values reversed or
+overflowing), or an answer of a random JSON shape. Each goes through
+:func:`qconform.harness.judging.judge.judge` with a profile that declares every margin, so
+that the precision paths of the comparators run too.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from qconform.generators.corpus import default_vectors_dir
+from qconform.generators.registry import family_names
+from qconform.generators.validation import iter_cases
+from qconform.harness.adapter import AdapterConfig, Capabilities, PrecisionProfile
+from qconform.harness.judging.judge import judge
+from qconform.harness.verdicts import VerdictClass
+
+#: cases per family and result: enough to reach every comparator's branches, few enough to load fast
+PER_RESULT = 3
+PROFILE = PrecisionProfile(
+    fp64_allocation=True, exp_ulp="2/1", ratio_margin="1/1024", residual_margin="1/1024", sum_rel="1/1024"
+)
+CONFIG = AdapterConfig("fuzz", Capabilities(families=family_names()), PROFILE)
+JUDGED = {VerdictClass.PASS, VerdictClass.FAIL, VerdictClass.ERROR, VerdictClass.PRECISION}
+
+
+def sampled_cases() -> dict[str, list[dict]]:
+    """Up to PER_RESULT committed cases of each result (valid, invalid, acceptable) per family."""
+    out: dict[str, list[dict]] = {}
+    for family in family_names():
+        kept: dict[str, int] = {}
+        for case in iter_cases(default_vectors_dir(), [family]):
+            obj = {
+                "id": case.id,
+                "family": family,
+                "result": case.result,
+                "input": case.input,
+                "expected": case.expected,
+                "flags": list(case.flags),
+            }
+            if kept.get(case.result, 0) < PER_RESULT:
+                kept[case.result] = kept.get(case.result, 0) + 1
+                out.setdefault(family, []).append(obj)
+    return out
+
+
+CASES = sampled_cases()
+
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=6)
+    | st.sampled_from(["1/0", "0/1", "-1/3", "x/y", "0x", "0xffffffff", "NaN"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=6,
+)
+DTYPES = ["f32", "f64", "i32", "u32", "u64", "u8", "i8", "bogus"]
+
+
+def places(value: Any, path: tuple = ()) -> list[tuple]:
+    """Every path into a JSON tree (the root included)."""
+    out = [path]
+    if isinstance(value, dict):
+        for key, child in value.items():
+            out += places(child, path + (key,))
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            out += places(child, path + (index,))
+    return out
+
+
+def edited(tree: Any, path: tuple, edit) -> Any:
+    if not path:
+        return edit(tree)
+    copy = json.loads(json.dumps(tree))
+    parent = copy
+    for step in path[:-1]:
+        parent = parent[step]
+    parent[path[-1]] = edit(parent[path[-1]])
+    return copy
+
+
+def blob_edits(draw, blob: dict) -> dict:
+    """A typed blob made wrong: another dtype or shape, broken base64, values reversed or overflowing."""
+    data = base64.b64decode(blob["b64"])
+    kind = draw(st.sampled_from(["dtype", "shape", "b64", "reverse", "overflow", "short"]))
+    if kind == "dtype":
+        return {**blob, "dtype": draw(st.sampled_from(DTYPES))}
+    if kind == "shape":
+        return {**blob, "shape": draw(st.lists(st.integers(-1, 9), max_size=3))}
+    if kind == "b64":
+        return {**blob, "b64": draw(st.sampled_from(["", "!!!", "AAA", "AAAA", blob["b64"][:-4]]))}
+    width = {"u8": 1, "f64": 8, "u64": 8}.get(blob["dtype"], 4)
+    words = [data[i : i + width] for i in range(0, len(data), width)]
+    if kind == "reverse":  # IDs out of order, counts moved to other tokens
+        return {**blob, "b64": base64.b64encode(b"".join(reversed(words))).decode()}
+    if kind == "overflow":
+        return {**blob, "b64": base64.b64encode(b"\xff" * len(data)).decode()}
+    return {**blob, "b64": base64.b64encode(b"".join(words[:-1])).decode(), "shape": blob.get("shape", [])}
+
+
+@st.composite
+def malformed(draw, expected: dict) -> Any:
+    """One malformed answer derived from ``expected`` (or a random JSON shape)."""
+    if draw(st.integers(0, 9)) == 0:
+        return draw(JSON)
+    path = draw(st.sampled_from(places(expected)))
+    kind = draw(st.sampled_from(["replace", "drop", "add", "list", "blob"]))
+
+    def edit(value: Any) -> Any:
+        if kind == "blob" and isinstance(value, dict) and {"dtype", "b64"} <= set(value):
+            return blob_edits(draw, value)
+        if kind == "drop" and isinstance(value, dict) and value:
+            key = draw(st.sampled_from(sorted(value)))
+            return {k: v for k, v in value.items() if k != key}
+        if kind == "add" and isinstance(value, dict):
+            return {**value, draw(st.text(min_size=1, max_size=6)): draw(JSON)}
+        if kind == "list" and isinstance(value, list):
+            return draw(st.sampled_from([value[::-1], value[:-1], value + value[-1:], []]))
+        return draw(JSON)
+
+    return edited(expected, path, edit)
+
+
+@pytest.mark.parametrize("family", sorted(CASES))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_malformed_answer_is_judged_never_raised(family: str, data) -> None:
+    case = data.draw(st.sampled_from(CASES[family]), label="case")
+    answer = data.draw(malformed(case["expected"]), label="answer")
+    verdict = judge(case, answer, CONFIG)  # an exception here is the bug
+    assert verdict.cls in JUDGED
+    if verdict.cls in (VerdictClass.FAIL, VerdictClass.ERROR):
+        assert verdict.message, verdict  # it names the problem
+
+
+def test_every_family_is_fuzzed() -> None:
+    """The fuzzer reaches every registered family, with at least one case each."""
+    assert sorted(CASES) == sorted(family_names())
