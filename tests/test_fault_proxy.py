@@ -93,7 +93,7 @@ def check_recovered_and_exact(target: Target, model, target_model, support: Supp
             check_committed_round(model, target_model, record, support)
     for entry in consumed(target):
         assert entry["rows"] == DEPTH and entry["completed"], entry
-    assert [r.outcome for r in target.records[FAULTED_ROUND:]] == ["committed"] * (ROUNDS - FAULTED_ROUND)
+    assert [r.outcome for r in list(target.records)[FAULTED_ROUND:]] == ["committed"] * (ROUNDS - FAULTED_ROUND)
 
 
 def test_fault_kinds_are_all_exercised():
@@ -114,7 +114,7 @@ def test_fault_discards_the_whole_proposal(kind):
     assert faulted.token == faulted.draw.token and target.records[FAULTED_ROUND].anchor == faulted.anchor + 1
     # 2. no stale q consumed: only whole, validated rounds of a live generation, each the spec's
     check_recovered_and_exact(target, model, target_model, SupportPolicy.dense())
-    assert all(r.generation > faulted.generation for r in target.records[FAULTED_ROUND:])
+    assert all(r.generation > faulted.generation for r in list(target.records)[FAULTED_ROUND:])
     # 3. the whole proposal discarded, exactly once
     discards = [e for e in target.receiver.journal if e["event"] == "discarded"]
     assert [(e["round"], e["generation"]) for e in discards] == [(FAULTED_ROUND, faulted.generation)]
