@@ -50,6 +50,8 @@ FAULTS = {
     "reorder": (1, "POSITION_MISMATCH", "POSITION_MISMATCH"),
     "late_after_reset": (2, "reset", "LATE_REPLY"),
     "disconnect": (2, "disconnect", "disconnects"),
+    "truncate": (2, "TRUNCATED", "TRUNCATED"),
+    "fail": (COMPLETION, "worker_failed", "worker_failed"),
 }
 
 
@@ -144,7 +146,7 @@ def test_sparse_rounds_with_a_dropped_completion_time_out():
 
 def test_no_fault_all_rounds_commit_through_the_proxy():
     target, proxy, model, target_model = asyncio.run(play([]))
-    assert proxy.applied == []
+    assert not proxy.applied
     assert [r.outcome for r in target.records] == ["committed"] * ROUNDS
     check_recovered_and_exact(target, model, target_model, SupportPolicy.dense())
     assert target.receiver.counters["discarded_proposals"] == 0
