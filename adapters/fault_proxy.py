@@ -11,8 +11,9 @@ when it names them, a slot and a generation). Kinds (:data:`FAULT_KINDS`):
   target has given the round up: past its watchdog, once its RESET of that slot
   went by (or ``HOLD_S`` passed);
 * ``corrupt``: one payload byte of the frame is flipped (its frame checksum fails);
-* ``truncate``: the first half of the frame is delivered, then both connections
-  close (a frame cut short by the link's end);
+* ``truncate``: the first half of the frame is delivered, then the stream to the
+  target ends (a FIN) and both connections close once the target closed (a frame
+  cut short by the link's end);
 * ``fail``: a COMPLETION is delivered with status FAILED, re-sealed (the worker
   gave the round up);
 * ``duplicate``: the frame is delivered twice, byte for byte (an identical retry);
@@ -428,6 +429,11 @@ class FaultProxy:
             for chunk in out:
                 writer.write(chunk)
             await writer.drain()
+            if fault is not None and fault.kind == "truncate":
+                # end the stream after the cut frame with a FIN, not a reset (which may purge the bytes
+                # still unread at the target), and let the target close the link once it read them
+                writer.write_eof()
+                await asyncio.sleep(HOLD_S)
             if fault is not None and fault.kind in ("disconnect", "truncate"):
                 raise ConnectionAbortedError(f"{fault.kind} fault")
 

@@ -59,6 +59,7 @@ import contextlib
 import itertools
 import logging
 import struct
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -127,6 +128,8 @@ class RoundRecord:
     new_committed: int | None = None
     draw: Draw | None = None
     seq: int = 0
+    #: ``time.monotonic()`` when the round was opened (its latency is measured from it)
+    opened_at: float = 0.0
 
     def to_json(self) -> dict:
         out = {
@@ -466,6 +469,7 @@ class Target:
                     lane.last_token,
                     lane.told_token,
                     seq=self.opened,
+                    opened_at=time.monotonic(),
                 )
                 self.opened += 1
                 lane.records.append(record)
