@@ -95,7 +95,7 @@ def fault_reason(fault: Fault) -> str:
     }[fault.kind]
 
 
-def f32_bits(tensor) -> list[int]:
+def f32_bits(tensor) -> Any:
     return tensor.numpy().astype("<f4").view("<u4").tolist()
 
 
@@ -107,7 +107,13 @@ def spec_round(
     previous = model.last_token if line["draft_previous"] is None else line["draft_previous"]
     chain = proposal_chain(
         ProposalInput(
-            f32_bits(model.base_logits), f32_bits(model.left), f32_bits(model.right), previous, ONE_F32, support, identity
+            f32_bits(model.base_logits),
+            f32_bits(model.left),
+            f32_bits(model.right),
+            previous,
+            ONE_F32,
+            support,
+            identity,
         )
     )
     p_rows = target_rows_from_f32(f32_bits(target.weights))
@@ -223,7 +229,9 @@ class Books:
                 + ("that fell back target-only (both committed and fallen back)" if both else "not committed")
             )
         elif said != verified:
-            self.breach(f"{where}: its COMMIT says {self.commit_text(said)}, the verified outcome is {self.commit_text(verified)}")
+            self.breach(
+                f"{where}: its COMMIT says {self.commit_text(said)}, the verified outcome is {self.commit_text(verified)}"
+            )
 
     @staticmethod
     def commit_text(fields: tuple[int, int, int]) -> str:
@@ -333,9 +341,7 @@ class Books:
         if record.draw is not None:
             line["u32"] = record.draw.u32
         if record.outcome == COMMITTED and self.spec_every and record.seq % self.spec_every == 0 and record.rows:
-            line["rows"] = [
-                [row.counts.tolist(), None if row.ids is None else row.ids.tolist()] for row in record.rows
-            ]
+            line["rows"] = [[row.counts.tolist(), None if row.ids is None else row.ids.tolist()] for row in record.rows]
         self.spill.write(orjson.dumps(line) + b"\n")
 
     # -- at the end ------------------------------------------------------------------------------
@@ -364,7 +370,9 @@ class Books:
         if opened != self.resolved:
             self.breach(f"{opened} rounds opened, {self.resolved} resolved once")
         for (slot, generation, round_id), fault in self.faulted.items():
-            self.breach(f"slot {slot} round {round_id} (generation {generation}): {fault.kind} applied, round never resolved")
+            self.breach(
+                f"slot {slot} round {round_id} (generation {generation}): {fault.kind} applied, round never resolved"
+            )
         lost = set(self.awaiting) - self.excused
         for slot, generation, round_id in sorted(lost)[:5]:
             self.breach(f"slot {slot} round {round_id} (generation {generation}): committed, its COMMIT never went by")
@@ -430,7 +438,9 @@ class Books:
         where = f"slot {line['slot']} round {line['round']} (generation {line['generation']})"
         rows = [[list(row.q.counts), None if row.q.ids is None else list(row.q.ids)] for row in chain.rows]
         if line["tokens"] != chain.tokens or line["rows"] != rows:
-            self.breach(f"{where}: consumed drafts {line['tokens']} (or their q rows) differ from the spec's {chain.tokens}")
+            self.breach(
+                f"{where}: consumed drafts {line['tokens']} (or their q rows) differ from the spec's {chain.tokens}"
+            )
         elif (line["accepted"], line["token"]) != (verdict.accepted, verdict.emitted[-1]):
             self.breach(
                 f"{where}: committed {line['accepted']} accepted, token {line['token']}; the spec: "

@@ -27,7 +27,16 @@ from qconform.adapters.endpoint.deployment import hello_config  # noqa: E402
 from qconform.adapters.endpoint.model import DraftModel, TargetModel  # noqa: E402
 from qconform.adapters.endpoint.target import Target  # noqa: E402
 from qconform.adapters.endpoint.worker import WorkerEndpoint  # noqa: E402
-from qconform.adapters.fault_proxy import COMPLETION, FAULT_KINDS, Fault, FaultProxy, redrawn  # noqa: E402
+from qconform.adapters.fault_proxy import (  # noqa: E402
+    COMPLETION,
+    FAULT_KINDS,
+    MIX_KINDS,
+    Fault,
+    FaultMix,
+    FaultProxy,
+    fault_indices,
+    redrawn,
+)
 from qconform.spec.proposal import SupportPolicy  # noqa: E402
 from qconform.spec.qrow import QRow  # noqa: E402
 from qconform.spec.wire.codec import decode_frame, encode_frame, reply_from_row  # noqa: E402
@@ -163,3 +172,30 @@ def test_redrawn_copy_is_a_valid_frame_with_another_token():
 def test_unknown_fault_kind_is_refused():
     with pytest.raises(ValueError, match="unknown fault"):
         Fault("bitrot", 1)
+
+
+def test_the_soak_books_expect_what_a_single_fault_does():
+    """The soak's audit table (reason and counters of each fault) is the one these single-fault runs observe."""
+    from qconform.adapters.fault_proxy import expected_counters
+    from qconform.soak_audit import fault_reason
+
+    for kind, (index, reason, counter) in FAULTS.items():
+        fault = Fault(kind, FAULTED_ROUND, index)
+        assert fault_reason(fault) == reason and counter in expected_counters(fault), kind
+    assert expected_counters(Fault("drop", 1, COMPLETION)) == ("timeouts",)
+    assert expected_counters(Fault("duplicate", 1, 0)) == ("duplicate_retries",)
+
+
+def test_a_fault_mix_is_a_function_of_its_seed_and_the_round():
+    """The same seed plans the same fault for the same round, on a frame its kind may hit; another seed differs."""
+    mix, again, other = (FaultMix(seed, 0.5) for seed in (11, 11, 12))
+    plans = [mix.plan(slot, 1, r, DEPTH) for slot in range(4) for r in range(1, 200)]
+    assert plans == [again.plan(slot, 1, r, DEPTH) for slot in range(4) for r in range(1, 200)]
+    assert plans != [other.plan(slot, 1, r, DEPTH) for slot in range(4) for r in range(1, 200)]
+    faults = [p for p in plans if p is not None]
+    assert 0.4 < len(faults) / len(plans) < 0.6 and {f.kind for f in faults} == set(MIX_KINDS)
+    assert all(f.index in fault_indices(f.kind, DEPTH) for f in faults)
+    assert {f.index for f in faults if f.kind == "drop"} == {DEPTH - 1, COMPLETION}
+    assert all(f.index != DEPTH - 1 for f in faults if f.kind == "reorder")
+    with pytest.raises(ValueError, match="unknown fault kinds"):
+        FaultMix(1, 0.5, ("bitrot",))

@@ -261,7 +261,11 @@ def parse_kinds(text: str) -> tuple[str, ...]:
 )
 @click.option("--faults", "kinds", default=None, help="Comma-separated fault kinds (default: every kind of the mix).")
 @click.option(
-    "--watchdog", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True, help="Seconds a round may take."
+    "--watchdog",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Seconds a round may take.",
 )
 @click.option(
     "--spec-every",
@@ -271,7 +275,9 @@ def parse_kinds(text: str) -> tuple[str, ...]:
 )
 @click.option("--rss-bound-mb", type=float, default=64.0, show_default=True, help="Growth allowed after warm-up.")
 @click.option("--warmup", type=click.IntRange(min=0), default=None, help="Rounds before the RSS baseline.")
-@click.option("--progress", type=click.FloatRange(min=0.1), default=10.0, show_default=True, help="Seconds between lines.")
+@click.option(
+    "--progress", type=click.FloatRange(min=0.1), default=10.0, show_default=True, help="Seconds between lines."
+)
 @click.option("--in-process", is_flag=True, help="Run the worker in this process (default: a child process).")
 @click.option("--rss-table", is_flag=True, help="Print RSS against rounds as a Markdown table.")
 @click.option(
@@ -301,9 +307,12 @@ def soak_command(
     configure_logging(log_level)
     require_torch("the soak")
     if support_policy > min(max_support, vocab):
-        raise EndpointUsageError(f"--support-policy {support_policy}: at most the negotiated k, {min(max_support, vocab)}")
+        raise EndpointUsageError(
+            f"--support-policy {support_policy}: at most the negotiated k, {min(max_support, vocab)}"
+        )
     from qconform.adapters.fault_proxy import MIX_KINDS
-    from qconform.soak import SoakSettings, rss_table as table_of, soak, summary
+    from qconform.soak import SoakSettings, soak, summary
+    from qconform.soak import rss_table as table_of
 
     settings = SoakSettings(
         rounds=rounds,
