@@ -29,6 +29,8 @@ CANDIDATES = [
     "qconform.adapters.triton_candidate",
     "qconform.adapters.triton_adapter",
     "qconform.adapters.endpoint",
+    "qconform.adapters.endpoint.worker",
+    "qconform.adapters.endpoint.worker_mutants",
 ]
 FORBIDDEN = ("qconform.spec", "qconform.generators", "qconform.sdk", "qconform.replay")
 

@@ -8,6 +8,7 @@ that test is ``slow`` (opt in with ``-m slow``).
 
 from __future__ import annotations
 
+import importlib.util
 import queue
 import re
 import signal
@@ -152,6 +153,12 @@ def test_usage_errors():
     assert result.exit_code == 2 and "unknown mutant" in result.output
     result = runner.invoke(endpoint_group, ["worker", "--port", "0", "--vocab", "64", "--dense-stride", "60"])
     assert result.exit_code == 2 and "dense stride" in result.output
+    if importlib.util.find_spec("torch") is not None:  # the worker's mutants are looked up once torch is there
+        result = runner.invoke(endpoint_group, ["worker", "--port", "0", "--mutant", "nope"])
+        assert result.exit_code == 2 and "unknown mutant; known: serves-before-acceptance" in result.output
+    for bad in ("0", "-1", "soon"):
+        result = runner.invoke(endpoint_group, ["worker", "--port", "0", "--answer-timeout", bad])
+        assert result.exit_code == 2 and "--answer-timeout" in result.output
     assert parse_address("127.0.0.1:7700") == ("127.0.0.1", 7700)
     with pytest.raises(Exception, match="HOST:PORT"):
         parse_address("7700")

@@ -95,11 +95,14 @@ def layout_depth(target: Target) -> int:
     return target.receiver.negotiated["depth"]
 
 
-async def raw_link(worker: WorkerEndpoint):
-    """A bare connection to the worker, its HELLO read: (reader, writer, session)."""
+async def raw_link(worker: WorkerEndpoint, answer: bool = True):
+    """A bare connection to the worker, its HELLO read and (``answer``) accepted: (reader, writer, session)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", await worker.start())
     item = await stream.read_item(reader, Decoder(), worker.hello)
     hello = Decoder().decode(item.data, None)
+    if answer:
+        accepted = {"session_id": hello["session_id"], "status": layout.HELLO_ACCEPTED, "reason": bytes(32)}
+        await stream.send(writer, encode(layout.HELLO_ANSWER, accepted))
     return reader, writer, hello["session_id"]
 
 
@@ -149,7 +152,9 @@ def test_retried_step_gets_identical_frames_and_a_bad_step_fails():
     assert all(m["representation"] == layout.REPR_SPARSE and m["entry_count"] <= 8 for m in messages[:5])
     completion = Decoder().decode(failed, params)
     assert completion.type == layout.COMPLETION
-    assert (completion["status"], completion["round"], completion["reply_bytes"]) == (layout.STATUS_FAILED, 2, 0)
+    # the busy slot's STEP is refused: FAILED, no rows, the checksum of no bytes, row_count = the depth
+    assert (completion["status"], completion["round"], completion["anchor"]) == (layout.STATUS_FAILED, 2, 51)
+    assert (completion["reply_bytes"], completion["reply_checksum"], completion["row_count"]) == (0, 0, 5)
 
 
 def test_worker_control_configure_model_and_trace():
@@ -176,7 +181,7 @@ def test_worker_control_configure_model_and_trace():
         return model, answers
 
     model, (about, bad, ok, got, trace, unknown) = asyncio.run(scenario())
-    assert about["role"] == "worker" and about["families"] == ["proposal_chain"]
+    assert about["role"] == "worker" and about["families"] == ["proposal_chain", "worker_sessions"]
     assert "error" in bad and ok == {"ok": True}
     assert DraftModel.from_json(got["model"]).base_logits.equal(model.base_logits)
     assert trace == {"draws": []}

@@ -85,7 +85,7 @@ def test_reference_verifier_passes_its_families(verifier_url, family):
 
 def test_reference_worker_passes_proposal_chain_end_to_end(worker_url):
     adapter = TcpAdapter(worker_url)
-    assert adapter.capabilities().families == ("proposal_chain",)
+    assert adapter.capabilities().families == ("proposal_chain", "worker_sessions")
     assert adapter.precision().fp64_allocation
     cases = family_cases("proposal_chain")
     results = verdicts(adapter, "proposal_chain", cases)

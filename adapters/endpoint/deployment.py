@@ -21,6 +21,8 @@ SESSION_ID = 0x5E55_1010_0000_0001
 SEMANTIC_ID = b"dyadic24-standard-v1"
 VERIFIER_ID = b"standard-speculative-v1"
 RNG_ABI_ID = b"philox4x32-10-qconform-v1"
+#: seconds a worker waits for the answer to its HELLO before it closes the connection (R12; ``--answer-timeout``)
+ANSWER_TIMEOUT_S = 10.0
 
 
 def digest(text: str) -> bytes:

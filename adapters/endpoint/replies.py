@@ -69,8 +69,11 @@ def row_reply(step: Message, index: int, token: int, counts: np.ndarray, ids: np
     return reply_frame(step, index, token, tail, entries, layout.REPR_SPARSE)
 
 
-def completion_frame(step: Message, replies: list[Sealed], status: int = layout.STATUS_OK) -> bytes:
-    """The COMPLETION of ``step``'s round over its REPLY frames (FAILED: the worker gives the round up)."""
+def completion_frame(
+    step: Message, replies: list[Sealed], status: int = layout.STATUS_OK, row_count: int | None = None
+) -> bytes:
+    """The COMPLETION of ``step``'s round over its REPLY frames (FAILED: the worker gives the round up);
+    ``row_count``: the negotiated depth (default the STEP's, which a served STEP has)."""
     return encode(
         layout.COMPLETION,
         {
@@ -82,7 +85,7 @@ def completion_frame(step: Message, replies: list[Sealed], status: int = layout.
             "reply_bytes": sum(len(r.data) for r in replies),
             "reply_checksum": crc32c_of_blocks([(len(r.data), r.raw) for r in replies]),
             "slot": step["slot"],
-            "row_count": step["depth"],
+            "row_count": step["depth"] if row_count is None else row_count,
             "status": status,
             "prefix_digest": step["prefix_digest"],
         },

@@ -26,7 +26,7 @@ from qconform.generators.adequacy.oracle import (
     module_name,
 )
 
-#: the modules whose kill rate is the goal of issue #11 (spec/<name>.py)
+#: the modules whose kill rate is the goal of issue #11 (spec/<name>.py), and the worker state machine of issue #20
 CORE_MODULES: tuple[str, ...] = (
     "sampling",
     "verification",
@@ -42,6 +42,7 @@ CORE_MODULES: tuple[str, ...] = (
     "sharding",
     "wire/validation",
     "wire/receiver",
+    "wire/worker",
     "wire/codec",
     "admission/audit",
 )

@@ -1,4 +1,4 @@
-"""Comparator of ``wire_frames`` and ``wire_sessions``: a different verdict is a wrong answer, not garbage.
+"""Comparator of ``wire_frames``, ``wire_sessions`` and ``worker_sessions``: a different verdict is a wrong answer, not garbage.
 
 An answer that is not valid against the family's schema is garbage
 (:class:`~qconform.harness.judging.value_diff.Malformed`, an ``error``). A valid answer
@@ -23,8 +23,10 @@ from qconform.harness.verdicts import Diff, Verdict, brief, failed, passed
 #: objects compared as one value (a typed blob, a scalar FP32)
 LEAF_OBJECTS = ({"dtype", "shape", "b64"}, {"f32"})
 ABSENT = "<absent>"
-#: fields looked at first (the corpus stores keys sorted): the verdict before what follows from it
-FIRST = ("verdict", "reason", "verdicts", "final")
+#: fields looked at first (the corpus stores keys sorted): the verdict before what follows from it, and
+#: for a worker (``worker_sessions``) the frames it sent and its close before its draws, every event's
+#: output before the final state and the counters, so a diff names the first event that differs
+FIRST = ("verdict", "reason", "frames", "close", "verdicts", "outputs", "final")
 
 
 def ordered(keys) -> list[str]:

@@ -26,7 +26,18 @@ serves:
   receiver refuses makes the answer ``WIRE_<REASON>`` (a ``fail``). A chain the
   spec refuses for its shapes or ``x_0`` (``check_shapes``, ``check_factors``), or
   whose k the negotiation refuses (``k > V``), cannot be carried: the worker loads
-  its model out of band and no round exists to play, so it is ``unsupported``.
+  its model out of band and no round exists to play, so it is ``unsupported``;
+  and ``worker_sessions`` over real connections: per case, a control connection
+  (its HELLO accepted, so no watchdog ends it) ``configure``s the worker (the
+  HELLO shape, the draft model, the session IDs of the case's connections in
+  order); each ``connect`` opens a real connection (the worker's HELLO comes
+  first), each ``frame`` is written on its connection as it is, followed by a
+  ``sync`` whose answer (the verdict and draws) comes after every frame the
+  event made the worker send, or the end of the stream (the worker closed: the
+  control connection asks ``closed`` for the event's verdict); ``answer_timeout``
+  is the command of that name, a ``disconnect`` a real close (then
+  ``disconnect_status``); finally ``state``, its connection numbers read back as
+  the case's connection labels.
 """
 
 from __future__ import annotations
@@ -37,7 +48,7 @@ from typing import Sequence
 from urllib.parse import urlsplit
 
 from qconform.adapters.endpoint import control
-from qconform.generators.encoding import decode_blob
+from qconform.generators.encoding import decode_blob, encode_blob
 from qconform.generators.families.proposal_chain import decode_input
 from qconform.generators.families.wire_frames import fields_to_json, hello_from_json, q_row_json
 from qconform.harness.adapter import Adapter, AdapterError, Capabilities, Outcome, PrecisionProfile, Unimplemented
@@ -49,7 +60,7 @@ from qconform.spec.proposal import check_shapes
 from qconform.spec.wire import layout
 from qconform.spec.wire.codec import decode_frame, encode_frame
 from qconform.spec.wire.header import check_header, parse_header
-from qconform.spec.wire.messages import Reply, Reset, Step
+from qconform.spec.wire.messages import Hello, HelloAnswer, Reply, Reset, Step
 from qconform.spec.wire.negotiation import example_config
 from qconform.spec.wire.reasons import WireReject
 from qconform.spec.wire.receiver import ACCEPT, FrameIn, consumable_rows, initial_state, step
@@ -62,10 +73,18 @@ MAX_FRAME = 64 << 20
 ONE_F32 = 0x3F800000
 #: answer of a wire_frames case whose frame was refused on its bounds after the endpoint allocated its payload
 ALLOCATED_BEFORE_BOUNDS = "ALLOCATED_BEFORE_BOUNDS"
+#: a worker's answer timeout during a worker_sessions case: its watchdog fires only by the case's events
+CASE_ANSWER_TIMEOUT_S = 600.0
+#: the worker number of a connection that never existed (its watchdog is ``ignore``)
+NO_CONNECTION = -1
 
 
 class EndpointFailure(Exception):
     """The endpoint broke the control protocol or the connection; its cases are errors."""
+
+
+class LinkClosed(EndpointFailure):
+    """The endpoint ended the connection (the end of the stream, a reset or a broken pipe)."""
 
 
 class RoundRefused(Exception):
@@ -115,9 +134,11 @@ class EndpointLink:
             while left:
                 chunk = self.sock.recv(min(left, 1 << 20))
                 if not chunk:
-                    raise EndpointFailure("the endpoint closed the connection")
+                    raise LinkClosed("the endpoint closed the connection")
                 chunks.append(chunk)
                 left -= len(chunk)
+        except ConnectionError as exc:
+            raise LinkClosed(f"reading from the endpoint: {exc}") from None
         except OSError as exc:
             raise EndpointFailure(f"reading from the endpoint: {exc}") from None
         return b"".join(chunks)
@@ -125,6 +146,8 @@ class EndpointLink:
     def send(self, data: bytes) -> None:
         try:
             self.sock.sendall(data)
+        except ConnectionError as exc:
+            raise LinkClosed(f"writing to the endpoint: {exc}") from None
         except OSError as exc:
             raise EndpointFailure(f"writing to the endpoint: {exc}") from None
 
@@ -234,6 +257,7 @@ class TcpAdapter(Adapter):
             "wire_frames": self.wire_frames,
             "wire_sessions": self.wire_sessions,
             "proposal_chain": self.proposal_chain,
+            "worker_sessions": self.worker_sessions,
         }[family]
         try:
             return play(list(inputs))
@@ -365,3 +389,132 @@ class TcpAdapter(Adapter):
         rows = consumable_rows(state, 0)
         draws = link.command("trace", slot=0)["draws"]
         return {"tokens": tokens, "rows": [q_row_json(row) for row in rows], "draws": draws}
+
+    def worker_sessions(self, inputs: list[dict]) -> list[Outcome]:
+        return [self.worker_case(inp) for inp in inputs]
+
+    def worker_case(self, inp: dict) -> dict:
+        """One case: every event on the real connection of its label, then the worker's state."""
+        control_link = self.link()
+        session = WorkerSession(self)
+        try:
+            hello = decode_frame(control_link.read_frame(), None)
+            if not isinstance(hello, Hello):
+                raise EndpointFailure(f"the worker's first frame is a {type(hello).__name__}, not its HELLO")
+            control_link.send(encode_frame(HelloAnswer(hello.session_id, layout.HELLO_ACCEPTED, bytes(32))))
+            model = inp["model"]
+            control_link.command(
+                "configure",
+                hello={**inp["config"], "session_id": "0"},
+                model={
+                    "base_logits": model["base_logits"],
+                    "markov": model["markov"],
+                    "last_committed_token": model["start_token"],
+                },
+                sessions=[event["session_id"] for event in inp["events"] if "connect" in event],
+                answer_timeout_s=CASE_ANSWER_TIMEOUT_S,
+            )
+            outputs = [session.play(control_link, event) for event in inp["events"]]
+            state = control_link.command("state")
+        finally:
+            session.close()
+            control_link.close()
+        return {"outputs": outputs, "final": session.relabeled(state["final"]), "counters": state["counters"]}
+
+
+class WorkerSession:
+    """The real connections of one ``worker_sessions`` case, by the case's connection labels."""
+
+    def __init__(self, adapter: TcpAdapter) -> None:
+        self.adapter = adapter
+        #: label -> its open connection
+        self.links: dict[int, EndpointLink] = {}
+        #: label -> the worker's number of the label's latest connection
+        self.numbers: dict[int, int] = {}
+
+    def play(self, control_link: EndpointLink, event: dict) -> dict:
+        """One event; its output in the family's shape."""
+        label = event["connection"]
+        if "connect" in event:
+            link = self.links[label] = self.adapter.link()
+            self.numbers[label] = link.command("connection")["connection"]  # the HELLO arrives first
+            return self.synced(control_link, label, link)
+        if "frame" in event:
+            link = self.links[label]
+            data = bytes(decode_blob(event["frame"], "u8")[0])
+            cut = cut_short(data)
+            try:
+                link.send(data)
+                if cut:  # the bytes end there: only the end of the stream can say so
+                    link.sock.shutdown(socket.SHUT_WR)
+            except (LinkClosed, OSError):
+                pass  # the worker ended the connection: ``synced`` asks why
+            return self.synced(control_link, label, link, ask=not cut)
+        if "answer_timeout" in event:
+            if label in self.links:
+                answer = self.links[label].command("answer_timeout")
+                if answer["close"]:
+                    self.links.pop(label).close()
+            else:
+                answer = control_link.command("answer_timeout", connection=self.numbers.get(label, NO_CONNECTION))
+            return output_json(answer, [], answer["close"])
+        link = self.links.pop(label, None)
+        if link is not None:
+            link.close()
+        return output_json(control_link.command("disconnect_status", connection=self.numbers[label]), [], False)
+
+    def synced(self, control_link: EndpointLink, label: int, link: EndpointLink, ask: bool = True) -> dict:
+        """The frames the event made the worker send and its verdict: up to the ``sync`` answer, or up to
+        the end of the stream (then the verdict of the event on which the worker ended it). ``ask``
+        False: no ``sync`` can follow (the stream was ended after a frame cut short)."""
+        try:
+            if not ask:
+                while True:
+                    link.frames.append(link.read_frame())
+            answer, close = link.command("sync"), False
+        except LinkClosed:
+            answer = control_link.command("closed", connection=self.numbers[label])
+            close = bool(answer.get("close", True))
+            self.links.pop(label).close()
+        frames, link.frames = link.frames, []
+        return output_json(answer, frames, close)
+
+    def relabeled(self, final: dict) -> dict:
+        """The worker's state with its connection numbers read as the case's labels."""
+        labels = {number: label for label, number in self.numbers.items()}
+        connections = [{**c, "connection": labels.get(c["connection"], c["connection"])} for c in final["connections"]]
+        slots = [{**slot, "owner": labels.get(slot["owner"], slot["owner"])} for slot in final["slots"]]
+        return {"connections": sorted(connections, key=lambda c: c["connection"]), "slots": slots}
+
+    def close(self) -> None:
+        for link in self.links.values():
+            link.close()
+
+
+def cut_short(data: bytes) -> bool:
+    """Whether a frame's bytes end before the frame does (fewer than a magic, a header, or its declared
+    payload): on a stream the reader learns it only from the end of the stream."""
+    if len(data) < 4:
+        return True
+    if data[:4] == layout.V1_MAGIC:
+        if len(data) < layout.V1_HEADER_SIZE:
+            return True
+        return len(data) < layout.V1_HEADER_SIZE + struct.unpack_from("<I", data, 8)[0]
+    if data[:4] != layout.V2_MAGIC:
+        return False
+    if len(data) < layout.HEADER_SIZE:
+        return True
+    return len(data) < layout.HEADER_SIZE + parse_header(data[: layout.HEADER_SIZE]).payload_length
+
+
+def output_json(answer: dict, frames: list[bytes], close: bool) -> dict:
+    """One event's output: the worker's verdict (and reason), the frames it sent, close, its draws."""
+    out = {
+        "verdict": answer["verdict"],
+        "frames": [encode_blob("u8", list(frame)) for frame in frames],
+        "close": close,
+        "draws": answer.get("draws", []),
+    }
+    if "reason" in answer:
+        out["reason"] = answer["reason"]
+    return out

@@ -14,6 +14,8 @@ import sys
 
 import click
 
+from qconform.adapters.endpoint.deployment import ANSWER_TIMEOUT_S
+
 LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 
 
@@ -116,7 +118,17 @@ def endpoint_group() -> None:
 @deployment_options
 @click.option("--model-seed", type=int, default=1, show_default=True, help="Seed of the toy draft model.")
 @click.option("--device", default="cpu", show_default=True, help="Torch device the proposals are sampled on.")
-def worker(host, port, vocab, dense_stride, max_support, no_control, log_level, model_seed, device) -> None:
+@click.option(
+    "--answer-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=ANSWER_TIMEOUT_S,
+    show_default=True,
+    help="Seconds a connection may take to answer the worker's HELLO before the worker closes it.",
+)
+@click.option("--mutant", default=None, metavar="NAME", help="Serve a worker with a seeded bug (docs/endpoint.md).")
+def worker(
+    host, port, vocab, dense_stride, max_support, no_control, log_level, model_seed, device, answer_timeout, mutant
+) -> None:
     """The drafter leader: sends HELLO, samples proposals under the RNG ABI, sends dense or sparse q rows."""
     configure_logging(log_level)
     if dense_stride is not None and dense_stride < vocab:
@@ -125,12 +137,17 @@ def worker(host, port, vocab, dense_stride, max_support, no_control, log_level, 
     from qconform.adapters.endpoint.deployment import hello_config
     from qconform.adapters.endpoint.model import DraftModel
     from qconform.adapters.endpoint.worker import WorkerEndpoint
+    from qconform.adapters.endpoint.worker_mutants import WORKER_MUTANTS
 
+    if mutant is not None and mutant not in WORKER_MUTANTS:
+        raise click.BadParameter(f"unknown mutant; known: {', '.join(WORKER_MUTANTS)}", param_hint="--mutant")
     endpoint = WorkerEndpoint(
         hello_config(vocab, dense_stride, max_support),
         DraftModel.random(vocab, model_seed),
         control_allowed=not no_control,
         device=device,
+        mutant=mutant,
+        answer_timeout_s=answer_timeout,
     )
     sys.exit(asyncio.run(serve_until_signalled(endpoint, host, port)))
 

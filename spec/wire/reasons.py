@@ -96,6 +96,11 @@ REASONS: dict[str, tuple[str, str]] = {
         "R24",
         "a RESET of a slot whose generation reached 2^32 - 1: no higher generation exists, the slot is retired",
     ),
+    # worker state (worker.py)
+    "SLOT_HELD": (
+        "R28",
+        "a RESET of a slot whose generation is live on another connection: the slot is released only when that link ends or CANCELs it",
+    ),
 }
 
 

@@ -1,0 +1,97 @@
+"""A harness-side view of one real TCP connection to a worker endpoint: its HELLO, frames out, frames and the
+``sync`` verdict back. The frames are the spec's (``qconform.spec.wire``): a test may import the spec, a candidate not."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from qconform.harness.transport.tcp_adapter import EndpointFailure, EndpointLink
+from qconform.spec.wire import layout
+from qconform.spec.wire.codec import decode_frame, encode_frame
+from qconform.spec.wire.messages import Completion, Hello, HelloAnswer, Reset, Step
+
+ONE_F32 = 0x3F800000
+#: seconds a test waits to see whether the worker sends anything more, or closes
+QUIET_S = 2.0
+
+
+class WorkerConnection:
+    """One real connection: the worker's HELLO read at once; ``hello`` its decoded offer."""
+
+    def __init__(self, port: int) -> None:
+        self.link = EndpointLink("127.0.0.1", port)
+        self.hello: Hello = decode_frame(self.link.read_frame(), None)
+        self.session = self.hello.session_id
+
+    def send(self, *messages) -> None:
+        for message in messages:
+            self.link.send(message if isinstance(message, bytes) else encode_frame(message))
+
+    def accept(self, **changes) -> None:
+        """Answer the HELLO (accepted, unless ``changes`` say otherwise)."""
+        answer = HelloAnswer(self.session, layout.HELLO_ACCEPTED, bytes(32))
+        self.send(replace(answer, **changes))
+
+    def reset(self, slot: int, generation: int, seed: int, committed: int = 0, token: int = -1) -> Reset:
+        message = Reset(self.session, seed, generation, committed, slot, token)
+        self.send(message)
+        return message
+
+    def step(self, slot: int, generation: int, round_id: int, anchor: int = 0, policy: int = 0) -> Step:
+        message = Step(
+            self.session, generation, round_id, anchor, policy, 1, ONE_F32, slot, self.hello.depth, bytes(32)
+        )
+        self.send(message)
+        return message
+
+    def sync(self) -> tuple[list[bytes], dict | None]:
+        """The frames the worker sent since the last sync and the verdict of the last frame it read;
+        None for the verdict when the worker closed the connection instead."""
+        try:
+            answer = self.link.command("sync")
+        except EndpointFailure as failure:
+            if "closed" not in str(failure):
+                raise
+            answer = None
+        frames, self.link.frames = self.link.frames, []
+        #: the PROPOSAL draws of the last event (``sync`` reports them beside the verdict)
+        self.draws = [] if answer is None else answer.pop("draws")
+        return frames, answer
+
+    def rest(self) -> tuple[list[bytes], bool]:
+        """Every frame the worker sends within QUIET_S of silence, and whether it closed the connection."""
+        self.link.sock.settimeout(QUIET_S)
+        frames: list[bytes] = []
+        try:
+            while True:
+                frames.append(self.link.read_frame())
+        except EndpointFailure as failure:
+            if "timed out" in str(failure):
+                return frames, False
+            return frames, True  # the worker closed (or reset) the connection
+
+    def decoded(self, frames: list[bytes]) -> list:
+        return [decode_frame(frame, self.hello) for frame in frames]
+
+    def command(self, op: str, **args) -> dict:
+        return self.link.command(op, **args)
+
+    def close(self) -> None:
+        self.link.close()
+
+
+def failed_completion_of(step: Step) -> Completion:
+    """The COMPLETION of a refused STEP, as decided (docs/wire-v2.md, "Worker state machine")."""
+    return Completion(
+        step.session_id,
+        step.generation,
+        step.round,
+        step.anchor,
+        step.context_version,
+        0,
+        0,
+        step.slot,
+        step.depth,
+        layout.STATUS_FAILED,
+        step.prefix_digest,
+    )
