@@ -214,6 +214,8 @@ class Link:
     client: asyncio.StreamWriter
     #: slot -> frames held until its RESET (``delay``, ``late_after_reset``)
     held: dict[int, list[bytes]] = field(default_factory=dict)
+    #: slot -> the time limit of its hold (``HOLD_S``)
+    timers: dict[int, asyncio.TimerHandle] = field(default_factory=dict)
     #: slot -> a frame delivered after the slot's next one (``reorder``)
     reordered: dict[int, bytes] = field(default_factory=dict)
     #: (slot, generation, round) -> REPLY frames seen so far
@@ -357,7 +359,10 @@ class FaultProxy:
             self.on_commit(fields)
 
     def release(self, link: Link, slot: int) -> None:
-        """Deliver the frames held for ``slot``, in order."""
+        """Deliver the frames held for ``slot``, in order (and stop the hold's own time limit)."""
+        timer = link.timers.pop(slot, None)
+        if timer is not None:
+            timer.cancel()
         for chunk in link.held.pop(slot, []):
             link.client.write(chunk)
 
@@ -404,7 +409,8 @@ class FaultProxy:
         """Hold ``data`` and the slot's later frames until its RESET (or ``HOLD_S``)."""
         link.held[slot] = [data]
         self.holding.set()
-        asyncio.get_running_loop().call_later(HOLD_S, self.release, link, slot)
+        # this hold's limit only: a limit left over from an earlier hold would release a later one early
+        link.timers[slot] = asyncio.get_running_loop().call_later(HOLD_S, self.release, link, slot)
 
     async def pump_down(self, reader: asyncio.StreamReader, link: Link) -> None:
         """Worker -> target, with the faults applied."""

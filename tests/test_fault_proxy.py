@@ -199,3 +199,15 @@ def test_a_fault_mix_is_a_function_of_its_seed_and_the_round():
     assert all(f.index != DEPTH - 1 for f in faults if f.kind == "reorder")
     with pytest.raises(ValueError, match="unknown fault kinds"):
         FaultMix(1, 0.5, ("bitrot",))
+
+
+def test_a_hold_ends_by_its_own_limit_not_an_earlier_one(monkeypatch):
+    """Two delays on one slot: the first hold's time limit, still pending after its RESET released it, must not
+    release the second hold early (the round would commit instead of timing out)."""
+    monkeypatch.setattr("qconform.adapters.fault_proxy.HOLD_S", 1.5)
+    target, proxy, *_ = asyncio.run(play([Fault("delay", 2, 2), Fault("delay", 3, 2)], watchdog_s=1.0))
+    assert [f.kind for f in proxy.applied] == ["delay", "delay"]
+    assert [(r.round, r.outcome, r.reason) for r in list(target.records)[1:3]] == [
+        (2, "target-only", "timeout"),
+        (3, "target-only", "timeout"),
+    ]
