@@ -181,10 +181,14 @@ class FaultMix:
     The draw is a function of (``seed``, slot, generation, round) alone, so the same
     seed plans the same faults for the same rounds whatever the interleaving. A
     planned fault is applied only if no earlier fault is unresolved (one fault at a
-    time: it is resolved once the target's RESET of its slot went by, a duplicate at
-    once) and none was applied since its round's STEP went by (so its round is
-    untouched by an earlier fault's side effects: a corrupt frame or a dropped link
-    discards every open round); else it is skipped (counted in ``skipped``).
+    time: it is resolved once the target's RESET or COMMIT of its slot went by, which
+    the target sends only after it read the fault's frame and ended the round) and
+    its round's STEP went by after the last fault was resolved. So its round is
+    untouched by an earlier fault's side effects (a corrupt frame or a dropped link
+    discards every round open at the target when it reads it, and a STEP the target
+    sent before that may reach the proxy after the faulty frame left it: only a STEP
+    sent after the resolving RESET or COMMIT is surely later). Otherwise it is
+    skipped (counted in ``skipped``).
     """
 
     seed: int
@@ -242,7 +246,7 @@ class FaultProxy:
         self.holding = asyncio.Event()
         self.server: asyncio.Server | None = None
         self.tasks: set[asyncio.Task] = set()
-        #: faults applied so far (a round whose STEP went by before the last one is not faulted by a mix)
+        #: faults resolved so far (a round whose STEP went by before the last resolution is not faulted by a mix)
         self.epoch = 0
         #: slot -> (generation, round, epoch) of its last STEP, and the mix's fault planned for that round
         self.steps: dict[int, tuple[int, int, int]] = {}
@@ -351,12 +355,14 @@ class FaultProxy:
                 plan = self.mix.plan(slot, fields["generation"], fields["round"], fields["depth"])
                 if plan is not None:
                     self.plans[slot] = plan
-        elif kind == layout.RESET:
-            if self.unresolved == slot:
+        else:
+            if self.unresolved == slot:  # the target read the fault's frame and ended its round
                 self.unresolved = None
-            self.release(link, slot)
-        elif self.on_commit is not None:
-            self.on_commit(fields)
+                self.epoch += 1
+            if kind == layout.RESET:
+                self.release(link, slot)
+            elif self.on_commit is not None:
+                self.on_commit(fields)
 
     def release(self, link: Link, slot: int) -> None:
         """Deliver the frames held for ``slot``, in order (and stop the hold's own time limit)."""
@@ -396,8 +402,7 @@ class FaultProxy:
         if fault is None:
             return None
         fault = replace(fault, slot=slot, generation=generation)
-        self.epoch += 1
-        self.unresolved = None if fault.kind == "duplicate" else slot
+        self.unresolved = slot
         self.applied.append(fault)
         self.counts[fault.kind] += 1
         if self.on_fault is not None:

@@ -16,6 +16,7 @@ RETRY_MISMATCH and discards.
 from __future__ import annotations
 
 import asyncio
+import functools
 
 import pytest
 
@@ -211,3 +212,45 @@ def test_a_hold_ends_by_its_own_limit_not_an_earlier_one(monkeypatch):
         (2, "target-only", "timeout"),
         (3, "target-only", "timeout"),
     ]
+
+
+class ScriptedMix(FaultMix):
+    """A mix that plans the faults it is given, by (slot, round)."""
+
+    def __init__(self, script: dict[tuple[int, int], tuple[str, int]]) -> None:
+        super().__init__(seed=0, rate=1.0)
+        self.script = script
+
+    def plan(self, slot: int, generation: int, round_id: int, depth: int) -> Fault | None:
+        kind, index = self.script.get((slot, round_id), (None, 0))
+        return None if kind is None else Fault(kind, round_id, index, slot, generation)
+
+
+def frame_of(message_type: int, **values) -> bytes:
+    from qconform.adapters.endpoint import codec, layout
+
+    spec = layout.FIELDS[message_type]
+    fields = {n: bytes(32) if k in ("text", "digest") else 0 for n, k in zip(spec.names, spec.kinds)}
+    return codec.encode(message_type, {**fields, "depth": DEPTH, **values})
+
+
+def test_a_mix_faults_only_rounds_stepped_after_the_last_fault_resolved():
+    """A STEP the target sent before it read a corrupt frame may reach the proxy after that frame left: its round
+    may already be discarded at the target, so a fault on it would never be counted. Only a STEP that follows the
+    resolving RESET is clean."""
+    from qconform.adapters.endpoint import layout
+    from qconform.adapters.fault_proxy import Link
+
+    proxy = FaultProxy(
+        "127.0.0.1", 1, mix=ScriptedMix({(0, 1): ("corrupt", 0), (1, 2): ("duplicate", 0), (1, 3): ("duplicate", 0)})
+    )
+    link = Link(client=None)  # type: ignore[arg-type]  # nothing is held, nothing written
+    step = functools.partial(frame_of, layout.STEP, generation=1)
+    reply = functools.partial(frame_of, layout.REPLY, generation=1)
+    proxy.seen_upstream(step(slot=0, round=1), link)
+    assert proxy.take_fault(reply(slot=0, round=1), link).kind == "corrupt"
+    proxy.seen_upstream(step(slot=1, round=2), link)  # sent before the target read the corrupt frame, maybe
+    proxy.seen_upstream(frame_of(layout.RESET, slot=0, generation=2), link)  # the corrupt fault resolved
+    assert proxy.take_fault(reply(slot=1, round=2), link) is None and proxy.mix.skipped == 1
+    proxy.seen_upstream(step(slot=1, round=3), link)
+    assert proxy.take_fault(reply(slot=1, round=3), link).kind == "duplicate"

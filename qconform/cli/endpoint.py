@@ -264,10 +264,10 @@ def parse_kinds(text: str) -> tuple[str, ...]:
 )
 @click.option(
     "--seed",
-    type=click.IntRange(0, (1 << 64) - 5),
+    type=click.IntRange(0, (1 << 64) - 1),
     default=0x5EED,
     show_default=True,
-    help="The soak's seed: slot s's request seed is SEED + s, and the fault mix draws from it.",
+    help="The soak's seed: slot s's request seed is SEED + s (mod 2^64), and the fault mix draws from it.",
 )
 @click.option(
     "--fault-rate",

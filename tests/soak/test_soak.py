@@ -1,7 +1,8 @@
 """The soak under faults (issue #25): a short soak balances its books, and each audit rule catches a seeded bug.
 
-The short soak is CI's (fixed seed, sparse, four slots, every fault kind of the
-mix, about half a minute here). Each seeded endpoint bug is a subclass of the
+The short soaks are CI's (fixed seeds, sparse): four slots of 150 rounds (about
+45 s here), and one slot of 60 rounds on which every planned fault is applied,
+every kind of the mix among them (a quarter of a minute). Each seeded endpoint bug is a subclass of the
 driving target that breaks one promise the books check: a lost round, a double
 commit, a reused key, a leak; each is caught by its rule with its own line, and
 the same soak without the bug balances (so no rule trips on its own).
@@ -41,12 +42,25 @@ def small(target_class: type[Target] = Target, **changes) -> SoakReport:
     return run(SoakSettings(**{**base, **changes, "target_class": target_class}))
 
 
+#: one slot: nothing interleaves, so every planned fault is applied and the schedule is the seed's alone
+ONE_SLOT_SOAK = SoakSettings(
+    rounds=60, slots=1, vocab=32, support_policy=8, seed=12, fault_rate=0.3, watchdog_s=2.0, worker_process=False
+)
+
+
 def test_short_soak_balances_the_books():
     report = run(CI_SOAK)
     assert report.breaches == []
     assert sum(report.outcomes.values()) == CI_SOAK.total
-    assert set(report.faults) == set(MIX_KINDS), report.faults  # every kind of the mix was injected
+    # faults on four interleaved slots: which planned ones apply depends on timing; dozens do, link-wide ones too
+    assert sum(report.faults.values()) >= 20 and report.faults["corrupt"] + report.faults["disconnect"] > 0
     assert report.outcomes["target-only"] >= sum(n for kind, n in report.faults.items() if kind != "duplicate")
+
+
+def test_one_slot_soak_injects_every_kind_of_the_mix():
+    report = run(ONE_SLOT_SOAK)
+    assert report.breaches == []
+    assert report.skipped == 0 and set(report.faults) == set(MIX_KINDS), report.faults
 
 
 def test_small_soak_without_a_bug_balances():
