@@ -14,6 +14,13 @@ A rule is **covered** when at least one spec function defines it *and* at least
 one test cites it. A rule of ``LISTING_RULES`` (R34: it lists what other rules
 define) is excepted by name, with its reason shown: a spec function or a vector
 family is enough for it. A family that merely mentions a rule no longer covers it.
+
+**Roles.** The rules of ``ROLE_RULES`` must be covered on each role of the wire
+(``ROLES``: the receiver and the worker state machines) on its own: a spec
+function of the role's module defines the rule, the role's vector family pins
+it, and a test of the role cites it (a test belongs to a role when its module
+imports the role's spec module). Each such rule has one row per role, side by
+side, in a second table.
 """
 
 from __future__ import annotations
@@ -30,8 +37,12 @@ from typing import TypeGuard
 from rich.console import Console
 from rich.table import Table
 
-from qconform.spec.rules import LISTING_RULES, RULES, SPEC_DEFINITIONS, Rule
+from qconform.spec.rules import LISTING_RULES, ROLE_RULES, ROLES, RULES, SPEC_DEFINITIONS, Role, Rule
 
+ROLE_DEFINITION = (
+    "covered on a role = a spec function of the role's module, the role's vector family, and a test importing "
+    "the role's module"
+)
 COVERED_DEFINITION = (
     "covered = at least one spec function (a listing rule excepted by name: a spec function or vector family), "
     "and at least one test"
@@ -59,13 +70,33 @@ class RuleCoverage:
 
 
 @dataclass
+class RoleCoverage:
+    """One rule of ``ROLE_RULES`` on one role: the role's spec functions, family and tests citing it."""
+
+    rule: Rule
+    role: Role
+    spec: list[str] = field(default_factory=list)
+    families: list[str] = field(default_factory=list)
+    tests: list[str] = field(default_factory=list)
+
+    def lacking(self) -> list[str]:
+        """What keeps the rule from being covered on the role (empty when covered)."""
+        needs = (("spec function", self.spec), ("vector family", self.families), ("test", self.tests))
+        return [f"{what} of the {self.role.name}" for what, found in needs if not found]
+
+
+@dataclass
 class RulesReport:
     coverage: list[RuleCoverage]
     tests_dir: Path | None
     warnings: list[str]
+    roles: list[RoleCoverage] = field(default_factory=list)
 
     def uncovered(self) -> list[RuleCoverage]:
         return [c for c in self.coverage if c.lacking()]
+
+    def uncovered_roles(self) -> list[RoleCoverage]:
+        return [c for c in self.roles if c.lacking()]
 
 
 def import_spec_modules() -> list[str]:
@@ -160,6 +191,54 @@ def marked_tests(source: str, label: str) -> list[tuple[str, str]]:
     return pairs
 
 
+def imported_modules(tree: ast.Module) -> set[str]:
+    """Every module a test module imports, by its dotted name: ``import a.b``, ``from a.b import c``
+    (both ``a.b`` and ``a.b.c``, since ``c`` may be a module), function-level imports included."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def roles_of(tree: ast.Module) -> list[Role]:
+    """The roles whose spec module a test module imports."""
+    imported = imported_modules(tree)
+    return [role for role in ROLES if f"qconform.{role.module}" in imported]
+
+
+def scan_role_tests(tests_dir: Path) -> dict[tuple[str, str], list[str]]:
+    """(rule id, role name) -> the tests of that role marked with the rule (unparsable files are
+    warned about by :func:`scan_tests`)."""
+    tests: dict[tuple[str, str], list[str]] = {(rid, role.name): [] for rid in ROLE_RULES for role in ROLES}
+    for path in sorted(tests_dir.rglob("*.py")):
+        label = path.relative_to(tests_dir).as_posix()
+        try:
+            source = path.read_text(encoding="utf-8")
+            roles = roles_of(ast.parse(source))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        for rid, owner in marked_tests(source, label) if roles else []:
+            for role in roles:
+                if (rid, role.name) in tests:
+                    tests[rid, role.name].append(owner)
+    return tests
+
+
+def role_coverage(families: dict[str, list[str]], role_tests: dict[tuple[str, str], list[str]]) -> list[RoleCoverage]:
+    """One row per rule of ``ROLE_RULES`` and role, the roles of a rule side by side."""
+    rows = []
+    for rid in ROLE_RULES:
+        for role in ROLES:
+            spec = sorted(name for name in SPEC_DEFINITIONS[rid] if name.startswith(f"{role.module}."))
+            family = [role.family] if role.family in families[rid] else []
+            rows.append(RoleCoverage(RULES[rid], role, spec, family, role_tests[rid, role.name]))
+    return rows
+
+
 def scan_tests(tests_dir: Path) -> tuple[dict[str, list[str]], list[str]]:
     """Rule -> tests marked with it under ``tests_dir``, and warnings (unknown ids, bad files)."""
     tests: dict[str, list[str]] = {rid: [] for rid in RULES}
@@ -206,13 +285,15 @@ def build_report(tests_dir: Path | None, vectors_dir: Path) -> RulesReport:
     if tests_dir is None:
         warnings.append("tests were not found (no --tests, and no qconform checkout above the current directory)")
         tests: dict[str, list[str]] = {rid: [] for rid in RULES}
+        role_tests = {(rid, role.name): [] for rid in ROLE_RULES for role in ROLES}
     else:
         tests, test_warnings = scan_tests(tests_dir)
         warnings += test_warnings
+        role_tests = scan_role_tests(tests_dir)
     coverage = [
         RuleCoverage(rule, sorted(SPEC_DEFINITIONS[rid]), families[rid], tests[rid]) for rid, rule in RULES.items()
     ]
-    return RulesReport(coverage, tests_dir, warnings)
+    return RulesReport(coverage, tests_dir, warnings, role_coverage(families, role_tests))
 
 
 def _short(text: str, limit: int = 70) -> str:
@@ -255,7 +336,40 @@ def render(report: RulesReport, console: Console, missing_only: bool = False) ->
     for rid, reason in LISTING_RULES.items():
         if rid in shown:
             console.print(f"{rid} is excepted from needing a spec function of its own: {reason}.", highlight=False)
+    render_roles(report, console, missing_only)
     for warning in report.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     uncovered = len(report.uncovered())
     console.print(f"{len(RULES) - uncovered} of {len(RULES)} rules covered; {COVERED_DEFINITION}.", highlight=False)
+    if report.roles:  # named by count only: CI greps the --missing output for rule ids
+        lacking = len(report.uncovered_roles())
+        console.print(
+            f"{len(report.roles) - lacking} of {len(report.roles)} rule-role pairs covered "
+            f"({len(ROLE_RULES)} rules on the {' and the '.join(role.name for role in ROLES)}); {ROLE_DEFINITION}.",
+            highlight=False,
+        )
+
+
+def render_roles(report: RulesReport, console: Console, missing_only: bool = False) -> None:
+    """The rules both roles must cover, one row per role, with the role's own spec functions,
+    family and tests (``--missing``: only the pairs that lack one)."""
+    rows = report.uncovered_roles() if missing_only else report.roles
+    if not rows:
+        return
+    table = Table(title="Rules on both roles" + (" (uncovered only)" if missing_only else ""), show_lines=True)
+    for name in ("Rule", "Role", "Spec functions", "Vector family", "Tests"):
+        table.add_column(name, overflow="fold")
+    if missing_only:
+        table.add_column("Lacking", style="red")
+    for cov in rows:
+        cells = [
+            cov.rule.id,
+            cov.role.name,
+            "\n".join(name.removeprefix("spec.") for name in cov.spec),
+            "\n".join(cov.families),
+            _tests_summary(cov.tests),
+        ]
+        if missing_only:
+            cells.append(" and ".join(cov.lacking()))
+        table.add_row(*cells)
+    console.print(table)

@@ -216,6 +216,28 @@ LISTING_RULES: dict[str, str] = {
 }
 
 
+@dataclass(frozen=True)
+class Role:
+    """One end of a wire v2 link, specified as a state machine: the spec module that defines it
+    and the vector family that pins it (issue #20)."""
+
+    name: str
+    #: the module, as :data:`SPEC_DEFINITIONS` names it (``spec.wire.receiver``)
+    module: str
+    family: str
+
+
+#: The two roles of a wire v2 link, receiver (the target's side) and worker (the drafter leader).
+ROLES: tuple[Role, ...] = (
+    Role("receiver", "spec.wire.receiver", "wire_sessions"),
+    Role("worker", "spec.wire.worker", "worker_sessions"),
+)
+
+#: The rules each role must cover on its own (issue #20): a spec function of the role's module
+#: defines the rule, the role's family pins it, and a test that imports the role's module cites it.
+ROLE_RULES: tuple[str, ...] = ("R01", "R12", "R16", "R17", "R24", "R25")
+
+
 def check_rule_ids(ids: tuple[str, ...] | list[str]) -> None:
     """Raise ValueError naming any id that is not one of R01-R38."""
     unknown = [i for i in ids if i not in RULES]

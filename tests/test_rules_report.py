@@ -14,7 +14,7 @@ import vector_fakes
 from rich.console import Console
 
 from qconform import rules_report
-from qconform.spec.rules import LISTING_RULES, RULES, SPEC_DEFINITIONS
+from qconform.spec.rules import LISTING_RULES, ROLE_RULES, ROLES, RULES, SPEC_DEFINITIONS
 
 pytestmark = pytest.mark.rules()
 
@@ -150,6 +150,7 @@ def test_report_warns_for_unimplemented_families_and_missing_tests(tmp_path, mon
 
 
 def test_render_missing_lists_only_uncovered_rules(tmp_path, monkeypatch):
+    monkeypatch.setattr(rules_report, "ROLE_RULES", ())  # the role view has its own test below
     everything = dataclasses.replace(vector_fakes.FAKE_FAMILIES["fake_alpha"], rules=tuple(RULES))
     monkeypatch.setitem(vector_fakes.FAKE_FAMILIES, "fake_alpha", everything)
     vector_fakes.install(monkeypatch)
@@ -163,3 +164,47 @@ def test_render_missing_lists_only_uncovered_rules(tmp_path, monkeypatch):
     rules_report.render(report, Console(file=out, width=200), missing_only=True)
     text = out.getvalue()
     assert "R17" in text and "R16 " not in text and "37 of 38 rules covered" in text
+
+
+def test_a_rule_is_covered_on_a_role_by_its_own_spec_function_family_and_test():
+    rule, (receiver, worker) = RULES["R12"], ROLES
+    assert rules_report.RoleCoverage(rule, worker, ["f"], ["worker_sessions"], ["t"]).lacking() == []
+    assert rules_report.RoleCoverage(rule, receiver, [], ["wire_sessions"], ["t"]).lacking() == [
+        "spec function of the receiver"
+    ]
+    assert rules_report.RoleCoverage(rule, worker).lacking() == [
+        "spec function of the worker",
+        "vector family of the worker",
+        "test of the worker",
+    ]
+
+
+def test_a_test_belongs_to_the_roles_whose_spec_module_it_imports(tmp_path):
+    (tmp_path / "test_w.py").write_text(
+        'import pytest\nfrom qconform.spec.wire.worker import step\n@pytest.mark.rules("R12", "R06")\ndef test_w():\n    pass\n'
+    )
+    (tmp_path / "test_r.py").write_text(
+        'import pytest\nfrom qconform.spec.wire import receiver\npytestmark = pytest.mark.rules("R12")\n'
+    )
+    (tmp_path / "test_both.py").write_text(
+        "import pytest\nimport qconform.spec.wire.worker\n"
+        "def test_b():\n    from qconform.spec.wire.receiver import step\n"
+        '@pytest.mark.rules("R17")\ndef test_c():\n    pass\n'
+    )
+    (tmp_path / "test_neither.py").write_text(
+        'import pytest\nfrom qconform.spec.wire import codec\npytestmark = pytest.mark.rules("R12")\n'
+    )
+    found = rules_report.scan_role_tests(tmp_path)
+    assert found["R12", "worker"] == ["test_w.py::test_w"] and found["R12", "receiver"] == ["test_r.py"]
+    assert found["R17", "worker"] == found["R17", "receiver"] == ["test_both.py::test_c"]
+    assert ("R06", "worker") not in found  # only the rules of ROLE_RULES have role rows
+
+
+def test_every_role_rule_is_covered_on_the_worker():
+    """Issue #20: the worker state machine covers each rule of ROLE_RULES with its own spec
+    function, the worker_sessions family and a test (the receiver's rows are its own)."""
+    report = rules_report.build_report(Path(__file__).parent, Path(__file__).parents[1] / "vectors")
+    worker = [c for c in report.roles if c.role.name == "worker"]
+    assert [c.rule.id for c in worker] == list(ROLE_RULES)
+    assert {c.rule.id: c.lacking() for c in worker if c.lacking()} == {}
+    assert [c.rule.id for c in report.roles if c.role.name == "receiver"] == list(ROLE_RULES)

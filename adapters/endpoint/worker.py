@@ -34,9 +34,15 @@ the connection, and the draws it made.
 * COMMIT moves the committed position and the committed token; CANCEL ends the
   generation; neither is ever answered.
 
+After negotiation a frame that addresses no round (a HELLO_ANSWER, a HELLO, the
+worker's own message types, v1) is UNEXPECTED_MESSAGE and a refused frame is
+refused, none answered; the endpoint closes a connection whose frame header it
+refused, since the stream is then out of step (that close is a Disconnect).
+
 With control allowed the endpoint also answers the test-control envelopes of
-``control.py`` (``about``, ``configure``, ``model``, ``trace``, ``sync``,
-``answer_timeout``; docs/endpoint.md).
+``control.py`` (``about``, ``configure``, ``connection``, ``sync``,
+``answer_timeout``, ``closed``, ``disconnect_status``, ``state``, ``model``,
+``trace``; docs/endpoint.md, "The control protocol").
 """
 
 from __future__ import annotations
@@ -72,12 +78,10 @@ PRECISION = {
 ACCEPT, REJECT, DUPLICATE, IGNORE = "accept", "reject", "duplicate", "ignore"
 #: seconds ``closed`` and ``disconnect_status`` wait for a connection to end
 STATUS_WAIT_S = 5.0
-#: a connection's phases
-AWAITING_ANSWER, NEGOTIATED, ENDED = "awaiting_answer", "negotiated", "ended"
+#: the phases of an open connection (an ended one is forgotten)
+AWAITING_ANSWER, NEGOTIATED = "awaiting_answer", "negotiated"
 #: a slot at this generation has no higher one: it is retired, never reused (R24)
 LAST_GENERATION = (1 << 32) - 1
-#: the target's commands: each refused before the HELLO is accepted (V2_BEFORE_HELLO)
-COMMANDS = (layout.STEP, layout.RESET, layout.COMMIT, layout.CANCEL)
 #: STEP refusals that cannot be answered under the STEP's session and slot: nothing is sent
 UNANSWERABLE = ("SESSION_MISMATCH", "TOO_MANY_SLOTS")
 
@@ -123,7 +127,7 @@ class WorkerSlot:
     generation: int = 0
     live: bool = False
     #: the connection whose RESET opened the live generation
-    owner: int = -1
+    owner: int | None = None
     seed: int = 0
     committed: int = 0
     #: x_0 of the next round: what its first row conditions on
@@ -181,7 +185,7 @@ class Worker:
         """One frame of ``connection`` through the state machine."""
         self.connection = connection
         link = self.links.get(connection)
-        if link is None or link.phase == ENDED:
+        if link is None:  # never connected, or ended
             return Outcome(IGNORE)
         try:
             message = self.decode(link, data)
@@ -192,7 +196,6 @@ class Worker:
             outcome = handle(link, message, data)
         link.last = outcome
         if outcome.close:  # the connection ends: forgotten (its close is no Disconnect of a live link)
-            link.phase = ENDED
             del self.links[connection]
         return outcome
 
@@ -203,7 +206,6 @@ class Worker:
             self.counters["ignored_timers"] += 1
             return Outcome(IGNORE)
         self.counters["answer_timeouts"] += 1
-        link.phase = ENDED
         del self.links[connection]
         return Outcome(ACCEPT, close=True)
 

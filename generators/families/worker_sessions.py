@@ -24,9 +24,11 @@ from qconform.generators.families.wire_frames import REASON_SCHEMA, fields_schem
 from qconform.generators.registry import Case, Family, Group, Note
 from qconform.generators.schemas import blob_schema
 from qconform.generators.schemas import closed_object as closed
+from qconform.spec.constants import M
 from qconform.spec.floats import F32_NEG_INF
+from qconform.spec.qrow import QRow
 from qconform.spec.wire import layout
-from qconform.spec.wire.codec import encode_frame, encode_v1
+from qconform.spec.wire.codec import completion_for, encode_frame, encode_v1, reply_from_row
 from qconform.spec.wire.header import seal
 from qconform.spec.wire.messages import Cancel, Commit, Hello, HelloAnswer, Message, Reset, Step, ascii_field
 from qconform.spec.wire.negotiation import example_config
@@ -417,6 +419,7 @@ def negotiation_cases() -> Iterator[Scenario]:
         ("step", before.step(0, 1, 1, 100, send=False)),
         ("commit", Commit(SESSION_BASE + 1, 1, 1, 103, 7, 0, 2)),
         ("cancel", Cancel(SESSION_BASE + 1, 1, 0)),
+        ("completion", completion_for(before.step(0, 1, 1, 100, send=False), [])),
     )
     for name, message in commands:
         s = Script()
@@ -475,12 +478,16 @@ def negotiation_cases() -> Iterator[Scenario]:
     s.answer()
     s.send(replace(V32, session_id=s.session_id))
     s.raw(encode_v1([3]))
-    r1 = s.step(0, 1, 1, 100)
+    r1 = s.step(0, 1, 1, 100, send=False)
+    one = QRow.dense([M] + [0] * (V32.vocab - 1))
+    s.send(reply_from_row(s.session_id, 0, 1, 1, 100, 0, one, V32.dense_stride))
+    s.send(completion_for(r1, []))
+    s.send(r1)
     s.commit(r1, 2)
     yield (
         "after-negotiation",
-        "A second HELLO_ANSWER, a HELLO and a v1 frame after negotiation: UNEXPECTED_MESSAGE, nothing sent, "
-        "the link stays; the STEP is served.",
+        "A second HELLO_ANSWER, a HELLO, a v1 frame, a REPLY and a COMPLETION after negotiation: "
+        "UNEXPECTED_MESSAGE, nothing sent, the link stays; the STEP is served.",
         ("NEGOTIATION", "SERVED"),
         s,
     )

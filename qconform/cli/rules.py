@@ -11,7 +11,11 @@ from qconform.cli.errors import user_errors
 
 
 @click.command()
-@click.option("--missing", is_flag=True, help="List only uncovered rules; exit 1 while any remain.")
+@click.option(
+    "--missing",
+    is_flag=True,
+    help="List only uncovered rules and rule-role pairs; exit 1 while any remain.",
+)
 @click.option(
     "--tests",
     "tests_dir",
@@ -33,5 +37,5 @@ def rules(missing: bool, tests_dir: Path | None, vectors_dir: Path | None) -> No
         report = rules_report.build_report(tests_dir, vectors_dir or default_vectors_dir())
     console = wide_console()
     rules_report.render(report, console, missing_only=missing)
-    if missing and report.uncovered():
+    if missing and (report.uncovered() or report.uncovered_roles()):
         raise SystemExit(1)

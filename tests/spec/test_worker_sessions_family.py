@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -21,8 +23,8 @@ from qconform.generators.families.worker_sessions import (
 from qconform.generators.validation import load_vector_file
 from qconform.harness.adapter import AdapterConfig, Capabilities, PrecisionProfile
 from qconform.harness.judging.judge import judge
-from qconform.spec.wire.receiver import FrameIn
-from qconform.spec.wire.worker import Connect
+from qconform.spec.wire.reasons import REASONS
+from qconform.spec.wire.worker import Connect, FrameIn
 
 pytestmark = pytest.mark.rules("R12", "R16", "R17", "R24")
 
@@ -81,3 +83,18 @@ def test_a_missing_close_is_garbage_not_a_verdict():
     answer = json.loads(json.dumps(case["expected"]))
     del answer["outputs"][1]["close"]
     assert judge(case, answer, CONFIG).cls.value == "error"
+
+
+def worker_table_codes() -> set[str]:
+    """The reason codes that the worker table of docs/wire-v2.md names in its rows."""
+    text = (Path(__file__).parents[2] / "docs" / "wire-v2.md").read_text(encoding="utf-8")
+    section = text.split("## Worker state machine", 1)[1].split("\n### ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| event")]
+    return {code for row in rows for code in re.findall(r"`([A-Z0-9_]+)`", row) if code in REASONS}
+
+
+def test_every_reason_of_the_worker_table_is_pinned_by_a_vector():
+    codes = worker_table_codes()
+    assert "SLOT_HELD" in codes and len(codes) > 15
+    seen = {o.get("reason") for case in cases() for o in case["expected"]["outputs"]}
+    assert codes - seen == set()

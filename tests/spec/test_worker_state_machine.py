@@ -1,7 +1,7 @@
 """The worker state machine (spec/wire/worker.py): each rule of docs/wire-v2.md, "Worker state machine".
 
 Each test checks one rule of the decision table against the spec's own
-components (the codec, the receiver, the proposal chain), never against
+components (the codec, the proposal chain), never against
 hard-coded bytes; each was seen to fail with the rule's code flipped in
 ``worker.py`` (see the commit message).
 """
@@ -15,16 +15,17 @@ import pytest
 from qconform.generators.families.worker_sessions import MODELS, SESSION_BASE, V32, event_from_json, random_script
 from qconform.spec.proposal import ProposalInput, SupportPolicy, proposal_chain
 from qconform.spec.rng_abi import RngIdentity
-from qconform.spec.wire import layout, receiver
+from qconform.spec.wire import layout
 from qconform.spec.wire.codec import decode_frame, encode_frame, reply_from_row
 from qconform.spec.wire.messages import Commit, Completion, HelloAnswer, Reply, Reset, Step, ascii_field
-from qconform.spec.wire.receiver import Disconnect, FrameIn
 from qconform.spec.wire.worker import (
     ACCEPT,
     DUPLICATE,
     REJECT,
     AnswerTimeout,
     Connect,
+    Disconnect,
+    FrameIn,
     Output,
     WorkerState,
     initial_state,
@@ -179,7 +180,7 @@ def test_an_identical_retry_resends_the_frames_and_draws_nothing():
         (a_step(temperature=0), "NEGATIVE_VALUE"),
     ],
 )
-def test_a_refused_step_gets_one_failed_completion_the_receiver_accepts(message, reason):
+def test_a_refused_step_gets_one_failed_completion_on_its_route(message, reason):
     _, (_, refused) = command(negotiated(), a_reset(), message)
     assert refused.reason == reason and len(refused.frames) == 1 and refused.draws == ()
     completion = decode_frame(refused.frames[0], V32)
@@ -232,23 +233,3 @@ def test_no_key_is_drawn_twice_in_a_random_sequence(seed):
     _, outputs = run(state, [event_from_json(e) for e in script.events])
     keys = [(d.key.key_words(), d.key.counter_words()) for o in outputs for d in o.draws]
     assert keys and len(keys) == len(set(keys))
-
-
-@pytest.mark.rules("R12", "R16", "R17")
-def test_the_receiver_accepts_every_frame_the_worker_sends():
-    """The two machines back to back: the worker's HELLO, REPLY and COMPLETION go through the
-    receiver state machine with the target's own RESET and STEP, and the round becomes consumable."""
-    worker_state, (hello_out,) = run(fresh(), [Connect(1, SID)])
-    target = receiver.initial_state(V32)
-    target, verdict = receiver.step(target, FrameIn(hello_out.frames[0]))
-    assert verdict.kind == ACCEPT and verdict.answer is not None
-    worker_state, (answered,) = run(worker_state, [FrameIn(verdict.answer, 1)])
-    assert answered.kind == ACCEPT
-    for message in (a_reset(), a_step()):
-        target, verdict = receiver.step(target, FrameIn(encode_frame(message)))
-        assert verdict.kind == ACCEPT
-        worker_state, (out,) = command(worker_state, message)
-        for frame in out.frames:
-            target, verdict = receiver.step(target, FrameIn(frame))
-            assert verdict.kind == ACCEPT, verdict
-    assert receiver.consumable_rows(target, 0) is not None

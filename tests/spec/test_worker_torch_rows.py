@@ -29,8 +29,7 @@ from qconform.generators.validation import load_vector_file  # noqa: E402
 from qconform.spec.qrow import QRow  # noqa: E402
 from qconform.spec.wire.codec import decode_frame, encode_frame, reply_from_row  # noqa: E402
 from qconform.spec.wire.messages import Step  # noqa: E402
-from qconform.spec.wire.receiver import FrameIn  # noqa: E402
-from qconform.spec.wire.worker import DraftModel, initial_state, step  # noqa: E402
+from qconform.spec.wire.worker import DraftModel, FrameIn, initial_state, step  # noqa: E402
 
 pytestmark = pytest.mark.rules("R01", "R15", "R22")
 

@@ -19,18 +19,14 @@ served B's and the third link's STEPs in 2). docs/wire-v2.md, "Worker state mach
 from __future__ import annotations
 
 import signal
-import struct
 
 import pytest
 
 pytest.importorskip("torch")
 
 from test_endpoint_cli import LISTENING, processes  # noqa: E402, F401 - ``processes`` is a fixture
-from worker_wire import WorkerConnection, failed_completion_of  # noqa: E402
+from worker_wire import WorkerConnection, spec_failed, spec_served  # noqa: E402
 
-from qconform.generators.encoding import decode_blob  # noqa: E402
-from qconform.spec.proposal import ProposalInput, SupportPolicy, proposal_chain  # noqa: E402
-from qconform.spec.rng_abi import RngIdentity  # noqa: E402
 from qconform.spec.wire import layout  # noqa: E402
 from qconform.spec.wire.codec import encode_frame  # noqa: E402
 from qconform.spec.wire.messages import Completion, Reply  # noqa: E402
@@ -117,36 +113,6 @@ def test_after_the_answer_the_worker_serves(worker_port):
     assert messages[-1].status == layout.STATUS_OK
 
 
-def spec_rows(model: dict, seed: int, generation: int, round_id: int, token: int) -> list:
-    """The spec's proposal chain of the round (dense q) under the worker's draft model."""
-
-    def bits(obj: dict) -> list:
-        flat, (rows, columns) = decode_blob(obj, "f32")
-        return [flat[r * columns : (r + 1) * columns] for r in range(rows)]
-
-    chain = proposal_chain(
-        ProposalInput(
-            bits(model["base_logits"]),
-            bits(model["markov"]["left"]),
-            bits(model["markov"]["right"]),
-            token,
-            0x3F800000,
-            SupportPolicy.dense(),
-            RngIdentity(seed, generation, round_id, 0),
-        )
-    )
-    return [(token_, list(row.q.counts)) for token_, row in zip(chain.tokens, chain.rows)]
-
-
-def rows_of(messages: list) -> list:
-    """(token, counts) of each REPLY: a dense q value's FP32 bits times 2^24, exact."""
-
-    def count(bits: int) -> int:
-        return int(struct.unpack("<f", struct.pack("<I", bits))[0] * (1 << 24))
-
-    return [(m.token, [count(v) for v in m.values]) for m in messages if isinstance(m, Reply)]
-
-
 def test_a_generation_never_outlives_its_connection(worker_port):
     a = WorkerConnection(worker_port)
     a.accept()
@@ -162,13 +128,13 @@ def test_a_generation_never_outlives_its_connection(worker_port):
         b.reset(0, 5, seed=222, token=9)
         step = b.step(0, 5, 2)
         # the frames first (the breach: rows under A's seed and token), then the verdicts
-        assert b.link.read_frame() == encode_frame(failed_completion_of(step))
+        assert b.link.read_frame() == spec_failed(b, step)
         b.link.frames = []
         c = WorkerConnection(worker_port)
         try:
             c.accept()
             stranger = c.step(0, 5, 3)
-            assert c.link.read_frame() == encode_frame(failed_completion_of(stranger))
+            assert c.link.read_frame() == spec_failed(c, stranger)
             assert c.sync() == ([], {"verdict": "reject", "reason": "STALE_GENERATION"})
         finally:
             c.close()
@@ -176,10 +142,10 @@ def test_a_generation_never_outlives_its_connection(worker_port):
         assert b.sync() == ([], {"verdict": "reject", "reason": "DUPLICATE_GENERATION"})
         b.reset(0, 6, seed=222, token=9)
         assert b.sync() == ([], {"verdict": "accept"})
-        b.step(0, 6, 2)
+        reopened = b.step(0, 6, 2)
         frames, verdict = b.sync()
-        model = b.command("model")["model"]
+        expected = spec_served(b, reopened, seed=222, token=9)
     finally:
         b.close()
     assert verdict == {"verdict": "accept"}
-    assert rows_of(b.decoded(frames)) == spec_rows(model, 222, 6, 2, 9)
+    assert tuple(frames) == expected  # B's seed and token, byte for byte; nothing of A's generation

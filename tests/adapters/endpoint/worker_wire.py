@@ -5,10 +5,20 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from qconform.generators.encoding import decode_blob
 from qconform.harness.transport.tcp_adapter import EndpointFailure, EndpointLink
 from qconform.spec.wire import layout
 from qconform.spec.wire.codec import decode_frame, encode_frame
-from qconform.spec.wire.messages import Completion, Hello, HelloAnswer, Reset, Step
+from qconform.spec.wire.messages import Hello, HelloAnswer, Reset, Step
+from qconform.spec.wire.worker import (
+    DraftModel,
+    WorkerSlot,
+    WorkerState,
+    failed_completion,
+    initial_state,
+    round_frames,
+    round_proposal,
+)
 
 ONE_F32 = 0x3F800000
 #: seconds a test waits to see whether the worker sends anything more, or closes
@@ -80,18 +90,31 @@ class WorkerConnection:
         self.link.close()
 
 
-def failed_completion_of(step: Step) -> Completion:
-    """The COMPLETION of a refused STEP, as decided (docs/wire-v2.md, "Worker state machine")."""
-    return Completion(
-        step.session_id,
-        step.generation,
-        step.round,
-        step.anchor,
-        step.context_version,
-        0,
-        0,
-        step.slot,
-        step.depth,
-        layout.STATUS_FAILED,
-        step.prefix_digest,
-    )
+def spec_model(model: dict) -> DraftModel:
+    """The spec's view of the draft model the worker's ``model`` op answers."""
+
+    def rows(obj: dict) -> tuple[tuple[int, ...], ...]:
+        flat, (count, width) = decode_blob(obj, "f32")
+        return tuple(tuple(flat[r * width : (r + 1) * width]) for r in range(count))
+
+    left, right = rows(model["markov"]["left"]), rows(model["markov"]["right"])
+    return DraftModel(rows(model["base_logits"]), left, right, model["last_committed_token"])
+
+
+def spec_state(connection: WorkerConnection) -> WorkerState:
+    """The spec worker under this worker's HELLO (as offered on ``connection``) and draft model."""
+    return initial_state(connection.hello, spec_model(connection.command("model")["model"]))
+
+
+def spec_failed(connection: WorkerConnection, step: Step) -> bytes:
+    """The spec worker's FAILED COMPLETION of a refused STEP (docs/wire-v2.md, "Worker state machine")."""
+    return failed_completion(spec_state(connection), step)
+
+
+def spec_served(connection: WorkerConnection, step: Step, seed: int, token: int) -> tuple[bytes, ...]:
+    """The spec worker's frames of a STEP served on a slot RESET with ``seed`` and committed ``token``
+    at the STEP's anchor: the rows drawn under the spec's keys, conditioned on that token (R01, R22)."""
+    state = spec_state(connection)
+    slot = WorkerSlot(token, step.generation, True, 0, seed, step.anchor)
+    result, _ = round_proposal(state.model, slot, step)
+    return round_frames(state.config, step, result)
