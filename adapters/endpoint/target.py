@@ -44,7 +44,8 @@ that went through the receiver (direction, type, slot).
 
 Memory is bounded whatever the number of rounds (issue #25): the target keeps
 the records of the last ``record_window`` rounds opened (:attr:`Target.records`,
-each numbered by ``seq``, the order opened), and the consumed q rows of only the
+each numbered by ``seq``, the order opened; each lane keeps its own slot's last
+``record_window``, so at most that many per slot), and the consumed q rows of only the
 last ``row_window`` rounds resolved; an older record's ``rows`` is None (the rows
 were released, about 2.6 MB per dense round at V = 129280). A caller that needs
 every round sees each one as it resolves, rows included, through ``on_round``,
