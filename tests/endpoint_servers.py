@@ -12,15 +12,14 @@ from typing import TYPE_CHECKING, Iterator
 
 import pytest
 
-from qconform.spec.proposal import ProposalInput, ProposalResult, SupportPolicy, proposal_chain
-from qconform.spec.rng_abi import RngIdentity
-from qconform.spec.verification import RoundInput, RoundResult, target_rows_from_f32, verify_round
+from qconform import soak_audit
+from qconform.spec.proposal import ProposalResult, SupportPolicy
+from qconform.spec.verification import RoundResult
 
 if TYPE_CHECKING:  # torch is needed only by the tests that drive rounds
     from qconform.adapters.endpoint.model import DraftModel, TargetModel
     from qconform.adapters.endpoint.target import RoundRecord
 
-ONE_F32 = 0x3F800000
 #: seconds any single wait of a test may take
 WAIT_S = 30.0
 
@@ -58,30 +57,16 @@ def opt_in_slow(request) -> None:
         pytest.skip("a long run; opt in with -m slow")
 
 
-def f32_bits(tensor) -> list:
-    return tensor.numpy().astype("<f4").view("<u4").tolist()
+#: FP32 bit patterns of a tensor, as the spec reads weights
+f32_bits = soak_audit.f32_bits
 
 
 def spec_round(
     model: DraftModel, target: TargetModel, record: RoundRecord, support: SupportPolicy
 ) -> tuple[ProposalResult, RoundResult]:
     """The spec's proposal chain and verification of the round ``record`` names (its key and prefix)."""
-    identity = RngIdentity(record.seed, record.generation, record.round, record.anchor)
-    previous = model.last_token if record.draft_previous is None else record.draft_previous
-    chain = proposal_chain(
-        ProposalInput(
-            f32_bits(model.base_logits),
-            f32_bits(model.left),
-            f32_bits(model.right),
-            previous,
-            ONE_F32,
-            support,
-            identity,
-        )
-    )
-    p_rows = target_rows_from_f32(f32_bits(target.weights))
-    verdict = verify_round(RoundInput(identity, chain.tokens, [row.q for row in chain.rows], p_rows))
-    return chain, verdict
+    named = {k: getattr(record, k) for k in ("seed", "generation", "round", "anchor", "draft_previous")}
+    return soak_audit.spec_round(model, target, named, support)
 
 
 def check_committed_round(model: DraftModel, target: TargetModel, record: RoundRecord, support: SupportPolicy) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -148,7 +149,7 @@ def test_every_slot_commits_and_replays_as_a_single_slot():
     for lane in target.lanes:
         assert [r.outcome for r in lane.records] == ["committed"] * ROUNDS
         assert [r.round for r in lane.records] == list(range(1, ROUNDS + 1))
-        for before, after in zip(lane.records, lane.records[1:]):
+        for before, after in itertools.pairwise(lane.records):
             assert after.anchor == before.new_committed and after.previous == before.token == after.draft_previous
         for record in lane.records:
             check_committed_round(everything.model, everything.target_model, record, SupportPolicy.dense())

@@ -11,6 +11,7 @@ serve gets a COMPLETION with status FAILED, which discards the proposal (R25).
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 
@@ -50,7 +51,7 @@ def test_rounds_equal_the_spec_draw_for_draw(vocab, policy):
     target, model, target_model = asyncio.run(rounds(vocab, policy, 4, seed=(1 << 40) + 3))
     support = SupportPolicy.top_k(policy) if policy else SupportPolicy.dense()
     assert [r.outcome for r in target.records] == ["committed"] * 4
-    for before, after in zip(target.records, target.records[1:]):
+    for before, after in itertools.pairwise(target.records):
         assert after.anchor == before.new_committed and after.previous == before.token
     for record in target.records:
         check_committed_round(model, target_model, record, support)

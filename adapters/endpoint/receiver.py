@@ -25,12 +25,13 @@ docs/wire-v2.md ("Receiver state machine"):
   generation 2^32 - 1 is retired, SLOT_EXHAUSTED), so no key comes back.
 
 Every rejection is counted under its reason code, every event under its name,
-and :attr:`Receiver.journal` records what was consumed, committed and discarded.
+and :attr:`Receiver.journal` records what was consumed, committed and discarded
+(the newest ``JOURNAL_WINDOW`` events).
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -44,6 +45,8 @@ ACCEPT, REJECT, DUPLICATE, IGNORE, GREEDY_V1 = "accept", "reject", "duplicate", 
 WORKER_TYPES = (layout.REPLY, layout.COMPLETION)
 #: a slot at this generation has no higher one: it is retired, never reused (R24)
 LAST_GENERATION = (1 << 32) - 1
+#: how many events :attr:`Receiver.journal` keeps, the newest
+JOURNAL_WINDOW = 4096
 
 
 @dataclass
@@ -114,7 +117,8 @@ class Receiver:
         self.links: dict[int, dict] = {}
         self.slots: list[Slot] = []
         self.counters: Counter = Counter()
-        self.journal: list[dict] = []
+        #: the newest JOURNAL_WINDOW events (a soak of any length holds memory flat, issue #25)
+        self.journal: deque[dict] = deque(maxlen=JOURNAL_WINDOW)
         self.decoder = self.decoder_class()
         self.validator = self.validator_class()
         self.last_verdict: Disposition | None = None

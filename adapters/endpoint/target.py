@@ -41,15 +41,28 @@ None: the worker was told no token for its prefix. Every round leaves a
 :class:`RoundRecord`; the receiver's journal and counters say what was consumed
 and why anything was discarded, and :attr:`Target.frames` logs the last frames
 that went through the receiver (direction, type, slot).
+
+Memory is bounded whatever the number of rounds (issue #25): the target keeps
+the records of the last ``record_window`` rounds opened (:attr:`Target.records`,
+each numbered by ``seq``, the order opened; each lane keeps its own slot's last
+``record_window``, so at most that many per slot), and the consumed q rows of only the
+last ``row_window`` rounds resolved; an older record's ``rows`` is None (the rows
+were released, about 2.6 MB per dense round at V = 129280). A caller that needs
+every round sees each one as it resolves, rows included, through ``on_round``,
+or asks the ``rounds`` control op by range before the window moves past it
+(docs/endpoint.md, "The rounds answer").
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import struct
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -74,6 +87,10 @@ POLL_S = 0.02
 ONE_F32 = 0x3F800000
 #: how many frames :attr:`Target.frames` keeps
 FRAME_LOG = 4096
+#: how many round records :attr:`Target.records` (and each lane's) keeps: the newest opened
+RECORD_WINDOW = 4096
+#: how many resolved rounds keep their consumed q rows (16 dense rounds at V = 129280: 41 MB)
+ROW_WINDOW = 16
 COMMITTED, TARGET_ONLY = "committed", "target-only"
 #: a round in flight whose rows became consumable
 _READY = "ready"
@@ -91,7 +108,9 @@ class RoundRecord:
     ``draft_previous`` the one the worker was told by a COMMIT for the committed
     position the round starts from (None: none, e.g. after a target-only token),
     which is what the worker's draft conditions on. A target-only round holds
-    its ``token`` and the ``draw`` it came from.
+    its ``token`` and the ``draw`` it came from. ``seq`` numbers the rounds of
+    all slots in the order opened (0, 1, ...); ``rows`` is None once released
+    (older than the target's row window).
     """
 
     slot: int
@@ -104,16 +123,20 @@ class RoundRecord:
     outcome: str = "open"
     reason: str | None = None
     tokens: list[int] = field(default_factory=list)
-    rows: list[QRow] = field(default_factory=list)
+    rows: list[QRow] | None = field(default_factory=list)
     accepted: int | None = None
     token: int | None = None
     new_committed: int | None = None
     draw: Draw | None = None
+    seq: int = 0
+    #: ``time.monotonic()`` when the round was opened (its latency is measured from it)
+    opened_at: float = 0.0
 
     def to_json(self) -> dict:
         out = {
             k: getattr(self, k)
             for k in (
+                "seq",
                 "slot",
                 "generation",
                 "round",
@@ -131,7 +154,7 @@ class RoundRecord:
         return {
             **out,
             "seed": str(self.seed),
-            "rows": [row_json(row) for row in self.rows],
+            "rows": None if self.rows is None else [row_json(row) for row in self.rows],
             "draw": None if self.draw is None else asdict(self.draw),
         }
 
@@ -147,7 +170,8 @@ class Lane:
     #: the token the worker was told by the last COMMIT at ``committed`` (None: none)
     told_token: int | None = None
     round_id: int = 0
-    records: list[RoundRecord] = field(default_factory=list)
+    #: the lane's newest records (at most the target's ``record_window``)
+    records: deque[RoundRecord] = field(default_factory=deque)
     preempt_requested: bool = False
     #: while a round is in flight: ``_READY`` or the reason it was discarded, once known
     outcome: str | None = None
@@ -224,6 +248,9 @@ class Target:
         slots: int | None = 1,
         receiver_cls: type[Receiver] = Receiver,
         connect_timeout_s: float = 5.0,
+        record_window: int = RECORD_WINDOW,
+        row_window: int = ROW_WINDOW,
+        on_round: Callable[[RoundRecord], None] | None = None,
     ) -> None:
         self.receiver = receiver_cls(config)
         self.target = target
@@ -238,8 +265,15 @@ class Target:
         self.connecting = asyncio.Lock()
         self.requests: asyncio.Semaphore | None = None
         self.lanes: list[Lane] = []
-        #: every round, all slots, in the order they were opened
-        self.records: list[RoundRecord] = []
+        #: the newest ``record_window`` rounds, all slots, in the order they were opened
+        self.records: deque[RoundRecord] = deque(maxlen=record_window)
+        self.record_window, self.row_window = record_window, row_window
+        #: rounds opened so far (the next round's ``seq``)
+        self.opened = 0
+        #: the resolved rounds still holding their rows, oldest first (at most ``row_window``)
+        self.holding_rows: deque[RoundRecord] = deque()
+        #: called with every round as it resolves (committed or target-only), its rows still held
+        self.on_round = on_round
         #: the last frames through the receiver: (``"in"`` or ``"out"``, type name, slot)
         self.frames: deque[tuple[str, str, int | None]] = deque(maxlen=FRAME_LOG)
 
@@ -287,7 +321,9 @@ class Target:
         if not 1 <= count <= hello["max_slots"]:
             raise TargetError(f"{count} slots to drive; the HELLO has {hello['max_slots']}")
         if not self.lanes:
-            self.lanes = [Lane(s, slot_seed(self.seed, s)) for s in range(count)]
+            self.lanes = [
+                Lane(s, slot_seed(self.seed, s), records=deque(maxlen=self.record_window)) for s in range(count)
+            ]
             self.requests = asyncio.Semaphore(hello["max_requests"])
 
     async def read_frames(self, link: int) -> None:
@@ -398,8 +434,8 @@ class Target:
             if slot is None or lane.slot == slot:
                 lane.preempt_requested = True
 
-    async def run(self, rounds: int) -> list[RoundRecord]:
-        """``rounds`` rounds on every driven slot, the slots concurrently; every record, in the order opened."""
+    async def run(self, rounds: int) -> deque[RoundRecord]:
+        """``rounds`` rounds on every driven slot, the slots concurrently; the records kept, in the order opened."""
         await self.ensure_ready()
         tasks = [asyncio.ensure_future(self.drive(lane, rounds)) for lane in self.lanes]
         try:
@@ -433,7 +469,10 @@ class Target:
                     lane.seed,
                     lane.last_token,
                     lane.told_token,
+                    seq=self.opened,
+                    opened_at=time.monotonic(),
                 )
+                self.opened += 1
                 lane.records.append(record)
                 self.records.append(record)
                 lane.outcome, lane.in_flight = None, True
@@ -488,6 +527,7 @@ class Target:
         record.outcome, record.reason, record.draw, record.token = TARGET_ONLY, reason, draw, draw.token
         record.new_committed = (record.anchor + 1) % layout.POSITIONS
         lane.committed, lane.last_token, lane.told_token = record.new_committed, draw.token, None
+        self.resolved(record)
         log.warning(
             "slot %d round %d (generation %d) discarded: %s; target-only token %d (u32 %#010x) at position "
             "%d, committed position %d",
@@ -535,6 +575,7 @@ class Target:
         record.outcome, record.tokens, record.rows = COMMITTED, tokens, rows
         record.accepted, record.token, record.new_committed = accepted, token, new_committed
         lane.committed, lane.last_token, lane.told_token = new_committed, token, None
+        self.resolved(record)
         await self.transmit(data)  # consumed once fed; the worker is told the token once it went out
         lane.told_token = token
         log.info(
@@ -546,6 +587,24 @@ class Target:
             token,
             new_committed,
         )
+
+    def resolved(self, record: RoundRecord) -> None:
+        """The round resolved: ``on_round`` sees it whole; rows older than the row window are released."""
+        if self.on_round is not None:
+            self.on_round(record)
+        if record.rows:
+            self.holding_rows.append(record)
+            while len(self.holding_rows) > self.row_window:
+                self.holding_rows.popleft().rows = None
+
+    def rounds_from(self, first: int | None = None, limit: int | None = None) -> tuple[int, list[RoundRecord]]:
+        """(``seq`` of the oldest record kept, the kept records from ``seq`` ``first`` on, at most ``limit``).
+
+        A ``first`` older than the window starts at the oldest kept: the caller sees the gap."""
+        oldest = self.opened - len(self.records)
+        start = oldest if first is None else min(max(first, oldest), self.opened)
+        stop = self.opened if limit is None else min(self.opened, start + limit)
+        return oldest, list(itertools.islice(self.records, start - oldest, stop - oldest))
 
     async def close(self) -> None:
         await self.drop_link()

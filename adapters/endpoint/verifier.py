@@ -20,7 +20,8 @@ endpoint sends for a message given as JSON, under a configuration), ``timeout`` 
 watchdog), ``connection`` (this connection's number), ``disconnect_status``
 (the verdict of connection N's disconnect once it ended; without N, of the last
 disconnect once the other connections of this receiver ended), ``state``, ``journal`` (what was
-consumed, committed and discarded) and, with a target attached, ``rounds``.
+consumed, committed and discarded: the newest entries) and, with a target attached, ``rounds``
+(the kept round records, from a ``seq`` on: docs/endpoint.md).
 """
 
 from __future__ import annotations
@@ -142,9 +143,18 @@ class VerifierEndpoint(Endpoint):
         if op == "state":
             return {"final": state_json(receiver, number), "counters": counters_json(receiver)}
         if op == "journal":
-            return {"journal": receiver.journal, "counters": counters_json(receiver)}
+            return {"journal": list(receiver.journal), "counters": counters_json(receiver)}
         if op == "rounds" and self.target is not None:
-            return {"rounds": [record.to_json() for record in self.target.records]}
+            first, limit = request.get("from"), request.get("limit")
+            if not all(v is None or (isinstance(v, int) and v >= 0) for v in (first, limit)):
+                raise control.ControlError("rounds: from and limit are counts (integers >= 0)")
+            oldest, records = self.target.rounds_from(first, limit)
+            return {
+                "rounds": [record.to_json() for record in records],
+                "first": oldest,
+                "next": records[-1].seq + 1 if records else min(max(first or 0, oldest), self.target.opened),
+                "opened": self.target.opened,
+            }
         raise control.ControlError(f"unknown op {op!r}")
 
     async def disconnect_of(self, other: int, receiver: Receiver) -> Disposition:
