@@ -74,7 +74,7 @@ def qconform(*args: str, **popen) -> subprocess.Popen:
     env = {**base, "PYTHONPATH": str(REPO) + os.pathsep + base.get("PYTHONPATH", "")}
     return subprocess.Popen(
         [sys.executable, "-m", "qconform", *args],
-        stdout=subprocess.PIPE,
+        stdout=popen.pop("stdout", subprocess.PIPE),
         stderr=popen.pop("stderr", subprocess.PIPE),
         text=True,
         env=env,

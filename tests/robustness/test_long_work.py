@@ -73,7 +73,8 @@ def test_stat_shows_progress_on_a_terminal_and_nothing_on_a_pipe(tmp_path):
 
     main, secondary = pty.openpty()
     pids, args = tmp_path / "pids2", ("stat", "--adapter", tree_shim(tmp_path / "pids2", "hang"))
-    terminal = qconform(*args, cwd=tmp_path, stderr=secondary)
+    # stdout is not read while the terminal is: the partial report must not fill a pipe and block the exit
+    terminal = qconform(*args, cwd=tmp_path, stderr=secondary, stdout=subprocess.DEVNULL)
     os.close(secondary)
     wait_until_asked(pids, terminal)
     time.sleep(0.5)  # a refresh of the bar
