@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 import json
 
-from qconform.adapters.endpoint import answers
+from qconform.adapters.endpoint import answers, deployment
 from qconform.adapters.endpoint.receiver import Receiver
 from qconform.generators.corpus import default_vectors_dir
 
@@ -23,7 +23,10 @@ def raw(blob: dict) -> bytes:
 
 def played_session(case: dict, receiver: Receiver | None = None) -> dict:
     """A wire_sessions case's events through ``receiver`` (a new one under the case's HELLO by
-    default): its verdicts, final state and counters, in the form of the case's ``expected``."""
+    default): its verdicts, final state and counters, in the form of the case's ``expected``; a
+    configuration the design forbids is refused as the verifier's ``configure`` refuses it."""
+    if deployment.config_problem(case["input"]["config"]) is not None:
+        return {"error": "BAD_SHAPE"}
     if receiver is None:
         receiver = Receiver(answers.hello_fields(case["input"]["config"]))
     verdicts = []

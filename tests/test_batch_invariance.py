@@ -31,7 +31,7 @@ SMALL = "verification_round/[!p]*"
 ROW_KEYED_SHIM = """
 import sys
 from qconform.adapters.reference import ReferenceAdapter
-from qconform.generators.families.verification_round import request_seed
+from qconform.spec.rng_abi import request_seed
 from qconform.harness.transport.host import Host, claim_stdio
 
 
@@ -45,8 +45,13 @@ class RowKeyed(ReferenceAdapter):
 
 
 def rekeyed(inp):
-    first = request_seed(inp["requests"][0])  # an unseeded request's seed comes from its ID
-    requests = [dict(r, seed=str((first + row) % 2**64)) for row, r in enumerate(inp["requests"])]
+    head = inp["requests"][0]  # an unseeded request's seed comes from its ID
+    first = request_seed(int(head["seed"]) if "seed" in head else None, head.get("request_id"))
+    # a request carries one of seed and request_id (BAD_REQUEST_ID otherwise): the ID gives way to the seed
+    requests = [
+        dict({k: v for k, v in r.items() if k != "request_id"}, seed=str((first + row) % 2**64))
+        for row, r in enumerate(inp["requests"])
+    ]
     return dict(inp, requests=requests)
 
 

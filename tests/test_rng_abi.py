@@ -160,13 +160,13 @@ def test_rng_abi_vectors_follow_the_table():
                 assert [d["position"] for d in out["proposal"]] == [(anchor + i) % 2**32 for i in range(depth)]
                 assert [d["position"] for d in out["accept"]] == [(anchor + i) % 2**32 for i in range(depth)]
                 assert [d["position"] for d in out["correction"]] == [(anchor + j) % 2**32 for j in range(depth + 1)]
-            elif group.name == "invalid_fields":
+            elif group.name in ("invalid_fields", "precedence"):  # one code: every field and pair refused alike
                 assert case.result == "invalid" and out == {"error": "BAD_RNG_FIELD"}
             elif group.name == "unseeded_requests":
                 digest = hashlib.sha256(b"qconform-unseeded-seed-v1\0" + inp["request_id"].encode()).digest()
                 assert decode_u64(out["seed"]) == int.from_bytes(digest[:8], "little")
             assert FAMILY.solve(inp) == out
-    assert seen == {"philox_kat", "draw_keys", "round_schedule", "invalid_fields", "unseeded_requests"}
+    assert seen == {"philox_kat", "draw_keys", "round_schedule", "invalid_fields", "unseeded_requests", "precedence"}
 
 
 @pytest.mark.rules("R24")

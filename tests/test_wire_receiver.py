@@ -178,6 +178,8 @@ def test_configuration_must_have_the_fixed_shape():
 def test_every_verdict_is_counted_in_the_session_vectors():
     for group in wire_sessions.build():
         for case in group.tests:
+            if "error" in case.expected:  # a configuration the design forbids: no receiver to run
+                continue
             state, verdicts, _ = run_json(case.input)
             rejected = Counter(v.reason for v in verdicts if v.kind == REJECT)
             assert {k: v for k, v in state.counters if k in REASONS} == dict(rejected), case.name

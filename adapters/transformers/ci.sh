@@ -28,7 +28,7 @@ echo "transformers stage: transformers $VERSION imported in $((SECONDS - importe
 $Q run "${BATCH[@]}" --adapter transformers --family verification_round --json "$OUT/run-transformers.json"
 
 # 2. the proposed fix (r_i < p_i/q_i) passes every valid case with no expectations at all
-$Q run "${BATCH[@]}" --adapter transformers:strict-accept --family verification_round -k "not INVALID_REQUEST" \
+$Q run "${BATCH[@]}" --adapter transformers:strict-accept --family verification_round -k "not INVALID_REQUEST and not REFUSAL_PRECEDENCE" \
     --expectations /dev/null --json "$OUT/run-transformers-strict-accept.json"
 
 # 3. statistical mode: every draw the library's own (torch's global generator)
