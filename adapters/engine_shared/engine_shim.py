@@ -142,6 +142,18 @@ def p_row_widths(request: dict) -> list[int]:
     return [p["weights"]["shape"][1]] * p["weights"]["shape"][0]
 
 
+def capabilities(device: str) -> dict:
+    """What an engine shim declares in ``get_config`` (docs/shim-protocol.md): verification_round, its
+    ACCEPT draws injected (partial injection, docs/harness.md) and its law sampled for ``stat``."""
+    return {
+        "families": list(FAMILIES),
+        "injected_draws": True,
+        "devices": [device],
+        "sampling": list(FAMILIES),
+        "injected_domains": {"verification_round": ["ACCEPT"]},
+    }
+
+
 def q_row_refusal(rows: list[dict], vocab: int) -> str | None:
     """The q-row rows of docs/formats/verification_round.md ("Refusal precedence", rows 6-11),
     each over every q row of the request: a shim reads q into the engine's dense draft

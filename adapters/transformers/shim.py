@@ -189,13 +189,7 @@ def config(args: argparse.Namespace, sampler: TransformersSampler) -> dict:
         "torch": sampler.torch.__version__,
         "function": "transformers.generation.utils._speculative_sampling",
         "patch": args.patch or "none",
-        "capabilities": {
-            "families": list(es.FAMILIES),
-            "injected_draws": True,
-            "devices": [args.device],
-            "sampling": list(es.FAMILIES),
-            "injected_domains": {"verification_round": ["ACCEPT"]},
-        },
+        "capabilities": es.capabilities(args.device),
         "precision": {
             "ratio_margin": RATIO_MARGIN,
             "notes": "float32 softmax of log q and log p; acceptance r_i <= p_i / q_i in float32 with r_i the "

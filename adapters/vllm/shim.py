@@ -274,13 +274,7 @@ def config(args: argparse.Namespace, vllm_sampler: VllmSampler) -> dict:
         "vllm": version,
         "kernels": vllm_sampler.kernels,
         "patch": args.patch or "none",
-        "capabilities": {
-            "families": list(es.FAMILIES),
-            "injected_draws": True,
-            "devices": [args.device],
-            "sampling": list(es.FAMILIES),
-            "injected_domains": {"verification_round": ["ACCEPT"]},
-        },
+        "capabilities": es.capabilities(args.device),
         "precision": {
             "ratio_margin": RATIO_MARGIN,
             "notes": "float32 target softmax of log p; acceptance p/q >= u with u rounded to float32 "
