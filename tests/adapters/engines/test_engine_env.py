@@ -82,10 +82,17 @@ def test_transformers_adapter_names(monkeypatch, tmp_path):
     assert vllm.ENVIRONMENT.link == ".venv-vllm" and transformers.ENVIRONMENT.link == ".venv-transformers"
 
 
-def test_run_without_the_transformers_environment_is_one_line_and_exit_2(tmp_path):
-    env = {"QCONFORM_TRANSFORMERS_PYTHON": str(tmp_path / "missing"), "PATH": "/usr/bin:/bin"}
+@pytest.mark.parametrize(
+    "adapter, variable, said",
+    [
+        ("transformers", "QCONFORM_TRANSFORMERS_PYTHON", "no transformers 5.23.0 environment"),
+        ("vllm", "QCONFORM_VLLM_PYTHON", "no vllm 0.32.0 environment (looked at"),
+    ],
+)
+def test_run_without_the_engine_environment_is_one_line_and_exit_2(tmp_path, adapter, variable, said):
+    env = {variable: str(tmp_path / "missing"), "PATH": "/usr/bin:/bin"}
     result = subprocess.run(
-        [sys.executable, "-m", "qconform", "run", "--adapter", "transformers", "--family", "verification_round"],
+        [sys.executable, "-m", "qconform", "run", "--adapter", adapter, "--family", "verification_round"],
         capture_output=True,
         text=True,
         env=env,
@@ -93,4 +100,4 @@ def test_run_without_the_transformers_environment_is_one_line_and_exit_2(tmp_pat
     )
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "no transformers 5.23.0 environment" in lines[0] and "Traceback" not in result.stderr
+    assert len(lines) == 1 and said in lines[0] and "Traceback" not in result.stderr
