@@ -3,7 +3,7 @@
 This module is glue only: it decodes a case ``input`` (docs/formats/) into tensors,
 calls the kernels of :mod:`qconform.adapters.torch_candidate`, and encodes their
 answer. Like the kernels, it never imports the spec package or the generators
-(tests/test_candidate_independence.py checks it, transitively): the candidate
+(tests/adapters/test_candidate_independence.py checks it, transitively): the candidate
 must be an independent implementation, and even its JSON codec is its own.
 
 Mutants (:mod:`qconform.adapters.torch_mutants`) reuse this adapter with one

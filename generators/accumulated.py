@@ -12,8 +12,8 @@ processes computed the shards (docs/accumulated.md, "Sharding").
 
 This module is the definition: the stream, the inputs, the records and the hash.
 :mod:`qconform.generators.accumulated_engine` computes the same records exactly with
-vectorised NumPy integers; tests/test_accumulated.py proves the two equal.
-Candidates never import this module (tests/test_candidate_independence.py).
+vectorised NumPy integers; tests/generators/test_accumulated.py proves the two equal.
+Candidates never import this module (tests/adapters/test_candidate_independence.py).
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def draw_word0(
 
 
 #: a sorting network of the seven cut points (16 compare-exchanges, depth 6; Knuth, TAOCP 5.3.4):
-#: on columns, it sorts every row at once (tests/test_accumulated.py checks it on every 0/1 input)
+#: on columns, it sorts every row at once (tests/generators/test_accumulated.py checks it on every 0/1 input)
 SORT7: tuple[tuple[int, int], ...] = (
     (0, 6), (2, 3), (4, 5), (0, 2), (1, 4), (3, 6), (0, 1), (2, 5),
     (3, 4), (1, 2), (4, 6), (2, 3), (4, 5), (1, 2), (3, 4), (5, 6),

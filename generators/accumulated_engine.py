@@ -15,7 +15,7 @@ below 2^23 on at most 8 tokens, so ``M * w_v`` stays below 2^47.
   draw at the correction key picks the first ``v`` with ``C_v * 2^32 > u32 * R`` (R11).
 
 It produces the records of :mod:`qconform.generators.accumulated` directly; the
-differential test (tests/test_accumulated.py) proves them equal to the records of the
+differential test (tests/generators/test_accumulated.py) proves them equal to the records of the
 spec's ``solve`` answers. It lives among the generators, because it makes expected
 hashes; candidates never import it.
 """

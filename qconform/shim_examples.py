@@ -9,7 +9,7 @@ id; outside the ``fuzz`` group, whose findings come and go), answered with their
 ``expected`` objects.
 
 ``python -m qconform.shim_examples --write`` rewrites the sections;
-``tests/test_shim_examples.py`` fails while a page differs from what this module
+``tests/generators/test_shim_examples.py`` fails while a page differs from what this module
 generates from the committed corpus, and replays each example through the harness.
 """
 

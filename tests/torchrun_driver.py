@@ -1,4 +1,4 @@
-"""Launched by tests/test_distributed_runs.py under ``torchrun``: one ``qconform accumulate`` and one
+"""Launched by tests/harness/test_distributed_runs.py under ``torchrun``: one ``qconform accumulate`` and one
 ``qconform stat`` run in the same processes; rank 0 prints the hash and writes the stat report."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
  * and added to the total. The flags then decide the reason in the order of validation.py (and of
  * docs/wire-v2.md): padding, then non-finite, then negative, then non-dyadic values anywhere in
  * the row, then a count alone above M, then the total. The caller (validation.Validator) maps the
- * code to the reason; tests/test_endpoint_native.py holds it to the NumPy path on every wire
+ * code to the reason; tests/adapters/endpoint/test_endpoint_native.py holds it to the NumPy path on every wire
  * vector and the fuzz inputs. The endpoint never imports the spec, and this module neither.
  *
  * dense_row(tail, vocab, out) -> (code, total), by the fastest build the CPU runs (``build`` names it);

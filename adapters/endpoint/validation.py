@@ -17,7 +17,7 @@ check in one pass. Where the module is not built, or with
 well-formed row passes every value check in a few vectorized passes over its FP32
 bit patterns (:meth:`Validator.well_formed_counts`); a row that fails one is
 checked class by class. Both give the same verdict and reason on every input
-(tests/test_endpoint_native.py). Sparse rows always take the NumPy path.
+(tests/adapters/endpoint/test_endpoint_native.py). Sparse rows always take the NumPy path.
 """
 
 from __future__ import annotations

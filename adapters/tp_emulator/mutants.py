@@ -2,7 +2,7 @@
 
 Each is a distributed-sampling bug that a real sharded sampler can ship; the
 ``sharding`` vectors (and ``allocation_*`` / ``verification_round``, run sharded)
-must catch every one (tests/test_torch_tp.py).
+must catch every one (tests/adapters/test_torch_tp.py).
 """
 
 from __future__ import annotations

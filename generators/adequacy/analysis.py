@@ -122,8 +122,20 @@ def judge_tests(modules: Sequence[str] = ()) -> tuple[str, ...]:
         paths: tuple[str, ...] = tuple(dict.fromkeys(p for m in modules for p in JUDGE_TESTS_OF[m]))
     else:
         paths = JUDGE_TESTS
-    deselected = tuple(f"--deselect={root / node}" for node in JUDGE_TESTS_DESELECTED if node.split("::")[0] in paths)
-    return tuple(str(root / path) for path in paths if (root / path).exists()) + deselected
+    deselected = tuple(
+        f"--deselect={_test_file(root, file)}::{test}"
+        for file, _, test in (node.partition("::") for node in JUDGE_TESTS_DESELECTED)
+        if file in paths
+    )
+    return tuple(str(_test_file(root, path)) for path in paths if _test_file(root, path).exists()) + deselected
+
+
+def _test_file(root: Path, path: str) -> Path:
+    """A test file named by its path under ``tests/`` or, for a bare name, found in any of its
+    folders (pytest requires test file names to be unique across the suite)."""
+    if "/" in path:
+        return root / path
+    return next(iter(sorted(root.rglob(path))), root / path)
 
 
 def module_sites(module: str) -> list[Site]:

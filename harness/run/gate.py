@@ -24,7 +24,7 @@ from qconform.harness.verdicts import VerdictClass
 
 class RunExit(IntEnum):
     """Exit status of ``qconform run``, and the one table every command's statuses come from
-    (docs/harness.md, "Exit codes"; tests/test_run_gate.py and tests/robustness/test_exit_codes.py)."""
+    (docs/harness.md, "Exit codes"; tests/harness/test_run_gate.py and tests/robustness/test_exit_codes.py)."""
 
     #: nothing unexpected, every coverage requirement met
     OK = 0

@@ -15,7 +15,7 @@ from qconform.spec.wire.reasons import REASONS
 
 pytestmark = pytest.mark.rules("R12", "R13", "R14", "R15", "R16", "R17", "R18", "R19", "R20")
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "wire-v2.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "wire-v2.md"
 
 #: heading in the document -> the layout's fields its first table must list
 DOC_TABLES = {

@@ -145,7 +145,7 @@ def test_messages_of_several_megabytes_round_trip(binary_payload, payload):
 
 
 def test_a_json_only_shim_is_never_sent_binary_payloads():
-    shim = Path(__file__).resolve().parents[1] / "examples" / "shim" / "python_shim.py"
+    shim = Path(__file__).resolve().parents[2] / "examples" / "shim" / "python_shim.py"
     with open_adapter(f"shim:{shlex.quote(sys.executable)} {shlex.quote(str(shim))}") as client:
         assert client.payload == "json"
         (outcome,) = client.run_batch("rng_abi", [{"bad": "input"}])
@@ -376,7 +376,7 @@ def test_a_missing_shim_program_raises_a_start_error():
 )
 def test_every_command_that_starts_an_adapter_takes_a_start_timeout(command, monkeypatch):
     """``--start-timeout`` reaches the client of every command that starts an adapter itself
-    (``run`` passes it through its plugin: tests/test_triage.py); a failed start is one line, exit 3
+    (``run`` passes it through its plugin: tests/harness/test_triage.py); a failed start is one line, exit 3
     (docs/harness.md, "Exit codes": the same status as ``run``'s)."""
     from click.testing import CliRunner
 

@@ -2,7 +2,7 @@
 
 The full kill table (every mutant over its own families) takes about a minute of
 two cores, so it is ``slow`` here: CI runs it with ``pytest -m slow
-tests/test_mutants.py`` (the mutants listed in KNOWN_SURVIVORS are strict xfails,
+tests/adapters/test_mutants.py`` (the mutants listed in KNOWN_SURVIVORS are strict xfails,
 so fixing one fails until its entry goes), or as ``qconform mutants``, whose exit
 status fails while any mutant survives.
 The default suite keeps the fast parts: the table is complete and registered,

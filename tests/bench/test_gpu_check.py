@@ -19,7 +19,7 @@ if importlib.util.find_spec("triton") is None:  # not imported here: Triton read
 
 pytestmark = pytest.mark.rules("R34")
 
-SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "gpu_check.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "gpu_check.py"
 
 
 def load_script():

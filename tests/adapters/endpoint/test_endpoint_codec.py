@@ -39,7 +39,7 @@ from qconform.spec.wire.receiver import check_frame
 
 pytestmark = pytest.mark.rules("R03", "R12", "R15", "R16", "R18", "R19", "R20", "R21")
 
-ENDPOINT_DIR = Path(__file__).resolve().parent.parent / "adapters" / "endpoint"
+ENDPOINT_DIR = Path(__file__).resolve().parents[3] / "adapters" / "endpoint"
 FORBIDDEN = ("qconform.spec", "qconform.generators", "qconform.harness")
 
 

@@ -14,7 +14,7 @@ from qconform.generators.corpus import default_vectors_dir
 from qconform.generators.registry import load_family
 from qconform.harness.transport.shim_protocol import decode_line
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "formats"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "formats"
 FAMILIES = shim_examples.families(default_vectors_dir())
 
 

@@ -29,7 +29,7 @@ from qconform.harness.run import plugin
 from qconform.harness.run.gate import RunExit
 
 pytestmark = pytest.mark.rules()
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 SHIM = textwrap.dedent("""\
     import json, os, sys, time

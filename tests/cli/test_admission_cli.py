@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from qconform.cli import cli
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 POLICIES = REPO / "examples" / "policies"
 
 

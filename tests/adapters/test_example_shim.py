@@ -19,7 +19,7 @@ from qconform.harness.adapter import Unimplemented
 from qconform.harness.transport.client import open_adapter
 from qconform.spec.philox import KNOWN_ANSWERS
 
-SHIM = Path(__file__).resolve().parents[1] / "examples" / "shim" / "python_shim.py"
+SHIM = Path(__file__).resolve().parents[2] / "examples" / "shim" / "python_shim.py"
 #: -I -S: isolated, without site-packages, so the shim cannot lean on qconform
 COMMAND = [sys.executable, "-I", "-S", str(SHIM)]
 FAMILIES = ("rng_abi", "categorical_sampling")

@@ -19,7 +19,7 @@ from qconform.generators.accumulated_engine import engine_hash
 
 pytestmark = pytest.mark.rules("R11")
 
-HERE = Path(__file__).parent
+TESTS = Path(__file__).parents[1]
 ACCUMULATE = [
     "--adapter",
     "reference",
@@ -79,7 +79,7 @@ def multi_rank(tmp_path: Path, world: int) -> tuple[str, dict]:
             torchrun(),
             "--standalone",
             f"--nproc-per-node={world}",
-            str(HERE / "torchrun_driver.py"),
+            str(TESTS / "torchrun_driver.py"),
             *ACCUMULATE,
             str(report),
         ],

@@ -115,7 +115,7 @@ def test_listing_rules_are_excepted_by_name_with_a_reason():
 def test_r29_is_covered_by_its_own_spec_function():
     rules_report.import_spec_modules()
     assert "spec.sparse_support.support_role" in SPEC_DEFINITIONS["R29"]
-    report = rules_report.build_report(Path(__file__).parent, Path(__file__).parents[1] / "vectors")
+    report = rules_report.build_report(Path(__file__).parents[1], Path(__file__).parents[2] / "vectors")
     assert report.uncovered() == [], [c.rule.id for c in report.uncovered()]
 
 
@@ -203,7 +203,7 @@ def test_a_test_belongs_to_the_roles_whose_spec_module_it_imports(tmp_path):
 def test_every_role_rule_is_covered_on_the_worker():
     """Issue #20: the worker state machine covers each rule of ROLE_RULES with its own spec
     function, the worker_sessions family and a test (the receiver's rows are its own)."""
-    report = rules_report.build_report(Path(__file__).parent, Path(__file__).parents[1] / "vectors")
+    report = rules_report.build_report(Path(__file__).parents[1], Path(__file__).parents[2] / "vectors")
     worker = [c for c in report.roles if c.role.name == "worker"]
     assert [c.rule.id for c in worker] == list(ROLE_RULES)
     assert {c.rule.id: c.lacking() for c in worker if c.lacking()} == {}

@@ -222,7 +222,7 @@ def test_an_fma_evaluation_of_the_markov_bias_changes_committed_q_rows(monkeypat
     from qconform.generators.registry import load_family
 
     family = load_family("proposal_chain")
-    corpus = json.loads((Path(__file__).parents[1] / "vectors" / "proposal_chain.json").read_text())
+    corpus = json.loads((Path(__file__).parents[2] / "vectors" / "proposal_chain.json").read_text())
     monkeypatch.setattr(proposal_module, "markov_bias_f32", fma_markov_bias)
     caught = []
     for group in corpus["testGroups"]:
@@ -243,7 +243,7 @@ def test_flush_to_zero_of_subnormal_weights_is_caught():
 
     from qconform.generators.encoding import decode_blob
 
-    corpus = json.loads((Path(__file__).parents[1] / "vectors" / "allocation_dense.json").read_text())
+    corpus = json.loads((Path(__file__).parents[2] / "vectors" / "allocation_dense.json").read_text())
     case = next(c for g in corpus["testGroups"] for c in g["tests"] if c["id"].endswith("/edges/subnormal-only"))
     bits, _ = decode_blob(case["input"]["weights"], "f32")
     assert all(0 < b < 0x00800000 for b in bits if b)  # every positive weight is subnormal

@@ -430,7 +430,7 @@ def test_accepted_counts_emitted_drafts_only(vector_cases):
 def test_acceptance_margins_follow_the_documented_formula():
     """Every acceptance draw's margin in the committed corpus is ``1`` when p(x) = 0, else
     ``|u32/2^32 - p(x)/q(x)|`` (docs/formats/verification_round.md, *Margins*)."""
-    corpus = json.loads((Path(__file__).parents[1] / "vectors" / "verification_round.json").read_text())
+    corpus = json.loads((Path(__file__).parents[2] / "vectors" / "verification_round.json").read_text())
     zero_target = 0
     for group in corpus["testGroups"]:
         for case in group["tests"]:

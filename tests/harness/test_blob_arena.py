@@ -43,7 +43,7 @@ from qconform.harness.transport.shim_protocol import (
     join_sections,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BLOBS = [encode_blob("u32", [i, i + 1, i + 2]) for i in range(6)]
 INPUTS = [{"i": i, "counts": BLOBS[i]} for i in range(6)]
 

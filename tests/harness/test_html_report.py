@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from qconform.harness.run import html_report
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 #: test artifacts (screenshots) are kept here, outside git (.gitignore: /tmp/)
 ARTIFACTS = REPO / "tmp" / "reports"
 CHROMIUM_FLAGS = (

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.rules("R22", "R23", "R24")
 U32 = st.integers(0, 2**32 - 1)
 U64 = st.integers(0, 2**64 - 1)
 DOMAINS = st.sampled_from(list(Domain))
-DOC = Path(__file__).resolve().parents[1] / "docs" / "rng-abi.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "rng-abi.md"
 
 
 def test_layout_of_one_key():

@@ -20,7 +20,7 @@ from qconform.generators.validation import load_vector_file, schema_path
 pytestmark = pytest.mark.rules()
 
 ALPHA = vector_fakes.FAKE_FAMILIES["fake_alpha"]
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _validator(family=ALPHA) -> Draft202012Validator:

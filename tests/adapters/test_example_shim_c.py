@@ -15,7 +15,7 @@ from qconform.harness.run.case_runner import CaseRunner
 from qconform.harness.transport.client import open_adapter
 from qconform.harness.verdicts import VerdictClass
 
-SOURCE = Path(__file__).resolve().parents[1] / "examples" / "shim-c" / "qconform_shim.c"
+SOURCE = Path(__file__).resolve().parents[2] / "examples" / "shim-c" / "qconform_shim.c"
 FAMILIES = ("rng_abi", "categorical_sampling")
 #: (what the bug is, the text replaced, its replacement, the family it must fail)
 BUGS = [

@@ -218,7 +218,7 @@ def test_stat_shows_what_the_adapter_answered_on_an_invalid_case(tmp_path):
 
 
 def test_readme_lists_the_new_run_options():
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     for option in (
         "--corpus-root",
         "--require",

@@ -21,7 +21,7 @@ from qconform.harness.run.case_runner import CaseRunner
 from qconform.harness.transport.client import open_adapter
 from qconform.harness.verdicts import VerdictClass
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "sdk" / "numpy_engine.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sdk" / "numpy_engine.py"
 
 
 def load_example():

@@ -30,7 +30,7 @@ from qconform.spec.wire.negotiation import BOUND_FIELDS, IDENTITY_FIELDS
 
 pytestmark = pytest.mark.rules("R12", "R14", "R15", "R16", "R17", "R18", "R19", "R20", "R27")
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "wire-v2.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "wire-v2.md"
 TEXT = DOC.read_text(encoding="utf-8")
 M = 1 << 24
 

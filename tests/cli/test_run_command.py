@@ -102,7 +102,7 @@ def test_pytest_arguments_isolate_the_run(tmp_path):
 
 def test_default_expectations_come_from_the_checkout():
     assert checkout_expectations("adapter-without-a-file") is None
-    shipped = sorted(p.stem for p in (Path(__file__).parent.parent / "expectations").glob("*.toml"))
+    shipped = sorted(p.stem for p in (Path(__file__).parents[2] / "expectations").glob("*.toml"))
     for name in shipped:
         assert checkout_expectations(name).name == f"{name}.toml"
 

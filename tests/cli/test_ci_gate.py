@@ -15,7 +15,7 @@ import pytest
 from qconform.generators.corpus import default_vectors_dir
 from qconform.generators.validation import load_index
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GATE = REPO / "examples" / "ci" / "gate.sh"
 WORKFLOW = REPO / "examples" / "ci" / "qconform-gate.yml"
 QCONFORM = Path(sys.executable).with_name("qconform")
