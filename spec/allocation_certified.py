@@ -102,8 +102,9 @@ def certified_fp64_weights(row: "numpy.ndarray") -> "numpy.ndarray":
     import numpy as np
 
     weights = row.view(np.float32).astype(np.float64)
-    subnormal = row < F32_HIDDEN_BIT
-    weights[subnormal] = np.ldexp(row[subnormal].astype(np.float64), F32_MIN_EXPONENT)
+    if int(np.min(row, where=row > 0, initial=F32_HIDDEN_BIT)) < F32_HIDDEN_BIT:  # zeros need no decoding
+        subnormal = row < F32_HIDDEN_BIT
+        weights[subnormal] = np.ldexp(row[subnormal].astype(np.float64), F32_MIN_EXPONENT)
     return weights
 
 
@@ -112,10 +113,14 @@ def exact_total(row: "numpy.ndarray", weights: "numpy.ndarray", e0: int) -> int:
 
     The weights of one exponent field are integers times one power of two; their
     integer sum is below 2^53 (fewer than 2^29 tokens), so their FP64 sum is exact,
-    and so is its scaling to the unit.
+    and so is its scaling to the unit. When the largest weight's units times the token count
+    are below 2^53, one FP64 sum of the row is exact, in any order: every partial sum is an
+    integer multiple of the unit below 2^53 units, so no addition rounds.
     """
     import numpy as np
 
+    if f32_units(int(row.max()), e0) * row.size < 1 << 53:
+        return int(math.ldexp(float(weights.sum()), 1 - F32_MIN_EXPONENT - e0))
     per_exponent = np.bincount(row >> F32_FRACTION_BITS, weights=weights).tolist()
     return sum(int(math.ldexp(part, 1 - F32_MIN_EXPONENT - e0)) for part in per_exponent if part)
 
@@ -124,6 +129,22 @@ def certified_quotas(weights: "numpy.ndarray", total: int, e0: int) -> "numpy.nd
     """``Q_hat_v = fl(w_v * fl(M / fl(W)))`` with ``W = N * 2^(e0 - 150)``: within ``2^-51 Q_hat_v``
     and 2^-27 of the exact quotas (step 2 of :func:`allocate_dense_f32_certified`)."""
     return weights * (M / math.ldexp(float(total), e0 + F32_MIN_EXPONENT - 1))
+
+
+def distinct_patterns(patterns: "numpy.ndarray") -> tuple["numpy.ndarray", "numpy.ndarray"]:
+    """``numpy.unique(patterns, return_inverse=True)``: with no sort where the patterns span no
+    more values than there are patterns (a table over the span: ties and near-ties)."""
+    import numpy as np
+
+    low = int(patterns.min(initial=F32_POS_INF))
+    span = int(patterns.max(initial=0)) - low + 1
+    if not 0 < span <= patterns.size:
+        return np.unique(patterns, return_inverse=True)
+    offsets = patterns - np.uint32(low)
+    distinct = np.flatnonzero(np.bincount(offsets, minlength=span))
+    table = np.empty(span, dtype=np.intp)
+    table[distinct] = np.arange(distinct.size)
+    return distinct.astype(np.uint32) + np.uint32(low), table[offsets]
 
 
 class ExactQuotas:
@@ -136,9 +157,7 @@ class ExactQuotas:
     def of(self, tokens: "numpy.ndarray") -> tuple["numpy.ndarray", list[int], list[int]]:
         """For ``tokens``: each token's index among their distinct patterns, and the
         exact floors and remainders of those patterns."""
-        import numpy as np
-
-        patterns, inverse = np.unique(self.row[tokens], return_inverse=True)
+        patterns, inverse = distinct_patterns(self.row[tokens])
         for pattern in patterns.tolist():
             if pattern not in self.known:
                 self.known[pattern] = divmod(f32_units(pattern, self.e0) << M_BITS, self.total)
@@ -159,7 +178,9 @@ def certified_floors(quotas: "numpy.ndarray", exact: ExactQuotas) -> tuple["nump
     floors = np.floor(quotas)
     fracs = quotas - floors
     errors = quotas * CERTIFIED_RELATIVE_ERROR
-    uncertain = np.flatnonzero((fracs + errors >= 1) | ((floors > 0) & (fracs < errors)))
+    # ``floors > 0`` is implied by ``f_hat < 2^-51 Q_hat``: below 1, ``f_hat = Q_hat`` exceeds it or both are 0
+    low = fracs < errors
+    uncertain = np.flatnonzero((np.add(fracs, errors, out=errors) >= 1) | low)
     if uncertain.size:
         inverse, exact_floors, remainders = exact.of(uncertain)
         floors[uncertain] = np.array(exact_floors, dtype=np.float64)[inverse]
@@ -175,8 +196,10 @@ def first_ranked(contested: "numpy.ndarray", needed: int, exact: ExactQuotas) ->
     inverse, _, remainders = exact.of(contested)
     descending = sorted(set(remainders), reverse=True)
     level = {r: i for i, r in enumerate(descending)}
-    token_level = np.array([level[r] for r in remainders], dtype=np.int64)[inverse]
-    order = np.argsort(token_level, kind="stable")  # ``contested`` is ascending: ties keep ID order
+    # small levels sort by radix; ``contested`` is ascending: ties keep ID order
+    small = np.int16 if len(level) < 1 << 15 else np.int64
+    token_level = np.array([level[r] for r in remainders], dtype=small)[inverse]
+    order = np.argsort(token_level, kind="stable")
     levels = token_level[order[needed - 1 : needed + 1]].tolist()
     return contested[order[:needed]], descending[levels[0]], [descending[i] for i in levels[1:]]
 
