@@ -96,16 +96,27 @@ CERTIFIED_MARGIN: float = 2.0**-25
 CERTIFIED_MAX_ROW: int = 1 << 29
 
 
-def certified_fp64_weights(row: "numpy.ndarray") -> "numpy.ndarray":
+def certified_fp64_weights(row: "numpy.ndarray", least_positive: int | None = None) -> "numpy.ndarray":
     """The FP64 values of nonnegative finite FP32 patterns, exactly: the widening conversion,
-    with subnormals decoded from their integer fields (immune to denormals-are-zero modes)."""
+    with subnormals decoded from their integer fields (immune to denormals-are-zero modes).
+    ``least_positive``, the least positive pattern if the caller knows it, says whether any is one."""
     import numpy as np
 
     weights = row.view(np.float32).astype(np.float64)
-    if int(np.min(row, where=row > 0, initial=F32_HIDDEN_BIT)) < F32_HIDDEN_BIT:  # zeros need no decoding
+    if least_positive is None:
+        least_positive = least_positive_pattern(row)
+    if least_positive < F32_HIDDEN_BIT:  # zeros need no decoding
         subnormal = row < F32_HIDDEN_BIT
         weights[subnormal] = np.ldexp(row[subnormal].astype(np.float64), F32_MIN_EXPONENT)
     return weights
+
+
+def least_positive_pattern(row: "numpy.ndarray") -> int:
+    """The least positive pattern of a uint32 row, or 2^32 if none is: one pass, with zeros
+    wrapping to the largest uint32 when one is subtracted."""
+    import numpy as np
+
+    return int((row - np.uint32(1)).min(initial=0xFFFFFFFF)) + 1
 
 
 def exact_total(row: "numpy.ndarray", weights: "numpy.ndarray", e0: int) -> int:
@@ -140,6 +151,8 @@ def distinct_patterns(patterns: "numpy.ndarray") -> tuple["numpy.ndarray", "nump
     span = int(patterns.max(initial=0)) - low + 1
     if not 0 < span <= patterns.size:
         return np.unique(patterns, return_inverse=True)
+    if span == 1:  # one pattern: every token's index is 0
+        return np.array([low], dtype=np.uint32), np.zeros(patterns.size, dtype=np.intp)
     offsets = patterns - np.uint32(low)
     distinct = np.flatnonzero(np.bincount(offsets, minlength=span))
     table = np.empty(span, dtype=np.intp)
@@ -195,6 +208,8 @@ def first_ranked(contested: "numpy.ndarray", needed: int, exact: ExactQuotas) ->
 
     inverse, _, remainders = exact.of(contested)
     descending = sorted(set(remainders), reverse=True)
+    if len(descending) == 1:  # one remainder: the rank order is the ID order
+        return contested[:needed], descending[0], descending[: int(needed < contested.size)]
     level = {r: i for i, r in enumerate(descending)}
     # small levels sort by radix; ``contested`` is ascending: ties keep ID order
     small = np.int16 if len(level) < 1 << 15 else np.int64
@@ -215,8 +230,8 @@ def certified_tickets(
     theta = float(np.partition(fracs, fracs.size - remaining)[fracs.size - remaining])
     admitted = fracs > theta + CERTIFIED_MARGIN
     sure_losers = (fracs < theta - CERTIFIED_MARGIN) & positive
-    lowest = float(np.min(fracs, where=admitted, initial=2.0))
-    highest = float(np.max(fracs, where=sure_losers, initial=-1.0))
+    lowest = float(np.where(admitted, fracs, 2.0).min())  # the minimum over the admitted, or 2 (a masked
+    highest = float(np.where(sure_losers, fracs, -1.0).max())  # np.min(where=) is several times slower)
     near_last = np.flatnonzero(admitted & (fracs <= lowest + CERTIFIED_MARGIN))
     near_best = np.flatnonzero(sure_losers & (fracs >= highest - CERTIFIED_MARGIN))
     contested = np.flatnonzero(~admitted & (fracs >= theta - CERTIFIED_MARGIN))
@@ -269,16 +284,16 @@ def allocate_dense_f32_certified(bits: Sequence[int]) -> DenseAllocation:
     import numpy as np  # optional: only this evaluation needs it
 
     row = np.asarray(bits, dtype=np.uint32)
-    if row.size == 0 or not (row < F32_POS_INF).all():
+    if row.size == 0 or int(row.max()) >= F32_POS_INF:
         check_weight_bits(row.tolist(), "f32")  # refuses, or finds only -0.0
         row = row & np.uint32(MAGNITUDE_MASKS["f32"])
-    positive = row > 0
-    if not positive.any():
+    least = least_positive_pattern(row)
+    if least > F32_POS_INF:
         raise refuse("ZERO_MASS", f"all {row.size} weights are zero")
     if row.size >= CERTIFIED_MAX_ROW:
         return allocate_dense_f32_bits(row.tolist())
-    e0 = max(int(row[positive].min()) >> F32_FRACTION_BITS, 1)
-    weights = certified_fp64_weights(row)
+    e0 = max(least >> F32_FRACTION_BITS, 1)
+    weights = certified_fp64_weights(row, least)
     total = exact_total(row, weights, e0)
     exact = ExactQuotas(row, e0, total)
     floors, fracs = certified_floors(certified_quotas(weights, total, e0), exact)
@@ -286,6 +301,6 @@ def allocate_dense_f32_certified(bits: Sequence[int]) -> DenseAllocation:
     remaining = M - int(counts.sum())
     if remaining == 0:
         return DenseAllocation(counts.tolist(), 0, Fraction(1))
-    admitted, last_winner, best_loser = certified_tickets(fracs, positive, remaining, exact)
+    admitted, last_winner, best_loser = certified_tickets(fracs, row > 0, remaining, exact)
     counts += admitted
     return DenseAllocation(counts.tolist(), remaining, Fraction(last_winner - best_loser, total))
