@@ -136,10 +136,15 @@ def exact_total(row: "numpy.ndarray", weights: "numpy.ndarray", e0: int) -> int:
     return sum(int(math.ldexp(part, 1 - F32_MIN_EXPONENT - e0)) for part in per_exponent if part)
 
 
-def certified_quotas(weights: "numpy.ndarray", total: int, e0: int) -> "numpy.ndarray":
+def certified_quotas(
+    weights: "numpy.ndarray", total: int, e0: int, out: "numpy.ndarray | None" = None
+) -> "numpy.ndarray":
     """``Q_hat_v = fl(w_v * fl(M / fl(W)))`` with ``W = N * 2^(e0 - 150)``: within ``2^-51 Q_hat_v``
-    and 2^-27 of the exact quotas (step 2 of :func:`allocate_dense_f32_certified`)."""
-    return weights * (M / math.ldexp(float(total), e0 + F32_MIN_EXPONENT - 1))
+    and 2^-27 of the exact quotas (step 2 of :func:`allocate_dense_f32_certified`); into ``out``
+    if given (the weights themselves, when they are not needed after)."""
+    import numpy as np
+
+    return np.multiply(weights, M / math.ldexp(float(total), e0 + F32_MIN_EXPONENT - 1), out=out)
 
 
 def distinct_patterns(patterns: "numpy.ndarray") -> tuple["numpy.ndarray", "numpy.ndarray"]:
@@ -193,7 +198,7 @@ def certified_floors(quotas: "numpy.ndarray", exact: ExactQuotas) -> tuple["nump
     errors = quotas * CERTIFIED_RELATIVE_ERROR
     # ``floors > 0`` is implied by ``f_hat < 2^-51 Q_hat``: below 1, ``f_hat = Q_hat`` exceeds it or both are 0
     low = fracs < errors
-    uncertain = np.flatnonzero((np.add(fracs, errors, out=errors) >= 1) | low)
+    uncertain = np.flatnonzero(np.logical_or(np.add(fracs, errors, out=errors) >= 1, low, out=low))
     if uncertain.size:
         inverse, exact_floors, remainders = exact.of(uncertain)
         floors[uncertain] = np.array(exact_floors, dtype=np.float64)[inverse]
@@ -296,7 +301,7 @@ def allocate_dense_f32_certified(bits: Sequence[int]) -> DenseAllocation:
     weights = certified_fp64_weights(row, least)
     total = exact_total(row, weights, e0)
     exact = ExactQuotas(row, e0, total)
-    floors, fracs = certified_floors(certified_quotas(weights, total, e0), exact)
+    floors, fracs = certified_floors(certified_quotas(weights, total, e0, out=weights), exact)
     counts = floors.astype(np.int64)
     remaining = M - int(counts.sum())
     if remaining == 0:
