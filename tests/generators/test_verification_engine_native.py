@@ -19,11 +19,13 @@ from qconform.generators.accumulated import (
     DOMAIN_CODES,
     FAMILIES,
     KMAX,
+    STREAM_KEY,
     U64,
     WORD_MASK,
     Batch,
     M,
     draw_word0,
+    philox_lanes,
 )
 from qconform.generators.accumulated_engine import verification_records_native, verification_records_numpy
 
@@ -110,3 +112,16 @@ def test_native_engine_refuses_indices_out_of_bounds(field, value):
     f[field][17] = value
     with pytest.raises(ValueError, match="case 17"):
         native(Batch(0, 64, f))
+
+
+@needs_native
+def test_the_c_floor_is_philox_at_the_stream_key():
+    """The C floor computes real blocks: Philox4x32-10 at counters (i mod 2^32, i >> 32, 0, 4) under the
+    stream key, equal to ``philox_lanes`` (the NumPy floor), so the ratio against it is honest."""
+    assert NATIVE is not None
+    count = 3000
+    words = np.empty((count, 4), dtype=np.uint32)
+    NATIVE.philox_floor(count, words)
+    counter = np.arange(count, dtype=U64)
+    lanes = philox_lanes(counter & WORD_MASK, counter >> U64(32), U64(0), U64(4), *STREAM_KEY)
+    assert all((words[:, j] == lanes[j]).all() for j in range(4))
