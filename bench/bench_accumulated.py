@@ -20,12 +20,22 @@ taken between rows of the same run (bench/README.md).
 
 Goal (issue #24): at least 10^6 cases per second per core for the harness.
 
-``--part engine``: ``verification_round`` decisions (consumed draws) per second of the engine
-(``accumulated_engine.verification_records``: every draw it needs, acceptance and final,
-computed inside the timed region; the stream's inputs made before), against a plain
-vectorized Philox4x32-10 over as many counters (``philox_lanes``; blocks per second), the
-same engine's stages, and the Fraction spec (``verify_round`` over decoded inputs).
-Goal (issue #24): the engine at least 50% of the Philox floor.
+``--part engine``: ``verification_round`` decisions (consumed draws) per second of the exact
+engine, every draw it needs (acceptance and final) computed inside the timed region from the
+request's key and counters (the stream's inputs made before), each engine against a plain
+Philox4x32-10 over as many counters in the same technology (blocks per second), timed round-robin:
+
+* NumPy: ``verification_records_numpy`` against ``philox_lanes`` (vectorized NumPy);
+* C (``_verification_engine``, where it is built): ``verification_records_native`` against the
+  module's ``philox_floor``, a plain loop compiled with the same flags;
+
+each in three conditions: the whole batch of ``--engine-cases`` made before (about 760 bytes of
+inputs a case: 50 MB at 2^16, out of every cache); in pieces of ``--piece`` cases, each made just
+before the engines and floors run on it (as when the stream feeds the engine piece by piece); and
+the first piece over and over (its inputs hot in cache: the engine's compute alone, a bound, not
+the goal's condition). Then the NumPy engine's stages and the Fraction spec (``verify_round``
+over decoded inputs). The records of the spec, the NumPy engine and the C engine are compared first.
+Goal (issue #24): the engine at least 50% of its floor.
 """
 
 from __future__ import annotations
@@ -34,12 +44,19 @@ import argparse
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from types import ModuleType
 
 import numpy as np
 
-from qconform.generators.accumulated import FAMILIES, KMAX, STREAM_KEY, U64, WORD_MASK, philox_lanes, record_of
-from qconform.generators.accumulated_engine import ENGINES, STAGES, verification_records
+from qconform.generators.accumulated import FAMILIES, KMAX, STREAM_KEY, U64, WORD_MASK, Batch, philox_lanes, record_of
+from qconform.generators.accumulated_engine import (
+    ENGINES,
+    STAGES,
+    native_engine,
+    verification_records_native,
+    verification_records_numpy,
+)
 
 
 def spread(run: Callable[[], object], repeat: int) -> tuple[float, float, float]:
@@ -134,47 +151,115 @@ def philox_floor(blocks: int) -> Callable[[], object]:
     return lambda: philox_lanes(counter & WORD_MASK, counter >> U64(32), U64(0), U64(4), *STREAM_KEY)
 
 
+Row = tuple[str, Callable[[Batch, int], object]]
+
+
+def engine_rows(native: ModuleType | None) -> list[Row]:
+    """(name, run(batch, blocks)): each engine on a batch and its floor over ``blocks`` counters."""
+    rows: list[Row] = []
+    if native is not None:
+        rows += [
+            ("C engine", lambda batch, _blocks: verification_records_native(native, batch)),
+            ("C Philox floor", lambda _batch, blocks: native.philox_floor(blocks, np.empty((blocks, 4), np.uint32))),
+        ]
+    rows += [
+        ("NumPy engine", lambda batch, _blocks: verification_records_numpy(batch)),
+        ("NumPy Philox floor", lambda _batch, blocks: philox_floor(blocks)()),
+    ]
+    return rows
+
+
+def round_robin(
+    rows: list[Row], pieces: Callable[[], Iterable[tuple[Batch, int]]], repeat: int
+) -> dict[str, list[float]]:
+    """Process CPU seconds of each row per run: a run takes every piece in turn and times each row
+    on it, one after the other, so that every row sees the same machine and the same cache."""
+    times: dict[str, list[float]] = {name: [] for name, _ in rows}
+    for _ in range(repeat):
+        spent = dict.fromkeys(times, 0.0)
+        for batch, blocks in pieces():
+            for name, run in rows:
+                began = time.process_time()
+                run(batch, blocks)
+                spent[name] += time.process_time() - began
+        for name in times:
+            times[name].append(spent[name])
+    return times
+
+
 def engine_part(args: argparse.Namespace) -> None:
     from qconform.generators.families.verification_round import decode_request, solve
     from qconform.spec.verification import verify_round
 
     family = FAMILIES["verification_round"]
-    print(f"## engine against its RNG floor ({load()})")
+    native = native_engine()
+    print(f"## engine against its RNG floor ({load()}; C engine {'built' if native else 'NOT built'})")
     small = family.arrays(0, args.spec_cases)
     inputs = [family.case_input(small, k) for k in range(args.spec_cases)]
     spec_small = np.array([record_of(family, inp, solve(inp)) for inp in inputs], dtype=np.uint64)
-    assert (verification_records(small) == spec_small).all(), "engine and spec disagree"
+    assert (verification_records_numpy(small) == spec_small).all(), "NumPy engine and spec disagree"
     rounds = [decode_request(inp["requests"][0], inp["vocab"]) for inp in inputs]
     spec_s = spread(lambda: [verify_round(r) for r in rounds], max(1, args.repeat // 2))
 
-    arrays = family.arrays(0, args.engine_cases)
-    records = verification_records(arrays)
+    cases = args.engine_cases
+    arrays = family.arrays(0, cases)
+    records = verification_records_numpy(arrays)
+    if native is not None:
+        assert (verification_records_native(native, arrays) == records).all(), "C and NumPy engines disagree"
     count = decisions(records)
-    engine_s = spread(lambda: verification_records(arrays), args.repeat)
-    floor_s = spread(philox_floor(count), args.repeat)
-    inputs_s = spread(lambda: family.arrays(0, args.engine_cases), max(1, args.repeat // 2))
-    print(f"verification decisions per case: {count / args.engine_cases:.2f}")
-    print(f"{'row (process CPU time)':52} {'cases':>8} {'decisions (blocks)/s median (min-max)':>40}")
-    print(
-        f"{'spec verify_round (Fractions), inputs decoded':52} {args.spec_cases:>8} {rate_cells(decisions(spec_small), spec_s):>40}"
-    )
-    print(
-        f"{'engine verification_records, every draw inside':52} {args.engine_cases:>8} {rate_cells(count, engine_s):>40}"
-    )
-    print(f"{'Philox4x32-10 floor, one block per decision':52} {count:>8} {rate_cells(count, floor_s):>40}")
-    print(
-        f"{'the stream inputs (verification_arrays), per case':52} {args.engine_cases:>8} {rate_cells(args.engine_cases, inputs_s):>40}"
-    )
+    print(f"verification decisions per case: {count / cases:.2f}; {cases} cases, {count} decisions")
+    print(f"{'row (process CPU time)':44} {'decisions (blocks)/s median (min-max)':>40}")
+    print(f"{'spec verify_round (Fractions), inputs decoded':44} {rate_cells(decisions(spec_small), spec_s):>40}")
+    rows = engine_rows(native)
+
+    def whole() -> Iterable[tuple[Batch, int]]:
+        return [(arrays, count)]
+
+    starts = range(0, cases, args.piece)
+    piece_decisions = [decisions(records[lo : lo + args.piece]) for lo in starts]
+
+    def pieces() -> Iterable[tuple[Batch, int]]:
+        for lo, blocks in zip(starts, piece_decisions):
+            yield family.arrays(lo, min(lo + args.piece, cases)), blocks
+
+    first = family.arrays(0, args.piece)
+
+    def hot() -> Iterable[tuple[Batch, int]]:
+        return [(first, piece_decisions[0])] * len(piece_decisions)
+
+    for condition, source in (
+        (f"whole batch, inputs made before ({cases} cases)", whole),
+        (f"pieces of {args.piece} cases, each made just before", pieces),
+        (f"one piece of {args.piece} cases again and again (hot in cache: the compute alone)", hot),
+    ):
+        # hot: each engine with its floor alone, so that no other row's arrays evict its inputs
+        pairs = [[row for row in rows if row[0].startswith(tech)] for tech in ("C ", "NumPy ")]
+        times = {}
+        for pair in pairs if source is hot else [rows]:
+            times |= round_robin(pair, source, args.repeat)
+        print(f"# {condition}")
+        done = count if source is not hot else piece_decisions[0] * len(piece_decisions)
+        for name, _ in rows:
+            print(f"{name:44} {rate_cells(done, spread_of(times[name])):>40}")
+        for engine, floor in (("C engine", "C Philox floor"), ("NumPy engine", "NumPy Philox floor")):
+            if engine in times:
+                ratios = [f / e for e, f in zip(times[engine], times[floor])]
+                median = statistics.median(ratios)
+                print(
+                    f"{engine} / its floor: {median:.2f} ({min(ratios):.2f}-{max(ratios):.2f}) per run; "
+                    f"goal 0.5: {'met' if median >= 0.5 else 'NOT met'}"
+                )
+    inputs_s = spread(lambda: family.arrays(0, cases), max(1, args.repeat // 2))
+    print(f"{'the stream inputs (verification_arrays), cases/s':44} {rate_cells(cases, inputs_s):>40}")
     stage_s = {name: 0.0 for name in STAGES}
     for _ in range(args.repeat):
-        verification_records(arrays, stage_s)
+        verification_records_numpy(arrays, stage_s)
     total = sum(stage_s.values())
-    print("engine stages: " + ", ".join(f"{name} {100 * s / total:.0f}%" for name, s in stage_s.items()))
-    ratio = (count / engine_s[0]) / (count / floor_s[0])
-    print(
-        f"engine / Philox floor: {ratio:.2f} (goal 0.5: {'met' if ratio >= 0.5 else 'NOT met'}); "
-        f"engine / spec: {(count / engine_s[0]) / (decisions(spec_small) / spec_s[0]):,.0f}x"
-    )
+    print("NumPy engine stages: " + ", ".join(f"{name} {100 * s / total:.0f}%" for name, s in stage_s.items()))
+
+
+def spread_of(times: list[float]) -> tuple[float, float, float]:
+    return statistics.median(times), min(times), max(times)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,6 +271,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=16384, help="cases per block or run_batch call")
     parser.add_argument("--engine-cases", type=int, default=1 << 16)
     parser.add_argument("--spec-cases", type=int, default=2000)
+    parser.add_argument(
+        "--piece", type=int, default=2048, help="cases per piece of the in-cache condition (engine part)"
+    )
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
     parts = args.part or ["harness", "engine"]

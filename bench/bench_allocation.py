@@ -17,9 +17,10 @@ patterns and returns the counts as a Python list, the ticket count and the tie g
 
 ``--row`` picks the row (``softmax``, the default; ``uniform``, all tied; ``one-hot``;
 ``near-ties``; ``two-binades``; all of them are V = 129280, the production vocabulary),
-``--row all`` runs each in turn and ends with the ratio per row. Each time is the median of ``--repeat`` runs (fewer for the slow plain path), taken
-round-robin so that every implementation sees the same machine conditions; the
-ratios divide two medians of this run. ``--clock cpu`` times with the process's
+``--row all`` runs each in turn and ends with the ratio per row. Each time is the median of ``--repeat`` runs (fewer for the slow plain path), with
+its min and max, taken round-robin so that every implementation sees the same machine
+conditions; the ratios divide two medians of this run, and the certified / float64 ratio of
+each round is printed as a range. ``--clock cpu`` times with the process's
 CPU clock instead of the wall clock (all of this runs on one thread), which other
 jobs on a shared machine disturb much less. Every exact result is checked equal to the
 plain one, and the float64 counts are compared with the exact counts.
@@ -73,11 +74,12 @@ def allocate_float64(row: np.ndarray) -> tuple[list[int], int, float]:
 CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
-def interleaved_medians(
+def interleaved_times(
     calls: list[tuple[str, Callable[[], object], int]], clock: Callable[[], float]
-) -> dict[str, tuple[float, object]]:
-    """name -> (median time, last result) of ``(name, call, runs)``, timed round-robin: each
-    round times every call still due, so that all of them see the same machine conditions."""
+) -> tuple[dict[str, list[float]], dict[str, object]]:
+    """name -> the times of each run, and name -> the last result, of ``(name, call, runs)``, timed
+    round-robin: each round times every call still due, so that all of them see the same machine
+    conditions (the i-th times of two calls come from the same round)."""
     times: dict[str, list[float]] = {name: [] for name, _, _ in calls}
     results: dict[str, object] = {}
     for round_index in range(max(runs for _, _, runs in calls)):
@@ -86,7 +88,7 @@ def interleaved_medians(
                 start = clock()
                 results[name] = call()
                 times[name].append(clock() - start)
-    return {name: (statistics.median(times[name]), results[name]) for name in times}
+    return times, results
 
 
 #: the rows of the benchmark (issue #24 asks for each): name -> how it is made
@@ -135,7 +137,7 @@ def one_row(args: argparse.Namespace, row: str) -> float:
     bits = bench_row(row)
     array = np.array(bits, dtype=np.uint32)
     units = f32_weight_units(bits).units
-    measured = interleaved_medians(
+    times, results = interleaved_times(
         [
             ("plain", lambda: allocate_dense(weights_from_f32(bits)), args.plain_repeat),
             ("integer", lambda: allocate_dense_f32_bits(bits), args.repeat),
@@ -146,6 +148,7 @@ def one_row(args: argparse.Namespace, row: str) -> float:
         ],
         clock,
     )
+    measured = {name: (statistics.median(runs), results[name]) for name, runs in times.items()}
     plain = measured["plain"][1]
     f64 = measured["float64"][1]
     assert isinstance(f64, tuple)
@@ -155,11 +158,11 @@ def one_row(args: argparse.Namespace, row: str) -> float:
     float64_s, certified_s, to_array = measured["float64"][0], measured["certified"][0], measured["to_array"][0]
 
     rows = [
-        ("exact, plain (Fractions)", measured["plain"][0]),
-        ("exact, integer units", measured["integer"][0]),
-        ("  of which allocate_units(units)", measured["units"][0]),
-        ("exact, certified FP64 + integers", certified_s),
-        ("float64 NumPy (baseline)", float64_s),
+        ("exact, plain (Fractions)", "plain", measured["plain"][0]),
+        ("exact, integer units", "integer", measured["integer"][0]),
+        ("  of which allocate_units(units)", "units", measured["units"][0]),
+        ("exact, certified FP64 + integers", "certified", certified_s),
+        ("float64 NumPy (baseline)", "float64", float64_s),
     ]
     print(
         f"dense allocation of one {row} row, V = {len(bits)}, M = 2^24 "
@@ -170,13 +173,18 @@ def one_row(args: argparse.Namespace, row: str) -> float:
         f"{'equal' if f64_counts == plain.counts else 'DIFFER from'} the exact counts "
         f"(float64 remaining = {f64_remaining}, tie gap = {f64_gap:.3e})"
     )
-    print(f"{'implementation':36s} {'median ms':>10s} {'/ float64':>10s}   ({args.clock} clock)")
-    for label, seconds in rows:
-        print(f"{label:36s} {seconds * 1e3:10.2f} {seconds / float64_s:10.1f}x")
+    print(f"{'implementation':36s} {'median ms':>10s} {'(min-max)':>15s} {'/ float64':>10s}   ({args.clock} clock)")
+    for label, name, seconds in rows:
+        spread = f"({min(times[name]) * 1e3:.2f}-{max(times[name]) * 1e3:.2f})"
+        print(f"{label:36s} {seconds * 1e3:10.2f} {spread:>15s} {seconds / float64_s:10.1f}x")
     print(f"(list -> uint32 array conversion, not in the certified or float64 times: {to_array * 1e3:.2f} ms)")
     ratio = certified_s / float64_s
+    per_round = [c / f for c, f in zip(times["certified"], times["float64"])]
     verdict = "meets" if ratio <= GOAL_RATIO else "misses"
-    print(f"best exact / float64 = {ratio:.2f}x ({verdict} the goal of {GOAL_RATIO:.0f}x)")
+    print(
+        f"best exact / float64 = {ratio:.2f}x (per round {min(per_round):.2f}-{max(per_round):.2f}x; "
+        f"{verdict} the goal of {GOAL_RATIO:.0f}x)"
+    )
     return ratio
 
 

@@ -18,12 +18,19 @@ It produces the records of :mod:`qconform.generators.accumulated` directly; the
 differential test (tests/generators/test_accumulated.py) proves them equal to the records of the
 spec's ``solve`` answers. It lives among the generators, because it makes expected
 hashes; candidates never import it.
+
+``verification_round`` runs in C where the optional module ``_verification_engine``
+(``_verification_engine.c``, built by ``pip install``) is built, the same integer rules over
+chunks of cases (issue #24: the NumPy stages stay near a tenth of a vectorized Philox); else,
+or with ``QCONFORM_ENGINE_NATIVE=0``, in NumPy. The tests hold both to each other and to the spec.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
+from types import ModuleType
 
 import numpy as np
 
@@ -82,7 +89,7 @@ def first_above(masses: np.ndarray, u32: np.ndarray) -> np.ndarray:
     return np.argmax(cumulative * TWO32 > threshold[:, None], axis=1)
 
 
-#: the stages of :func:`verification_records`, timed when it is handed a dict (bench/bench_accumulated.py)
+#: the stages of :func:`verification_records_numpy`, timed when it is handed a dict (bench/bench_accumulated.py)
 STAGES: tuple[str, ...] = ("acceptance draws", "acceptance tests", "final draw and pick", "record assembly")
 
 
@@ -100,10 +107,44 @@ class Stopwatch:
             self.last = now
 
 
-def verification_records(batch: Batch, stages: dict[str, float] | None = None) -> np.ndarray:
-    """Records ``uint32 [n, VERIFY_WORDS]``. Every draw is computed here from the request's key
-    and counters (the acceptance draws at the positions below K, the final draw), none taken
-    from the stream's inputs."""
+def native_engine() -> ModuleType | None:
+    """The C engine (``_verification_engine.c``), or None: not built (no C compiler where it was
+    installed), or switched off by ``QCONFORM_ENGINE_NATIVE=0``."""
+    if os.environ.get("QCONFORM_ENGINE_NATIVE", "1") == "0":
+        return None
+    try:
+        from . import _verification_engine  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _verification_engine
+
+
+#: the C engine where it is built (:func:`native_engine`), read by :func:`verification_records` at each call
+NATIVE: ModuleType | None = native_engine()
+
+
+def verification_records(batch: Batch) -> np.ndarray:
+    """Records ``uint32 [n, VERIFY_WORDS]``: by the C engine where it is built, else by NumPy
+    (:func:`verification_records_numpy`); the two are equal (tests/test_accumulated.py)."""
+    if NATIVE is None:
+        return verification_records_numpy(batch)
+    return verification_records_native(NATIVE, batch)
+
+
+def verification_records_native(native: ModuleType, batch: Batch) -> np.ndarray:
+    """The C engine's records: it reads the stream's arrays in place (any strides) and writes
+    every word of a preallocated array; every draw is computed there, as in NumPy."""
+    f = batch.fields
+    records = np.empty((batch.stop - batch.start, VERIFY_WORDS), dtype=np.uint32)
+    fields = ("seed", "generation", "round", "anchor", "depth", "q", "p", "drafts")
+    native.verification_records(*(f[name] for name in fields), records)
+    return records
+
+
+def verification_records_numpy(batch: Batch, stages: dict[str, float] | None = None) -> np.ndarray:
+    """Records ``uint32 [n, VERIFY_WORDS]`` in NumPy. Every draw is computed here from the
+    request's key and counters (the acceptance draws at the positions below K, the final draw),
+    none taken from the stream's inputs."""
     clock = Stopwatch(stages)
     f = batch.fields
     n = batch.stop - batch.start

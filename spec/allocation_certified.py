@@ -96,15 +96,27 @@ CERTIFIED_MARGIN: float = 2.0**-25
 CERTIFIED_MAX_ROW: int = 1 << 29
 
 
-def certified_fp64_weights(row: "numpy.ndarray") -> "numpy.ndarray":
+def certified_fp64_weights(row: "numpy.ndarray", least_positive: int | None = None) -> "numpy.ndarray":
     """The FP64 values of nonnegative finite FP32 patterns, exactly: the widening conversion,
-    with subnormals decoded from their integer fields (immune to denormals-are-zero modes)."""
+    with subnormals decoded from their integer fields (immune to denormals-are-zero modes).
+    ``least_positive``, the least positive pattern if the caller knows it, says whether any is one."""
     import numpy as np
 
     weights = row.view(np.float32).astype(np.float64)
-    subnormal = row < F32_HIDDEN_BIT
-    weights[subnormal] = np.ldexp(row[subnormal].astype(np.float64), F32_MIN_EXPONENT)
+    if least_positive is None:
+        least_positive = least_positive_pattern(row)
+    if least_positive < F32_HIDDEN_BIT:  # zeros need no decoding
+        subnormal = row < F32_HIDDEN_BIT
+        weights[subnormal] = np.ldexp(row[subnormal].astype(np.float64), F32_MIN_EXPONENT)
     return weights
+
+
+def least_positive_pattern(row: "numpy.ndarray") -> int:
+    """The least positive pattern of a uint32 row, or 2^32 if none is: one pass, with zeros
+    wrapping to the largest uint32 when one is subtracted."""
+    import numpy as np
+
+    return int((row - np.uint32(1)).min(initial=0xFFFFFFFF)) + 1
 
 
 def exact_total(row: "numpy.ndarray", weights: "numpy.ndarray", e0: int) -> int:
@@ -112,18 +124,45 @@ def exact_total(row: "numpy.ndarray", weights: "numpy.ndarray", e0: int) -> int:
 
     The weights of one exponent field are integers times one power of two; their
     integer sum is below 2^53 (fewer than 2^29 tokens), so their FP64 sum is exact,
-    and so is its scaling to the unit.
+    and so is its scaling to the unit. When the largest weight's units times the token count
+    are below 2^53, one FP64 sum of the row is exact, in any order: every partial sum is an
+    integer multiple of the unit below 2^53 units, so no addition rounds.
     """
     import numpy as np
 
+    if f32_units(int(row.max()), e0) * row.size < 1 << 53:
+        return int(math.ldexp(float(weights.sum()), 1 - F32_MIN_EXPONENT - e0))
     per_exponent = np.bincount(row >> F32_FRACTION_BITS, weights=weights).tolist()
     return sum(int(math.ldexp(part, 1 - F32_MIN_EXPONENT - e0)) for part in per_exponent if part)
 
 
-def certified_quotas(weights: "numpy.ndarray", total: int, e0: int) -> "numpy.ndarray":
+def certified_quotas(
+    weights: "numpy.ndarray", total: int, e0: int, out: "numpy.ndarray | None" = None
+) -> "numpy.ndarray":
     """``Q_hat_v = fl(w_v * fl(M / fl(W)))`` with ``W = N * 2^(e0 - 150)``: within ``2^-51 Q_hat_v``
-    and 2^-27 of the exact quotas (step 2 of :func:`allocate_dense_f32_certified`)."""
-    return weights * (M / math.ldexp(float(total), e0 + F32_MIN_EXPONENT - 1))
+    and 2^-27 of the exact quotas (step 2 of :func:`allocate_dense_f32_certified`); into ``out``
+    if given (the weights themselves, when they are not needed after)."""
+    import numpy as np
+
+    return np.multiply(weights, M / math.ldexp(float(total), e0 + F32_MIN_EXPONENT - 1), out=out)
+
+
+def distinct_patterns(patterns: "numpy.ndarray") -> tuple["numpy.ndarray", "numpy.ndarray"]:
+    """``numpy.unique(patterns, return_inverse=True)``: with no sort where the patterns span no
+    more values than there are patterns (a table over the span: ties and near-ties)."""
+    import numpy as np
+
+    low = int(patterns.min(initial=F32_POS_INF))
+    span = int(patterns.max(initial=0)) - low + 1
+    if not 0 < span <= patterns.size:
+        return np.unique(patterns, return_inverse=True)
+    if span == 1:  # one pattern: every token's index is 0
+        return np.array([low], dtype=np.uint32), np.zeros(patterns.size, dtype=np.intp)
+    offsets = patterns - np.uint32(low)
+    distinct = np.flatnonzero(np.bincount(offsets, minlength=span))
+    table = np.empty(span, dtype=np.intp)
+    table[distinct] = np.arange(distinct.size)
+    return distinct.astype(np.uint32) + np.uint32(low), table[offsets]
 
 
 class ExactQuotas:
@@ -136,9 +175,7 @@ class ExactQuotas:
     def of(self, tokens: "numpy.ndarray") -> tuple["numpy.ndarray", list[int], list[int]]:
         """For ``tokens``: each token's index among their distinct patterns, and the
         exact floors and remainders of those patterns."""
-        import numpy as np
-
-        patterns, inverse = np.unique(self.row[tokens], return_inverse=True)
+        patterns, inverse = distinct_patterns(self.row[tokens])
         for pattern in patterns.tolist():
             if pattern not in self.known:
                 self.known[pattern] = divmod(f32_units(pattern, self.e0) << M_BITS, self.total)
@@ -159,7 +196,9 @@ def certified_floors(quotas: "numpy.ndarray", exact: ExactQuotas) -> tuple["nump
     floors = np.floor(quotas)
     fracs = quotas - floors
     errors = quotas * CERTIFIED_RELATIVE_ERROR
-    uncertain = np.flatnonzero((fracs + errors >= 1) | ((floors > 0) & (fracs < errors)))
+    # ``floors > 0`` is implied by ``f_hat < 2^-51 Q_hat``: below 1, ``f_hat = Q_hat`` exceeds it or both are 0
+    low = fracs < errors
+    uncertain = np.flatnonzero(np.logical_or(np.add(fracs, errors, out=errors) >= 1, low, out=low))
     if uncertain.size:
         inverse, exact_floors, remainders = exact.of(uncertain)
         floors[uncertain] = np.array(exact_floors, dtype=np.float64)[inverse]
@@ -174,9 +213,13 @@ def first_ranked(contested: "numpy.ndarray", needed: int, exact: ExactQuotas) ->
 
     inverse, _, remainders = exact.of(contested)
     descending = sorted(set(remainders), reverse=True)
+    if len(descending) == 1:  # one remainder: the rank order is the ID order
+        return contested[:needed], descending[0], descending[: int(needed < contested.size)]
     level = {r: i for i, r in enumerate(descending)}
-    token_level = np.array([level[r] for r in remainders], dtype=np.int64)[inverse]
-    order = np.argsort(token_level, kind="stable")  # ``contested`` is ascending: ties keep ID order
+    # small levels sort by radix; ``contested`` is ascending: ties keep ID order
+    small = np.int16 if len(level) < 1 << 15 else np.int64
+    token_level = np.array([level[r] for r in remainders], dtype=small)[inverse]
+    order = np.argsort(token_level, kind="stable")
     levels = token_level[order[needed - 1 : needed + 1]].tolist()
     return contested[order[:needed]], descending[levels[0]], [descending[i] for i in levels[1:]]
 
@@ -192,8 +235,8 @@ def certified_tickets(
     theta = float(np.partition(fracs, fracs.size - remaining)[fracs.size - remaining])
     admitted = fracs > theta + CERTIFIED_MARGIN
     sure_losers = (fracs < theta - CERTIFIED_MARGIN) & positive
-    lowest = float(np.min(fracs, where=admitted, initial=2.0))
-    highest = float(np.max(fracs, where=sure_losers, initial=-1.0))
+    lowest = float(np.where(admitted, fracs, 2.0).min())  # the minimum over the admitted, or 2 (a masked
+    highest = float(np.where(sure_losers, fracs, -1.0).max())  # np.min(where=) is several times slower)
     near_last = np.flatnonzero(admitted & (fracs <= lowest + CERTIFIED_MARGIN))
     near_best = np.flatnonzero(sure_losers & (fracs >= highest - CERTIFIED_MARGIN))
     contested = np.flatnonzero(~admitted & (fracs >= theta - CERTIFIED_MARGIN))
@@ -246,23 +289,23 @@ def allocate_dense_f32_certified(bits: Sequence[int]) -> DenseAllocation:
     import numpy as np  # optional: only this evaluation needs it
 
     row = np.asarray(bits, dtype=np.uint32)
-    if row.size == 0 or not (row < F32_POS_INF).all():
+    if row.size == 0 or int(row.max()) >= F32_POS_INF:
         check_weight_bits(row.tolist(), "f32")  # refuses, or finds only -0.0
         row = row & np.uint32(MAGNITUDE_MASKS["f32"])
-    positive = row > 0
-    if not positive.any():
+    least = least_positive_pattern(row)
+    if least > F32_POS_INF:
         raise refuse("ZERO_MASS", f"all {row.size} weights are zero")
     if row.size >= CERTIFIED_MAX_ROW:
         return allocate_dense_f32_bits(row.tolist())
-    e0 = max(int(row[positive].min()) >> F32_FRACTION_BITS, 1)
-    weights = certified_fp64_weights(row)
+    e0 = max(least >> F32_FRACTION_BITS, 1)
+    weights = certified_fp64_weights(row, least)
     total = exact_total(row, weights, e0)
     exact = ExactQuotas(row, e0, total)
-    floors, fracs = certified_floors(certified_quotas(weights, total, e0), exact)
+    floors, fracs = certified_floors(certified_quotas(weights, total, e0, out=weights), exact)
     counts = floors.astype(np.int64)
     remaining = M - int(counts.sum())
     if remaining == 0:
         return DenseAllocation(counts.tolist(), 0, Fraction(1))
-    admitted, last_winner, best_loser = certified_tickets(fracs, positive, remaining, exact)
+    admitted, last_winner, best_loser = certified_tickets(fracs, row > 0, remaining, exact)
     counts += admitted
     return DenseAllocation(counts.tolist(), remaining, Fraction(last_winner - best_loser, total))

@@ -24,6 +24,7 @@ from qconform.spec.allocation_certified import (
     certified_floors,
     certified_fp64_weights,
     certified_quotas,
+    distinct_patterns,
     exact_total,
     f32_weight_units,
 )
@@ -298,3 +299,39 @@ def test_certified_uniform_rows(size):
     base, extra = divmod(M, size)
     assert alloc.counts == [base + 1] * extra + [base] * (size - extra)
     assert (alloc.remaining, alloc.tie_gap) == (extra, 0 if extra else 1)
+
+
+@needs_numpy
+@pytest.mark.parametrize(
+    "bits",
+    [
+        [1, 31 << 23],  # 1 + 2^53 units: two units apart at 2^53, one FP64 sum would round
+        [1, 1, 30 << 23],  # 2^52 units times 3 tokens: past the one-sum bound
+        [1, (29 << 23) | 0x7FFFFF],  # (2^24 - 1) 2^28 + 1 units, times 2 tokens below 2^53: one exact sum
+        [0x3F800000] * 129280,
+        [0, 0x3F800000, 0],
+    ],
+)
+def test_exact_total_on_both_sides_of_the_one_sum_bound(bits):
+    """The exact N in units, whether one FP64 sum proves it (largest units times the token
+    count below 2^53) or it is summed per exponent field (shown to fail with the bound at 2^60)."""
+    import numpy as np
+
+    row = np.array(bits, dtype=np.uint32)
+    units = f32_weight_units(bits)
+    assert exact_total(row, certified_fp64_weights(row), units.unit_exponent + 150) == sum(units.units)
+
+
+@needs_numpy
+@given(st.lists(st.integers(0, 40), max_size=60), st.integers(0, 0x7F7FFF00))
+@settings(max_examples=120, deadline=None)
+def test_distinct_patterns_is_numpy_unique(offsets, low):
+    """The table over a small span gives unique's values and inverse (spans below, at and above
+    the pattern count; shown to fail with the table's indices reversed)."""
+    import numpy as np
+
+    patterns = np.array(offsets, dtype=np.uint32) + np.uint32(low)
+    values, inverse = distinct_patterns(patterns)
+    expected_values, expected_inverse = np.unique(patterns, return_inverse=True)
+    assert values.dtype == np.uint32 and values.tolist() == expected_values.tolist()
+    assert inverse.tolist() == expected_inverse.tolist()
