@@ -282,7 +282,7 @@ def run_piece(candidate: Candidate, family: AccumulatedFamily, lo: int, hi: int,
     While the adapter answers a batch, a second thread computes the engine's records of that
     batch and then the next batch's inputs (pure functions of the case range: the results are
     the same in any order), so on a machine with a core to spare the harness's own work hides
-    behind the candidate's (docs/accumulated.md, "Feeding")."""
+    behind the candidate's (docs/accumulated.md, "Blocks", Feeding)."""
     parts, engine_parts = [], []
     divergences: list[Divergence] = []
     unjudged = 0
