@@ -60,13 +60,27 @@ STRICT = "torch --strict-schema"
 NOOP_JSON, TORCH_JSON = "noop json", "torch json"
 
 
-def live_children() -> list[int]:
-    """Process ids of this process's running children (Linux ``/proc``)."""
+def live_children(pid: int | str = "self") -> list[int]:
+    """Process ids of the running children of process ``pid`` (Linux ``/proc``)."""
     pids = []
-    for task in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{task}/children") as handle:
-            pids += [int(pid) for pid in handle.read().split()]
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as handle:
+            pids += [int(child) for child in handle.read().split()]
     return pids
+
+
+def with_descendants(pids: Sequence[int]) -> list[int]:
+    """``pids`` and every running descendant of theirs: an adapter's child is the subreaper, and the
+    host that runs the adapter is its child (harness/transport/subreaper.py)."""
+    found, todo = [], list(pids)
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        try:
+            todo += live_children(pid)
+        except OSError:
+            pass  # it ended
+    return found
 
 
 def process_cpu(pids: Sequence[int]) -> float:
@@ -131,7 +145,9 @@ class Harnessed:
             raw_blobs=binary_payload,
             arena=arena,
         )
-        child = [pid for pid in live_children() if pid not in running]  # this adapter's child alone
+        # this adapter's processes alone: the subreaper and, below it, the host (until issue #24 only the
+        # subreaper was counted, so the torch column missed the adapter's own CPU time)
+        child = with_descendants([pid for pid in live_children() if pid not in running])
         self.clock = (lambda: time.process_time() + process_cpu(child)) if cpu_clock else time.perf_counter
         self.runner = CaseRunner(lambda: self.client)
         self.passes: dict[str, list[float]] = defaultdict(list)

@@ -19,8 +19,10 @@ Candidates never import this module (tests/adapters/test_candidate_independence.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -230,11 +232,14 @@ def f32_bits_of_ints(values: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Batch:
-    """The inputs of cases ``[start, stop)`` as arrays (family-specific fields)."""
+    """The inputs of cases ``[start, stop)`` as arrays (family-specific fields), and their block
+    when it was made with them (the native stream, :func:`verification_arrays`); else the
+    family's ``block`` makes it from the fields."""
 
     start: int
     stop: int
     fields: dict[str, np.ndarray]
+    block: dict[str, np.ndarray] | None = None
 
 
 @dataclass(frozen=True)
@@ -389,7 +394,62 @@ VERIFY_WORDS: int = 3 + (KMAX + 1) + 5 * (KMAX + 1)
 Q_BLOCK, P_BLOCK = 2, 2 + 2 * KMAX
 
 
+def native_stream() -> ModuleType | None:
+    """The verification_round stream in C (``_accumulated_stream.c``), or None: not built (no C
+    compiler where it was installed), or switched off by ``QCONFORM_ACCUMULATED_NATIVE=0``."""
+    if os.environ.get("QCONFORM_ACCUMULATED_NATIVE", "1") == "0":
+        return None
+    try:
+        from qconform.generators import _accumulated_stream  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _accumulated_stream
+
+
+NATIVE_STREAM: ModuleType | None = native_stream()
+
+
 def verification_arrays(start: int, stop: int) -> Batch:
+    """The cases' fields and block: by the native stream where it is built, else by NumPy (the same
+    arrays, bit for bit: tests/generators/test_accumulated_native.py)."""
+    if NATIVE_STREAM is None:
+        return verification_arrays_numpy(start, stop)
+    return verification_arrays_native(NATIVE_STREAM, start, stop)
+
+
+def verification_arrays_native(native: ModuleType, start: int, stop: int) -> Batch:
+    """The fields of :func:`verification_arrays_numpy` and the block of :func:`verification_block`,
+    made by ``native.verification_cases`` in one pass over the cases. The arrays are views of one
+    allocation: NumPy asks the kernel for huge pages on a large one, where seventeen arrays of their
+    own cost a page fault per 4 KiB written (half the time of the pass)."""
+    n = stop - start
+    shapes: dict[str, tuple[str, tuple[int, ...]]] = {
+        "seed": ("<u8", ()),
+        "generation": ("<u8", ()),
+        "round": ("<u8", ()),
+        "anchor": ("<u8", ()),
+        "depth": ("<i8", ()),
+        "vocab": ("<i8", ()),
+        "drafts": ("<i8", (KMAX,)),
+        "q": ("<u8", (KMAX, VMAX)),
+        "p": ("<u8", (KMAX + 1, VMAX)),
+    }
+    block_shapes = {name: ("<u4", shape) for name, (_, shape) in shapes.items() if name not in ("seed", "q", "p")}
+    block_shapes |= {"q": ("<u4", (KMAX, VMAX)), "p": ("<f4", (KMAX + 1, VMAX))}
+    layout = list(shapes.values()) + list(block_shapes.values())
+    sizes = [n * np.dtype(dtype).itemsize * int(np.prod(shape, dtype=np.int64)) for dtype, shape in layout]
+    memory = np.empty(sum(-(-size // 64) * 64 for size in sizes), dtype=np.uint8)
+    arrays, offset = [], 0
+    for (dtype, shape), size in zip(layout, sizes):
+        arrays.append(memory[offset : offset + size].view(dtype).reshape((n, *shape)))
+        offset += -(-size // 64) * 64
+    native.verification_cases(start, *arrays)
+    fields = dict(zip(shapes, arrays))
+    block = {"seed": fields["seed"]} | dict(zip(block_shapes, arrays[len(shapes) :]))
+    return Batch(start, stop, fields, block)
+
+
+def verification_arrays_numpy(start: int, stop: int) -> Batch:
     i = _cases(start, stop)
     n = len(i)
     head = stream_words(4, i, Q_BLOCK)  # blocks 0 and 1: the request's fields
@@ -535,7 +595,10 @@ def allocation_block(batch: Batch) -> dict[str, np.ndarray]:
 
 def verification_block(batch: Batch) -> dict[str, np.ndarray]:
     """The request as arrays: q rows and drafts beyond K and p rows beyond K + 1 are zero, the
-    p rows are FP32 ``count / M`` (exact: a power-of-two scale of an integer up to 2^24)."""
+    p rows are FP32 ``count / M`` (exact: a power-of-two scale of an integer up to 2^24). The native
+    stream makes it with the fields."""
+    if batch.block is not None:
+        return batch.block
     f = batch.fields
     depth = f["depth"]
     drafts = np.where(below(depth, KMAX), f["drafts"], 0)

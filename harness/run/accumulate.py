@@ -27,6 +27,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -276,37 +277,68 @@ class Candidate:
 def run_piece(candidate: Candidate, family: AccumulatedFamily, lo: int, hi: int, batch: int, judge: Judge) -> Piece:
     """The adapter's records of cases ``[lo, hi)``, the engine's, and the divergent cases. Per
     batch, the only per-case work is the judging of divergent cases (at most
-    :data:`MAX_JUDGED`, none after the first failure); the rest are counted."""
+    :data:`MAX_JUDGED`, none after the first failure); the rest are counted.
+
+    While the adapter answers a batch, a second thread computes the engine's records of that
+    batch and then the next batch's inputs (pure functions of the case range: the results are
+    the same in any order), so on a machine with a core to spare the harness's own work hides
+    behind the candidate's (docs/accumulated.md, "Blocks", Feeding)."""
     parts, engine_parts = [], []
     divergences: list[Divergence] = []
     unjudged = 0
-    for start in range(lo, hi, batch):
-        stop = min(start + batch, hi)
-        arrays = family.arrays(start, stop)
-        answers = candidate.answers(family, arrays)
-        engine = ENGINES[family.name](arrays)
-        parts.append(record_bytes(answers.records))
-        engine_parts.append(record_bytes(engine))
-        divergent = np.flatnonzero((answers.records != engine).any(axis=1)).tolist()
-        failed = any(d.verdict != "precision" for d in divergences[-1:])
-        asked = [] if failed else divergent[: MAX_JUDGED - len(divergences)]
-        unjudged += len(divergent) - len(asked)  # past the budget, or after the first failure
-        judged = 0
-        while judged < len(asked) and not failed:
-            # the first divergent case alone (a failing adapter is asked one case), then the rest at once
-            take = asked[judged : judged + 1] if judged == 0 else asked[judged:]
-            for k, (outcome, reason, consistent) in zip(take, answers.outcomes(take)):
-                if consistent:
-                    verdict, line = judge(start + k, outcome)
-                else:
-                    verdict, line = "fail", "its answer in a block differs from its answer as one input object"
-                divergences.append(Divergence(start + k, outcome, reason, verdict, line))
-                judged += 1
-                failed = verdict != "precision"
-                if failed:
-                    break
-        unjudged += len(asked) - judged  # after the first failure
+    starts = list(range(lo, hi, batch))
+    ahead = ThreadPoolExecutor(1, thread_name_prefix="accumulate")
+    try:
+        upcoming = ahead.submit(family.arrays, lo, min(lo + batch, hi)) if starts else None
+        for start in starts:
+            stop = min(start + batch, hi)
+            assert upcoming is not None
+            arrays = upcoming.result()
+            expected = ahead.submit(ENGINES[family.name], arrays)
+            if stop < hi:
+                upcoming = ahead.submit(family.arrays, stop, min(stop + batch, hi))
+            answers = candidate.answers(family, arrays)
+            engine = expected.result()
+            unjudged = judge_batch(answers, engine, start, parts, engine_parts, divergences, unjudged, judge)
+    finally:
+        ahead.shutdown(cancel_futures=True)  # an interrupted run does not compute what is queued
     return Piece(b"".join(parts), b"".join(engine_parts), divergences, unjudged)
+
+
+def judge_batch(
+    answers: Answers,
+    engine: np.ndarray,
+    start: int,
+    parts: list[bytes],
+    engine_parts: list[bytes],
+    divergences: list[Divergence],
+    unjudged: int,
+    judge: Judge,
+) -> int:
+    """One batch of :func:`run_piece`: its records and the engine's appended to ``parts`` and
+    ``engine_parts``, its divergent cases judged into ``divergences``; the new unjudged count."""
+    parts.append(record_bytes(answers.records))
+    engine_parts.append(record_bytes(engine))
+    divergent = np.flatnonzero((answers.records != engine).any(axis=1)).tolist()
+    failed = any(d.verdict != "precision" for d in divergences[-1:])
+    asked = [] if failed else divergent[: MAX_JUDGED - len(divergences)]
+    unjudged += len(divergent) - len(asked)  # past the budget, or after the first failure
+    judged = 0
+    while judged < len(asked) and not failed:
+        # the first divergent case alone (a failing adapter is asked one case), then the rest at once
+        take = asked[judged : judged + 1] if judged == 0 else asked[judged:]
+        for k, (outcome, reason, consistent) in zip(take, answers.outcomes(take)):
+            if consistent:
+                verdict, line = judge(start + k, outcome)
+            else:
+                verdict, line = "fail", "its answer in a block differs from its answer as one input object"
+            divergences.append(Divergence(start + k, outcome, reason, verdict, line))
+            judged += 1
+            failed = verdict != "precision"
+            if failed:
+                break
+    unjudged += len(asked) - judged  # after the first failure
+    return unjudged
 
 
 def accumulate(

@@ -31,10 +31,10 @@ from qconform.harness.transport.shim_protocol import (
     JSON_PAYLOAD,
     PAYLOADS,
     ProtocolError,
+    binary_parts,
     check_output,
     check_sample_output,
     decode_line,
-    encode_binary,
     encode_message,
     entry_to_outcome,
     join_sections,
@@ -145,17 +145,18 @@ def widen_pipe(fd: int) -> None:
         pass
 
 
-def _write_rest(fd: int, rest: memoryview) -> None:
-    """Write ``rest`` to the non-blocking ``fd`` as the reader takes it, then close ``fd`` (a
-    duplicate owned by this thread, so closing the child's stdin meanwhile cannot hand its
+def _write_rest(fd: int, parts: list[memoryview]) -> None:
+    """Write ``parts`` in order to the non-blocking ``fd`` as the reader takes them, then close ``fd``
+    (a duplicate owned by this thread, so closing the child's stdin meanwhile cannot hand its
     number to another file): the tail of :meth:`Child.send`."""
     try:
-        while rest:
-            select.select([], [fd], [])
-            try:
-                rest = rest[os.write(fd, rest) :]
-            except BlockingIOError:
-                continue
+        for rest in parts:
+            while rest:
+                select.select([], [fd], [])
+                try:
+                    rest = rest[os.write(fd, rest) :]
+                except BlockingIOError:
+                    continue
     except (OSError, ValueError):
         pass  # the child is gone; the reader sees EOF
     finally:
@@ -323,18 +324,24 @@ class Child:
         text = data.decode("utf-8", "replace").strip()
         return text if len(text) <= limit else "..." + text[-limit:]
 
-    def send(self, data: bytes) -> None:
-        """Write ``data`` without blocking: what the pipe takes now at once (a whole request, in
-        the usual case), the rest on a thread, so a child that stops reading cannot block us."""
+    def send(self, data: bytes | Sequence[bytes | memoryview]) -> None:
+        """Write ``data`` (bytes, or parts written one after the other: a binary message's line and
+        its sections, never joined into one copy) without blocking: what the pipe takes now at
+        once (a whole request, in the usual case), the rest on a thread, so a child that stops
+        reading cannot block us. The parts must not change until the child has read them."""
+        parts = [memoryview(part).cast("B") for part in ([data] if isinstance(data, bytes) else data)]
         try:
             fd = self.stdin.fileno()
-            try:
-                sent = os.write(fd, data)
-            except BlockingIOError:
-                sent = 0
-            if sent < len(data):
-                rest = (os.dup(fd), memoryview(data)[sent:])
-                threading.Thread(target=_write_rest, args=rest, daemon=True).start()
+            while parts:
+                try:
+                    sent = os.write(fd, parts[0])
+                except BlockingIOError:
+                    sent = 0
+                if sent < len(parts[0]):
+                    parts[0] = parts[0][sent:]
+                    threading.Thread(target=_write_rest, args=(os.dup(fd), parts), daemon=True).start()
+                    break
+                parts.pop(0)
         except (OSError, ValueError):
             pass  # the child is gone; the reader sees EOF
 
@@ -529,14 +536,15 @@ class AdapterClient:
         self._next_id += 1
         return request_id
 
-    def _exchange(self, request: dict, timeout_s: float, waiting_for: str = "") -> dict:
+    def _exchange(self, request: dict, timeout_s: float, waiting_for: str = "", raw_blobs: bool | None = None) -> dict:
         """Send one request and return its reply; ChildFailure (child killed) otherwise.
-        ``waiting_for`` says, in a timeout's message, what the child had not done in time."""
+        ``waiting_for`` says, in a timeout's message, what the child had not done in time;
+        ``raw_blobs`` overrides the client's form of a binary reply's blobs for this reply."""
         child = self._child
         assert child is not None
         request_id = self._take_id()
         message = {"id": request_id, **request}
-        child.send(encode_binary(message, child.arena) if child.binary else encode_message(message))
+        child.send(binary_parts(message, child.arena) if child.binary else encode_message(message))
         line = child.read_line(time.monotonic() + timeout_s)
         if line is None:
             self._discard(child)
@@ -548,7 +556,8 @@ class AdapterClient:
         try:
             if isinstance(line, tuple):  # a binary reply: its line decoded, then its sections, if any
                 message, data, line = line
-                reply = message if data is None else join_sections(message, data, self.raw_blobs)
+                raw = self.raw_blobs if raw_blobs is None else raw_blobs
+                reply = message if data is None else join_sections(message, data, raw)
             else:
                 reply = decode_line(line)
             if reply.get("id") != request_id:
@@ -625,7 +634,8 @@ class AdapterClient:
                 "block": blobs if self.payload == BINARY_PAYLOAD else to_json_blobs(blobs),
             }
             try:
-                reply = self._exchange(request, self.timeout_s if timeout_s is None else timeout_s)
+                # the records in the raw form: their section's bytes, never through base64
+                reply = self._exchange(request, self.timeout_s if timeout_s is None else timeout_s, raw_blobs=True)
             except ChildFailure as exc:
                 return AdapterError(str(exc))
         status = reply.get("status")

@@ -279,7 +279,8 @@ class Host:
                 continue
             try:
                 request = decode_line(line, "request")
-                raw = self.adapter is not None and self.adapter.raw_blobs
+                # a block's arrays are read raw whatever the adapter takes (blocks.block_arrays reads both)
+                raw = self.adapter is not None and (self.adapter.raw_blobs or request.get("op") == "run_block")
                 if self.binary:  # sections and arena ranges: raw adapters get memoryviews, no copy
                     sizes = section_sizes(request)
                     request = join_sections(request, proto_in.read(sum(sizes)) if sizes else b"", raw, self.arena)

@@ -159,11 +159,17 @@ def encode_binary(message: dict, arena: Arena | None = None) -> bytes:
     A message without blobs is the plain JSON line. With the ``arena`` the child attached
     (docs/shim-protocol.md, "Shared arena"), a blob the arena holds names its range there
     (``"arena": [offset, length]``) instead of a section."""
+    return b"".join(binary_parts(message, arena))
+
+
+def binary_parts(message: dict, arena: Arena | None = None) -> list[bytes | memoryview]:
+    """:func:`encode_binary`'s bytes in parts, to be written one after the other: the line, then
+    each section as it is (a view of its blob's bytes, not copied)."""
     sections: list[bytes | memoryview] = []
     body = to_sections(message, sections, arena)
     if not sections:
-        return encode_message(body)
-    return encode_message({**body, "sections": [len(data) for data in sections]}) + b"".join(sections)
+        return [encode_message(body)]
+    return [encode_message({**body, "sections": [len(data) for data in sections]}), *sections]
 
 
 def marked_walk(first: str, second: str) -> Callable[[Any, Callable[[dict], Any]], Any]:

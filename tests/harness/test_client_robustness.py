@@ -144,6 +144,16 @@ def test_messages_of_several_megabytes_round_trip(binary_payload, payload):
         assert client.run_batch(ECHO_FAMILY, [big, CLEAN[0]]) == [echoed(big), echoed(CLEAN[0])]
 
 
+def test_a_request_of_several_large_sections_reaches_the_child_whole_and_in_order():
+    """The sections go to the pipe one after the other (never joined); what the pipe does not take at
+    once is written by a thread, part after part: three sections of 2 MB each, each with its own values."""
+    blobs = [encode_blob("u32", list(range(k, k + 500_000))) for k in (0, 7, 13)]
+    big = next(case for n in range(20) if not affected(case := {"n": n, "a": blobs[0], "b": blobs[1], "c": blobs[2]}))
+    with open_adapter("faulty:hang") as client:
+        assert client.payload == "binary"
+        assert client.run_batch(ECHO_FAMILY, [big, CLEAN[0]]) == [echoed(big), echoed(CLEAN[0])]
+
+
 def test_a_json_only_shim_is_never_sent_binary_payloads():
     shim = Path(__file__).resolve().parents[2] / "examples" / "shim" / "python_shim.py"
     with open_adapter(f"shim:{shlex.quote(sys.executable)} {shlex.quote(str(shim))}") as client:

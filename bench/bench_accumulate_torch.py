@@ -1,0 +1,99 @@
+"""The torch candidate through `qconform accumulate` against torch's own time on the same block inputs.
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/bench_accumulate_torch.py                     # verification_round
+    OMP_NUM_THREADS=1 .venv/bin/python bench/bench_accumulate_torch.py --family rng_abi --cases 262144
+
+Two rows per family, alternating, ``--repeat`` times each (issue #24's goal: the first at most 1.2x
+the second):
+
+* ``qconform accumulate --adapter torch``: the command itself, in a subprocess, ``--count`` cases by
+  block (the default); its own printed rate (``N cases in S s``: from the first block to the verdict,
+  adapter start-up excluded), so the harness's inputs, the pipe both ways, the torch child's work,
+  the judging and the hashes are all in it. Its verdict must be ``PASS`` (or ``PRECISION`` for
+  ``allocation_dense``, the candidate's declared FP64 ties);
+* ``torch in process``: the torch adapter's ``run_block`` (the same code the child runs on each
+  block) over the same blocks, made before the clock starts, in this process: torch's own time.
+
+Both are wall clock (the command's rate is wall clock), medians with min and max. Give both sides
+one intra-op thread (``OMP_NUM_THREADS=1``, which the subprocess inherits): on a shared machine
+the default of one thread per core makes torch's own time swing with the load (bench/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from qconform.generators.accumulated import FAMILIES
+
+ROOT = Path(__file__).resolve().parents[1]
+#: issue #24's goal: the command's time per case at most this multiple of torch's own
+GOAL = 1.2
+#: the rate the command prints, from its exact seconds (the seconds it prints have one decimal)
+RATE = re.compile(r"\(([0-9,]+) cases/s")
+
+
+def command_rate(family: str, count: int, batch: int) -> tuple[float, str]:
+    """Cases per second of ``qconform accumulate --adapter torch`` as it prints it, and its verdict line."""
+    command = [sys.executable, "-m", "qconform", "accumulate", "--adapter", "torch", "--family", family]
+    command += ["--count", str(count), "--batch", str(batch)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    match = RATE.search(done.stdout)
+    verdict = next((line for line in done.stdout.splitlines() if line.split(":")[0] in ("PASS", "PRECISION")), "")
+    if match is None or not verdict:
+        raise SystemExit(f"qconform accumulate failed (exit {done.returncode}):\n{done.stdout}\n{done.stderr}")
+    return float(match.group(1).replace(",", "")), verdict.split(":")[0]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--family", action="append", choices=sorted(FAMILIES))
+    parser.add_argument("--cases", type=int, default=1 << 16)
+    parser.add_argument("--batch", type=int, default=16384, help="cases per block (the command's default)")
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    import torch
+
+    from qconform.adapters.torch_adapter import TorchAdapter
+
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op thread(s); load {load}")
+    print(f"{'family':22} {'row':44} {'cases/s median (min-max)':>32}")
+    adapter = TorchAdapter("cpu")
+    for family in args.family or ["verification_round"]:
+        fam = FAMILIES[family]
+        blocks = [
+            fam.block(fam.arrays(lo, min(lo + args.batch, args.cases))) for lo in range(0, args.cases, args.batch)
+        ]
+        adapter.run_block(family, blocks[0])  # warm
+        rates: dict[str, list[float]] = {"command": [], "torch": []}
+        verdicts = set()
+        for _ in range(args.repeat):
+            rate, verdict = command_rate(family, args.cases, args.batch)
+            rates["command"].append(rate)
+            verdicts.add(verdict)
+            began = time.perf_counter()
+            for block in blocks:
+                adapter.run_block(family, block)
+            rates["torch"].append(args.cases / (time.perf_counter() - began))
+        for key, row in (("command", "qconform accumulate --adapter torch"), ("torch", "torch in process (run_block)")):
+            values = rates[key]
+            cells = f"{statistics.median(values):>12,.0f} ({min(values):,.0f}-{max(values):,.0f})"
+            print(f"{family:22} {row:44} {cells:>32}")
+        ratio = statistics.median(rates["torch"]) / statistics.median(rates["command"])
+        print(
+            f"{family:22} command time / torch's own time: {ratio:.2f}x (goal {GOAL}x: "
+            f"{'met' if ratio <= GOAL else 'NOT met'}); verdicts {sorted(verdicts)}; "
+            f"load {', '.join(f'{x:.1f}' for x in os.getloadavg())}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,302 @@
+/* The verification_round input stream of the accumulated vectors, one case at a time in C.
+ *
+ * docs/accumulated.md ("The input stream", "verification_round") defines case i from Philox4x32-10
+ * blocks; generators/accumulated.py computes the same cases with NumPy (``verification_arrays_numpy``,
+ * the fallback when this module is not built, and the definition the tests hold this module to:
+ * tests/generators/test_accumulated_native.py compares every field and every block array bit for
+ * bit). Hand-written because the NumPy path costs tens of array operations over short rows (eight
+ * tokens, eleven rows a case), about 4.6 us a case, where a case is 18 Philox blocks and a few
+ * hundred integer operations: the harness feeds a candidate at 10^6 cases a second only if making
+ * the inputs costs a fraction of a microsecond (issue #24).
+ *
+ * verification_cases(first, fields..., block...) fills, for cases first .. first + n - 1 (n from
+ * the length of the first buffer), the arrays of ``verification_arrays_numpy``'s Batch and of
+ * ``verification_block`` in one pass, each a writable C-contiguous buffer of exactly its size:
+ *   fields: seed, generation, round, anchor (u64 [n]); depth, vocab (i64 [n]); drafts (i64 [n, 5]);
+ *           q (u64 [n, 5, 8]); p (u64 [n, 6, 8]): every row as the NumPy path makes it, the rows a
+ *           case does not read included;
+ *   block:  generation, round, anchor, depth, vocab (u32 [n]); drafts (u32 [n, 5]); q (u32 [n, 5, 8]);
+ *           p (f32 [n, 6, 8], count / M): drafts and q rows from K on and p rows from K + 1 on zero
+ *           (the block's seed is the fields' seed array itself).
+ * The arithmetic is exact integer arithmetic in 32 and 64 bits, as the NumPy path's (counts are at
+ * most M = 2^24, a draw is below 2^32, so u32 * count fits in 64 bits); a count / M is exact in FP32.
+ * Nothing here is a float but that last conversion. The candidates never import this module.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define KMAX 5
+#define VMAX 8
+#define ROWS (2 * KMAX + 1) /* q rows 0..4, then p rows 0..5 */
+#define M_COUNT (1u << 24)
+#define TAG 4u              /* the verification_round stream's tag */
+#define KEY0 0x6E6F6371u    /* STREAM_KEY: ASCII "qcon" and "acc1" read as little-endian u32 */
+#define KEY1 0x31636361u
+#define ACCEPT 2u           /* the RNG ABI's domain codes */
+#define CORRECTION 3u
+
+/* Philox4x32-10 (Random123): counter c, key (k0, k1), the four output words in c. */
+static inline void philox(uint32_t c[4], uint32_t k0, uint32_t k1) {
+    for (int r = 0; r < 10; r++) {
+        if (r) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        uint64_t a = (uint64_t)0xD2511F53u * c[0];
+        uint64_t b = (uint64_t)0xCD9E8D57u * c[2];
+        uint32_t x0 = (uint32_t)(b >> 32) ^ c[1] ^ k0;
+        uint32_t x2 = (uint32_t)(a >> 32) ^ c[3] ^ k1;
+        c[0] = x0;
+        c[1] = (uint32_t)b;
+        c[2] = x2;
+        c[3] = (uint32_t)a;
+    }
+}
+
+/* Philox4x32-10 over n lanes of counters c0..c3 under one key, in place: the rounds outside, the
+ * lanes inside, so the lanes' multiplications are independent (and vectorize). */
+static inline void philox_lanes(uint32_t *c0, uint32_t *c1, uint32_t *c2, uint32_t *c3, int n, uint32_t k0,
+                                uint32_t k1) {
+    for (int r = 0; r < 10; r++) {
+        if (r) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        for (int l = 0; l < n; l++) {
+            uint64_t a = (uint64_t)0xD2511F53u * c0[l];
+            uint64_t b = (uint64_t)0xCD9E8D57u * c2[l];
+            uint32_t x0 = (uint32_t)(b >> 32) ^ c1[l] ^ k0;
+            uint32_t x2 = (uint32_t)(a >> 32) ^ c3[l] ^ k1;
+            c0[l] = x0;
+            c1[l] = (uint32_t)b;
+            c2[l] = x2;
+            c3[l] = (uint32_t)a;
+        }
+    }
+}
+
+/* Blocks j[0..n-1] of case i's stream (block j at counter (i mod 2^32, i >> 32, j, TAG)), their
+ * words 0..3 written at out[4 l .. 4 l + 3] for the l-th block. */
+static inline void stream_blocks(uint64_t i, const uint32_t *j, int n, uint32_t *out) {
+    uint32_t c0[2 * ROWS + 2], c1[2 * ROWS + 2], c2[2 * ROWS + 2], c3[2 * ROWS + 2];
+    for (int l = 0; l < n; l++) {
+        c0[l] = (uint32_t)i;
+        c1[l] = (uint32_t)(i >> 32);
+        c2[l] = j[l];
+        c3[l] = TAG;
+    }
+    philox_lanes(c0, c1, c2, c3, n, KEY0, KEY1);
+    for (int l = 0; l < n; l++) {
+        out[4 * l] = c0[l];
+        out[4 * l + 1] = c1[l];
+        out[4 * l + 2] = c2[l];
+        out[4 * l + 3] = c3[l];
+    }
+}
+
+/* Output word 0 of the RNG ABI draw with draw counter 0 (docs/rng-abi.md). */
+static inline uint32_t draw_word0(uint64_t seed, uint32_t position, uint32_t round, uint32_t generation,
+                                  uint32_t domain) {
+    uint32_t c[4] = {position, round, generation, domain << 24};
+    philox(c, (uint32_t)seed, (uint32_t)(seed >> 32));
+    return c[0];
+}
+
+/* A cut point of a row word: the top 24 bits, or in coarse mode the top 4 (multiples of 2^20). */
+static inline uint32_t row_cut(uint32_t word, int coarse) { return (word >> 8) & (coarse ? 0xF00000u : 0xFFFFFFu); }
+
+/* SORT7 of accumulated.py: a sorting network of the seven cut points (no branch to mispredict). */
+static const int SORT7[16][2] = {
+    {0, 6}, {2, 3}, {4, 5}, {0, 2}, {1, 4}, {3, 6}, {0, 1}, {2, 5},
+    {3, 4}, {1, 2}, {4, 6}, {2, 3}, {4, 5}, {1, 2}, {3, 4}, {5, 6},
+};
+
+/* Dyadic24 counts from VMAX - 1 cut points: cuts at index >= V - 1 are M, the cuts sorted, the
+ * counts the gaps of 0, cuts..., M (counts_from_cuts). */
+static inline void counts_from_cuts(const uint32_t cuts[VMAX - 1], int64_t vocab, uint64_t counts[VMAX]) {
+    uint32_t s[VMAX - 1];
+    for (int c = 0; c < VMAX - 1; c++) s[c] = vocab - 1 <= c ? M_COUNT : cuts[c];
+    for (int e = 0; e < 16; e++) {
+        uint32_t a = s[SORT7[e][0]], b = s[SORT7[e][1]];
+        s[SORT7[e][0]] = a < b ? a : b;
+        s[SORT7[e][1]] = a < b ? b : a;
+    }
+    counts[0] = s[0];
+    for (int c = 1; c < VMAX - 1; c++) counts[c] = s[c] - s[c - 1];
+    counts[VMAX - 1] = M_COUNT - s[VMAX - 2];
+}
+
+/* R08 over a count row: the first index whose cumulative count is strictly greater than u24
+ * (index 0 where none is, as NumPy's argmax of an all-false row). */
+static inline int64_t sample_row(const uint64_t counts[VMAX], uint64_t u24) {
+    /* the cumulative counts do not decrease: the first index above u24 is the number at most u24 */
+    uint64_t cumulative = 0;
+    int64_t at_most = 0;
+    for (int v = 0; v < VMAX; v++) {
+        cumulative += counts[v];
+        at_most += cumulative <= u24;
+    }
+    return at_most == VMAX ? 0 : at_most;
+}
+
+/* The buffers of one call, in the order of the arguments. */
+enum {
+    F_SEED, F_GENERATION, F_ROUND, F_ANCHOR, F_DEPTH, F_VOCAB, F_DRAFTS, F_Q, F_P,
+    B_GENERATION, B_ROUND, B_ANCHOR, B_DEPTH, B_VOCAB, B_DRAFTS, B_Q, B_P,
+    BUFFERS
+};
+/* bytes of one case in each buffer */
+static const Py_ssize_t CASE_BYTES[BUFFERS] = {
+    8, 8, 8, 8, 8, 8, 8 * KMAX, 8 * KMAX * VMAX, 8 * (KMAX + 1) * VMAX,
+    4, 4, 4, 4, 4, 4 * KMAX, 4 * KMAX * VMAX, 4 * (KMAX + 1) * VMAX,
+};
+
+typedef struct {
+    uint64_t *seed, *generation, *round, *anchor;
+    int64_t *depth, *vocab, *drafts;
+    uint64_t *q, *p;
+    uint32_t *b_generation, *b_round, *b_anchor, *b_depth, *b_vocab, *b_drafts, *b_q;
+    float *b_p;
+} Out;
+
+/* Case i, written at index k of every array. */
+static void one_case(uint64_t i, Py_ssize_t k, const Out *o) {
+    static const uint32_t HEAD[2] = {0, 1};
+    uint32_t head[8], *b0 = head, *b1 = head + 4;
+    stream_blocks(i, HEAD, 2, head);
+    uint64_t seed = (uint64_t)b0[0] | (uint64_t)b0[1] << 32;
+    uint32_t generation = b0[2], round = b0[3];
+    int64_t depth = 1 + b1[1] % KMAX, vocab = 2 + b1[2] % (VMAX - 1);
+    uint32_t mode = b1[3] & 3u;
+    int coarse = (b1[3] >> 2) & 1u;
+    uint32_t anchor = ((b1[3] >> 3) & 7u) == 0 ? 0xFFFFFFFFu - (b1[0] & 7u) : b1[0];
+
+    /* row r from blocks 2 + 2r and 3 + 2r: the rows a case reads (q rows up to K, p rows up to
+     * K), zero words for the others */
+    uint32_t words[ROWS][8], blocks[2 * ROWS], drawn[8 * ROWS];
+    uint64_t counts[ROWS][VMAX];
+    int rows[ROWS], n_rows = 0;
+    for (int r = 0; r < ROWS; r++) {
+        memset(words[r], 0, sizeof words[r]);
+        if (r <= depth || (r >= KMAX && r <= KMAX + depth)) {
+            blocks[2 * n_rows] = 2 + 2 * r;
+            blocks[2 * n_rows + 1] = 3 + 2 * r;
+            rows[n_rows++] = r;
+        }
+    }
+    stream_blocks(i, blocks, 2 * n_rows, drawn);
+    for (int l = 0; l < n_rows; l++) memcpy(words[rows[l]], drawn + 8 * l, sizeof words[0]);
+    for (int r = 0; r < ROWS; r++) {
+        uint32_t cuts[VMAX - 1];
+        for (int c = 0; c < VMAX - 1; c++) cuts[c] = row_cut(words[r][c], coarse);
+        counts_from_cuts(cuts, vocab, counts[r]);
+    }
+    uint64_t(*q)[VMAX] = counts, (*p)[VMAX] = counts + KMAX;
+    uint32_t(*p_words)[8] = words + KMAX;
+    int64_t drafts[KMAX];
+    for (int r = 0; r < KMAX; r++) drafts[r] = sample_row(q[r], words[r][7] >> 8);
+
+    if (mode == 1 || mode == 3) {
+        /* mode 1: p = q at every draft position but the one chosen by word 7 of p_1; mode 3: at every one */
+        int64_t keep = mode == 1 ? (int64_t)(p_words[0][7] % (uint32_t)depth) : -1;
+        for (int r = 0; r < KMAX; r++)
+            if (r != keep) memcpy(p[r], q[r], sizeof p[r]);
+    }
+    if (mode == 2) {
+        /* p = q except at the draft: p(x) = clamp(ceil(a q(x) / 2^32) + delta, 0, q(x)), the
+         * difference at x + 1 mod V (a the acceptance draw of the RNG ABI at anchor + r) */
+        for (int r = 0; r < depth; r++) {
+            int64_t x = drafts[r];
+            int64_t qx = (int64_t)q[r][x];
+            uint32_t a = draw_word0(seed, anchor + (uint32_t)r, round, generation, ACCEPT);
+            int64_t delta = (int64_t)(p_words[r][7] % 3u) - 1;
+            int64_t target = (int64_t)(((uint64_t)a * (uint64_t)qx + 0xFFFFFFFFull) >> 32) + delta;
+            target = target < 0 ? 0 : target > qx ? qx : target;
+            memcpy(p[r], q[r], sizeof p[r]);
+            p[r][x] = (uint64_t)target;
+            p[r][(x + 1) % vocab] += (uint64_t)(qx - target);
+        }
+    }
+    if (mode == 3) {
+        /* the bonus row p_{K+1}: cut 0 at the CORRECTION draw at anchor + K (>> 8, + bit 0 of its word 7) */
+        uint32_t b = draw_word0(seed, anchor + (uint32_t)depth, round, generation, CORRECTION);
+        const uint32_t *bonus = p_words[depth];
+        uint32_t cuts[VMAX - 1];
+        for (int c = 0; c < VMAX - 1; c++) cuts[c] = row_cut(bonus[c], coarse);
+        uint32_t first = (b >> 8) + (bonus[7] & 1u);
+        cuts[0] = first < M_COUNT ? first : M_COUNT;
+        counts_from_cuts(cuts, vocab, p[depth]);
+    }
+
+    o->seed[k] = seed;
+    o->generation[k] = generation;
+    o->round[k] = round;
+    o->anchor[k] = anchor;
+    o->depth[k] = depth;
+    o->vocab[k] = vocab;
+    memcpy(o->drafts + KMAX * k, drafts, sizeof drafts);
+    memcpy(o->q + KMAX * VMAX * k, q, KMAX * sizeof q[0]);
+    memcpy(o->p + (KMAX + 1) * VMAX * k, p, (KMAX + 1) * sizeof p[0]);
+
+    o->b_generation[k] = generation;
+    o->b_round[k] = round;
+    o->b_anchor[k] = anchor;
+    o->b_depth[k] = (uint32_t)depth;
+    o->b_vocab[k] = (uint32_t)vocab;
+    for (int r = 0; r < KMAX; r++) {
+        int inside = r < depth;
+        o->b_drafts[KMAX * k + r] = inside ? (uint32_t)drafts[r] : 0;
+        for (int v = 0; v < VMAX; v++) o->b_q[(KMAX * k + r) * VMAX + v] = inside ? (uint32_t)q[r][v] : 0;
+    }
+    for (int r = 0; r <= KMAX; r++) {
+        int inside = r <= depth;
+        for (int v = 0; v < VMAX; v++)
+            o->b_p[((KMAX + 1) * k + r) * VMAX + v] = inside ? (float)p[r][v] * (1.0f / (float)M_COUNT) : 0.0f;
+    }
+}
+
+static PyObject *verification_cases(PyObject *self, PyObject *args) {
+    unsigned long long first;
+    Py_buffer view[BUFFERS];
+    if (!PyArg_ParseTuple(args, "Kw*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*", &first, &view[0], &view[1], &view[2],
+                          &view[3], &view[4], &view[5], &view[6], &view[7], &view[8], &view[9], &view[10],
+                          &view[11], &view[12], &view[13], &view[14], &view[15], &view[16]))
+        return NULL;
+    Py_ssize_t n = view[F_SEED].len / CASE_BYTES[F_SEED];
+    int ok = 1;
+    for (int b = 0; b < BUFFERS; b++)
+        ok &= view[b].len == n * CASE_BYTES[b] && PyBuffer_IsContiguous(&view[b], 'C');
+    if (ok) {
+        Out o = {
+            view[F_SEED].buf, view[F_GENERATION].buf, view[F_ROUND].buf, view[F_ANCHOR].buf,
+            view[F_DEPTH].buf, view[F_VOCAB].buf, view[F_DRAFTS].buf, view[F_Q].buf, view[F_P].buf,
+            view[B_GENERATION].buf, view[B_ROUND].buf, view[B_ANCHOR].buf, view[B_DEPTH].buf,
+            view[B_VOCAB].buf, view[B_DRAFTS].buf, view[B_Q].buf, view[B_P].buf,
+        };
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t k = 0; k < n; k++) one_case((uint64_t)first + (uint64_t)k, k, &o);
+        Py_END_ALLOW_THREADS
+    }
+    for (int b = 0; b < BUFFERS; b++) PyBuffer_Release(&view[b]);
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "every buffer must be C-contiguous and hold the same number of cases");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"verification_cases", verification_cases, METH_VARARGS,
+     "verification_cases(first, fields..., block...): the verification_round stream's cases from case first "
+     "(see the module source)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_accumulated_stream", "The verification_round input stream in C (accumulated.py).", -1,
+    methods,
+};
+
+PyMODINIT_FUNC PyInit__accumulated_stream(void) { return PyModule_Create(&module); }

@@ -1,0 +1,132 @@
+"""The verification_round stream in C (generators/_accumulated_stream.c) against its NumPy path.
+
+``verification_arrays`` makes a range's fields and block with the native module where it is
+built, else with NumPy (``verification_arrays_numpy`` and ``verification_block``, the
+definition). Both must give the same arrays, bit for bit and dtype for dtype, at the start of the
+stream, past 2^32 (the counter's high word) and at the end of the u64 case range, in every mode
+(acceptance boundary, bonus boundary, coarse rows, wrapping anchors); and the same records from the
+engine. Each comparison is shown to catch a seeded bug of the native path (the bug stand-ins below).
+Without the module (not built, or ``QCONFORM_ACCUMULATED_NATIVE=0``) the native side is skipped.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from qconform.generators import accumulated
+from qconform.generators.accumulated import (
+    FAMILIES,
+    NATIVE_STREAM,
+    verification_arrays,
+    verification_arrays_native,
+    verification_arrays_numpy,
+    verification_block,
+)
+from qconform.generators.accumulated_engine import verification_records
+
+pytestmark = pytest.mark.rules("R08", "R11", "R22", "R23")
+
+#: the native module (the tests that use it are skipped when it is None)
+NATIVE: Any = NATIVE_STREAM
+needs_native = pytest.mark.skipif(NATIVE is None, reason="the native stream is not built or is switched off")
+
+#: case ranges: the start, past 2^32, and the last cases of the u64 range
+RANGES = ((0, 3000), (2**32 - 500, 2**32 + 500), (2**64 - 300, 2**64))
+
+
+def same_arrays(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> list[str]:
+    """The names whose arrays differ in dtype, shape or any bit."""
+    assert set(got) == set(want)
+    return [
+        name
+        for name in want
+        if got[name].dtype != want[name].dtype
+        or got[name].shape != want[name].shape
+        or got[name].tobytes() != np.ascontiguousarray(want[name]).tobytes()
+    ]
+
+
+def differences(native, start: int, stop: int) -> list[str]:
+    """The fields and block arrays where the native stream differs from the NumPy path."""
+    got = verification_arrays_native(native, start, stop)
+    want = verification_arrays_numpy(start, stop)
+    assert got.block is not None and want.block is None
+    return same_arrays(got.fields, want.fields) + [
+        f"block {n}" for n in same_arrays(got.block, verification_block(want))
+    ]
+
+
+@needs_native
+@pytest.mark.parametrize("start, stop", RANGES)
+def test_the_native_stream_makes_the_numpy_arrays(start, stop):
+    assert differences(NATIVE, start, stop) == []
+
+
+@needs_native
+def test_the_sample_reaches_every_mode():
+    """The ranges above hold every mode, coarse rows, wrapping anchors and every depth and vocab."""
+    batch = verification_arrays_numpy(0, 3000)
+    head = accumulated.stream_words(4, np.arange(3000, dtype=np.uint64), 2)[:, 4:8]
+    assert set((head[:, 3] & 3).tolist()) == {0, 1, 2, 3}
+    assert ((head[:, 3] >> 2) & 1).any() and (((head[:, 3] >> 3) & 7) == 0).any()
+    assert (batch.fields["anchor"] >= 2**32 - 8).any()
+    assert set(batch.fields["depth"].tolist()) == {1, 2, 3, 4, 5} and set(batch.fields["vocab"].tolist()) == set(
+        range(2, 9)
+    )
+
+
+@needs_native
+def test_the_engine_records_are_the_same_on_both_paths():
+    native = verification_arrays_native(NATIVE, 10**10, 10**10 + 2000)
+    assert np.array_equal(
+        verification_records(native), verification_records(verification_arrays_numpy(10**10, 10**10 + 2000))
+    )
+
+
+def bugged(edit):
+    """A stand-in for the native module whose output is edited after the call (a seeded bug)."""
+
+    def verification_cases(first, *arrays):
+        NATIVE.verification_cases(first, *arrays)
+        edit(first, arrays)
+
+    return SimpleNamespace(verification_cases=verification_cases)
+
+
+def off_by_one_bonus_row(_first, arrays):
+    """The bonus row of the last case one count off (mode 3's cut moved)."""
+    depth, p = arrays[4], arrays[8]
+    p[-1, depth[-1], 0] ^= 1
+
+
+def high_counter_word_dropped(first, arrays):
+    """Cases past 2^32 built as if their counter's high word were 0 (a truncated case index)."""
+    if first >= 2**32:
+        again = verification_arrays_native(NATIVE, first % 2**32, first % 2**32 + len(arrays[0]))
+        arrays[0][:] = again.fields["seed"]
+
+
+def block_q_row_beyond_k(_first, arrays):
+    """A q row of the block at K not zeroed for a case with K < 5."""
+    depth, block_q = arrays[4], arrays[15]
+    k = int(np.flatnonzero(depth < accumulated.KMAX)[0])
+    block_q[k, depth[k], 0] += 1
+
+
+@needs_native
+@pytest.mark.parametrize("bug", [off_by_one_bonus_row, high_counter_word_dropped, block_q_row_beyond_k])
+def test_the_comparison_catches_a_seeded_native_bug(bug):
+    assert any(differences(bugged(bug), start, stop) for start, stop in RANGES)
+
+
+def test_verification_arrays_takes_the_numpy_path_without_the_module(monkeypatch):
+    """With no native module the family's arrays are the NumPy path's, and its block is made from them."""
+    monkeypatch.setattr(accumulated, "NATIVE_STREAM", None)
+    batch = verification_arrays(5, 50)
+    assert batch.block is None
+    assert same_arrays(batch.fields, verification_arrays_numpy(5, 50).fields) == []
+    assert FAMILIES["verification_round"].block(batch)["q"].dtype == np.dtype("<u4")
