@@ -27,33 +27,11 @@
 #include <stdint.h>
 #include <string.h>
 
-#define KMAX 5
-#define VMAX 8
+#include "philox4x32.h"
+
 #define ROWS (2 * KMAX + 1) /* q rows 0..4, then p rows 0..5 */
 #define M_COUNT (1u << 24)
 #define TAG 4u              /* the verification_round stream's tag */
-#define KEY0 0x6E6F6371u    /* STREAM_KEY: ASCII "qcon" and "acc1" read as little-endian u32 */
-#define KEY1 0x31636361u
-#define ACCEPT 2u           /* the RNG ABI's domain codes */
-#define CORRECTION 3u
-
-/* Philox4x32-10 (Random123): counter c, key (k0, k1), the four output words in c. */
-static inline void philox(uint32_t c[4], uint32_t k0, uint32_t k1) {
-    for (int r = 0; r < 10; r++) {
-        if (r) {
-            k0 += 0x9E3779B9u;
-            k1 += 0xBB67AE85u;
-        }
-        uint64_t a = (uint64_t)0xD2511F53u * c[0];
-        uint64_t b = (uint64_t)0xCD9E8D57u * c[2];
-        uint32_t x0 = (uint32_t)(b >> 32) ^ c[1] ^ k0;
-        uint32_t x2 = (uint32_t)(a >> 32) ^ c[3] ^ k1;
-        c[0] = x0;
-        c[1] = (uint32_t)b;
-        c[2] = x2;
-        c[3] = (uint32_t)a;
-    }
-}
 
 /* Philox4x32-10 over n lanes of counters c0..c3 under one key, in place: the rounds outside, the
  * lanes inside, so the lanes' multiplications are independent (and vectorize). */
@@ -87,7 +65,7 @@ static inline void stream_blocks(uint64_t i, const uint32_t *j, int n, uint32_t 
         c2[l] = j[l];
         c3[l] = TAG;
     }
-    philox_lanes(c0, c1, c2, c3, n, KEY0, KEY1);
+    philox_lanes(c0, c1, c2, c3, n, STREAM_KEY0, STREAM_KEY1);
     for (int l = 0; l < n; l++) {
         out[4 * l] = c0[l];
         out[4 * l + 1] = c1[l];

@@ -29,34 +29,14 @@
 #include <stdint.h>
 #include <string.h>
 
-#define KMAX 5
-#define VMAX 8
+#include "philox4x32.h"
+
 #define VERIFY_WORDS (3 + (KMAX + 1) + 5 * (KMAX + 1))
 #define PAD 0xFFFFFFFFu
-#define ACCEPT 2u     /* domain codes (docs/rng-abi.md) */
-#define CORRECTION 3u
 #define D_ACCEPT 0u   /* decision codes of a record */
 #define D_REJECT 1u
 #define D_CORRECTION 2u
 #define D_BONUS 3u
-#define STREAM_KEY0 0x6E6F6371u
-#define STREAM_KEY1 0x31636361u
-
-/* Philox4x32-10 (Random123): ten rounds on four 32-bit words, the key bumped by the Weyl constants. */
-static inline void philox(uint32_t x[4], uint32_t k0, uint32_t k1) {
-    for (int r = 0; r < 10; r++) {
-        if (r) {
-            k0 += 0x9E3779B9u;
-            k1 += 0xBB67AE85u;
-        }
-        uint64_t a = (uint64_t)0xD2511F53u * x[0], b = (uint64_t)0xCD9E8D57u * x[2];
-        uint32_t x1 = x[1], x3 = x[3];
-        x[0] = (uint32_t)(b >> 32) ^ x1 ^ k0;
-        x[1] = (uint32_t)b;
-        x[2] = (uint32_t)(a >> 32) ^ x3 ^ k1;
-        x[3] = (uint32_t)a;
-    }
-}
 
 /* Word 0 of the RNG ABI draw at (position, round, generation, domain << 24) under the seed. */
 static inline uint32_t draw(uint32_t position, uint32_t rnd, uint32_t generation, uint32_t domain, uint32_t k0,

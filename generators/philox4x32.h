@@ -1,0 +1,36 @@
+/* Philox4x32-10 (Random123; docs/rng-abi.md, R22) and the constants of the RNG ABI and the
+ * accumulated streams that the two C modules of generators/ share: the verification_round input
+ * stream (_accumulated_stream.c) and the exact engine with its floor (_verification_engine.c).
+ * One definition, included by both; the spec's own is spec/philox.py, and both modules are held
+ * to it by their tests. */
+#ifndef QCONFORM_PHILOX4X32_H
+#define QCONFORM_PHILOX4X32_H
+
+#include <stdint.h>
+
+#define KMAX 5              /* the accumulated verification_round stream's depth bound */
+#define VMAX 8              /* and its vocabulary bound */
+#define STREAM_KEY0 0x6E6F6371u /* STREAM_KEY: ASCII "qcon" and "acc1" read as little-endian u32 */
+#define STREAM_KEY1 0x31636361u
+#define ACCEPT 2u           /* the RNG ABI's domain codes */
+#define CORRECTION 3u
+
+/* Philox4x32-10: ten rounds on the counter's four 32-bit words in x, in place, the key bumped by
+ * the Weyl constants between rounds. */
+static inline void philox(uint32_t x[4], uint32_t k0, uint32_t k1) {
+    for (int r = 0; r < 10; r++) {
+        if (r) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        uint64_t a = (uint64_t)0xD2511F53u * x[0];
+        uint64_t b = (uint64_t)0xCD9E8D57u * x[2];
+        uint32_t x1 = x[1], x3 = x[3];
+        x[0] = (uint32_t)(b >> 32) ^ x1 ^ k0;
+        x[1] = (uint32_t)b;
+        x[2] = (uint32_t)(a >> 32) ^ x3 ^ k1;
+        x[3] = (uint32_t)a;
+    }
+}
+
+#endif
