@@ -6,7 +6,7 @@
  * 5 drafts per stage, and stays near a tenth of a vectorized Philox however it is arranged
  * (bench/RESULTS.md, issue #24). Here the cases go in chunks, in four passes: every acceptance
  * draw below K, the acceptance tests, the final draw, then the pick and the record, written once.
- * Its records equal the NumPy engine's and the spec's (tests/test_accumulated.py); it makes
+ * Its records equal the NumPy engine's and the spec's (tests/generators/test_accumulated.py); it makes
  * expected hashes, and candidates never import it.
  *
  * Every quantity is an exact unsigned integer (no floats), with these bounds (the stream's inputs,

@@ -125,7 +125,7 @@ NATIVE: ModuleType | None = native_engine()
 
 def verification_records(batch: Batch) -> np.ndarray:
     """Records ``uint32 [n, VERIFY_WORDS]``: by the C engine where it is built, else by NumPy
-    (:func:`verification_records_numpy`); the two are equal (tests/test_accumulated.py)."""
+    (:func:`verification_records_numpy`); the two are equal (tests/generators/test_accumulated.py)."""
     if NATIVE is None:
         return verification_records_numpy(batch)
     return verification_records_native(NATIVE, batch)

@@ -114,10 +114,16 @@ def resident_bytes(pid: int | str = "self") -> int:
 def serve_worker(config: dict, vocab: int, model_seed: int, pipe: Any) -> None:
     """The worker endpoint in a child process: its port goes up the pipe; it serves until the pipe says stop."""
 
+    def stop_said() -> None:
+        try:
+            pipe.recv()
+        except EOFError:  # the soak ended without a word (a SIGTERM, a kill): stop all the same, quietly
+            pass
+
     async def main() -> None:
         worker = WorkerEndpoint(config, DraftModel.random(vocab, seed=model_seed))
         pipe.send(await worker.start("127.0.0.1", 0))
-        await asyncio.get_running_loop().run_in_executor(None, pipe.recv)
+        await asyncio.get_running_loop().run_in_executor(None, stop_said)
         await worker.close()
 
     asyncio.run(main())

@@ -12,9 +12,10 @@
 #   QCONFORM_CORPUS_ROOT   the corpus root hash the gate is pinned to (required; `index.json` "root")
 #   QCONFORM_REQUIRE       families that must be run and supported, space-separated (required)
 #   QCONFORM_PIP_SPEC      the qconform to install (required unless QCONFORM_BIN is set): the wheel built from a
-#                          checkout of its pinned tag (`pip wheel --no-deps -w dist third_party/qconform`, with
-#                          third_party/qconform a submodule or clone at tag v0.1.0: dist/qconform-0.1.0-*.whl), or
-#                          a pip VCS URL pinned to a commit (git+https://<host>/qconform@<40-hex commit>). Once
+#                          checkout pinned to a commit (`pip wheel --no-deps -w dist third_party/qconform`, with
+#                          third_party/qconform a submodule, whose commit is the pin, or a clone:
+#                          dist/qconform-0.1.0-*.whl), or a pip VCS URL pinned to that commit
+#                          (git+file://$PWD/third_party/qconform@$(git -C third_party/qconform rev-parse HEAD)). Once
 #                          qconform is published on a package index: QCONFORM_PIP_SPEC="qconform==$QCONFORM_VERSION"
 #   QCONFORM_BIN           an installed qconform to use instead of installing one (its version is still checked)
 #   QCONFORM_VERSION       the qconform version to insist on (default 0.1.0)
@@ -34,7 +35,7 @@ required() { [[ -n "${!1:-}" ]] || die "set $1 to $2"; }
 required QCONFORM_ADAPTER "the engine under test, e.g. shim:/abs/path/engine_shim"
 required QCONFORM_CORPUS_ROOT "the pinned corpus root hash"
 required QCONFORM_REQUIRE "the families the engine must run and support"
-[[ -n "${QCONFORM_BIN:-}" ]] || required QCONFORM_PIP_SPEC "the qconform to install: the wheel of its pinned tag, or git+https://<host>/qconform@<commit>"
+[[ -n "${QCONFORM_BIN:-}" ]] || required QCONFORM_PIP_SPEC "the qconform to install: the wheel built from its pinned checkout, or git+file://CHECKOUT@COMMIT"
 version="${QCONFORM_VERSION:-0.1.0}"
 reports="${QCONFORM_REPORTS:-reports/qconform}"
 expectations="${QCONFORM_EXPECTATIONS:-qconform-expectations.toml}"

@@ -322,11 +322,18 @@ class ConformanceRun:
         self.start_error: str | None = None
         self.write_errors: list[str] = []
         self.signals = SignalGuard()
+        self.froze = False
         if not self.is_worker:
             self.signals.install()
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self.signals.restore()
+        # what collection froze is collectable again: in a process that outlives the run (pytest
+        # itself with the plugin, a test invoking `qconform run` in-process) the permanent generation
+        # would hold it to the end, where no collection frees it, and extension modules report it as
+        # leaked at exit (Triton's: nanobind's "leaked ... instances/types/functions"; issue #22)
+        if self.froze:
+            gc.unfreeze()
 
     def _selected_families(self, names: list[str]) -> list[str]:
         indexed = list(self.index["families"])
@@ -382,8 +389,9 @@ class ConformanceRun:
 
             self.arena = BlobArena.of_cases(item.case for item in items)  # None: blobs travel inline
             # the cases (and everything loaded so far) live for the whole run: the cycle collector
-            # need not scan them again at every full collection
+            # need not scan them again at every full collection (unfrozen at pytest_unconfigure)
             gc.freeze()
+            self.froze = True
         if self.is_worker:
             _worker_output(self.config)[_WORKER_DESELECTED] = sorted(self.deselected)
             return

@@ -6,6 +6,8 @@ expectations. Each mistake is one :class:`~qconform.cli.errors.UsageLineError` l
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -120,20 +122,32 @@ def check_adapter(adapter: str) -> None:
         raise UsageLineError(f"unknown adapter {adapter!r}; available adapters: {', '.join(names)}")
 
 
+@contextmanager
+def usable_corpus() -> Iterator[None]:
+    """A vector file that cannot be read or fails its checks, read by a command that runs the corpus
+    (its index, or a family's cases as ``show`` and ``stat`` read them): one usage line (exit 2), as
+    ``run``'s integrity check says it, never a traceback."""
+    from qconform.generators.validation import VectorFileError
+
+    try:
+        yield
+    except VectorFileError as exc:
+        raise UsageLineError(f"no usable vector corpus: {exc}") from None
+
+
 def check_corpus(
     vectors: Path, families: tuple[str, ...], pinned_root: str | None = None, verify: bool = False
 ) -> dict:
     """The corpus index; with ``verify``, every hash checked first (generators/integrity.py)."""
     from qconform.generators.integrity import IntegrityError
     from qconform.generators.integrity import verify as verify_corpus
-    from qconform.generators.validation import VectorFileError, load_index
+    from qconform.generators.validation import load_index
 
-    try:
-        index = verify_corpus(vectors, pinned_root) if verify else load_index(vectors)
-    except VectorFileError as exc:
-        raise UsageLineError(f"no usable vector corpus: {exc}") from None
-    except IntegrityError as exc:
-        raise UsageLineError(str(exc)) from None
+    with usable_corpus():
+        try:
+            index = verify_corpus(vectors, pinned_root) if verify else load_index(vectors)
+        except IntegrityError as exc:
+            raise UsageLineError(str(exc)) from None
     unknown = [f for f in families if f not in index["families"]]
     if unknown:
         raise UsageLineError(

@@ -59,13 +59,35 @@ class WriteLineError(click.ClickException):
     exit_code = 4
 
 
+def broken_optional_module(exc: ImportError) -> str:
+    """The optional module whose own import code raised ``exc`` ("" if none did): an install that
+    is there but cannot be imported (a missing shared library, a build for another CUDA) raises an
+    ImportError that names no module, from inside that module's ``<module>`` code."""
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        root = str(frame.f_globals.get("__name__", "")).split(".")[0]
+        if frame.f_code.co_name == "<module>" and root in OPTIONAL_MODULES:
+            return root
+        tb = tb.tb_next
+    return ""
+
+
 def missing_dependency(exc: ImportError) -> StartLineError | None:
-    """The line of an optional dependency that is not installed; None for any other import error."""
+    """The line of an optional dependency that is not installed, or is installed but cannot be
+    imported; None for any other import error."""
     root = (exc.name or "").split(".")[0]
-    extra = OPTIONAL_MODULES.get(root)
-    if extra is None:
+    if root in OPTIONAL_MODULES:
+        return StartLineError(
+            f"this command needs {root}, which is not installed: pip install 'qconform[{OPTIONAL_MODULES[root]}]'"
+        )
+    root = broken_optional_module(exc)
+    if not root:
         return None
-    return StartLineError(f"this command needs {root}, which is not installed: pip install 'qconform[{extra}]'")
+    return StartLineError(
+        f"this command needs {root}, which is installed but cannot be imported ({type(exc).__name__}: {exc}): "
+        f"reinstall it, pip install --force-reinstall 'qconform[{OPTIONAL_MODULES[root]}]'"
+    )
 
 
 def os_error(exc: OSError) -> click.ClickException:

@@ -19,13 +19,13 @@ from qconform.cli.errors import user_errors
 @click.option(
     "--tests",
     "tests_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="Tests directory to scan (default: tests/ of the checkout).",
 )
 @click.option(
     "--vectors",
     "vectors_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="Vectors directory (default: as for generate).",
 )
 def rules(missing: bool, tests_dir: Path | None, vectors_dir: Path | None) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from qconform.cli.arguments import check_corpus
+from qconform.cli.arguments import check_corpus, usable_corpus
 from qconform.cli.errors import UsageLineError
 
 
@@ -28,7 +28,8 @@ def find_case(root: Path, case_id: str) -> dict:
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise UsageLineError(f"unknown case {case_id} (not in the corpus at {root}){hint}")
     family = case_id.split("/", 1)[0]
-    case = next(c for c in iter_cases(root, [family]) if c.id == case_id)
+    with usable_corpus():
+        case = next(c for c in iter_cases(root, [family]) if c.id == case_id)
     return {
         "id": case.id,
         "family": case.family,

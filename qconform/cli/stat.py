@@ -20,7 +20,7 @@ from pathlib import Path
 
 import click
 
-from qconform.cli.arguments import check_adapter, check_corpus, start_timeout_option
+from qconform.cli.arguments import check_adapter, check_corpus, start_timeout_option, usable_corpus
 from qconform.cli.errors import UsageLineError
 from qconform.harness.stat.runner import StatOptions, load_cases, run_stat, stat_families
 from qconform.harness.stat.sequential import LOOKS
@@ -185,7 +185,8 @@ def stat_command(
     from qconform.cli.arguments import check_keyword
 
     check_keyword(keyword)
-    cases = load_cases(root, selected, patterns, keyword, excludes)
+    with usable_corpus():
+        cases = load_cases(root, selected, patterns, keyword, excludes)
     if not cases:
         click.echo("no case selected", err=True)
         raise SystemExit(NO_CASES)

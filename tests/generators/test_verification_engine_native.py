@@ -1,6 +1,6 @@
 """The C engine of ``verification_round`` (generators/_verification_engine.c) against the NumPy engine.
 
-tests/test_accumulated.py holds the engine (the C one where it is built) to the spec's records;
+tests/generators/test_accumulated.py holds the engine (the C one where it is built) to the spec's records;
 here the C engine is held to the NumPy engine on 2^15 stream cases, and on stream cases rewritten
 so that acceptance tests and final picks sit exactly on their boundaries (``u32 q(x) = p(x) 2^32``
 rejects; ``C_v 2^32 = u32 R`` is not above). Each comparison was shown to fail with the C engine's

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -117,3 +118,19 @@ def test_the_recipe_installs_a_wheel_and_gates_an_example_shim_offline(tmp_path)
     report = json.loads((tmp_path / "reports" / "qconform.json").read_text())
     assert report["ok"] is True and set(report["families"]) == set(FAMILIES.split())
     assert "gate: qconform exited 0" in done.stdout
+
+
+RECIPES = ("README.md", "docs/ci.md", "examples/ci/gate.sh", "examples/ci/qconform-gate.yml")
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_the_written_recipe_has_no_placeholder_a_user_cannot_run(name):
+    """Before: ``git clone <qconform repository>`` and ``git+https://<host>/qconform@<commit>``, and a
+    tag ``v0.1.0`` to check out that no checkout holds; now the recipe starts from the user's checkout
+    (a submodule or clone, whose commit is the pin) and names the commit with ``git rev-parse``."""
+    text = (REPO / name).read_text()
+    install = [line for line in text.splitlines() if "pip" in line or "git " in line or "git+" in line]
+    assert install, f"{name} shows no install"
+    for line in install:
+        assert not re.search(r"<[a-z][a-z -]*>", line), f"{name}: {line.strip()}"
+        assert "checkout v0.1.0" not in line and "--branch v0.1.0" not in line, f"{name}: {line.strip()}"
