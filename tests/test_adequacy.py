@@ -20,6 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from qconform.cli import cli
+from qconform.generators import registry
 from qconform.generators.adequacy import analysis, equivalents, imports, oracle, runner
 from qconform.generators.adequacy.analysis import MutantReport
 from qconform.generators.adequacy.mutate import Site, mutated_tree, sites
@@ -336,3 +337,17 @@ def test_judges_and_spec_modules_are_not_mixed() -> None:
     assert result.exit_code == 2 and "--judges" in result.output
     listed = CliRunner().invoke(cli, ["adequacy", "--judges", "--module", "harness/judging/sharding.py", "--list"])
     assert listed.exit_code == 0 and all(line.startswith("judging/sharding:") for line in listed.output.splitlines())
+
+
+def test_a_function_called_while_a_spec_module_is_imported_is_reached() -> None:
+    """checksum.table_entry runs only while spec/wire/checksum.py is imported (it builds the CRC table), and
+    layout.contiguous while spec/wire/layout.py places its fields: the traced baseline imports the spec again,
+    so both are reached and their mutants are run, not reported unreached."""
+    families = ("allocation_invalid",)  # the cheapest family that imports the wire's modules
+    cases = analysis.committed_cases(_vectors(), list(families))
+    registry.all_families()  # imported before the run, as analyse does: the child inherits them
+    (result,) = runner.run([runner.Job(None, families, 300, trace=True)], cases, 1)
+    assert result.outcome.kind == oracle.SURVIVED
+    for module, function in (("wire/checksum", "table_entry"), ("wire/layout", "contiguous")):
+        path = str(imports.module_files()[oracle.module_name(module)])
+        assert (path, function) in result.outcome.reached
