@@ -238,6 +238,15 @@ def fixed_depth_cases() -> Iterator[Case]:
         fixed_depth(0),
     )
     yield policy_case(
+        "scenario-depth0-markov-v2",
+        "A scenario whose rounds hold no draft (depth 0, an empty table): every token is target-only.",
+        flags + ("TARGET_ONLY",),
+        rules,
+        battery(2, 0, "markov"),
+        2,
+        fixed_depth(0),
+    )
+    yield policy_case(
         "depth1-markov-v2",
         "Depth 1, non-dyadic p, q depending on the last token.",
         flags,
@@ -428,8 +437,9 @@ def dspark_cases() -> Iterator[Case]:
     )
 
 
-def invalid_case(name: str, comment: str, table: PolicyTable) -> Case:
-    case_input = scenario_input(toy_selection_scenario(), 1, table)
+def invalid_case(name: str, comment: str, table: PolicyTable, depth: int = 1) -> Case:
+    """The toy scenario (at ``depth``) with a malformed ``table``: BAD_POLICY."""
+    case_input = {**scenario_input(toy_selection_scenario(), 1, table), "depth": depth}
     expected = solve(case_input)
     assert expected == {"error": "BAD_POLICY"}, f"invalid case {name} was accepted by the spec"
     return Case(
@@ -459,6 +469,18 @@ def invalid_cases() -> Iterator[Case]:
         "prefix-key-too-long",
         "Step 1 reads nothing but keys its decision by a token.",
         PolicyTable((TableStep(1, (), {k: {"0": ADMIT, "1": STOP} for k in every_context}),)),
+    )
+    yield invalid_case(
+        "read-past-depth-at-unreached-step",
+        "Depth 2: step 1 always stops, so step 2 is never evaluated, but it reads x3, past the depth: the table "
+        "is refused as written, not only where a round evaluates it.",
+        PolicyTable(
+            (
+                TableStep(1, (), {k: {"": STOP} for k in every_context}),
+                TableStep(2, ("x3",), {k: {"0,0,0": ADMIT} for k in every_context}),
+            )
+        ),
+        depth=2,
     )
     yield invalid_case(
         "past-maximum-depth",
