@@ -155,6 +155,7 @@ def test_a_family_imported_as_a_package_attribute_sees_the_mutant() -> None:
     (result,) = runner.run([runner.Job(site, ("allocation_invalid",), 300)], cases, 1)
     assert result.outcome.kind in (oracle.DRIFT, oracle.CRASH)
     # the first case that kills it: a k-only refusal (precedence/r10 comes before support_size in the corpus)
+    assert result.outcome.case is not None
     assert result.outcome.case.startswith(("allocation_invalid/support_size/k-", "allocation_invalid/precedence/r10-"))
 
 
