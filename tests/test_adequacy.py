@@ -311,7 +311,14 @@ def test_unreachable_entries_are_their_own_list_and_count_apart(tmp_path: Path) 
 def test_every_normative_module_and_fast_path_is_selected_by_default() -> None:
     for module in ("wire/negotiation", "wire/checks", "wire/header", "wire/fallback", "arms", "floats", "outcome_law"):
         assert module in analysis.NORMATIVE_MODULES
-    for module in ("wire/messages", "wire/checksum", "wire/reasons", "admission/draws", "admission/table"):
+    for module in (
+        "wire/layout",
+        "wire/messages",
+        "wire/checksum",
+        "wire/reasons",
+        "admission/draws",
+        "admission/table",
+    ):
         assert module in analysis.DEFAULT_MODULES
     assert "admission/policy" in analysis.DEFAULT_MODULES and "admission/scenario" in analysis.DEFAULT_MODULES
     assert set(analysis.CORE_MODULES) < set(analysis.NORMATIVE_MODULES)

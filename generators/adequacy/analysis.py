@@ -48,9 +48,11 @@ CORE_MODULES: tuple[str, ...] = (
     "wire/codec",
     "admission/audit",
 )
-#: the other normative modules a solve reaches, measured by default (issue #21, bench/RESULTS.md): the wire's messages, checksum and reason codes,
+#: the other normative modules a solve reaches, measured by default (issue #21, bench/RESULTS.md): the wire's layouts,
+#: messages, checksum and reason codes,
 #: and the admission auditor's draws, decision tables, policy interface and scenarios
 REACHED_MODULES: tuple[str, ...] = (
+    "wire/layout",
     "wire/messages",
     "wire/checksum",
     "wire/reasons",
