@@ -312,6 +312,8 @@ def test_every_normative_module_and_fast_path_is_selected_by_default() -> None:
     for module in ("wire/negotiation", "wire/checks", "wire/header", "wire/fallback", "arms", "floats", "outcome_law"):
         assert module in analysis.NORMATIVE_MODULES
     for module in (
+        "constants",
+        "errors",
         "wire/layout",
         "wire/messages",
         "wire/checksum",

@@ -48,10 +48,12 @@ CORE_MODULES: tuple[str, ...] = (
     "wire/codec",
     "admission/audit",
 )
-#: the other normative modules a solve reaches, measured by default (issue #21, bench/RESULTS.md): the wire's layouts,
-#: messages, checksum and reason codes,
+#: the other normative modules a solve reaches, measured by default (issue #21, bench/RESULTS.md): the constants,
+#: the refusal codes, the wire's layouts, messages, checksum and reason codes,
 #: and the admission auditor's draws, decision tables, policy interface and scenarios
 REACHED_MODULES: tuple[str, ...] = (
+    "constants",
+    "errors",
     "wire/layout",
     "wire/messages",
     "wire/checksum",
