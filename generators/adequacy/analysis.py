@@ -50,7 +50,7 @@ CORE_MODULES: tuple[str, ...] = (
 )
 #: the other normative modules a solve reaches, measured by default (issue #21, bench/RESULTS.md): the constants,
 #: the refusal codes, the wire's layouts, messages, checksum and reason codes,
-#: and the admission auditor's draws, decision tables, policy interface and scenarios
+#: and the admission auditor's draws, exact enumeration, decision tables, policy interface and scenarios
 REACHED_MODULES: tuple[str, ...] = (
     "constants",
     "errors",
@@ -59,6 +59,7 @@ REACHED_MODULES: tuple[str, ...] = (
     "wire/checksum",
     "wire/reasons",
     "admission/draws",
+    "admission/choices",
     "admission/table",
     "admission/policy",
     "admission/scenario",
