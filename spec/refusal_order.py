@@ -1,4 +1,4 @@
-"""The refusal precedence of every family outside the wire, as data (R05, R07, R10, R19, R22, R24, R27, R31).
+"""The refusal precedence of every family outside the wire, as data (R05, R07, R10, R19, R22, R24, R27, R31, R36).
 
 When one input breaks several rules at once, its answer is the code of the **earlier row** of its
 family's table. Each family's format document (``docs/formats/<family>.md``, "Refusal precedence")
@@ -129,6 +129,30 @@ RNG_ABI_REFUSALS: tuple[Refusal, ...] = table(
     ("BAD_RNG_FIELD", "`draw_counter` is outside [0, 2^24)"),
 )
 
+#: One round's outcome law (R09, R11): a ``round`` is one ``verification_round`` request, so it refuses as
+#: that family's rows 4-17 (the batch rows 1-3 have no batch to judge); a ``chain`` is a ``distribution``
+#: table, so it refuses as that family's table. ``mode`` decides which rows apply; the two never meet.
+OUTCOME_LAW_REFUSALS: tuple[Refusal, ...] = table(
+    *((r.code, f"round: {r.when}") for r in VERIFICATION_REFUSALS[3:]),
+    *((r.code, f"chain: {r.when}") for r in DISTRIBUTION_REFUSALS),
+)
+
+#: An admission audit (R01, R10, R19, R36): the scenario's row keys, its q rows (as ``QROW_REFUSALS``,
+#: over all of them), its p rows (every length, then every value), then the decision table as
+#: ``check_table`` judges it against the scenario, and last a state the audit reaches without a decision.
+ADMISSION_REFUSALS: tuple[Refusal, ...] = table(
+    ("BAD_SHAPE", '`q` or `p` is not keyed by `""` and every token ID below `vocab`'),
+    *((r.code, f"a q row, {r.when}") for r in QROW_REFUSALS),
+    ("BAD_SHAPE", "a p row has not `vocab` entries"),
+    ("BAD_TARGET_ROW", "a p row is no distribution"),
+    ("BAD_POLICY", "the table has more entries than `depth`"),
+    ("BAD_POLICY", "entry i is not numbered `step` i"),
+    ("BAD_POLICY", "a step reads `x<j>`, `c<j>` or `t<j>` with j above `depth`"),
+    ("BAD_POLICY", 'a context key of `decisions` is not `""` or a token ID below `vocab`'),
+    ("BAD_POLICY", "a prefix key is not as many token IDs below `vocab` as the step's reads reveal"),
+    ("BAD_POLICY", "a state the audit reaches has no decision"),
+)
+
 #: family -> its rows in precedence order (families with refusals; the wire's are ``wire.checks``).
 REFUSAL_ORDER: dict[str, tuple[Refusal, ...]] = {
     "categorical_sampling": QROW_REFUSALS,
@@ -139,4 +163,6 @@ REFUSAL_ORDER: dict[str, tuple[Refusal, ...]] = {
     "proposal_chain": PROPOSAL_CHAIN_REFUSALS,
     "proposal_batch": PROPOSAL_BATCH_REFUSALS,
     "rng_abi": RNG_ABI_REFUSALS,
+    "outcome_law": OUTCOME_LAW_REFUSALS,
+    "admission": ADMISSION_REFUSALS,
 }

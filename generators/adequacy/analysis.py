@@ -48,6 +48,22 @@ CORE_MODULES: tuple[str, ...] = (
     "wire/codec",
     "admission/audit",
 )
+#: the other normative modules a solve reaches, measured by default (issue #21, bench/RESULTS.md): the constants,
+#: the refusal codes, the wire's layouts, messages, checksum and reason codes,
+#: and the admission auditor's draws, exact enumeration, decision tables, policy interface and scenarios
+REACHED_MODULES: tuple[str, ...] = (
+    "constants",
+    "errors",
+    "wire/layout",
+    "wire/messages",
+    "wire/checksum",
+    "wire/reasons",
+    "admission/draws",
+    "admission/choices",
+    "admission/table",
+    "admission/policy",
+    "admission/scenario",
+)
 #: every normative module measured by default (issue #21): the core ones and the wire's negotiation,
 #: checks, header and fallback, the arms, the FP32 readers and the exact outcome law of ``stat``
 NORMATIVE_MODULES: tuple[str, ...] = CORE_MODULES + (
@@ -76,8 +92,8 @@ JUDGE_TESTS_DESELECTED: tuple[str, ...] = (
 JUDGE_TESTS_OF: dict[str, tuple[str, ...]] = {
     "judging/sharding": ("test_compare_sharding.py", "harness/judging/test_judge_boundaries.py"),
 }
-#: what a run without --module measures: the normative modules and the fast paths
-DEFAULT_MODULES: tuple[str, ...] = NORMATIVE_MODULES + tuple(FAST_PATHS)
+#: what a run without --module measures: the normative modules, the other modules a solve reaches, the fast paths
+DEFAULT_MODULES: tuple[str, ...] = NORMATIVE_MODULES + REACHED_MODULES + tuple(FAST_PATHS)
 FORMAT = "qconform-adequacy-v1"
 KILLED = ("killed-drift", "killed-crash", "killed-timeout")
 #: a mutant's timeout: this many times the unmutated run of its families, plus the slack

@@ -86,12 +86,8 @@ class _MutantFinder(importlib.abc.MetaPathFinder):
         return importlib.machinery.ModuleSpec(fullname, _MutantLoader(self.code), origin=str(self.path))
 
 
-def install(site: Site) -> None:
-    """Make ``site``'s mutant the module that every later import of it gets."""
-    name = module_name(site.module)
-    path = imports.module_files()[name]
-    code = compile(mutated_tree(path, site), str(path), "exec")
-    stale = imports.dependents(name)
+def forget(stale: frozenset[str]) -> None:
+    """Drop the loaded modules of ``stale`` from ``sys.modules``, so that the next import runs them again."""
     for loaded in [m for m in sys.modules if m in stale]:
         del sys.modules[loaded]
         # ``from package import module`` reads the package's attribute before sys.modules: drop it
@@ -99,6 +95,22 @@ def install(site: Site) -> None:
         parent, _, child = loaded.rpartition(".")
         if parent in sys.modules and parent not in stale:
             vars(sys.modules[parent]).pop(child, None)
+
+
+def forget_spec() -> None:
+    """Drop every spec module and every module that imports one: the traced baseline imports them again, so a
+    function that a spec module calls while it is imported (``checksum.table_entry`` building the CRC table,
+    ``layout.contiguous`` placing the fields) is recorded as reached, as its mutants change what the import builds."""
+    prefix = module_name("")
+    forget(frozenset().union(*(imports.dependents(m) for m in imports.module_files() if m.startswith(prefix))))
+
+
+def install(site: Site) -> None:
+    """Make ``site``'s mutant the module that every later import of it gets."""
+    name = module_name(site.module)
+    path = imports.module_files()[name]
+    code = compile(mutated_tree(path, site), str(path), "exec")
+    forget(imports.dependents(name))
     sys.meta_path.insert(0, _MutantFinder(name, path, code))
 
 

@@ -67,6 +67,8 @@ def _child(job: Job, conn: Connection) -> None:
                     return solve_fast_path(job.fast_path, _CASES)
                 return oracle.solve_all(job.families, _CASES)
 
+            if job.trace and job.site is None and not job.tests:
+                oracle.forget_spec()  # re-imported under the trace (docs/adequacy.md, "Unreached functions")
             outcome = oracle.traced(judge) if job.trace else judge()
         except Exception as error:  # noqa: BLE001 - a mutant that cannot even be installed is a crash
             outcome = Outcome(CRASH, None, f"{type(error).__name__}: {error}"[: oracle.DETAIL_LIMIT])

@@ -14,10 +14,22 @@ appendix-A scheduler, the prefix scan) and from small policies defined here.
 
 from __future__ import annotations
 
-from typing import Iterator
+import copy
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Callable, Iterator
 
+from qconform.generators import precedence
 from qconform.generators.encoding import decode_rational, encode_rational
-from qconform.generators.families.categorical_sampling import decode_qrow, encode_qrow
+from qconform.generators.families.categorical_sampling import (
+    ROW_BREAKS,
+    RowDraft,
+    decode_qrow,
+    encode_draft,
+    encode_qrow,
+    raw_qrow,
+    row_draft,
+)
 from qconform.generators.families.distribution import RATIONALS, rationals
 from qconform.generators.registry import Case, Family, Group, Note
 from qconform.generators.schemas import closed_object as closed
@@ -46,13 +58,19 @@ from qconform.spec.admission import (
     toy_selection_policy,
     toy_selection_scenario,
 )
-from qconform.spec.admission.scenario import row_keys
+from qconform.spec.admission.scenario import check_row_keys, row_keys
 from qconform.spec.admission.table import check_table
+from qconform.spec.constants import M
 from qconform.spec.errors import SpecError
+from qconform.spec.qrow import QRow, check_q_rows
+from qconform.spec.refusal_order import ADMISSION_REFUSALS
 
 RULES = ("R35", "R36", "R37", "R38")
+#: the rules its refusals cite (the precedence group): the Markov rows' keys, the target rows, the q rows, the table
+REFUSAL_RULES = ("R01", "R10", "R19", "R36")
 
 NOTES = {
+    precedence.FLAG: precedence.NOTE,
     "FIXED_DEPTH": Note(
         "BASIC",
         "The depth is fixed before sampling (R35): the law is exactly the target law.",
@@ -123,7 +141,11 @@ def decode_table(obj: dict) -> PolicyTable:
 
 
 def decode_scenario(case_input: dict) -> Scenario:
+    """The case's Markov scenario, refused in the order of ``refusal_order.ADMISSION_REFUSALS`` rows 1-9:
+    its row keys, every q row (each condition over all of them), every p row's length, then its values."""
     vocab = case_input["vocab"]
+    check_row_keys(vocab, case_input["q"], case_input["p"])
+    check_q_rows(vocab, [raw_qrow(row) for row in case_input["q"].values()])
     q_rows = {key: decode_qrow(row, vocab) for key, row in case_input["q"].items()}
     p_rows = {key: [decode_rational(x) for x in row] for key, row in case_input["p"].items()}
     return markov_scenario("vector", vocab, case_input["depth"], q_rows, p_rows)
@@ -213,6 +235,15 @@ def fixed_depth_cases() -> Iterator[Case]:
         rules,
         battery(2, 2, "markov"),
         3,
+        fixed_depth(0),
+    )
+    yield policy_case(
+        "scenario-depth0-markov-v2",
+        "A scenario whose rounds hold no draft (depth 0, an empty table): every token is target-only.",
+        flags + ("TARGET_ONLY",),
+        rules,
+        battery(2, 0, "markov"),
+        2,
         fixed_depth(0),
     )
     yield policy_case(
@@ -406,8 +437,9 @@ def dspark_cases() -> Iterator[Case]:
     )
 
 
-def invalid_case(name: str, comment: str, table: PolicyTable) -> Case:
-    case_input = scenario_input(toy_selection_scenario(), 1, table)
+def invalid_case(name: str, comment: str, table: PolicyTable, depth: int = 1) -> Case:
+    """The toy scenario (at ``depth``) with a malformed ``table``: BAD_POLICY."""
+    case_input = {**scenario_input(toy_selection_scenario(), 1, table), "depth": depth}
     expected = solve(case_input)
     assert expected == {"error": "BAD_POLICY"}, f"invalid case {name} was accepted by the spec"
     return Case(
@@ -439,10 +471,107 @@ def invalid_cases() -> Iterator[Case]:
         PolicyTable((TableStep(1, (), {k: {"0": ADMIT, "1": STOP} for k in every_context}),)),
     )
     yield invalid_case(
+        "read-past-depth-at-unreached-step",
+        "Depth 2: step 1 always stops, so step 2 is never evaluated, but it reads x3, past the depth: the table "
+        "is refused as written, not only where a round evaluates it.",
+        PolicyTable(
+            (
+                TableStep(1, (), {k: {"": STOP} for k in every_context}),
+                TableStep(2, ("x3",), {k: {"0,0,0": ADMIT} for k in every_context}),
+            )
+        ),
+        depth=2,
+    )
+    yield invalid_case(
         "past-maximum-depth",
         "Two entries where a round holds one draft.",
         PolicyTable(tuple(TableStep(i, (), {k: {"": ADMIT} for k in every_context}) for i in (1, 2))),
     )
+
+
+# --- refusal precedence ------------------------------------------------------------------------
+
+#: ``refusal_order.ADMISSION_REFUSALS`` rows 2-7 are ``QROW_REFUSALS`` rows 1-6 on the empty context's q row.
+QROW_ROW_OFFSET = 1
+
+
+@dataclass
+class AdmissionDraft:
+    """A case being broken: the empty context's q row, the p rows by key, the decision table's steps
+    (as JSON), at depth 1 and horizon 1; the other contexts' q rows are uniform."""
+
+    q: RowDraft
+    p: dict[str, list[Fraction]]
+    steps: list[dict]
+    depth: int = 1
+
+    def input_json(self) -> dict:
+        uniform = encode_qrow(QRow.dense([M // self.q.vocab] * self.q.vocab))
+        return {
+            "vocab": self.q.vocab,
+            "depth": self.depth,
+            "horizon": 1,
+            "q": {key: encode_draft(self.q)["row"] if key == "" else uniform for key in row_keys(self.q.vocab)},
+            "p": {key: rationals(row) for key, row in self.p.items()},
+            "policy": {"steps": self.steps},
+        }
+
+
+def admission_draft(rows: frozenset[int]) -> AdmissionDraft:
+    """A valid audit: row_draft's q row for the empty context, uniform p rows, one step that admits."""
+    q = row_draft(frozenset(n - QROW_ROW_OFFSET for n in rows))
+    keys = row_keys(q.vocab)
+    step = {"step": 1, "reads": [], "decisions": {key: {"": ADMIT} for key in keys}}
+    return AdmissionDraft(q, {key: [Fraction(1, q.vocab)] * q.vocab for key in keys}, [step])
+
+
+def qrow_fault(n: int) -> Callable[[AdmissionDraft], object]:
+    return lambda d: ROW_BREAKS.faults[n - QROW_ROW_OFFSET](d.q)
+
+
+def one_more_entry(d: AdmissionDraft) -> None:
+    """A copy of the last entry, numbered next: more entries than the depth, nothing else new."""
+    d.steps.append({**copy.deepcopy(d.steps[-1]), "step": len(d.steps) + 1})
+
+
+def read_past_depth(d: AdmissionDraft) -> None:
+    """Step 1 reads ``c2`` (past depth 1; it encodes ``x_1``), each prefix key extended by every token,
+    so a well-formed key stays well-formed and a malformed one stays malformed."""
+    entry, tokens = d.steps[0], range(d.q.vocab)
+    entry["reads"] = ["c2"]
+    entry["decisions"] = {
+        context: {
+            ",".join(filter(None, (key, str(v)))): decision for key, decision in by_prefix.items() for v in tokens
+        }
+        for context, by_prefix in entry["decisions"].items()
+    }
+
+
+def heavier_target(d: AdmissionDraft) -> None:
+    """The empty context's p row sums to 9/8: read first, so a checker that reads each row's length and
+    values together answers BAD_TARGET_ROW on the pair with row 8 (on a later row), not BAD_SHAPE."""
+    d.p[""][0] += Fraction(1, 8)
+
+
+ADMISSION_BREAKS = precedence.Breaks[AdmissionDraft](
+    family="admission",
+    base=admission_draft,
+    faults={
+        1: lambda d: d.p.pop(str(d.q.vocab - 1)),
+        **{n: qrow_fault(n) for n in range(2, 8)},
+        8: lambda d: d.p["2"].pop(),
+        9: heavier_target,
+        10: one_more_entry,
+        11: lambda d: d.steps[0].update(step=2),
+        12: read_past_depth,
+        13: lambda d: d.steps[0]["decisions"].update({str(d.q.vocab): {"": ADMIT}}),
+        14: lambda d: d.steps[0]["decisions"]["0"].update({"1": ADMIT}),
+        15: lambda d: d.steps[0]["decisions"].pop(""),  # the first round starts from the empty context
+    },
+    encode=AdmissionDraft.input_json,
+    exclusive=frozenset(frozenset(n + QROW_ROW_OFFSET for n in pair) for pair in ROW_BREAKS.exclusive),
+    why="a q row is dense or sparse (categorical_sampling's exclusive pair)",
+)
 
 
 def build() -> Iterator[Group]:
@@ -456,6 +585,12 @@ def build() -> Iterator[Group]:
     yield Group("toy_selection", "The toy selection-bias regression (R38).", ("R36", "R38"), list(toy_cases()))
     yield Group("dspark", "DSpark v1 appendix A and the prefix scan (R37).", ("R36", "R37"), list(dspark_cases()))
     yield Group("invalid", "Malformed decision tables.", ("R36",), list(invalid_cases()))
+    yield Group(
+        "precedence",
+        "Every refusal row alone and every pair that can fail together: the earlier row's code.",
+        REFUSAL_RULES,
+        list(precedence.precedence_cases(ADMISSION_BREAKS, solve, REFUSAL_RULES)),
+    )
 
 
 KEYS = {"pattern": r"^(?:[0-9]+)?$"}
@@ -481,7 +616,7 @@ FAMILY = Family(
     name="admission",
     description="Depth-admission policies as decision tables, audited exactly: the emitted law beside the target "
     "law, and every read that encodes a draft before its admission.",
-    rules=RULES,
+    rules=tuple(sorted(set(RULES + REFUSAL_RULES))),
     notes=NOTES,
     build=build,
     solve=solve,
@@ -530,7 +665,8 @@ FAMILY = Family(
                     "measurable": {"type": "boolean"},
                 }
             ),
-            closed({"error": {"enum": ["BAD_POLICY", "BAD_SHAPE", "BAD_TARGET_ROW", "WRONG_TOTAL_MASS"]}}),
+            closed({"error": {"enum": sorted({row.code for row in ADMISSION_REFUSALS})}}),
         ]
     },
+    precedence=ADMISSION_BREAKS,
 )

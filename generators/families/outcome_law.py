@@ -18,24 +18,40 @@ the law that ``stat`` compares with was pinned by unit tests only (issue #21).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from fractions import Fraction
-from typing import Iterator
+from typing import Callable, Iterator
 
+from qconform.generators import precedence
 from qconform.generators.encoding import encode_rational, encode_u64
 from qconform.generators.families import distribution, verification_round
 from qconform.generators.families.categorical_sampling import encode_qrow
-from qconform.generators.families.verification_round import decode_request, dense_q, p_row, q_as_p, sparse_q
+from qconform.generators.families.distribution import TABLE_BREAKS, TableDraft, table_draft
+from qconform.generators.families.verification_round import (
+    VERIFICATION_BREAKS,
+    BatchDraft,
+    batch_draft,
+    decode_request,
+    dense_q,
+    p_row,
+    q_as_p,
+    sparse_q,
+)
 from qconform.generators.registry import Case, Family, Group, Note
 from qconform.generators.schemas import closed_object as closed
 from qconform.spec.constants import M
 from qconform.spec.errors import SpecError
 from qconform.spec.outcome_law import Law, chain_outcome_law, request_outcome_law
 from qconform.spec.qrow import QRow
+from qconform.spec.refusal_order import OUTCOME_LAW_REFUSALS
 
 RULES = ("R09", "R11")
+#: the rules its refusals cite (the precedence group): verification_round's and distribution's
+REFUSAL_RULES = ("R10", "R11", "R19", "R24", "R27")
 VOCAB = 4
 
 NOTES = {
+    precedence.FLAG: precedence.NOTE,
     "FULL_ACCEPTANCE": Note(
         "BASIC", "q = p at every draft: every draft is accepted, the law is the bonus row's.", "Baseline."
     ),
@@ -294,10 +310,79 @@ def chain_cases() -> Iterator[Case]:
     )
 
 
+# --- refusal precedence ------------------------------------------------------------------------
+
+#: ``refusal_order.OUTCOME_LAW_REFUSALS`` rows 1-14 are ``VERIFICATION_REFUSALS`` rows 4-17 (one request),
+#: rows 15-24 are ``DISTRIBUTION_REFUSALS`` rows 1-10 (a chain's table).
+ROUND_ROW_OFFSET, CHAIN_ROW_OFFSET = 3, -14
+ROUND_ROWS, CHAIN_ROWS = set(range(1, 15)), set(range(15, 25))
+
+
+@dataclass
+class LawDraft:
+    """A case being broken: one request of a verification batch (``round``) or a distribution table (``chain``)."""
+
+    batch: BatchDraft | None = None
+    chain: TableDraft | None = None
+
+    def input_json(self) -> dict:
+        if self.batch is not None:
+            return {"mode": "round", "vocab": self.batch.vocab, "request": self.batch.input_json()["requests"][0]}
+        assert self.chain is not None
+        return {"mode": "chain", **self.chain.input_json()}
+
+
+def law_draft(rows: frozenset[int]) -> LawDraft:
+    """verification_round's one-request batch for the round rows, distribution's table for the chain rows."""
+    if rows & ROUND_ROWS:
+        return LawDraft(batch=batch_draft(frozenset(n + ROUND_ROW_OFFSET for n in rows)))
+    return LawDraft(chain=table_draft(frozenset(n + CHAIN_ROW_OFFSET for n in rows)))
+
+
+def round_fault(n: int) -> Callable[[LawDraft], object]:
+    """verification_round's fault of its row ``n + 3``, on the round's batch."""
+    fault = VERIFICATION_BREAKS.faults[n + ROUND_ROW_OFFSET]
+
+    def apply(d: LawDraft) -> None:
+        assert d.batch is not None
+        fault(d.batch)
+
+    return apply
+
+
+def chain_fault(n: int) -> Callable[[LawDraft], object]:
+    """distribution's fault of its row ``n - 14``, on the chain's table."""
+    fault = TABLE_BREAKS.faults[n + CHAIN_ROW_OFFSET]
+
+    def apply(d: LawDraft) -> None:
+        assert d.chain is not None
+        fault(d.chain)
+
+    return apply
+
+
+LAW_BREAKS = precedence.Breaks[LawDraft](
+    family="outcome_law",
+    base=law_draft,
+    faults={**{n: round_fault(n) for n in ROUND_ROWS}, **{n: chain_fault(n) for n in CHAIN_ROWS}},
+    encode=LawDraft.input_json,
+    exclusive=precedence.exclusive_between(ROUND_ROWS, CHAIN_ROWS)
+    | {frozenset(n - ROUND_ROW_OFFSET for n in pair) for pair in VERIFICATION_BREAKS.exclusive}
+    | {frozenset(n - CHAIN_ROW_OFFSET for n in pair) for pair in TABLE_BREAKS.exclusive},
+    why="a case is a round or a chain (its mode), and a q row is dense or sparse (categorical_sampling's pair)",
+)
+
+
 def build() -> Iterator[Group]:
     yield Group("round", "A verification_round request's law, its drafts given.", RULES, list(round_cases()))
     yield Group("round_invalid", "Requests the law refuses, as verify_round does.", RULES, list(invalid_round_cases()))
     yield Group("chain", "A distribution table's law, the drafts sampled too.", RULES, list(chain_cases()))
+    yield Group(
+        "precedence",
+        "Every refusal row alone and every pair that can fail together: the earlier row's code.",
+        REFUSAL_RULES,
+        list(precedence.precedence_cases(LAW_BREAKS, solve, REFUSAL_RULES)),
+    )
 
 
 OUTCOME = closed(
@@ -311,7 +396,7 @@ OUTCOME = closed(
 FAMILY = Family(
     name="outcome_law",
     description="The exact law of one round's (accepted, emitted), which statistical mode samples against.",
-    rules=RULES,
+    rules=tuple(sorted(set(RULES + REFUSAL_RULES))),
     notes=NOTES,
     build=build,
     solve=solve,
@@ -330,7 +415,8 @@ FAMILY = Family(
     expected_schema={
         "oneOf": [
             closed({"outcomes": {"type": "array", "items": OUTCOME, "minItems": 1}}),
-            closed({"error": {"enum": ["ZERO_Q_AT_TOKEN", "TOKEN_OUT_OF_RANGE", "BAD_TARGET_ROW", "BAD_SHAPE"]}}),
+            closed({"error": {"enum": sorted({row.code for row in OUTCOME_LAW_REFUSALS})}}),
         ]
     },
+    precedence=LAW_BREAKS,
 )

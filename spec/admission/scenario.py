@@ -24,7 +24,7 @@ from qconform.spec.constants import M
 from qconform.spec.errors import refuse
 from qconform.spec.qrow import QRow
 from qconform.spec.rules import defines
-from qconform.spec.verification import check_target_row
+from qconform.spec.verification import check_target_row, check_target_shapes
 
 Context = tuple[int, ...]
 
@@ -114,6 +114,15 @@ def row_keys(vocab: int) -> list[str]:
     return [""] + [str(v) for v in range(vocab)]
 
 
+@defines("R01")
+def check_row_keys(vocab: int, q_rows: Mapping[str, object], p_rows: Mapping[str, object]) -> None:
+    """Refuse (BAD_SHAPE) q or p rows not keyed by exactly :func:`row_keys`: the shape of a Markov
+    scenario, judged before any row's values (``refusal_order.ADMISSION_REFUSALS`` row 1)."""
+    for what, table in (("q", q_rows), ("p", p_rows)):
+        if sorted(table) != sorted(row_keys(vocab)):
+            raise refuse("BAD_SHAPE", f"{what} rows keyed {sorted(table)}, expected {row_keys(vocab)}")
+
+
 @defines("R01", "R36")
 def markov_scenario(
     name: str,
@@ -126,11 +135,11 @@ def markov_scenario(
 ) -> Scenario:
     """A scenario whose rows depend on the last token of the context only (:func:`row_key`).
 
-    Both tables need every key of :func:`row_keys`; each row is validated here.
+    Both tables need every key of :func:`row_keys`; each row is validated here, in the order of
+    ``refusal_order.ADMISSION_REFUSALS``: the keys, then every p row's length, then each row's values.
     """
-    for what, table in (("q", q_rows), ("p", p_rows)):
-        if sorted(table) != sorted(row_keys(vocab)):
-            raise refuse("BAD_SHAPE", f"{what} rows keyed {sorted(table)}, expected {row_keys(vocab)}")
+    check_row_keys(vocab, q_rows, p_rows)
+    check_target_shapes([len(p_rows[key]) for key in row_keys(vocab)], vocab)
     scenario = Scenario(
         name=name,
         vocab=vocab,

@@ -20,6 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from qconform.cli import cli
+from qconform.generators import registry
 from qconform.generators.adequacy import analysis, equivalents, imports, oracle, runner
 from qconform.generators.adequacy.analysis import MutantReport
 from qconform.generators.adequacy.mutate import Site, mutated_tree, sites
@@ -154,6 +155,7 @@ def test_a_family_imported_as_a_package_attribute_sees_the_mutant() -> None:
     (result,) = runner.run([runner.Job(site, ("allocation_invalid",), 300)], cases, 1)
     assert result.outcome.kind in (oracle.DRIFT, oracle.CRASH)
     # the first case that kills it: a k-only refusal (precedence/r10 comes before support_size in the corpus)
+    assert result.outcome.case is not None
     assert result.outcome.case.startswith(("allocation_invalid/support_size/k-", "allocation_invalid/precedence/r10-"))
 
 
@@ -309,6 +311,19 @@ def test_unreachable_entries_are_their_own_list_and_count_apart(tmp_path: Path) 
 def test_every_normative_module_and_fast_path_is_selected_by_default() -> None:
     for module in ("wire/negotiation", "wire/checks", "wire/header", "wire/fallback", "arms", "floats", "outcome_law"):
         assert module in analysis.NORMATIVE_MODULES
+    for module in (
+        "constants",
+        "errors",
+        "wire/layout",
+        "wire/messages",
+        "wire/checksum",
+        "wire/reasons",
+        "admission/draws",
+        "admission/table",
+    ):
+        assert module in analysis.DEFAULT_MODULES
+    for module in ("admission/choices", "admission/policy", "admission/scenario"):
+        assert module in analysis.DEFAULT_MODULES
     assert set(analysis.CORE_MODULES) < set(analysis.NORMATIVE_MODULES)
     assert "allocation_certified" in analysis.DEFAULT_MODULES
 
@@ -336,3 +351,17 @@ def test_judges_and_spec_modules_are_not_mixed() -> None:
     assert result.exit_code == 2 and "--judges" in result.output
     listed = CliRunner().invoke(cli, ["adequacy", "--judges", "--module", "harness/judging/sharding.py", "--list"])
     assert listed.exit_code == 0 and all(line.startswith("judging/sharding:") for line in listed.output.splitlines())
+
+
+def test_a_function_called_while_a_spec_module_is_imported_is_reached() -> None:
+    """checksum.table_entry runs only while spec/wire/checksum.py is imported (it builds the CRC table), and
+    layout.contiguous while spec/wire/layout.py places its fields: the traced baseline imports the spec again,
+    so both are reached and their mutants are run, not reported unreached."""
+    families = ("allocation_invalid",)  # the cheapest family that imports the wire's modules
+    cases = analysis.committed_cases(_vectors(), list(families))
+    registry.all_families()  # imported before the run, as analyse does: the child inherits them
+    (result,) = runner.run([runner.Job(None, families, 300, trace=True)], cases, 1)
+    assert result.outcome.kind == oracle.SURVIVED
+    for module, function in (("wire/checksum", "table_entry"), ("wire/layout", "contiguous")):
+        path = str(imports.module_files()[oracle.module_name(module)])
+        assert (path, function) in result.outcome.reached

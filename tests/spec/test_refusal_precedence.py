@@ -73,11 +73,7 @@ def families_with_refusals() -> set[str]:
 
 
 #: Families with refusals whose table is not written yet, and why (issue #21); the list may only shrink.
-PENDING: dict[str, str] = {
-    "admission": "its scenario's q and p rows and its decision table's BAD_POLICY rows are not yet one table",
-    "outcome_law": "new in the same change as the tables: a round refuses as one verification_round request "
-    "(that family's rows 4-17, docs/formats/outcome_law.md), but its own precedence group is not generated yet",
-}
+PENDING: dict[str, str] = {}
 
 
 def test_every_family_with_refusals_has_a_table():
