@@ -540,6 +540,57 @@ def logit_cases() -> Iterator[Case]:
     )
 
 
+#: (name, comment, d): rows [0, d] at T = 1, so d_1 = d exactly and token 1's exp is the row's only
+#: inexact one: its rounded bits are the answer's weight 1 and its margin is ``exp_margin_ulp``
+SINGLE_EXP_ROWS: tuple[tuple[str, str, str, int], ...] = (
+    (
+        "exp-rounds-up-to-power-of-two",
+        "-0.69314718",
+        "exp(d) just below 1/2 rounds up to 1/2 (the spacing halves below it)",
+        0xBF317218,
+    ),
+    ("exp-just-below-power-of-two", "-0.69314724", "exp(d) rounds to the FP32 value just below 1/2", 0xBF317219),
+    (
+        "exp-smallest-normal-binade",
+        "-87.3365",
+        "exp(d) rounds into the smallest normal binade (biased exponent 1)",
+        0xC2AEAC4A,
+    ),
+    ("exp-largest-subnormals", "-87.34", "exp(d) rounds to a subnormal just below 2^-126", 0xC2AEAE14),
+    ("exp-rounds-to-smallest-subnormal", "-103.97", "exp(d) just above 2^-150 rounds up to 2^-149", 0xC2CFF0A4),
+    ("exp-rounds-to-zero", "-104.5", "exp(d) below 2^-150 rounds to +0 (the token keeps count 0)", 0xC2D10000),
+    ("exp-far-below-range", "-2000", "exp(d) < 2^-2885 rounds to +0 with a margin just under 1/2", 0xC4FA0000),
+)
+
+
+def fp32_step_cases() -> Iterator[Case]:
+    """Logit rows that drive each FP32 step of R05 (the division by T, the subtraction of the max,
+    the exp) into one edge of spec/floats.py, each alone in its row so that the answer's weights and
+    ``exp_margin_ulp`` show that step's result (issue #21: floats under mutation)."""
+    for name, d_text, what, d_bits in SINGLE_EXP_ROWS:
+        yield dense_case(
+            name,
+            f"Logits [0, d] at T = 1 with d = {d_text} (FP32 bits {d_bits:#010x}): {what}; the "
+            "margin is that exp's alone.",
+            ("LOGIT_PIPELINE",),
+            RowSource("logits", [0, d_bits], f32_bits(1.0)),
+        )
+    yield dense_case(
+        "difference-overflows-to-minus-inf",
+        "Logits [3e38, -3e38] at T = 1: both finite, but d = -3e38 - 3e38 overflows to -inf in FP32, and "
+        "exp(-inf) = +0 exactly (no margin): weight 0 for a token that is not masked.",
+        ("LOGIT_PIPELINE", "SINGLE_SUPPORT"),
+        RowSource.logits([3.0e38, -3.0e38], 1.0),
+    )
+    yield dense_case(
+        "subtraction-tie-to-even",
+        "Logits [1, 2^-25] at T = 1: d = 2^-25 - 1 = -(1 - 2^-25) lies exactly halfway between -(1 - 2^-24) "
+        "and -1, and rounds to the even one, -1.",
+        ("LOGIT_PIPELINE",),
+        RowSource.logits([1.0, 2.0**-25], 1.0),
+    )
+
+
 def production_row(seed: int) -> list[int]:
     """A softmax-like FP32 row over V = 129280, spread over 26 binades (shared with allocation_sparse)."""
     return [f32_bits(x) for x in log_uniform(random.Random(seed), VOCAB, 26)]
@@ -581,6 +632,12 @@ def build() -> Iterator[Group]:
     )
     yield Group("production_vocab", "Rows over V = 129280.", RULES, list(production_cases()))
     yield Group(
+        "fp32_steps",
+        "Logit rows that drive one FP32 step of R05 (division, subtraction, exp) into an edge of its rounding.",
+        RULES,
+        list(fp32_step_cases()),
+    )
+    yield Group(
         "fast_path_rows",
         "Rows on which an FP64 evaluation of the allocation must hand tokens to exact arithmetic.",
         RULES,
@@ -604,6 +661,56 @@ def fast_path_cases() -> Iterator[Case]:
         "remaining tickets and the tie gap.",
         (),
         RowSource.f32([3.5, 21.0, 171.5]),
+    )
+    yield from certificate_cases()
+
+
+def f32_tail(top: Fraction, bottom: Fraction) -> list[Fraction]:
+    """FP32 weights summing exactly to ``top - bottom`` (both powers of two, ``top > bottom``): the
+    24-bit pieces ``2^e - 2^(e - 24)`` from ``top`` down, and the rest. A row that ends in such a
+    tail has a total with more than 53 significant bits, which FP64 rounds away."""
+    pieces, high = [], top
+    while high / (1 << 24) > bottom:
+        pieces.append(high - high / (1 << 24))
+        high /= 1 << 24
+    return pieces + [high - bottom]
+
+
+def certificate_cases() -> Iterator[Case]:
+    """Rows that probe each certificate of the certified FP64 evaluation
+    (``allocate_dense_f32_certified``, proof steps 3 to 5): its FP64 quotas are exact or rounded
+    once or twice, but a total W whose low bits FP64 drops moves a quota across an integer by far
+    less than the error bound, so only the exact recomputation of that token decides it.
+    Constructions, not a search: each row is made so that the certificate it names is the only
+    thing that decides the answer (issue #21)."""
+    yield dense_case(
+        "floor-one-within-error",
+        "Weights 2^-24, 1 - 2^-24 and 2^-80: W = 1 + 2^-80 rounds to 1 in FP64, so token 0's FP64 quota is "
+        "exactly 1 while its exact quota is just below 1. Probes step 3's lower test: a floor of 1 (or any "
+        "floor above 0) within the error bound of the FP64 quota is not certain; trusting it leaves one "
+        "ticket too few (remaining 1, not 2).",
+        ("FLOOR_TO_ZERO",),
+        RowSource(
+            "f32", [exact_f32(x) for x in [Fraction(1, 1 << 24), 1 - Fraction(1, 1 << 24), Fraction(1, 1 << 80)]]
+        ),
+    )
+    yield dense_case(
+        "uncertain-fraction-just-above-integer",
+        "Weights 1/2 and a tail summing to 1/2 - 2^-80: W = 1 - 2^-80 rounds to 1, so token 0's FP64 quota is "
+        "exactly 2^23 while its exact quota is 2^23 plus about 2^-57. Probes step 3's exact fraction of an "
+        "uncertain token, r / N: that token must compete for the one ticket with its tiny fraction and lose it "
+        "to token 1 (fraction about 1/2).",
+        (),
+        RowSource("f32", [exact_f32(x) for x in [Fraction(1, 2)] + f32_tail(Fraction(1, 2), Fraction(1, 1 << 80))]),
+    )
+    yield dense_case(
+        "loser-exactly-at-theta-minus-margin",
+        "W = 1, so every FP64 quota is exact: fractions 0, 0, 1/2, 1/2 - 2^-25 and 2^-25 with one ticket. "
+        "theta = 1/2 and token 3's fraction is exactly theta - D (D = 2^-25). Probes step 4's contested band, "
+        "closed at theta - D: token 3 is the best loser, so tie_gap = 2^-25; a band open at its lower end "
+        "leaves token 3 in no set and takes token 4 as the best loser.",
+        (),
+        RowSource.f32([0.5, 0.5 - 2.0**-24, 2.0**-25, 2.0**-25 - 2.0**-49, 2.0**-49]),
     )
 
 
