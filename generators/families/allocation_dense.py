@@ -589,6 +589,27 @@ def fp32_step_cases() -> Iterator[Case]:
         ("LOGIT_PIPELINE",),
         RowSource.logits([1.0, 2.0**-25], 1.0),
     )
+    yield dense_case(
+        "subtraction-one-unit",
+        "Logits [1 + 2^-23, 1] at T = 1: d = 1 - (1 + 2^-23) = -2^-23, exactly one unit of the operands' "
+        "grid; exp(d) rounds to 1 - 2^-23, not to 1.",
+        ("LOGIT_PIPELINE",),
+        RowSource.logits([1.0 + 2.0**-23, 1.0], 1.0),
+    )
+    yield dense_case(
+        "subtraction-just-above-power-of-two",
+        "Logits [3 * 2^-26, -1] at T = 1: d = -(1 + 3 * 2^-26), between 1/4 and 1/2 ulp beyond a power of "
+        "two: rounds to -1 (the 25-bit quotient of the rounding is exactly 2^24 at its first estimate).",
+        ("LOGIT_PIPELINE",),
+        RowSource.logits([3 * 2.0**-26, -1.0], 1.0),
+    )
+    yield dense_case(
+        "weights-of-exponent-minus-one",
+        "FP32 weights 5000000.5 and 2.5: the first has significand times 2^-1 (values in [2^22, 2^23)), "
+        "the one exponent at which the exact decoding switches from a shift left to a denominator.",
+        (),
+        RowSource.f32([5000000.5, 2.5]),
+    )
 
 
 def production_row(seed: int) -> list[int]:
