@@ -34,7 +34,12 @@ from qconform.generators.registry import Case, Family, FuzzHooks, Group, Labels,
 from qconform.generators.schemas import blob_schema
 from qconform.generators.schemas import closed_object as closed
 from qconform.spec.allocation import allocate_dense
-from qconform.spec.allocation_fp64 import allocate_dense_fp64, fp64_row_error_bound, fp64_row_may_differ
+from qconform.spec.allocation_fp64 import (
+    allocate_dense_fp64,
+    fp64_row_error_bound,
+    fp64_row_may_differ,
+    fp64_tie_gap,
+)
 from qconform.spec.constants import VOCAB, M
 from qconform.spec.errors import SpecError, refuse
 from qconform.spec.floats import F32_MAX, F32_NEG_INF, round_to_f32
@@ -325,6 +330,34 @@ def fp64_near_tie_row(rng: random.Random, larger_first: bool) -> list[int]:
     return [exact_f32(x) for x in row]
 
 
+def fp64_threshold_row(seed: int, gap_units: int) -> list[int]:
+    """A row [2^27, a, b] whose FP64 tie gap is exactly ``gap_units / 2`` times ``2 * Delta``.
+
+    With n = 3 tokens and the largest weight 2^27 in integer units (a, b < 2^24 integers, so
+    all three are FP32), Delta = (n + 1) * max Q / 2^53 = 2^27 * 2^24 * 4 / (N * 2^53) = 1 / N
+    for the total N = 2^27 + a + b: a tie gap of k / N is k * Delta. The fractional parts are
+    r_v / N with r_v = (2^24 * u_v) mod N, so r_a - r_b = k exactly when
+    a - b = k * 2^-24 (mod N), N odd. A deterministic search (``random.Random(seed)``) draws
+    an odd a + b, solves for a - b, and keeps the first row whose tie gap, taken between a and
+    b, is exactly k / N (token 0's fraction is farther away)."""
+    rng = random.Random(seed)
+    big = 1 << 27
+    while True:
+        total_ab = rng.randrange(1 << 23, 1 << 25) | 1
+        total = big + total_ab
+        wanted = gap_units * pow(1 << 24, -1, total) % total
+        for diff in (wanted, wanted - total):
+            if abs(diff) >= total_ab or (diff - total_ab) % 2:
+                continue
+            a, b = (total_ab + diff) // 2, (total_ab - diff) // 2
+            if a == b or not (0 < a < 1 << 24 and 0 < b < 1 << 24):
+                continue
+            bits = [exact_f32(Fraction(u)) for u in (big, a, b)]
+            weights = weights_from_f32(bits)
+            if fp64_tie_gap(weights, allocate_dense(weights).counts) == Fraction(gap_units, total):
+                return bits
+
+
 def fp64_flip_rows(seed: int, wanted: int, larger_first: bool) -> list[list[int]]:
     """Deterministic search over near-tie constructions: keep the first ``wanted``
     rows where the FP64 recipe differs (``larger_first``) or agrees (not)."""
@@ -406,6 +439,21 @@ def tie_cases() -> Iterator[Case]:
         (),
         RowSource.f32([2210.0, 3853.0, 2210.0]),
     )
+    yield tie_across_weights_case()
+
+
+def tie_across_weights_case() -> Case:
+    """Weights 1, 3, 5, 7 and 2^25 - 16 (W = 2^25): every odd weight's fractional part is exactly 1/2 and
+    the even one's 0, so the two tickets go to tokens 0 and 1 and tokens 2 and 3, of other weights, tie
+    with them; a tie between different weights is an FP64 uncertainty (fp64_tie_gap 0)."""
+    return dense_case(
+        "tie-across-different-weights",
+        "Weights 1, 3, 5, 7 and 2^25 - 16: W = 2^25, so the odd weights' fractional parts are all exactly 1/2; "
+        "tokens 0 and 1 take the two tickets by ID, tying with tokens 2 and 3 of other weights "
+        "(fp64_may_differ true: the tie is between different weights).",
+        (),
+        RowSource.f32([1.0, 3.0, 5.0, 7.0, float((1 << 25) - 16)]),
+    )
 
 
 def fp64_cases() -> Iterator[Case]:
@@ -424,6 +472,26 @@ def fp64_cases() -> Iterator[Case]:
             (),
             RowSource("f32", bits),
         )
+
+
+def fp64_bound_cases() -> Iterator[Case]:
+    """``fp64_may_differ`` is ``tie_gap <= 2 * Delta`` (spec/allocation_fp64.py): rows on that
+    threshold and one Delta past it, where a bound of Delta or 3 Delta, or a strict test, answers
+    otherwise (issue #21: allocation_fp64 under mutation)."""
+    yield dense_case(
+        "tie-gap-exactly-two-delta",
+        "Three FP32 weights (2^27 and two integers below 2^24) whose tie gap is exactly 2 * Delta = 2 / N: "
+        "on the threshold, so fp64_may_differ is true (the test is <=).",
+        (),
+        RowSource("f32", fp64_threshold_row(0xB0D2, 2)),
+    )
+    yield dense_case(
+        "tie-gap-three-delta",
+        "The same construction with tie gap 3 * Delta: past the threshold, so fp64_may_differ is false, and "
+        "the FP64 recipe is proven to agree.",
+        (),
+        RowSource("f32", fp64_threshold_row(0xB0D3, 3)),
+    )
 
 
 def edge_cases() -> Iterator[Case]:
@@ -643,6 +711,12 @@ def build() -> Iterator[Group]:
         "Near-ties below FP64 resolution, found by a deterministic search; exact is normative.",
         RULES,
         list(fp64_cases()),
+    )
+    yield Group(
+        "fp64_bound",
+        "Tie gaps exactly on and past fp64_may_differ's threshold 2 * Delta, found by a deterministic search.",
+        RULES,
+        list(fp64_bound_cases()),
     )
     yield Group(
         "edges", "Single support, floors to zero, subnormal and FP32-maximum weights.", RULES, list(edge_cases())
