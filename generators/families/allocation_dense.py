@@ -358,14 +358,14 @@ def fp64_threshold_row(seed: int, gap_units: int) -> list[int]:
                 return bits
 
 
-def fp64_block_row(seed: int) -> list[int]:
+def fp64_block_row(seed: int, admitted: bool) -> list[int]:
     """A row whose tie is split inside one block of equal weights (tokens 1 and 2, weight x: token 1
     gets the ticket, token 2 not), with token 3 (weight y) one remainder unit from the block: just
     above it and admitted, or just below it and excluded (``admitted``).
 
     Seven integer weights, the largest 2^27 / 2 = 2^26, so Delta = (7 + 1) * 2^26 * 2^24 / (N * 2^53)
     = 1 / N for the total N, and fp64_tie_gap, taken past the block, is 1 / N = Delta <= 2 * Delta.
-    r_y - r_x = 1 exactly when y - x = 2^-24 (mod N), N odd: a deterministic search
+    r_y - r_x = +-1 exactly when y - x = +-2^-24 (mod N), N odd: a deterministic search
     (``random.Random(seed)``) draws N, takes y - x as that residue when it is small, fills the total
     with the sixth weight, and keeps the first row with the wanted ticket pattern and tie gap."""
     rng = random.Random(seed)
@@ -374,8 +374,8 @@ def fp64_block_row(seed: int) -> list[int]:
         step = pow(1 << 24, -1, total)
         if step >= 1 << 23:
             continue
-        x = rng.randrange(1, (1 << 24) - step)
-        y = x + step
+        x = rng.randrange(1, (1 << 24) - step) if admitted else rng.randrange(step + 1, 1 << 24)
+        y = x + step if admitted else x - step
         z, q = rng.randrange(1, 1 << 24), rng.randrange(1, 1 << 24)
         p = total - ((1 << 26) + 2 * x + y + z + q)
         if not 0 < p < 1 << 24:
@@ -386,7 +386,7 @@ def fp64_block_row(seed: int) -> list[int]:
         counts = allocate_dense(weights).counts
         floors = [(u << 24) // total for u in units]
         pattern = (counts[1] - floors[1], counts[2] - floors[2], counts[3] - floors[3])
-        if pattern == (1, 0, 1) and fp64_tie_gap(weights, counts) == Fraction(1, total):
+        if pattern == (1, 0, int(admitted)) and fp64_tie_gap(weights, counts) == Fraction(1, total):
             return bits
 
 
@@ -524,14 +524,15 @@ def fp64_bound_cases() -> Iterator[Case]:
         (),
         RowSource("f32", fp64_threshold_row(0xB0D3, 3)),
     )
-    yield dense_case(
-        "block-tie-neighbour-admitted",
-        "Seven weights; tokens 1 and 2 have equal weight and split the last ticket (an equal-weight tie, no "
-        "FP64 uncertainty), and token 3, admitted, is one remainder unit above the block: fp64_tie_gap, taken "
-        "past the block, is that unit, 1 / N = Delta, so fp64_may_differ is true.",
-        (),
-        RowSource("f32", fp64_block_row(0xB10C)),
-    )
+    for admitted, where in ((True, "above the block, admitted"), (False, "below the block, excluded")):
+        yield dense_case(
+            f"block-tie-neighbour-{'admitted' if admitted else 'excluded'}",
+            "Seven weights; tokens 1 and 2 have equal weight and split the last ticket (an equal-weight tie, no "
+            f"FP64 uncertainty), and token 3 is one remainder unit {where}: fp64_tie_gap, taken past the "
+            "block, is that unit, 1 / N = Delta, so fp64_may_differ is true.",
+            (),
+            RowSource("f32", fp64_block_row(0xB10C if admitted else 0xB10D, admitted)),
+        )
 
 
 def edge_cases() -> Iterator[Case]:
