@@ -65,7 +65,8 @@ REACHED_MODULES: tuple[str, ...] = (
     "admission/scenario",
 )
 #: every normative module measured by default (issue #21): the core ones and the wire's negotiation,
-#: checks, header and fallback, the arms, the FP32 readers and the exact outcome law of ``stat``
+#: checks, header and fallback, the arms, the FP32 readers, the exact outcome law of ``stat``, and the
+#: FP64 verdict and bound that every allocation answer carries
 NORMATIVE_MODULES: tuple[str, ...] = CORE_MODULES + (
     "wire/negotiation",
     "wire/checks",
@@ -74,6 +75,7 @@ NORMATIVE_MODULES: tuple[str, ...] = CORE_MODULES + (
     "arms",
     "floats",
     "outcome_law",
+    "allocation_fp64",
 )
 #: the judges' unit tests (under tests/), the oracle of ``--judges``
 JUDGE_TESTS: tuple[str, ...] = (

@@ -34,7 +34,12 @@ from qconform.generators.registry import Case, Family, FuzzHooks, Group, Labels,
 from qconform.generators.schemas import blob_schema
 from qconform.generators.schemas import closed_object as closed
 from qconform.spec.allocation import allocate_dense
-from qconform.spec.allocation_fp64 import allocate_dense_fp64, fp64_row_error_bound, fp64_row_may_differ
+from qconform.spec.allocation_fp64 import (
+    allocate_dense_fp64,
+    fp64_row_error_bound,
+    fp64_row_may_differ,
+    fp64_tie_gap,
+)
 from qconform.spec.constants import VOCAB, M
 from qconform.spec.errors import SpecError, refuse
 from qconform.spec.floats import F32_MAX, F32_NEG_INF, round_to_f32
@@ -325,6 +330,66 @@ def fp64_near_tie_row(rng: random.Random, larger_first: bool) -> list[int]:
     return [exact_f32(x) for x in row]
 
 
+def fp64_threshold_row(seed: int, gap_units: int) -> list[int]:
+    """A row [2^27, a, b] whose FP64 tie gap is exactly ``gap_units / 2`` times ``2 * Delta``.
+
+    With n = 3 tokens and the largest weight 2^27 in integer units (a, b < 2^24 integers, so
+    all three are FP32), Delta = (n + 1) * max Q / 2^53 = 2^27 * 2^24 * 4 / (N * 2^53) = 1 / N
+    for the total N = 2^27 + a + b: a tie gap of k / N is k * Delta. The fractional parts are
+    r_v / N with r_v = (2^24 * u_v) mod N, so r_a - r_b = k exactly when
+    a - b = k * 2^-24 (mod N), N odd. A deterministic search (``random.Random(seed)``) draws
+    an odd a + b, solves for a - b, and keeps the first row whose tie gap, taken between a and
+    b, is exactly k / N (token 0's fraction is farther away)."""
+    rng = random.Random(seed)
+    big = 1 << 27
+    while True:
+        total_ab = rng.randrange(1 << 23, 1 << 25) | 1
+        total = big + total_ab
+        wanted = gap_units * pow(1 << 24, -1, total) % total
+        for diff in (wanted, wanted - total):
+            if abs(diff) >= total_ab or (diff - total_ab) % 2:
+                continue
+            a, b = (total_ab + diff) // 2, (total_ab - diff) // 2
+            if a == b or not (0 < a < 1 << 24 and 0 < b < 1 << 24):
+                continue
+            bits = [exact_f32(Fraction(u)) for u in (big, a, b)]
+            weights = weights_from_f32(bits)
+            if fp64_tie_gap(weights, allocate_dense(weights).counts) == Fraction(gap_units, total):
+                return bits
+
+
+def fp64_block_row(seed: int, admitted: bool) -> list[int]:
+    """A row whose tie is split inside one block of equal weights (tokens 1 and 2, weight x: token 1
+    gets the ticket, token 2 not), with token 3 (weight y) one remainder unit from the block: just
+    above it and admitted, or just below it and excluded (``admitted``).
+
+    Seven integer weights, the largest 2^27 / 2 = 2^26, so Delta = (7 + 1) * 2^26 * 2^24 / (N * 2^53)
+    = 1 / N for the total N, and fp64_tie_gap, taken past the block, is 1 / N = Delta <= 2 * Delta.
+    r_y - r_x = +-1 exactly when y - x = +-2^-24 (mod N), N odd: a deterministic search
+    (``random.Random(seed)``) draws N, takes y - x as that residue when it is small, fills the total
+    with the sixth weight, and keeps the first row with the wanted ticket pattern and tie gap."""
+    rng = random.Random(seed)
+    while True:
+        total = (rng.randrange(1 << 26, 1 << 27) + (1 << 26)) | 1
+        step = pow(1 << 24, -1, total)
+        if step >= 1 << 23:
+            continue
+        x = rng.randrange(1, (1 << 24) - step) if admitted else rng.randrange(step + 1, 1 << 24)
+        y = x + step if admitted else x - step
+        z, q = rng.randrange(1, 1 << 24), rng.randrange(1, 1 << 24)
+        p = total - ((1 << 26) + 2 * x + y + z + q)
+        if not 0 < p < 1 << 24:
+            continue
+        units = [1 << 26, x, x, y, z, p, q]
+        bits = [exact_f32(Fraction(u)) for u in units]
+        weights = weights_from_f32(bits)
+        counts = allocate_dense(weights).counts
+        floors = [(u << 24) // total for u in units]
+        pattern = (counts[1] - floors[1], counts[2] - floors[2], counts[3] - floors[3])
+        if pattern == (1, 0, int(admitted)) and fp64_tie_gap(weights, counts) == Fraction(1, total):
+            return bits
+
+
 def fp64_flip_rows(seed: int, wanted: int, larger_first: bool) -> list[list[int]]:
     """Deterministic search over near-tie constructions: keep the first ``wanted``
     rows where the FP64 recipe differs (``larger_first``) or agrees (not)."""
@@ -406,6 +471,21 @@ def tie_cases() -> Iterator[Case]:
         (),
         RowSource.f32([2210.0, 3853.0, 2210.0]),
     )
+    yield tie_across_weights_case()
+
+
+def tie_across_weights_case() -> Case:
+    """Weights 1, 3, 5, 7 and 2^25 - 16 (W = 2^25): every odd weight's fractional part is exactly 1/2 and
+    the even one's 0, so the two tickets go to tokens 0 and 1 and tokens 2 and 3, of other weights, tie
+    with them; a tie between different weights is an FP64 uncertainty (fp64_tie_gap 0)."""
+    return dense_case(
+        "tie-across-different-weights",
+        "Weights 1, 3, 5, 7 and 2^25 - 16: W = 2^25, so the odd weights' fractional parts are all exactly 1/2; "
+        "tokens 0 and 1 take the two tickets by ID, tying with tokens 2 and 3 of other weights "
+        "(fp64_may_differ true: the tie is between different weights).",
+        (),
+        RowSource.f32([1.0, 3.0, 5.0, 7.0, float((1 << 25) - 16)]),
+    )
 
 
 def fp64_cases() -> Iterator[Case]:
@@ -423,6 +503,35 @@ def fp64_cases() -> Iterator[Case]:
             "The same near-tie construction, ordered so that FP64's ID tie break agrees.",
             (),
             RowSource("f32", bits),
+        )
+
+
+def fp64_bound_cases() -> Iterator[Case]:
+    """``fp64_may_differ`` is ``tie_gap <= 2 * Delta`` (spec/allocation_fp64.py): rows on that
+    threshold and one Delta past it, where a bound of Delta or 3 Delta, or a strict test, answers
+    otherwise (issue #21: allocation_fp64 under mutation)."""
+    yield dense_case(
+        "tie-gap-exactly-two-delta",
+        "Three FP32 weights (2^27 and two integers below 2^24) whose tie gap is exactly 2 * Delta = 2 / N: "
+        "on the threshold, so fp64_may_differ is true (the test is <=).",
+        (),
+        RowSource("f32", fp64_threshold_row(0xB0D2, 2)),
+    )
+    yield dense_case(
+        "tie-gap-three-delta",
+        "The same construction with tie gap 3 * Delta: past the threshold, so fp64_may_differ is false, and "
+        "the FP64 recipe is proven to agree.",
+        (),
+        RowSource("f32", fp64_threshold_row(0xB0D3, 3)),
+    )
+    for admitted, where in ((True, "above the block, admitted"), (False, "below the block, excluded")):
+        yield dense_case(
+            f"block-tie-neighbour-{'admitted' if admitted else 'excluded'}",
+            "Seven weights; tokens 1 and 2 have equal weight and split the last ticket (an equal-weight tie, no "
+            f"FP64 uncertainty), and token 3 is one remainder unit {where}: fp64_tie_gap, taken past the "
+            "block, is that unit, 1 / N = Delta, so fp64_may_differ is true.",
+            (),
+            RowSource("f32", fp64_block_row(0xB10C if admitted else 0xB10D, admitted)),
         )
 
 
@@ -540,6 +649,78 @@ def logit_cases() -> Iterator[Case]:
     )
 
 
+#: (name, comment, d): rows [0, d] at T = 1, so d_1 = d exactly and token 1's exp is the row's only
+#: inexact one: its rounded bits are the answer's weight 1 and its margin is ``exp_margin_ulp``
+SINGLE_EXP_ROWS: tuple[tuple[str, str, str, int], ...] = (
+    (
+        "exp-rounds-up-to-power-of-two",
+        "-0.69314718",
+        "exp(d) just below 1/2 rounds up to 1/2 (the spacing halves below it)",
+        0xBF317218,
+    ),
+    ("exp-just-below-power-of-two", "-0.69314724", "exp(d) rounds to the FP32 value just below 1/2", 0xBF317219),
+    (
+        "exp-smallest-normal-binade",
+        "-87.3365",
+        "exp(d) rounds into the smallest normal binade (biased exponent 1)",
+        0xC2AEAC4A,
+    ),
+    ("exp-largest-subnormals", "-87.34", "exp(d) rounds to a subnormal just below 2^-126", 0xC2AEAE14),
+    ("exp-rounds-to-smallest-subnormal", "-103.97", "exp(d) just above 2^-150 rounds up to 2^-149", 0xC2CFF0A4),
+    ("exp-rounds-to-zero", "-104.5", "exp(d) below 2^-150 rounds to +0 (the token keeps count 0)", 0xC2D10000),
+    ("exp-far-below-range", "-2000", "exp(d) < 2^-2885 rounds to +0 with a margin just under 1/2", 0xC4FA0000),
+)
+
+
+def fp32_step_cases() -> Iterator[Case]:
+    """Logit rows that drive each FP32 step of R05 (the division by T, the subtraction of the max,
+    the exp) into one edge of spec/floats.py, each alone in its row so that the answer's weights and
+    ``exp_margin_ulp`` show that step's result (issue #21: floats under mutation)."""
+    for name, d_text, what, d_bits in SINGLE_EXP_ROWS:
+        yield dense_case(
+            name,
+            f"Logits [0, d] at T = 1 with d = {d_text} (FP32 bits {d_bits:#010x}): {what}; the "
+            "margin is that exp's alone.",
+            ("LOGIT_PIPELINE",),
+            RowSource("logits", [0, d_bits], f32_bits(1.0)),
+        )
+    yield dense_case(
+        "difference-overflows-to-minus-inf",
+        "Logits [3e38, -3e38] at T = 1: both finite, but d = -3e38 - 3e38 overflows to -inf in FP32, and "
+        "exp(-inf) = +0 exactly (no margin): weight 0 for a token that is not masked.",
+        ("LOGIT_PIPELINE", "SINGLE_SUPPORT"),
+        RowSource.logits([3.0e38, -3.0e38], 1.0),
+    )
+    yield dense_case(
+        "subtraction-tie-to-even",
+        "Logits [1, 2^-25] at T = 1: d = 2^-25 - 1 = -(1 - 2^-25) lies exactly halfway between -(1 - 2^-24) "
+        "and -1, and rounds to the even one, -1.",
+        ("LOGIT_PIPELINE",),
+        RowSource.logits([1.0, 2.0**-25], 1.0),
+    )
+    yield dense_case(
+        "subtraction-one-unit",
+        "Logits [1 + 2^-23, 1] at T = 1: d = 1 - (1 + 2^-23) = -2^-23, exactly one unit of the operands' "
+        "grid; exp(d) rounds to 1 - 2^-23, not to 1.",
+        ("LOGIT_PIPELINE",),
+        RowSource.logits([1.0 + 2.0**-23, 1.0], 1.0),
+    )
+    yield dense_case(
+        "subtraction-just-above-power-of-two",
+        "Logits [3 * 2^-26, -1] at T = 1: d = -(1 + 3 * 2^-26), between 1/4 and 1/2 ulp beyond a power of "
+        "two: rounds to -1 (the 25-bit quotient of the rounding is exactly 2^24 at its first estimate).",
+        ("LOGIT_PIPELINE",),
+        RowSource.logits([3 * 2.0**-26, -1.0], 1.0),
+    )
+    yield dense_case(
+        "weights-of-exponent-minus-one",
+        "FP32 weights 5000000.5 and 2.5: the first has significand times 2^-1 (values in [2^22, 2^23)), "
+        "the one exponent at which the exact decoding switches from a shift left to a denominator.",
+        (),
+        RowSource.f32([5000000.5, 2.5]),
+    )
+
+
 def production_row(seed: int) -> list[int]:
     """A softmax-like FP32 row over V = 129280, spread over 26 binades (shared with allocation_sparse)."""
     return [f32_bits(x) for x in log_uniform(random.Random(seed), VOCAB, 26)]
@@ -573,6 +754,12 @@ def build() -> Iterator[Group]:
         list(fp64_cases()),
     )
     yield Group(
+        "fp64_bound",
+        "Tie gaps exactly on and past fp64_may_differ's threshold 2 * Delta, found by a deterministic search.",
+        RULES,
+        list(fp64_bound_cases()),
+    )
+    yield Group(
         "edges", "Single support, floors to zero, subnormal and FP32-maximum weights.", RULES, list(edge_cases())
     )
     yield Group("fp64_weights", "FP64 input weights.", RULES, list(fp64_weight_cases()))
@@ -580,6 +767,12 @@ def build() -> Iterator[Group]:
         "logits", "Weights from logits and a draft temperature (R05), masks included.", RULES, list(logit_cases())
     )
     yield Group("production_vocab", "Rows over V = 129280.", RULES, list(production_cases()))
+    yield Group(
+        "fp32_steps",
+        "Logit rows that drive one FP32 step of R05 (division, subtraction, exp) into an edge of its rounding.",
+        RULES,
+        list(fp32_step_cases()),
+    )
     yield Group(
         "fast_path_rows",
         "Rows on which an FP64 evaluation of the allocation must hand tokens to exact arithmetic.",
@@ -604,6 +797,56 @@ def fast_path_cases() -> Iterator[Case]:
         "remaining tickets and the tie gap.",
         (),
         RowSource.f32([3.5, 21.0, 171.5]),
+    )
+    yield from certificate_cases()
+
+
+def f32_tail(top: Fraction, bottom: Fraction) -> list[Fraction]:
+    """FP32 weights summing exactly to ``top - bottom`` (both powers of two, ``top > bottom``): the
+    24-bit pieces ``2^e - 2^(e - 24)`` from ``top`` down, and the rest. A row that ends in such a
+    tail has a total with more than 53 significant bits, which FP64 rounds away."""
+    pieces, high = [], top
+    while high / (1 << 24) > bottom:
+        pieces.append(high - high / (1 << 24))
+        high /= 1 << 24
+    return pieces + [high - bottom]
+
+
+def certificate_cases() -> Iterator[Case]:
+    """Rows that probe each certificate of the certified FP64 evaluation
+    (``allocate_dense_f32_certified``, proof steps 3 to 5): its FP64 quotas are exact or rounded
+    once or twice, but a total W whose low bits FP64 drops moves a quota across an integer by far
+    less than the error bound, so only the exact recomputation of that token decides it.
+    Constructions, not a search: each row is made so that the certificate it names is the only
+    thing that decides the answer (issue #21)."""
+    yield dense_case(
+        "floor-one-within-error",
+        "Weights 2^-24, 1 - 2^-24 and 2^-80: W = 1 + 2^-80 rounds to 1 in FP64, so token 0's FP64 quota is "
+        "exactly 1 while its exact quota is just below 1. Probes step 3's lower test: a floor of 1 (or any "
+        "floor above 0) within the error bound of the FP64 quota is not certain; trusting it leaves one "
+        "ticket too few (remaining 1, not 2).",
+        ("FLOOR_TO_ZERO",),
+        RowSource(
+            "f32", [exact_f32(x) for x in [Fraction(1, 1 << 24), 1 - Fraction(1, 1 << 24), Fraction(1, 1 << 80)]]
+        ),
+    )
+    yield dense_case(
+        "uncertain-fraction-just-above-integer",
+        "Weights 1/2 and a tail summing to 1/2 - 2^-80: W = 1 - 2^-80 rounds to 1, so token 0's FP64 quota is "
+        "exactly 2^23 while its exact quota is 2^23 plus about 2^-57. Probes step 3's exact fraction of an "
+        "uncertain token, r / N: that token must compete for the one ticket with its tiny fraction and lose it "
+        "to token 1 (fraction about 1/2).",
+        (),
+        RowSource("f32", [exact_f32(x) for x in [Fraction(1, 2)] + f32_tail(Fraction(1, 2), Fraction(1, 1 << 80))]),
+    )
+    yield dense_case(
+        "loser-exactly-at-theta-minus-margin",
+        "W = 1, so every FP64 quota is exact: fractions 0, 0, 1/2, 1/2 - 2^-25 and 2^-25 with one ticket. "
+        "theta = 1/2 and token 3's fraction is exactly theta - D (D = 2^-25). Probes step 4's contested band, "
+        "closed at theta - D: token 3 is the best loser, so tie_gap = 2^-25; a band open at its lower end "
+        "leaves token 3 in no set and takes token 4 as the best loser.",
+        (),
+        RowSource.f32([0.5, 0.5 - 2.0**-24, 2.0**-25, 2.0**-25 - 2.0**-49, 2.0**-49]),
     )
 
 

@@ -482,6 +482,40 @@ def invalid_cases() -> Iterator[Case]:
         replace(base, base_logits=with_logit(base.base_logits, 1, 3, F32_NAN_BITS), support=top17),
         "BAD_SUPPORT_SIZE",
     )
+    # A -inf Markov coefficient makes every bias of row 1 an infinity (the right factor has no zero):
+    # -inf where right[0][v] > 0, +inf where it is < 0; a +inf logit at a -inf bias is +inf + -inf.
+    minus_inf_left = [list(r) for r in base.markov_left]
+    minus_inf_left[base.last_committed_token][0] = F32_NEG_INF
+    plus_at = next(v for v, bits in enumerate(base.markov_right[0]) if 0 < bits < F32_POS_INF)
+    yield invalid_case(
+        "logit-plus-bias-inf-minus-inf",
+        f"Left factor -inf at (x_0, 0), so row 1's biases are infinities; logit {plus_at} is +inf where "
+        "its bias is -inf: z = +inf + -inf is NaN (IEEE), so NAN_LOGIT, which comes before the +inf "
+        "logits of the other tokens whose bias is +inf (POS_INF_LOGIT).",
+        replace(
+            base,
+            markov_left=minus_inf_left,
+            base_logits=with_logit(base.base_logits, 0, plus_at, F32_POS_INF),
+        ),
+        "NAN_LOGIT",
+    )
+    yield invalid_case(
+        "markov-bias-infinite",
+        "Left factor -inf at (x_0, 0), finite logits: row 1's biases are -inf * right[0][v], infinities of "
+        "the opposite sign of right[0][v] (no NaN: the right factor has no zero), so the tokens with a negative "
+        "right[0][v] get z = +inf: POS_INF_LOGIT.",
+        replace(base, markov_left=minus_inf_left),
+        "POS_INF_LOGIT",
+    )
+    zero_right = [list(r) for r in base.markov_right]
+    zero_right[0][plus_at] = 0
+    yield invalid_case(
+        "markov-inf-times-zero",
+        f"As markov-bias-infinite, with right[0][{plus_at}] = +0: -inf * 0 is NaN (IEEE), so that bias and its "
+        "z are NaN, and NAN_LOGIT comes before the +inf of the other tokens.",
+        replace(base, markov_left=minus_inf_left, markov_right=zero_right),
+        "NAN_LOGIT",
+    )
 
 
 def boundary_seed(inp: ProposalInput, offset: int) -> int:
