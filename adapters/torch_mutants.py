@@ -177,9 +177,9 @@ def residual_pad_token(sample_mass: Callable) -> Callable:
     return buggy
 
 
-def ties_to_highest_id(remainder_ranks: Callable) -> Callable:
-    def buggy(remainder):
-        return remainder_ranks(remainder.flip(1)).flip(1)
+def ties_to_highest_id(served_tickets: Callable) -> Callable:
+    def buggy(remainder, remaining):
+        return served_tickets(remainder.flip(1), remaining).flip(1)
 
     return buggy
 
@@ -337,7 +337,7 @@ MUTANTS: dict[str, Mutant] = {
         ),
         Mutant(
             "alloc-ties-highest-id",
-            "torch_candidate.allocation:remainder_ranks",
+            "torch_candidate.allocation:served_tickets",
             ties_to_highest_id,
             ("R06",),
             ALLOCATION + CHAIN,

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from qconform.adapters.endpoint.deployment import hello_config
 from qconform.adapters.endpoint.model import DraftModel, TargetModel
 from qconform.adapters.endpoint.target import ROW_WINDOW, RoundRecord, Target
@@ -35,6 +37,12 @@ WORKER_START_S = 180.0
 DRAIN_S = 5.0
 #: RSS samples per soak (one every total/SAMPLES rounds)
 SAMPLES = 100
+#: torch's intra-op threads in both endpoints of a soak. One: a round's tensors (five rows of V = 129280)
+#: are too small to share, and on a loaded machine the idle threads' spinning made a dense round six
+#: times the CPU (issue #25's profile, bench/RESULTS.md "Soak"). It also pins the one thing the
+#: thread count changes, the order torch sums a row's FP64 total in, so a seeded soak draws the same q
+#: rows on any machine.
+TORCH_THREADS = 1
 
 
 @dataclass
@@ -113,6 +121,7 @@ def resident_bytes(pid: int | str = "self") -> int:
 
 def serve_worker(config: dict, vocab: int, model_seed: int, pipe: Any) -> None:
     """The worker endpoint in a child process: its port goes up the pipe; it serves until the pipe says stop."""
+    torch.set_num_threads(TORCH_THREADS)
 
     def stop_said() -> None:
         try:
@@ -182,7 +191,17 @@ def support_of(settings: SoakSettings) -> SupportPolicy:
 
 
 async def soak(settings: SoakSettings, say: Callable[[str], None] = print) -> SoakReport:
-    """Run the soak ``settings`` describe, printing progress through ``say``; the report, breaches included."""
+    """Run the soak ``settings`` describe, printing progress through ``say``; the report, breaches included.
+    Torch runs on :data:`TORCH_THREADS` threads meanwhile (the caller's count is restored)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(TORCH_THREADS)
+    try:
+        return await soak_pinned(settings, say)
+    finally:
+        torch.set_num_threads(threads)
+
+
+async def soak_pinned(settings: SoakSettings, say: Callable[[str], None]) -> SoakReport:
     config = hello_config(vocab=settings.vocab, max_support=settings.max_support)
     model = DraftModel.random(settings.vocab, seed=settings.model_seed)
     target_model = TargetModel.near(model, seed=settings.target_seed)
