@@ -688,6 +688,14 @@ def class_frames() -> Iterator[tuple[str, str, Hello, bool, bytes, tuple[str, ..
     )
     yield (
         "MISSING_Q",
+        "representation-none-with-entries",
+        PROD,
+        True,
+        encode_frame(resealed_reply(reply(), representation=0)),
+        (),
+    )
+    yield (
+        "MISSING_Q",
         "zero-entries",
         PROD,
         True,
