@@ -209,7 +209,7 @@ def final_due(request: RoundInput, accepted: int) -> bool:
     return accepted == 0 or not emission_ends(request.draft_tokens[:accepted], request)
 
 
-def _support_text(support: set[int]) -> str:
+def support_text(support: set[int]) -> str:
     shown = sorted(support)
     return ", ".join(map(str, shown[:8])) + (f" and {len(shown) - 8} more" if len(shown) > 8 else "")
 
@@ -255,7 +255,7 @@ def partial_divergence(
         name, support = final_row_support(request, accepted)
         if emitted[-1] not in support:
             return Diff(
-                f"{path}.emitted[{accepted}]", f"a token of {name}: {_support_text(support)}", str(emitted[-1])
+                f"{path}.emitted[{accepted}]", f"a token of {name}: {support_text(support)}", str(emitted[-1])
             ), None
     return divergence
 

@@ -16,6 +16,7 @@ from harness_stubs import adapter_config, family_cases
 from qconform.generators.encoding import decode_blob, decode_rational, encode_blob, encode_rational
 from qconform.harness.judging.judge import judge
 from qconform.harness.judging.sharding import SUM_FIELDS
+from qconform.harness.judging.verification import support_text
 from qconform.harness.verdicts import VerdictClass, brief
 
 PASS, FAIL, PRECISION, ERROR = (VerdictClass.PASS, VerdictClass.FAIL, VerdictClass.PRECISION, VerdictClass.ERROR)
@@ -144,3 +145,105 @@ def test_a_precision_verdict_names_the_first_differing_sum():
     verdict = judge(case, answer, adapter_config(["sharding"], sum_rel=encode_rational(sum_rel)))
     assert verdict.cls is PRECISION and verdict.diff is not None and verdict.diff.path == paths[0]
     assert f"{len(paths)} sum(s) differ" in verdict.message
+
+
+PC, VR = "proposal_chain", "verification_round"
+
+
+@pytest.mark.rules("R05", "R08")
+def test_a_token_that_differs_because_its_row_is_excused_is_precision_not_a_fail():
+    """Row 0 answered inside the exp margin, and its own draw picks another token from it: the token
+    differs as a consequence of an excused row, so the chain is ``precision`` (a token that differs
+    under an equal row cannot pick itself, R08, and fails). Without the margin the row fails."""
+    case = next(c for c in family_cases(PC) if c["result"] == "valid" and "ids" not in c["expected"]["rows"][0])
+    answer = copy.deepcopy(case["expected"])
+    counts = decode_blob(answer["rows"][0]["counts"])[0]
+    other = next(v for v in range(len(counts)) if v != answer["tokens"][0])
+    # every ticket on one other token: still a dyadic24 row, and any draw picks that token from it
+    answer["rows"][0]["counts"] = encode_blob("u32", [sum(counts) if v == other else 0 for v in range(len(counts))])
+    answer["tokens"][0] = other
+    verdict = judge(case, answer, adapter_config([PC], exp_ulp="1000000/1"))
+    assert verdict.cls is PRECISION and verdict.diff is not None and verdict.diff.path.startswith("rows[0].counts[")
+    assert judge(case, answer, adapter_config([PC])).cls is FAIL
+
+
+def rejected_then_corrected() -> tuple[dict, int]:
+    """A single-request verification case whose draw j rejects with margin > 0 and a correction follows."""
+    for case in family_cases(VR):
+        if case["result"] != "valid" or len(case["input"]["requests"]) != 1:
+            continue
+        decisions = [d["decision"] for d in case["expected"]["requests"][0]["draws"]]
+        if "reject" in decisions and decisions[-1] == "correction":
+            j = decisions.index("reject")
+            if decode_rational(case["expected"]["requests"][0]["draws"][j]["margin"]) > 0:
+                return case, j
+    pytest.skip("no verification case that rejects with a margin and corrects")
+
+
+@pytest.mark.rules("R11")
+def test_a_flip_to_accept_where_the_answer_ends_with_no_final_draw_is_precision():
+    """The answer accepts draft j where the spec rejects it, then ends its round there with no
+    correction or bonus draw (as a stop token or the budget would end it): it is consistent with
+    its own draws (accepted = its leading accepts, emitted = exactly those drafts), so the flip is
+    ``precision`` inside ``ratio_margin`` and ``fail`` at it."""
+    case, j = rejected_then_corrected()
+    answer = copy.deepcopy(case["expected"])
+    request = answer["requests"][0]
+    request["draws"] = request["draws"][: j + 1]
+    request["draws"][j]["decision"] = "accept"
+    request["accepted"] = j + 1
+    request["emitted"] = case["input"]["requests"][0]["draft_tokens"][: j + 1]
+    margin = decode_rational(case["expected"]["requests"][0]["draws"][j]["margin"])
+    inside = judge(case, answer, adapter_config([VR], ratio_margin=encode_rational(margin * 2)))
+    assert inside.cls is PRECISION and inside.diff is not None
+    assert inside.diff.path == f"requests[0].draws[{j}].decision"
+    assert judge(case, answer, adapter_config([VR], ratio_margin=encode_rational(margin))).cls is FAIL
+
+
+@pytest.mark.rules("R11", "R33")
+@pytest.mark.parametrize("size", [1, 8, 9, 10])
+def test_a_residual_support_is_named_by_its_eight_smallest_tokens_and_how_many_more(size):
+    """Partial injection names the support a token outside it misses (a support of thousands of
+    tokens is not printed whole): up to 8 tokens in full, then the 8 smallest and the count of
+    the rest; 8 and 9 tokens are the two sides of the cut."""
+    support = {3 * v + 1 for v in range(size)}
+    text = support_text(support)
+    shown = sorted(support)[:8]
+    assert text.split(" and ")[0] == ", ".join(map(str, shown))
+    if size > 8:
+        assert text.endswith(f" and {size - 8} more")
+    else:
+        assert " and " not in text
+
+
+PB = "proposal_batch"
+
+
+def batch_case(requests: int) -> dict:
+    return next(c for c in family_cases(PB) if c["result"] == "valid" and len(c["input"]["requests"]) >= requests)
+
+
+@pytest.mark.rules("R08")
+def test_a_batch_fails_at_its_first_failing_request_with_the_request_in_the_path():
+    """Request 1's token changed (request 0 right): ``fail`` names request 1 and its path is prefixed
+    ``requests[1].``, not the chain's own path."""
+    case = batch_case(2)
+    answer = copy.deepcopy(case["expected"])
+    chain = answer["requests"][1]
+    vocab = case["input"]["requests"][1]["base_logits"]["shape"][1]
+    chain["tokens"][0] = (chain["tokens"][0] + 1) % vocab
+    verdict = judge(case, answer, adapter_config([PB]))
+    assert verdict.cls is FAIL and verdict.message.startswith("request 1: ")
+    assert verdict.diff is not None and verdict.diff.path == "requests[1].tokens[0]"
+
+
+@pytest.mark.rules()
+def test_a_chain_answer_that_is_not_an_object_is_named_by_the_batch_comparator():
+    """``requests[0]`` answered as a number: ``error`` that says a chain answer is an object (the
+    comparator's own words, not an exception caught further out)."""
+    case = batch_case(1)
+    answer = copy.deepcopy(case["expected"])
+    answer["requests"][0] = 7
+    verdict = judge(case, answer, adapter_config([PB]))
+    assert verdict.cls is ERROR and "requests[0]" in verdict.message
+    assert "a chain answer is an object, not int" in verdict.message

@@ -17,12 +17,11 @@ import json
 from typing import Any
 
 import pytest
+from harness_stubs import first_cases
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qconform.generators.corpus import default_vectors_dir
 from qconform.generators.registry import family_names
-from qconform.generators.validation import iter_cases
 from qconform.harness.adapter import AdapterConfig, Capabilities, PrecisionProfile
 from qconform.harness.judging.judge import judge
 from qconform.harness.verdicts import VerdictClass
@@ -37,23 +36,10 @@ JUDGED = {VerdictClass.PASS, VerdictClass.FAIL, VerdictClass.ERROR, VerdictClass
 
 
 def sampled_cases() -> dict[str, list[dict]]:
-    """Up to PER_RESULT committed cases of each result (valid, invalid, acceptable) per family."""
-    out: dict[str, list[dict]] = {}
-    for family in family_names():
-        kept: dict[str, int] = {}
-        for case in iter_cases(default_vectors_dir(), [family]):
-            obj = {
-                "id": case.id,
-                "family": family,
-                "result": case.result,
-                "input": case.input,
-                "expected": case.expected,
-                "flags": list(case.flags),
-            }
-            if kept.get(case.result, 0) < PER_RESULT:
-                kept[case.result] = kept.get(case.result, 0) + 1
-                out.setdefault(family, []).append(obj)
-    return out
+    """Up to PER_RESULT committed cases of each result (valid, invalid, acceptable) per family (the
+    committed files, read once: validating the whole corpus again would triple this module's cost,
+    which every judge mutant pays under ``qconform adequacy --judges``)."""
+    return {family: first_cases(family, PER_RESULT) for family in family_names()}
 
 
 CASES = sampled_cases()
