@@ -247,3 +247,63 @@ def test_a_chain_answer_that_is_not_an_object_is_named_by_the_batch_comparator()
     verdict = judge(case, answer, adapter_config([PB]))
     assert verdict.cls is ERROR and "requests[0]" in verdict.message
     assert "a chain answer is an object, not int" in verdict.message
+
+
+@pytest.mark.rules("R07")
+@pytest.mark.parametrize("moved", ["first id one lower", "last id one higher"])
+def test_a_sparse_answer_with_a_token_the_other_side_lacks_fails_at_that_token(moved):
+    """The same counts on one ID moved to an ID the expected row lacks (support unchanged, still
+    canonical and summing to M): ``fail`` at the first token by ID, the missing side counted 0."""
+    case = next(
+        c
+        for c in family_cases(AS)
+        if c["result"] == "valid" and decode_blob(c["expected"]["ids"])[0][0] >= 1 and "weights" not in c["expected"]
+    )
+    ids, counts = decode_blob(case["expected"]["ids"])[0], decode_blob(case["expected"]["counts"])[0]
+    answer = copy.deepcopy(case["expected"])
+    if moved == "first id one lower":
+        answered_ids, token, want, got = [ids[0] - 1, *ids[1:]], ids[0] - 1, "0", str(counts[0])
+    else:
+        answered_ids, token, want, got = [*ids[:-1], ids[-1] + 1], ids[-1], str(counts[-1]), "0"
+    answer["ids"] = encode_blob("i32", answered_ids)
+    verdict = judge(case, answer, adapter_config([AS]))
+    assert verdict.cls is FAIL and verdict.diff is not None
+    assert (verdict.diff.path, verdict.diff.expected, verdict.diff.got) == (f"counts[token {token}]", want, got)
+
+
+@pytest.mark.rules("R05")
+def test_a_profile_may_excuse_any_number_of_exp_ulps_but_never_a_flipped_sign():
+    """With exp_ulp = 2^32 every weight of the same sign is within reach (``precision``): 2.0 where
+    at most 1.0 is expected too (the weights are exp outputs, at most 1.0). The same magnitude
+    with the sign bit set is not: ``fail``."""
+    case = next(c for c in family_cases("allocation_dense") if c["result"] == "valid" and "weights" in c["expected"])
+    weights, shape = decode_blob(case["expected"]["weights"])
+    config = adapter_config(["allocation_dense"], exp_ulp=encode_rational(Fraction(1 << 32)))
+    two = dict(copy.deepcopy(case["expected"]), weights=encode_blob("f32", [0x40000000, *weights[1:]], shape))
+    verdict = judge(case, two, config)
+    assert verdict.cls is PRECISION and verdict.diff is not None and verdict.diff.path == "weights[0]"
+    negated = dict(
+        copy.deepcopy(case["expected"]), weights=encode_blob("f32", [weights[0] | 0x80000000, *weights[1:]], shape)
+    )
+    verdict = judge(case, negated, config)
+    assert verdict.cls is FAIL and verdict.diff is not None and verdict.diff.path == "weights[0]"
+
+
+@pytest.mark.rules("R08")
+def test_a_chain_whose_tokens_are_not_integers_is_garbage():
+    case = next(c for c in family_cases(PC) if c["result"] == "valid")
+    answer = copy.deepcopy(case["expected"])
+    answer["tokens"][0] = str(answer["tokens"][0])
+    verdict = judge(case, answer, adapter_config([PC]))
+    assert verdict.cls is ERROR and "tokens" in verdict.message and "integer" in verdict.message
+
+
+@pytest.mark.rules("R07")
+def test_a_q_row_with_a_field_its_representation_lacks_is_garbage():
+    """A q row otherwise equal to the expected one but with a surplus field: ``error`` naming the
+    row and the fields a row of its representation has, not a pass."""
+    case = next(c for c in family_cases(PC) if c["result"] == "valid")
+    answer = copy.deepcopy(case["expected"])
+    answer["rows"][0]["surplus"] = 1
+    verdict = judge(case, answer, adapter_config([PC]))
+    assert verdict.cls is ERROR and "rows[0]" in verdict.message and "exactly the fields" in verdict.message
