@@ -14,6 +14,7 @@ import pytest
 from harness_stubs import adapter_config, family_cases
 
 from qconform.generators.encoding import decode_blob, decode_rational, encode_blob, encode_rational
+from qconform.harness.adapter import AdapterConfig, Capabilities, PrecisionProfile
 from qconform.harness.judging.judge import judge
 from qconform.harness.judging.sharding import SUM_FIELDS
 from qconform.harness.judging.verification import support_text
@@ -307,3 +308,80 @@ def test_a_q_row_with_a_field_its_representation_lacks_is_garbage():
     answer["rows"][0]["surplus"] = 1
     verdict = judge(case, answer, adapter_config([PC]))
     assert verdict.cls is ERROR and "rows[0]" in verdict.message and "exactly the fields" in verdict.message
+
+
+def one_request_case(decisions: list[str]) -> dict:
+    for case in family_cases(VR):
+        if case["result"] == "valid" and len(case["input"]["requests"]) == 1:
+            if [d["decision"] for d in case["expected"]["requests"][0]["draws"]] == decisions:
+                return case
+    pytest.skip(f"no single-request verification case with draws {decisions}")
+
+
+@pytest.mark.rules("R11")
+@pytest.mark.parametrize(
+    ("edit", "named"),
+    [
+        (lambda r, k: r.pop("accepted"), "a request answer must be exactly {accepted, emitted, draws}"),
+        (lambda r, k: r.update(accepted=-1), "-1 is not a count in 0.."),
+        (lambda r, k: r.update(accepted=k + 1), "is not a count in 0.."),
+        (lambda r, k: r.update(draws={"0": r["draws"][0]}), "draws: must be a list of draws"),
+        (lambda r, k: r["draws"][0].update(surplus=1), "a draw has exactly the fields"),
+    ],
+    ids=["keys", "accepted-negative", "accepted-above-K", "draws-not-a-list", "draw-surplus-field"],
+)
+def test_a_malformed_request_answer_is_named_by_the_verification_comparator(edit, named):
+    """Each structural check of a request answer says what is wrong in its own words (an
+    exception caught further out would name only the schema)."""
+    case = one_request_case(["accept", "reject", "correction"])
+    answer = copy.deepcopy(case["expected"])
+    edit(answer["requests"][0], len(case["input"]["requests"][0]["draft_tokens"]))
+    verdict = judge(case, answer, adapter_config([VR]))
+    assert verdict.cls is ERROR and named in verdict.message, verdict.message
+
+
+@pytest.mark.rules("R11")
+def test_k_plus_2_emitted_tokens_and_a_negative_token_are_named_as_such():
+    """K + 2 emitted tokens fail as more than K + 1 (flashinfer #879), and an emitted token -1 as
+    outside the vocabulary, before any draw is compared."""
+    case = one_request_case(["accept", "reject", "correction"])
+    depth = len(case["input"]["requests"][0]["draft_tokens"])
+    long = copy.deepcopy(case["expected"])
+    long["requests"][0]["emitted"] = [0] * (depth + 2)
+    verdict = judge(case, long, adapter_config([VR]))
+    assert verdict.cls is FAIL and "more than K + 1" in verdict.message
+    negative = copy.deepcopy(case["expected"])
+    negative["requests"][0]["emitted"][-1] = -1
+    verdict = judge(case, negative, adapter_config([VR]))
+    assert verdict.cls is FAIL and "outside the vocabulary" in verdict.message
+
+
+PARTIAL = Capabilities(families=(VR,), injected_domains=((VR, ("ACCEPT",)),))
+
+
+def partial_answer(case: dict) -> dict:
+    answer = copy.deepcopy(case["expected"])
+    for request in answer["requests"]:
+        request["draws"] = [d for d in request["draws"] if d["domain"] == "ACCEPT"]
+    return answer
+
+
+@pytest.mark.rules("R11", "R33")
+def test_partial_mode_names_the_bad_final_token_and_the_emitted_length_it_wants():
+    """After two accepted drafts: a correction token outside the residual is named by its own value
+    (the last emitted, not the first), and one token too many names the length it wants."""
+    case = one_request_case(["accept", "accept", "reject", "correction"])
+    config = AdapterConfig("partial", PARTIAL, PrecisionProfile())
+    outside = partial_answer(case)
+    request = outside["requests"][0]
+    rejected = case["input"]["requests"][0]["draft_tokens"][2]
+    request["emitted"][-1] = rejected  # a rejected draft has p < q: never in the residual
+    verdict = judge(case, outside, config)
+    assert verdict.cls is FAIL and verdict.diff is not None
+    assert (verdict.diff.path, verdict.diff.got) == ("requests[0].emitted[2]", str(rejected))
+    assert "ACCEPT draw for draw; CORRECTION tokens in support" in verdict.message
+    longer = partial_answer(case)
+    longer["requests"][0]["emitted"].append(0)
+    verdict = judge(case, longer, config)
+    assert verdict.cls is FAIL and verdict.diff is not None
+    assert (verdict.diff.path, verdict.diff.expected) == ("len(requests[0].emitted)", "3")
