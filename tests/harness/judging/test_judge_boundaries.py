@@ -385,3 +385,38 @@ def test_partial_mode_names_the_bad_final_token_and_the_emitted_length_it_wants(
     verdict = judge(case, longer, config)
     assert verdict.cls is FAIL and verdict.diff is not None
     assert (verdict.diff.path, verdict.diff.expected) == ("len(requests[0].emitted)", "3")
+
+
+@pytest.mark.rules("R11", "R33")
+def test_an_excused_flip_in_partial_mode_still_needs_its_own_token_in_support():
+    """Partial mode: a rejection flipped to accept inside ``ratio_margin`` is ``precision`` only if
+    the adapter's own bonus token lies in p_2's support; outside it, ``fail`` at that token."""
+    case = copy.deepcopy(next(c for c in family_cases(VR) if c["id"].endswith("depth1-on-boundary-rejects")))
+    spec_request = case["input"]["requests"][0]
+    # constructed: token 0's mass of p_2 moved to token 1 (the spec's answer, a rejection at draw 0,
+    # does not read p_2), so that p_2 has a token outside its support
+    p2 = spec_request["p_rows"]["probabilities"][1]
+    p2[1], p2[0] = encode_rational(Fraction(p2[0]) + Fraction(p2[1])), "0/1"
+    inside, outside = 1, 0
+    answer = partial_answer(case)
+    request = answer["requests"][0]
+    request["draws"][0]["decision"] = "accept"
+    request["accepted"] = 1
+    config = AdapterConfig("partial", PARTIAL, PrecisionProfile(ratio_margin="1/1048576"))
+    request["emitted"] = [spec_request["draft_tokens"][0], inside]
+    assert judge(case, answer, config).cls is PRECISION
+    request["emitted"] = [spec_request["draft_tokens"][0], outside]
+    verdict = judge(case, answer, config)
+    assert verdict.cls is FAIL and verdict.diff is not None and verdict.diff.path == "requests[0].emitted[1]"
+
+
+@pytest.mark.rules("R11", "R22")
+def test_partial_mode_reports_a_wrong_draw_key_before_what_follows_from_it():
+    """A plain divergence (a draw's u32) is the verdict even when the emission after it is also
+    wrong: the first difference is named, not a consequence."""
+    case = one_request_case(["accept", "accept", "reject", "correction"])
+    answer = partial_answer(case)
+    answer["requests"][0]["draws"][0]["u32"] += 1
+    answer["requests"][0]["emitted"].append(0)
+    verdict = judge(case, answer, AdapterConfig("partial", PARTIAL, PrecisionProfile(ratio_margin="1/1")))
+    assert verdict.cls is FAIL and verdict.diff is not None and verdict.diff.path == "requests[0].draws[0].u32"
