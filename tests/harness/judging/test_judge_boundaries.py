@@ -420,3 +420,24 @@ def test_partial_mode_reports_a_wrong_draw_key_before_what_follows_from_it():
     answer["requests"][0]["emitted"].append(0)
     verdict = judge(case, answer, AdapterConfig("partial", PARTIAL, PrecisionProfile(ratio_margin="1/1")))
     assert verdict.cls is FAIL and verdict.diff is not None and verdict.diff.path == "requests[0].draws[0].u32"
+
+
+@pytest.mark.rules("R11", "R33")
+def test_a_precision_verdict_over_several_requests_names_the_first():
+    """Two requests whose correction tokens both differ within ``residual_margin``: ``precision``,
+    its diff in request 0 (the first divergence in batch order, as a person reads the answer)."""
+    case = next(
+        c
+        for c in family_cases(VR)
+        if c["result"] == "valid"
+        and sum(r["draws"][-1]["decision"] == "correction" for r in c["expected"]["requests"]) >= 2
+    )
+    answer = copy.deepcopy(case["expected"])
+    changed = []
+    for r, request in enumerate(answer["requests"]):
+        final = request["draws"][-1]
+        if final["decision"] == "correction" and len(changed) < 2:
+            final["token"] = request["emitted"][-1] = (final["token"] + 1) % case["input"]["vocab"]
+            changed.append(f"requests[{r}].draws[{len(request['draws']) - 1}].token")
+    verdict = judge(case, answer, adapter_config([VR], residual_margin="2/1"))
+    assert verdict.cls is PRECISION and verdict.diff is not None and verdict.diff.path == changed[0]
