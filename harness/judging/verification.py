@@ -95,6 +95,8 @@ def inconsistency(got: dict, drafts: list[int]) -> str | None:
     if emitted[:leading] != drafts[:leading]:
         return "its emitted tokens do not start with the drafts it accepted"
     finals = [d for d in got["draws"] if d["decision"] in FINAL]
+    if len(finals) > 1:
+        return f"it reports {len(finals)} correction or bonus draws, and a round draws at most one"
     want = leading + (1 if finals else 0)
     if len(emitted) != want or (finals and emitted[-1] != finals[-1]["token"]):
         return "its emitted tokens do not end with its correction or bonus draw"

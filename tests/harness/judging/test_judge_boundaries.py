@@ -441,3 +441,34 @@ def test_a_precision_verdict_over_several_requests_names_the_first():
             changed.append(f"requests[{r}].draws[{len(request['draws']) - 1}].token")
     verdict = judge(case, answer, adapter_config([VR], residual_margin="2/1"))
     assert verdict.cls is PRECISION and verdict.diff is not None and verdict.diff.path == changed[0]
+
+
+@pytest.mark.rules("R11", "R33")
+def test_an_answer_with_two_final_draws_is_not_consistent_even_inside_the_margin():
+    """A correction token that differs within ``residual_margin``, then a bonus draw reported too:
+    a round draws at most one correction or bonus, so the answer does not follow from its own
+    draws and the divergence is ``fail``, whichever final token it emits (with one final draw it
+    is ``precision``)."""
+    for case in family_cases(VR):
+        if case["result"] != "valid" or len(case["input"]["requests"]) != 1:
+            continue
+        draws = case["expected"]["requests"][0]["draws"]
+        if draws[-1]["decision"] == "correction" and len(draws) < len(case["input"]["requests"][0]["draft_tokens"]):
+            break
+    else:
+        pytest.skip("no verification case that corrects before its last draft")
+    vocab = case["input"]["vocab"]
+    answer = copy.deepcopy(case["expected"])
+    request = answer["requests"][0]
+    correction = request["draws"][-1]
+    other = (correction["token"] + 1) % vocab
+    correction["token"] = request["emitted"][-1] = other
+    config = adapter_config([VR], residual_margin="2/1")
+    assert judge(case, answer, config).cls is PRECISION
+    bonus = dict(correction, decision="bonus", token=(other + 1) % vocab)
+    request["draws"].append(bonus)
+    for emitted in (other, bonus["token"]):
+        request["emitted"][-1] = emitted
+        verdict = judge(case, answer, config)
+        assert verdict.cls is FAIL and verdict.diff is not None
+        assert verdict.diff.path == f"requests[0].draws[{len(request['draws']) - 2}].token"
