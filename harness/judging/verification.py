@@ -13,8 +13,8 @@ whose decision or token differs, the divergence is ``precision`` only when
 
 and the answer is consistent with its own draws (its accepted count is its run
 of leading ``accept`` decisions, it emits those drafts and then the token of its
-correction or bonus draw, if any). Everything after the divergent draw follows
-from it and is not compared. Any other difference is ``fail``.
+correction or bonus draw, if any: at most one, as a round draws). Everything
+after the divergent draw follows from it and is not compared. Any other difference is ``fail``.
 
 Malformed answers are ``error``: a wrong number of requests, a missing or
 mistyped field. More than ``K + 1`` emitted tokens or draws is a well-formed
