@@ -49,6 +49,19 @@ def family_cases(name: str) -> list[dict]:
     return [dict(copy.deepcopy(case), family=name) for group in obj["testGroups"] for case in group["tests"]]
 
 
+def first_cases(name: str, per_result: int) -> list[dict]:
+    """Up to ``per_result`` cases of each result (valid, invalid, ...) of family ``name``, in file
+    order, with ``family`` added (deep copies; no deep copy of the rest of the family)."""
+    kept: dict[str, int] = {}
+    out = []
+    for group in _family_file(name)["testGroups"]:
+        for case in group["tests"]:
+            if kept.get(case["result"], 0) < per_result:
+                kept[case["result"]] = kept.get(case["result"], 0) + 1
+                out.append(dict(copy.deepcopy(case), family=name))
+    return out
+
+
 def case(name: str, case_id: str) -> dict:
     return next(c for c in family_cases(name) if c["id"] == case_id)
 

@@ -15,7 +15,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from qconform.generators import registry
-from qconform.generators.adequacy import equivalents, imports, runner
+from qconform.generators.adequacy import equivalents, imports, oracle, runner
 from qconform.generators.adequacy.equivalents import Equivalent
 from qconform.generators.adequacy.fast_paths import FAST_PATHS
 from qconform.generators.adequacy.mutate import Site, sites
@@ -77,8 +77,13 @@ NORMATIVE_MODULES: tuple[str, ...] = CORE_MODULES + (
     "outcome_law",
     "allocation_fp64",
 )
-#: the judges' unit tests (under tests/), the oracle of ``--judges``
+#: the judges' unit tests (under tests/), the oracle of ``--judges``; the boundary tests first, so
+#: that most mutants die in the first second of their run
+JUDGE_BOUNDARIES = "harness/judging/test_judge_boundaries.py"
+#: the structure-aware fuzzer (every family's malformed answers, never an exception out of a judge)
+JUDGE_FUZZER = "harness/judging/test_judge_robustness.py"
 JUDGE_TESTS: tuple[str, ...] = (
+    JUDGE_BOUNDARIES,
     "test_compare.py",
     "test_compare_sharding.py",
     "test_compare_wire.py",
@@ -89,10 +94,16 @@ JUDGE_TESTS: tuple[str, ...] = (
 JUDGE_TESTS_DESELECTED: tuple[str, ...] = (
     "test_partial_injection.py::test_torch_partial_passes_and_its_mutant_is_killed",
 )
-#: a judge that only one family's comparator uses is judged by that family's tests alone (a
-#: faster oracle: the other tests never import it); every other judge by all of JUDGE_TESTS
+#: a judge's oracle is the files of JUDGE_TESTS that reach it (a faster oracle: the others never call
+#: it): each family comparator is reached by its own family's tests, the every-family ones of
+#: test_compare.py and the fuzzer; ``judge`` and ``value_diff``, which every comparator calls, by all
 JUDGE_TESTS_OF: dict[str, tuple[str, ...]] = {
-    "judging/sharding": ("test_compare_sharding.py", "harness/judging/test_judge_boundaries.py"),
+    "judging/sharding": (JUDGE_BOUNDARIES, "test_compare_sharding.py"),
+    "judging/wire": ("test_compare_wire.py", "test_compare.py", JUDGE_FUZZER),
+    "judging/allocation": (JUDGE_BOUNDARIES, "test_compare.py", JUDGE_FUZZER),
+    "judging/proposal": (JUDGE_BOUNDARIES, "test_compare.py", JUDGE_FUZZER),
+    "judging/proposal_batch": (JUDGE_BOUNDARIES, "test_compare.py", JUDGE_FUZZER),
+    "judging/verification": (JUDGE_BOUNDARIES, "test_compare.py", "test_partial_injection.py", JUDGE_FUZZER),
 }
 #: what a run without --module measures: the normative modules, the other modules a solve reaches, the fast paths
 DEFAULT_MODULES: tuple[str, ...] = NORMATIVE_MODULES + REACHED_MODULES + tuple(FAST_PATHS)
@@ -411,6 +422,7 @@ def analyse_judges(
     """
     listed = equivalents.load(equivalents_path)
     tests = judge_tests(modules)
+    oracle.prepare_tests()
     baseline = runner.run([runner.Job(None, (), timeout_s or 3600.0, trace=True, tests=tests)], {}, 1)[0]
     if baseline.outcome.kind != SURVIVED:
         raise AdequacyError(

@@ -188,6 +188,12 @@ class _FirstFailure:
             self.detail = f"{report.when}: {crash.message if crash is not None else report.longrepr}"
 
 
+def prepare_tests() -> None:
+    """Import pytest and hypothesis once in the parent, so that no forked worker pays for it."""
+    import hypothesis  # noqa: F401
+    import pytest  # noqa: F401
+
+
 def run_tests(tests: Sequence[str]) -> Outcome:
     """Run the unit tests ``tests`` (paths, in this process, no xdist): the judges' oracle.
 
@@ -202,6 +208,12 @@ def run_tests(tests: Sequence[str]) -> Outcome:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
+    # the same mutant must meet the same examples in every run: hypothesis's tests (the judges' fuzzer)
+    # draw from a fixed seed here, and no example database replays what another mutant's run found
+    from hypothesis import settings
+
+    settings.register_profile("qconform-adequacy", derandomize=True, database=None)
+    settings.load_profile("qconform-adequacy")
     plugin = _FirstFailure()
     code = pytest.main(
         # --assert=plain: pytest's assertion-rewriting import hook would otherwise load every module of

@@ -96,11 +96,9 @@ def dense_row_difference(want_blob: dict, got: memoryview) -> Diff | None:
     return None if same_bytes(want, got) else dense_count_difference(u32_values(want), u32_values(got))
 
 
-def token_counts(row: dict, answered: bool, vocab: int | None) -> dict[int, int]:
-    """token -> count of a dense or sparse allocation object (the answer's blobs checked)."""
-    if "ids" not in row:
-        counts = answered_blob(row, "counts", "u32", [vocab]) if answered else expected_blob(row["counts"])[0]
-        return dict(enumerate(counts))
+def token_counts(row: dict, answered: bool) -> dict[int, int]:
+    """token -> count of a sparse allocation object (its ``ids`` and ``counts``; an answer's blobs
+    checked). A dense row is compared as its bytes (:func:`dense_row_difference`)."""
     if not answered:
         return dict(zip(expected_blob(row["ids"])[0], expected_blob(row["counts"])[0]))
     ids, counts = answered_blob(row, "ids", "i32"), answered_blob(row, "counts", "u32")
@@ -130,11 +128,12 @@ def dense_count_difference(want: Sequence[int], got: Sequence[int]) -> Diff | No
     return Diff(f"counts[{token}]", str(want[token]), str(got[token]))
 
 
-def count_difference(want: dict[int, int], got: dict[int, int], sparse: bool) -> Diff | None:
+def count_difference(want: dict[int, int], got: dict[int, int]) -> Diff | None:
+    """The first token (by ID) whose sparse counts differ, a token absent on one side counting 0."""
     for token in sorted(set(want) | set(got)):
         a, b = want.get(token, 0), got.get(token, 0)
         if a != b:
-            return Diff(f"counts[token {token}]" if sparse else f"counts[{token}]", str(a), str(b))
+            return Diff(f"counts[token {token}]", str(a), str(b))
     return None
 
 
@@ -179,7 +178,7 @@ def compare(case: dict, output: dict, profile: PrecisionProfile) -> Verdict:
     sparse = "ids" in expected
     shape = [] if sparse else expected_view(expected["counts"])[1]
     if sparse:
-        got_counts = token_counts(output, True, None)
+        got_counts = token_counts(output, True)
         total = sum(got_counts.values())
     else:
         got_view = answered_view(output, "counts", "u32", shape)
@@ -202,7 +201,7 @@ def compare(case: dict, output: dict, profile: PrecisionProfile) -> Verdict:
             diff = Diff("support", str(want_support), str(got_support))
             return failed(case_id, f"selected support differs: {diff}", diff)
     if sparse:
-        diff = count_difference(token_counts(expected, False, None), got_counts, True)
+        diff = count_difference(token_counts(expected, False), got_counts)
     else:
         diff = dense_row_difference(expected["counts"], got_view)
     if diff is not None:

@@ -101,7 +101,7 @@ def compare(case: dict, output: dict, profile: PrecisionProfile) -> Verdict:
             got_dense = u32_values(got_view)
             total = sum(got_dense)
         else:
-            got_counts = token_counts(got_row, True, vocab)
+            got_counts = token_counts(got_row, True)
             total = sum(got_counts.values())
         problem = None if dense else sparse_problem(got_row)
         if problem is not None:
@@ -120,7 +120,7 @@ def compare(case: dict, output: dict, profile: PrecisionProfile) -> Verdict:
         if dense:
             row_diff = dense_row_difference(want_row["counts"], got_view)
         else:
-            row_diff = count_difference(token_counts(want_row, False, vocab), got_counts, False)
+            row_diff = count_difference(token_counts(want_row, False), got_counts)
         if row_diff is not None:
             row_diff = Diff(f"{path}.{row_diff.path}", row_diff.expected, row_diff.got)
             reason = row_excuse(case, i, profile)

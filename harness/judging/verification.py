@@ -13,8 +13,8 @@ whose decision or token differs, the divergence is ``precision`` only when
 
 and the answer is consistent with its own draws (its accepted count is its run
 of leading ``accept`` decisions, it emits those drafts and then the token of its
-correction or bonus draw, if any). Everything after the divergent draw follows
-from it and is not compared. Any other difference is ``fail``.
+correction or bonus draw, if any: at most one, as a round draws). Everything
+after the divergent draw follows from it and is not compared. Any other difference is ``fail``.
 
 Malformed answers are ``error``: a wrong number of requests, a missing or
 mistyped field. More than ``K + 1`` emitted tokens or draws is a well-formed
@@ -95,6 +95,8 @@ def inconsistency(got: dict, drafts: list[int]) -> str | None:
     if emitted[:leading] != drafts[:leading]:
         return "its emitted tokens do not start with the drafts it accepted"
     finals = [d for d in got["draws"] if d["decision"] in FINAL]
+    if len(finals) > 1:
+        return f"it reports {len(finals)} correction or bonus draws, and a round draws at most one"
     want = leading + (1 if finals else 0)
     if len(emitted) != want or (finals and emitted[-1] != finals[-1]["token"]):
         return "its emitted tokens do not end with its correction or bonus draw"
@@ -209,7 +211,7 @@ def final_due(request: RoundInput, accepted: int) -> bool:
     return accepted == 0 or not emission_ends(request.draft_tokens[:accepted], request)
 
 
-def _support_text(support: set[int]) -> str:
+def support_text(support: set[int]) -> str:
     shown = sorted(support)
     return ", ".join(map(str, shown[:8])) + (f" and {len(shown) - 8} more" if len(shown) > 8 else "")
 
@@ -255,7 +257,7 @@ def partial_divergence(
         name, support = final_row_support(request, accepted)
         if emitted[-1] not in support:
             return Diff(
-                f"{path}.emitted[{accepted}]", f"a token of {name}: {_support_text(support)}", str(emitted[-1])
+                f"{path}.emitted[{accepted}]", f"a token of {name}: {support_text(support)}", str(emitted[-1])
             ), None
     return divergence
 

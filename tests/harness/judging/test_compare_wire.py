@@ -53,3 +53,10 @@ def test_structural_difference_paths():
     assert structural_difference({"a": [1, {"b": None}]}, {"a": [1, {"b": 3}]}).path == "a[1].b"
     assert structural_difference({"a": 1}, {"a": 1, "z": 2}).path == "z"
     assert structural_difference([1], [1, 2]).path == "len()"
+
+
+def test_of_several_extra_fields_the_first_in_answer_order_is_named():
+    """A verdict with two fields the expected one lacks: the diff names the first of them, with
+    its own value, as a person reads the answer (the corpus stores keys sorted, an answer need not)."""
+    diff = structural_difference({"a": 1}, {"a": 1, "z": 2, "b": [3]})
+    assert diff is not None and (diff.path, diff.expected, diff.got) == ("z", "<absent>", "2")

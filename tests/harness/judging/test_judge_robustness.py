@@ -4,7 +4,8 @@ problem, never an exception out of the judge (issue #21).
 A structure-aware fuzzer: hypothesis takes committed cases of every family (valid and
 invalid) and derives answers from their ``expected`` objects: one edit at a random place of
 the tree (a key dropped or added, a value of another JSON type, a list cut short or
-reversed, a typed blob with a wrong dtype, shape or base64, its values reversed or
+reversed, a typed blob with a wrong dtype, shape or base64 or in the raw form of a binary
+reply with bytes of the wrong length or type, its values reversed or
 overflowing), or an answer of a random JSON shape. Each goes through
 :func:`qconform.harness.judging.judge.judge` with a profile that declares every margin, so
 that the precision paths of the comparators run too.
@@ -17,12 +18,11 @@ import json
 from typing import Any
 
 import pytest
+from harness_stubs import first_cases
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qconform.generators.corpus import default_vectors_dir
 from qconform.generators.registry import family_names
-from qconform.generators.validation import iter_cases
 from qconform.harness.adapter import AdapterConfig, Capabilities, PrecisionProfile
 from qconform.harness.judging.judge import judge
 from qconform.harness.verdicts import VerdictClass
@@ -37,23 +37,10 @@ JUDGED = {VerdictClass.PASS, VerdictClass.FAIL, VerdictClass.ERROR, VerdictClass
 
 
 def sampled_cases() -> dict[str, list[dict]]:
-    """Up to PER_RESULT committed cases of each result (valid, invalid, acceptable) per family."""
-    out: dict[str, list[dict]] = {}
-    for family in family_names():
-        kept: dict[str, int] = {}
-        for case in iter_cases(default_vectors_dir(), [family]):
-            obj = {
-                "id": case.id,
-                "family": family,
-                "result": case.result,
-                "input": case.input,
-                "expected": case.expected,
-                "flags": list(case.flags),
-            }
-            if kept.get(case.result, 0) < PER_RESULT:
-                kept[case.result] = kept.get(case.result, 0) + 1
-                out.setdefault(family, []).append(obj)
-    return out
+    """Up to PER_RESULT committed cases of each result (valid, invalid, acceptable) per family (the
+    committed files, read once: validating the whole corpus again would triple this module's cost,
+    which every judge mutant pays under ``qconform adequacy --judges``)."""
+    return {family: first_cases(family, PER_RESULT) for family in family_names()}
 
 
 CASES = sampled_cases()
@@ -95,13 +82,17 @@ def edited(tree: Any, path: tuple, edit) -> Any:
 
 
 def blob_edits(draw, blob: dict) -> dict:
-    """A typed blob made wrong: another dtype or shape, broken base64, values reversed or overflowing."""
+    """A typed blob made wrong: another dtype or shape, broken base64, raw bytes of the wrong length
+    or type, values reversed or overflowing."""
     data = base64.b64decode(blob["b64"])
-    kind = draw(st.sampled_from(["dtype", "shape", "b64", "reverse", "overflow", "short"]))
+    kind = draw(st.sampled_from(["dtype", "shape", "b64", "raw", "reverse", "overflow", "short"]))
     if kind == "dtype":
         return {**blob, "dtype": draw(st.sampled_from(DTYPES))}
     if kind == "shape":
         return {**blob, "shape": draw(st.lists(st.integers(-1, 9), max_size=3))}
+    if kind == "raw":  # the raw form of a binary reply (docs/adapters.md, "Raw blobs"), right or wrong
+        raw = draw(st.sampled_from([data, data[:-1], data + b"\0", bytearray(data), blob["b64"], 7, None]))
+        return {"dtype": blob["dtype"], "shape": blob["shape"], "raw": raw}
     if kind == "b64":
         return {**blob, "b64": draw(st.sampled_from(["", "!!!", "AAA", "AAAA", blob["b64"][:-4]]))}
     width = {"u8": 1, "f64": 8, "u64": 8}.get(blob["dtype"], 4)
