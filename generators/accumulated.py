@@ -19,7 +19,6 @@ Candidates never import this module (tests/adapters/test_candidate_independence.
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -28,6 +27,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from qconform.generators.encoding import EncodingError, decode_blob, encode_blob, encode_u64
+from qconform.generators.native_extensions import optional_extension
 
 U64 = np.uint64
 WORD_MASK = U64(0xFFFFFFFF)
@@ -397,13 +397,7 @@ Q_BLOCK, P_BLOCK = 2, 2 + 2 * KMAX
 def native_stream() -> ModuleType | None:
     """The verification_round stream in C (``_accumulated_stream.c``), or None: not built (no C
     compiler where it was installed), or switched off by ``QCONFORM_ACCUMULATED_NATIVE=0``."""
-    if os.environ.get("QCONFORM_ACCUMULATED_NATIVE", "1") == "0":
-        return None
-    try:
-        from qconform.generators import _accumulated_stream  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _accumulated_stream
+    return optional_extension("_accumulated_stream", "QCONFORM_ACCUMULATED_NATIVE")
 
 
 NATIVE_STREAM: ModuleType | None = native_stream()

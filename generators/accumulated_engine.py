@@ -27,7 +27,6 @@ or with ``QCONFORM_ENGINE_NATIVE=0``, in NumPy. The tests hold both to each othe
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from types import ModuleType
@@ -53,6 +52,7 @@ from qconform.generators.accumulated import (
     shard_digest,
     shard_ranges,
 )
+from qconform.generators.native_extensions import optional_extension
 
 TWO32 = U64(1 << 32)
 
@@ -110,13 +110,7 @@ class Stopwatch:
 def native_engine() -> ModuleType | None:
     """The C engine (``_verification_engine.c``), or None: not built (no C compiler where it was
     installed), or switched off by ``QCONFORM_ENGINE_NATIVE=0``."""
-    if os.environ.get("QCONFORM_ENGINE_NATIVE", "1") == "0":
-        return None
-    try:
-        from . import _verification_engine  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _verification_engine
+    return optional_extension("_verification_engine", "QCONFORM_ENGINE_NATIVE")
 
 
 #: the C engine where it is built (:func:`native_engine`), read by :func:`verification_records` at each call
