@@ -22,6 +22,11 @@ from qconform.cli.arguments import start_timeout_option
 from qconform.cli.errors import UsageLineError
 from qconform.generators.accumulated import FAMILIES, SHARD_CASES
 
+#: the fastest cases a second a run could be fed and answered at: the harness's block path feeds
+#: about 10^6 a core (bench/RESULTS.md), so ten cores and a GPU; more than a day of it is refused
+#: before anything starts (docs/accumulated.md)
+FASTEST_CASES = 10**7
+
 
 def command_line(adapter: str, family: str, count: int) -> str:
     return f"qconform accumulate --adapter '{adapter}' --family {family} --count {count}"
@@ -38,7 +43,7 @@ def command_line(adapter: str, family: str, count: int) -> str:
 @click.option("--family", required=True, type=click.Choice(sorted(FAMILIES)), help="Accumulated family.")
 @click.option(
     "--count",
-    type=click.IntRange(min=1, max=1 << 40),
+    type=click.IntRange(min=1),
     default=1_000_000,
     show_default=True,
     metavar="N",
@@ -106,7 +111,7 @@ def accumulate_command(
     start_timeout: float | None = None,
 ) -> None:
     """Run N accumulated cases through an adapter and compare the hash of its answers."""
-    from qconform.cli.arguments import open_checked
+    from qconform.cli.arguments import open_checked, refuse_beyond_a_day
     from qconform.cli.fuzz import check_found_files, record_finding
     from qconform.generators.corpus import default_vectors_dir
     from qconform.harness.judging.judge import judge
@@ -118,6 +123,7 @@ def accumulate_command(
     )
     from qconform.harness.run.distributed import finish, torchrun_ranks
 
+    refuse_beyond_a_day(count, FASTEST_CASES, "--count", "ten cores of block feeding and a GPU", "lower --count")
     try:
         expected = load_expected(vectors or default_vectors_dir())
     except AccumulatedFileError as exc:

@@ -17,6 +17,20 @@ from qconform.cli.errors import UsageLineError
 #: name of the expectations folder at the root of a checkout
 EXPECTATIONS_DIR = "expectations"
 
+#: a day of seconds: a run that needs more than a day at the fastest rate anything could serve it is
+#: refused before it starts, by every command that can be asked for one (docs/harness.md, "Long work")
+A_DAY = 86_400
+
+
+def refuse_beyond_a_day(amount: int, per_second: int, what: str, fastest: str, advice: str) -> None:
+    """UsageLineError (exit 2) when ``amount`` units of work need more than a day at ``per_second``
+    units a second, the fastest rate ``fastest`` names; nothing has started yet."""
+    if amount > per_second * A_DAY:
+        raise UsageLineError(
+            f"{what} = {amount:.3g}: at {per_second:.0e} a second ({fastest}) that takes more than a day; {advice}"
+        )
+
+
 #: ``--start-timeout S``, of every command that starts an adapter (docs/shim-protocol.md, "Starting")
 start_timeout_option = click.option(
     "--start-timeout",

@@ -13,8 +13,13 @@ import json
 
 import click
 
-from qconform.cli.arguments import open_checked, start_timeout_option
+from qconform.cli.arguments import open_checked, refuse_beyond_a_day, start_timeout_option
 from qconform.cli.errors import UsageLineError
+
+#: the fastest examples a second the fuzzer could try: hypothesis draws and the spec solves each one in
+#: Python, about 10^2 to 10^3 a second on a CPU core; more than a day of it is refused before anything
+#: starts (docs/fuzzing.md)
+FASTEST_EXAMPLES = 10**4
 
 
 def fuzz_families(requested: tuple[str, ...], declared: tuple[str, ...]) -> tuple[str, ...]:
@@ -161,6 +166,7 @@ def fuzz(
     from qconform.harness.fuzz.driver import fuzz as run_fuzz
     from qconform.harness.run.gate import SignalGuard
 
+    refuse_beyond_a_day(examples, FASTEST_EXAMPLES, "--examples", "the spec solving every example", "lower --examples")
     guard = SignalGuard()  # SIGINT and SIGTERM end the run; what was tried is still reported
     with open_checked(adapter, device, timeout, start_timeout) as client:
         chosen = fuzz_families(families, client.config.capabilities.families)

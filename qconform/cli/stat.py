@@ -20,17 +20,23 @@ from pathlib import Path
 
 import click
 
-from qconform.cli.arguments import check_adapter, check_corpus, start_timeout_option, usable_corpus
+from qconform.cli.arguments import (
+    check_adapter,
+    check_corpus,
+    refuse_beyond_a_day,
+    start_timeout_option,
+    usable_corpus,
+)
 from qconform.cli.errors import UsageLineError
 from qconform.harness.stat.runner import StatOptions, load_cases, run_stat, stat_families
 from qconform.harness.stat.sequential import LOOKS
 
 #: exit status when no case matches the selection (pytest's)
 NO_CASES = 5
-#: the most rounds one run may ask for (cases x --samples): a fast GPU engine sampling 10^7 rounds a
-#: second needs a day for them (the torch candidate on a CPU core: about 10^5 a second); more is
-#: refused before anything starts (docs/stat-mode.md)
-MAX_ROUNDS = 10**12
+#: the fastest rounds a second statistical mode could sample at: a fast GPU engine (the torch candidate
+#: on a CPU core: about 10^5); a run that needs more than a day at this rate is refused before anything
+#: starts (docs/stat-mode.md)
+FASTEST_ROUNDS = 10**7
 
 
 def _stat_families(_ctx, param, values: tuple[str, ...]) -> tuple[str, ...]:
@@ -191,12 +197,13 @@ def stat_command(
         click.echo("no case selected", err=True)
         raise SystemExit(NO_CASES)
     rounds = len(cases) * samples
-    if rounds > MAX_ROUNDS:
-        raise UsageLineError(
-            f"{len(cases)} case(s) x --samples {samples} = {rounds:.3g} rounds, more than {MAX_ROUNDS:.0e}: "
-            "at 10^7 rounds a second (a fast GPU engine) that takes more than a day; "
-            "lower --samples, or select fewer cases (--case, -k, --family)"
-        )
+    refuse_beyond_a_day(
+        rounds,
+        FASTEST_ROUNDS,
+        f"{len(cases)} case(s) x --samples {samples} rounds",
+        "a fast GPU engine",
+        "lower --samples, or select fewer cases (--case, -k, --family)",
+    )
     options = StatOptions(
         samples=samples, alpha=alpha, power=power, seed=seed, sequential=sequential, looks=looks, chunk=chunk
     )

@@ -25,8 +25,43 @@ def test_an_absurd_sample_count_is_refused_before_anything_starts():
     result = CliRunner().invoke(cli, ["stat", "--adapter", "shim:/nonexistent/shim", "--samples", str(10**15)])
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and "more than 1e+12" in lines[0] and "lower --samples" in lines[0], lines
+    assert len(lines) == 1 and "more than a day" in lines[0] and "lower --samples" in lines[0], lines
     assert time.monotonic() - started < 60  # the cases are loaded; no adapter is started
+
+
+@pytest.mark.parametrize(
+    ("argv", "advice"),
+    [
+        (["accumulate", "--family", "rng_abi", "--count", str(10**12)], "lower --count"),
+        (["fuzz", "--examples", str(10**9)], "lower --examples"),
+    ],
+    ids=["accumulate", "fuzz"],
+)
+def test_more_than_a_day_of_work_is_refused_before_an_adapter_starts(argv, advice):
+    """Before: ``accumulate --count 2^40`` and ``fuzz --examples 10^14`` started silently on a pipe
+    and ran for days. The adapter here does not exist, so a refusal that came after starting it
+    would name the adapter instead."""
+    result = CliRunner().invoke(cli, [argv[0], "--adapter", "shim:/nonexistent/shim", *argv[1:]])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "more than a day" in lines[0] and advice in lines[0], lines
+
+
+@pytest.mark.parametrize(
+    ("command", "rate", "option"),
+    [("accumulate", "FASTEST_CASES", "--count"), ("fuzz", "FASTEST_EXAMPLES", "--examples")],
+)
+def test_a_day_of_work_is_still_accepted(command, rate, option):
+    """The bound is a day, not less: exactly a day at the fastest rate passes the check and
+    fails later, on the adapter that does not exist (exit 2 with the adapter's own line)."""
+    import importlib
+
+    most = getattr(importlib.import_module(f"qconform.cli.{command}"), rate) * 86_400
+    argv = [command, "--adapter", "shim:/nonexistent/shim", option, str(most)]
+    if command == "accumulate":
+        argv += ["--family", "rng_abi"]
+    result = CliRunner().invoke(cli, argv)
+    assert "more than a day" not in result.output, result.output
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
