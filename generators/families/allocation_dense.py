@@ -820,6 +820,15 @@ def certificate_cases() -> Iterator[Case]:
     Constructions, not a search: each row is made so that the certificate it names is the only
     thing that decides the answer (issue #21)."""
     yield dense_case(
+        "total-one-unit-past-2-53",
+        "Bit patterns 0x0F200000 twice and 0x00800001: in units of the least weight's binade the total is "
+        "1.25 * 2^53 + 2^23 + 1, odd and above 2^53, so one FP64 sum of the units rounds it. Probes "
+        "exact_total's bound: the one-sum total is exact only below 2^53 (a bound of 2^54 gives a wrong "
+        "tie gap).",
+        (),
+        RowSource("f32", [0x0F200000, 0x0F200000, 0x00800001]),
+    )
+    yield dense_case(
         "floor-one-within-error",
         "Weights 2^-24, 1 - 2^-24 and 2^-80: W = 1 + 2^-80 rounds to 1 in FP64, so token 0's FP64 quota is "
         "exactly 1 while its exact quota is just below 1. Probes step 3's lower test: a floor of 1 (or any "
