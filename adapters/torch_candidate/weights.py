@@ -69,9 +69,9 @@ def logits_to_weights(
     """FP32 weights ``[B, V]`` of FP32 logits ``[B, V]`` (see the module docstring for the order).
 
     ``temperature`` is a float, or one per row (``[B]``); it is rounded to FP32 first.
-    Refusals, checked in this order: EMPTY_ROW, BAD_SHAPE, BAD_TEMPERATURE, NAN_LOGIT /
-    POS_INF_LOGIT on the logits, then on ``z`` (e.g. ``-inf + inf`` or overflow) and on
-    ``s`` (overflow of ``z / T``), then ALL_MASKED when every ``s`` is ``-inf``.
+    Refusals, checked in this order: EMPTY_ROW, BAD_SHAPE, BAD_TEMPERATURE, NAN_LOGIT then
+    POS_INF_LOGIT on ``s`` (where every NaN and +inf of the logits, of ``z`` (``-inf + inf``,
+    overflow) and of ``z / T`` ends up), then ALL_MASKED when every ``s`` is ``-inf``.
     """
     if logits.dim() != 2:
         raise CandidateError("BAD_SHAPE", f"logits must be [B, V], got {list(logits.shape)}")
@@ -81,10 +81,11 @@ def logits_to_weights(
     if bias is not None and bias.shape != logits.shape:
         raise CandidateError("BAD_SHAPE", f"bias {list(bias.shape)} vs logits {list(logits.shape)}")
     t = fp32_temperatures(temperature, logits.shape[0], logits.device)
-    refuse_bad_logits(logits, "logit")
     z = logits if bias is None else logits + bias.to(torch.float32)
-    refuse_bad_logits(z, "biased logit")
     s = z / t[:, None]
+    # on s alone, as the refusal tables order them: a NaN anywhere on the way (a NaN logit,
+    # -inf + inf in z) is a NaN s, and any +inf (a +inf logit, z's overflow, s's) a +inf s (T is a
+    # finite positive FP32), so a NaN s_v refuses before a +inf s_w of another token
     refuse_bad_logits(s, "scaled logit")
     refuse_where((s == float("-inf")).all(dim=1), "ALL_MASKED", "row")
     m = s.amax(dim=1, keepdim=True)
