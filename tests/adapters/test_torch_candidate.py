@@ -252,6 +252,18 @@ def test_bad_logits_are_refused(logits, temperature, code):
     assert err.value.code == code
 
 
+@pytest.mark.rules("R05")
+def test_a_nan_biased_logit_refuses_before_a_raw_plus_inf_logit():
+    """z_0 = +inf + -inf is NaN, and the refusal tables put a NaN s_v before a +inf s_w: a +inf raw
+    logit is not refused before the bias is added (proposal_chain/invalid_inputs/
+    logit-plus-bias-inf-minus-inf, which CI's torch stage caught)."""
+    logits = torch.tensor([[float("inf"), 0.0, 1.0]])
+    bias = torch.tensor([[float("-inf"), float("inf"), 0.0]])
+    with pytest.raises(CandidateError) as err:
+        logits_to_weights(logits, 1.0, bias)
+    assert err.value.code == "NAN_LOGIT"
+
+
 BAD_WEIGHTS = [
     ([1.0, float("nan")], "NAN_WEIGHT"),
     ([1.0, float("inf")], "POS_INF_WEIGHT"),
