@@ -432,11 +432,12 @@ def verification_arrays_native(native: ModuleType, start: int, stop: int) -> Bat
     block_shapes |= {"q": ("<u4", (KMAX, VMAX)), "p": ("<f4", (KMAX + 1, VMAX))}
     layout = list(shapes.values()) + list(block_shapes.values())
     sizes = [n * np.dtype(dtype).itemsize * int(np.prod(shape, dtype=np.int64)) for dtype, shape in layout]
-    memory = np.empty(sum(-(-size // 64) * 64 for size in sizes), dtype=np.uint8)
+    padded = [-(-size // 64) * 64 for size in sizes]  # each array on a cache line of its own
+    memory = np.empty(sum(padded), dtype=np.uint8)
     arrays, offset = [], 0
-    for (dtype, shape), size in zip(layout, sizes):
+    for (dtype, shape), size, room in zip(layout, sizes, padded):
         arrays.append(memory[offset : offset + size].view(dtype).reshape((n, *shape)))
-        offset += -(-size // 64) * 64
+        offset += room
     native.verification_cases(start, *arrays)
     fields = dict(zip(shapes, arrays))
     block = {"seed": fields["seed"]} | dict(zip(block_shapes, arrays[len(shapes) :]))

@@ -156,7 +156,8 @@ def judge_tests(modules: Sequence[str] = ()) -> tuple[str, ...]:
         for file, _, test in (node.partition("::") for node in JUDGE_TESTS_DESELECTED)
         if file in paths
     )
-    return tuple(str(_test_file(root, path)) for path in paths if _test_file(root, path).exists()) + deselected
+    files = (_test_file(root, path) for path in paths)
+    return tuple(str(file) for file in files if file.exists()) + deselected
 
 
 def _test_file(root: Path, path: str) -> Path:
