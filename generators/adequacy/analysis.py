@@ -50,7 +50,7 @@ CORE_MODULES: tuple[str, ...] = (
 )
 #: the other normative modules a solve reaches, measured by default (issue #21, bench/RESULTS.md): the constants,
 #: the refusal codes, the wire's layouts, messages, checksum and reason codes,
-#: and the admission auditor's draws, exact enumeration, decision tables, policy interface and scenarios
+#: and the admission auditor's draws, exact enumeration, decision tables, policy interface, scenarios and lazy reveal
 REACHED_MODULES: tuple[str, ...] = (
     "constants",
     "errors",
@@ -63,6 +63,7 @@ REACHED_MODULES: tuple[str, ...] = (
     "admission/table",
     "admission/policy",
     "admission/scenario",
+    "admission/reveal",
 )
 #: every normative module measured by default (issue #21): the core ones and the wire's negotiation,
 #: checks, header and fallback, the arms, the FP32 readers, the exact outcome law of ``stat``, and the

@@ -322,7 +322,7 @@ def test_every_normative_module_and_fast_path_is_selected_by_default() -> None:
         "admission/table",
     ):
         assert module in analysis.DEFAULT_MODULES
-    for module in ("admission/choices", "admission/policy", "admission/scenario"):
+    for module in ("admission/choices", "admission/policy", "admission/scenario", "admission/reveal"):
         assert module in analysis.DEFAULT_MODULES
     assert set(analysis.CORE_MODULES) < set(analysis.NORMATIVE_MODULES)
     assert "allocation_certified" in analysis.DEFAULT_MODULES
