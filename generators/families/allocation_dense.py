@@ -390,6 +390,34 @@ def fp64_block_row(seed: int, admitted: bool) -> list[int]:
             return bits
 
 
+def fp64_block_edge_row() -> list[int]:
+    """A row whose tie is split inside one block of equal weights, every token left without a ticket
+    is in that block, and the block's remainder is exactly ``2 * Delta``: ``[2^28, F] + [x] * k``.
+
+    ``fp64_tie_gap`` then takes the gap past the block on the excluded side against no token at
+    all (its ``default``, 0): the gap is the block's own fraction, ``2 * Delta``, on the threshold.
+    With B = 2^28 the largest of n = k + 2 weights in units N, ``2 * Delta * N = (n + 1) * B / 2^28 =
+    n + 1`` (rho), so the block needs ``M * x = rho (mod N)``, i.e. ``N = (M * x - rho) / t``. The
+    fractions sum to the tickets left, R = 3 (B, F and one block token), so the block's
+    ``k * rho / N`` must exceed 1: ``k * (k + 3) > N > 2^28``, more than 2^14 tokens. A deterministic
+    search takes the least k from 2^14 up (in steps of 16), then the least x and t, that give an odd N, a
+    filler F below 2^24, and B and F fractions above ``2 * rho / N`` with R = 3."""
+    big = 1 << 28
+    for k in range(1 << 14, 1 << 15, 16):
+        rho = k + 3
+        for x in range(16, 1 << 12):
+            low, high = big + k * x + 1, min(k * rho, big + k * x + (1 << 24))
+            for t in range(max(1, -(-(M * x - rho) // high)), (M * x - rho) // low + 1):
+                total, rest = divmod(M * x - rho, t)
+                filler = total - big - k * x
+                if rest or total % 2 == 0 or not low <= total <= high or not 0 < filler < 1 << 24:
+                    continue
+                r_big, r_filler = M * big % total, M * filler % total
+                if min(r_big, r_filler) > 2 * rho and k * rho + r_big + r_filler == 3 * total:
+                    return [exact_f32(Fraction(u)) for u in [big, filler] + [x] * k]
+    raise AssertionError("no block-edge row below 2^15 tokens")
+
+
 def fp64_flip_rows(seed: int, wanted: int, larger_first: bool) -> list[list[int]]:
     """Deterministic search over near-tie constructions: keep the first ``wanted``
     rows where the FP64 recipe differs (``larger_first``) or agrees (not)."""
@@ -533,6 +561,15 @@ def fp64_bound_cases() -> Iterator[Case]:
             (),
             RowSource("f32", fp64_block_row(0xB10C if admitted else 0xB10D, admitted)),
         )
+    yield dense_case(
+        "block-tie-every-loser-in-block",
+        "2^28, a filler and 16768 equal weights x: the last ticket goes to the first of the block, every other "
+        "block token is left without one, and so is no other token. The block's fraction is exactly 2 * Delta, "
+        "so fp64_tie_gap, with no excluded token past the block, is 2 * Delta and fp64_may_differ is true "
+        "(the gap against an absent token counts from 0; from -1 it would be past the threshold).",
+        (),
+        RowSource("f32", fp64_block_edge_row()),
+    )
 
 
 def edge_cases() -> Iterator[Case]:
@@ -799,6 +836,30 @@ def fast_path_cases() -> Iterator[Case]:
         RowSource.f32([3.5, 21.0, 171.5]),
     )
     yield from certificate_cases()
+    yield dense_case(
+        "contested-2-15-plus-1-distinct-remainders",
+        "2^41 and the 2^15 + 1 largest FP32 weights below 2 (2 - j * 2^-23), each twice, the largest 63 times "
+        "more (65602 tokens): the cluster's quotas, about 2^-16 each, lie within D = 2^-25 below theta and sum "
+        "past 1, so two tickets are left, 2^41 takes one and all 65601 cluster tokens contest the other, with "
+        "2^15 + 1 distinct exact remainders. Probes first_ranked's rank levels: 2^15 of them or more do not "
+        "fit int16 (about 2^16 tokens is the least row that can hold them: 2^15 distinct FP32 quotas within "
+        "2^-25 are at most about 2^-16 each, and the tokens at or below theta must carry a fraction of at "
+        "least 1 - theta).",
+        (),
+        RowSource("f32", contested_levels_row()),
+    )
+
+
+def contested_levels_row() -> list[int]:
+    """``[2^41]`` and the cluster ``w_j = 2 - j * 2^-23`` (j = 1..2^15 + 1) twice, with 63 more ``w_1``.
+
+    W = 2^41 + S with S (the cluster's sum) just above 2^17, so each quota ``M * w_j / W`` is below
+    1 (its own fraction) and about 2^-16, the cluster spans ``M * 2^15 * 2^-23 / W < 2^-25`` below
+    its top, the fractions of the cluster sum just past 1 and 2^41's quota is ``M - S * M / W``:
+    R = 2, one ticket to 2^41, one contested by the whole cluster. A construction, no search."""
+    cluster = [Fraction(2) - Fraction(j, 1 << 23) for j in range(1, (1 << 15) + 2)]
+    weights = [Fraction(1 << 41)] + [w for w in cluster for _ in range(2)] + [cluster[0]] * 63
+    return [exact_f32(w) for w in weights]
 
 
 def f32_tail(top: Fraction, bottom: Fraction) -> list[Fraction]:
