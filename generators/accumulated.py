@@ -234,12 +234,15 @@ def f32_bits_of_ints(values: np.ndarray) -> np.ndarray:
 class Batch:
     """The inputs of cases ``[start, stop)`` as arrays (family-specific fields), and their block
     when it was made with them (the native stream, :func:`verification_arrays`); else the
-    family's ``block`` makes it from the fields."""
+    family's ``block`` makes it from the fields. ``records``: the C engine's records of the cases,
+    when the native stream computed them with the inputs (its fused path); the engine returns them
+    where it would run the C engine (accumulated_engine.verification_records)."""
 
     start: int
     stop: int
     fields: dict[str, np.ndarray]
     block: dict[str, np.ndarray] | None = None
+    records: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -411,11 +414,13 @@ def verification_arrays(start: int, stop: int) -> Batch:
     return verification_arrays_native(NATIVE_STREAM, start, stop)
 
 
-def verification_arrays_native(native: ModuleType, start: int, stop: int) -> Batch:
+def verification_arrays_native(native: ModuleType, start: int, stop: int, fused: bool = True) -> Batch:
     """The fields of :func:`verification_arrays_numpy` and the block of :func:`verification_block`,
-    made by ``native.verification_cases`` in one pass over the cases. The arrays are views of one
-    allocation: NumPy asks the kernel for huge pages on a large one, where seventeen arrays of their
-    own cost a page fault per 4 KiB written (half the time of the pass)."""
+    made by ``native.verification_cases`` in one pass over the cases; ``fused``: with the C engine's
+    records, each small group of cases verified as soon as it is made, while its rows are in cache
+    (docs/accumulated.md, "The engine"). The arrays are views of one allocation: NumPy asks the
+    kernel for huge pages on a large one, where seventeen arrays of their own cost a page fault per
+    4 KiB written (half the time of the pass)."""
     n = stop - start
     shapes: dict[str, tuple[str, tuple[int, ...]]] = {
         "seed": ("<u8", ()),
@@ -430,7 +435,7 @@ def verification_arrays_native(native: ModuleType, start: int, stop: int) -> Bat
     }
     block_shapes = {name: ("<u4", shape) for name, (_, shape) in shapes.items() if name not in ("seed", "q", "p")}
     block_shapes |= {"q": ("<u4", (KMAX, VMAX)), "p": ("<f4", (KMAX + 1, VMAX))}
-    layout = list(shapes.values()) + list(block_shapes.values())
+    layout = list(shapes.values()) + list(block_shapes.values()) + ([("<u4", (VERIFY_WORDS,))] if fused else [])
     sizes = [n * np.dtype(dtype).itemsize * int(np.prod(shape, dtype=np.int64)) for dtype, shape in layout]
     padded = [-(-size // 64) * 64 for size in sizes]  # each array on a cache line of its own
     memory = np.empty(sum(padded), dtype=np.uint8)
@@ -440,8 +445,8 @@ def verification_arrays_native(native: ModuleType, start: int, stop: int) -> Bat
         offset += room
     native.verification_cases(start, *arrays)
     fields = dict(zip(shapes, arrays))
-    block = {"seed": fields["seed"]} | dict(zip(block_shapes, arrays[len(shapes) :]))
-    return Batch(start, stop, fields, block)
+    block = {"seed": fields["seed"]} | dict(zip(block_shapes, arrays[len(shapes) : len(shapes) + len(block_shapes)]))
+    return Batch(start, stop, fields, block, arrays[-1] if fused else None)
 
 
 def verification_arrays_numpy(start: int, stop: int) -> Batch:

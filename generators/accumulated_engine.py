@@ -118,10 +118,14 @@ NATIVE: ModuleType | None = native_engine()
 
 
 def verification_records(batch: Batch) -> np.ndarray:
-    """Records ``uint32 [n, VERIFY_WORDS]``: by the C engine where it is built, else by NumPy
-    (:func:`verification_records_numpy`); the two are equal (tests/generators/test_accumulated.py)."""
+    """Records ``uint32 [n, VERIFY_WORDS]``: by the C engine where it is built (the records the
+    native stream computed with the inputs, its fused path, when the batch has them), else by NumPy
+    (:func:`verification_records_numpy`); the three are equal (tests/generators/test_accumulated.py,
+    tests/generators/test_verification_engine_native.py)."""
     if NATIVE is None:
         return verification_records_numpy(batch)
+    if batch.records is not None:
+        return batch.records
     return verification_records_native(NATIVE, batch)
 
 
