@@ -35,7 +35,7 @@
 #define D_ACCEPT 0u /* decision codes of a record */
 #define D_REJECT 1u
 #define D_CORRECTION 2u
-#define D_BONUS 3u
+#define D_BONUS 3u /* D_CORRECTION + 1: the record's final decision is D_CORRECTION + full */
 #define ENGINE_CHUNK 256 /* most cases of one verify_chunk */
 
 /* Word 0 of the RNG ABI draw at (position, round, generation, domain << 24) under the seed. */
@@ -120,16 +120,17 @@ static inline __attribute__((always_inline)) void verify_chunk(ptrdiff_t lo, ptr
         ptrdiff_t i = lo + c;
         const Case *s = &cases[c];
         uint32_t *rec = records + c * VERIFY_WORDS, *emitted = rec + 2, *draws = rec + 4 + KMAX;
-        int accepted = s->accepted, full = accepted == s->depth, tested = full ? accepted : accepted + 1;
+        /* full (K accepts) as 0 or 1 in arithmetic, not a branch: it is about as often true as false */
+        int accepted = s->accepted, full = accepted == s->depth, tested = accepted + 1 - full;
         /* from the bonus row p_{K+1} after K accepts, else the residual max(p - q, 0) at the rejection: the
            first v with C_v 2^32 > u32 R (C_v, R at most 2^24), token 0 if none. C is nondecreasing, so the
            first such v is the number of v with C_v 2^32 <= u32 R. The q row is read at the rejection only
            (row K does not exist when K = KMAX): masked to zero after K accepts */
-        uint64_t cumulative[VMAX], total = 0, q_mask = full ? 0 : ~(uint64_t)0;
+        uint64_t cumulative[VMAX], total = 0, q_mask = (uint64_t)full - 1;
         int q_row = accepted < KMAX ? accepted : KMAX - 1;
         for (int v = 0; v < VMAX; v++) {
             uint64_t pv = AT(p, uint64_t, i, accepted, v), qv = AT(q, uint64_t, i, q_row, v) & q_mask;
-            total += pv > qv ? pv - qv : 0;
+            total += (pv - qv) & -(uint64_t)(pv > qv); /* a mask, not a branch: the sign is a coin toss */
             cumulative[v] = total;
         }
         uint64_t threshold = (uint64_t)s->u32[KMAX] * total;
@@ -156,7 +157,7 @@ static inline __attribute__((always_inline)) void verify_chunk(ptrdiff_t lo, ptr
         d[0] = CORRECTION;
         d[1] = s->anchor + (uint32_t)accepted;
         d[2] = s->u32[KMAX];
-        d[3] = full ? D_BONUS : D_CORRECTION;
+        d[3] = D_CORRECTION + (uint32_t)full; /* D_BONUS after K accepts */
         d[4] = token;
     }
 }
