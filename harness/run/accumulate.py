@@ -108,7 +108,7 @@ class RecordStream:
     def add(self, records: np.ndarray) -> np.ndarray:
         """Records ``[n, words]`` appended; their canonical array (little-endian u32, C order)."""
         canonical = np.ascontiguousarray(records, dtype="<u4")
-        self.sha.update(memoryview(canonical))
+        self.sha.update(canonical.data)
         if self.kept is not None:
             self.kept.append(canonical.tobytes())
         return canonical
