@@ -4,7 +4,7 @@
  * Hand-written, because the NumPy engine (accumulated_engine.verification_records_numpy, the
  * fallback when this module is not built) runs tens of array operations over rows of 8 tokens and
  * 5 drafts per stage, and stays near a tenth of a vectorized Philox however it is arranged
- * (bench/RESULTS.md, issue #24). The rules, their bounds and the four passes over a chunk of cases are
+ * (bench/RESULTS.md, issue #24). The rules, their bounds and the passes over a chunk of cases are
  * in verification_engine.h, shared with the input stream's fused path (_accumulated_stream.c). Its
  * records equal the NumPy engine's and the spec's (tests/generators/test_verification_engine_native.py,
  * tests/generators/test_accumulated.py); it makes expected hashes, and candidates never import it.
