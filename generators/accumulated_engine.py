@@ -21,8 +21,10 @@ hashes; candidates never import it.
 
 ``verification_round`` runs in C where the optional module ``_verification_engine``
 (``_verification_engine.c``, built by ``pip install``) is built, the same integer rules over
-chunks of cases (issue #24: the NumPy stages stay near a tenth of a vectorized Philox); else,
-or with ``QCONFORM_ENGINE_NATIVE=0``, in NumPy. The tests hold both to each other and to the spec.
+chunks of cases (issue #24: the NumPy stages stay near a tenth of a vectorized Philox), or, where
+the native stream made the batch, by the stream itself on each group of cases as it made them (the
+same C rules, ``generators/verification_engine.h``: the batch's ``records``); else, or with
+``QCONFORM_ENGINE_NATIVE=0``, in NumPy. The tests hold all three to each other and to the spec.
 """
 
 from __future__ import annotations
