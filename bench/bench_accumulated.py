@@ -33,8 +33,12 @@ each in three conditions: the whole batch of ``--engine-cases`` made before (abo
 inputs a case: 50 MB at 2^16, out of every cache); in pieces of ``--piece`` cases, each made just
 before the engines and floors run on it (as when the stream feeds the engine piece by piece); and
 the first piece over and over (its inputs hot in cache: the engine's compute alone, a bound, not
-the goal's condition). Then the NumPy engine's stages and the Fraction spec (``verify_round``
-over decoded inputs). The records of the spec, the NumPy engine and the C engine are compared first.
+the goal's condition). Then the harness's own path, where the native stream is built: the engine
+fused with the stream (``verification_arrays_native``: each group of cases verified as soon as it
+is made, in cache), timed as the difference between the stream with and without its records, each
+piece in turn with the C floor over the piece's decisions. Then the NumPy engine's stages and the
+Fraction spec (``verify_round`` over decoded inputs). The records of the spec, the NumPy engine and
+the C engine are compared first (the fused records by tests/generators/test_verification_engine_native.py).
 Goal (issue #24): the engine at least 50% of its floor.
 """
 
@@ -49,7 +53,18 @@ from types import ModuleType
 
 import numpy as np
 
-from qconform.generators.accumulated import FAMILIES, KMAX, STREAM_KEY, U64, WORD_MASK, Batch, philox_lanes, record_of
+from qconform.generators.accumulated import (
+    FAMILIES,
+    KMAX,
+    NATIVE_STREAM,
+    STREAM_KEY,
+    U64,
+    WORD_MASK,
+    Batch,
+    philox_lanes,
+    record_of,
+    verification_arrays_native,
+)
 from qconform.generators.accumulated_engine import (
     ENGINES,
     STAGES,
@@ -249,6 +264,8 @@ def engine_part(args: argparse.Namespace) -> None:
                     f"{engine} / its floor: {median:.2f} ({min(ratios):.2f}-{max(ratios):.2f}) per run; "
                     f"goal 0.5: {'met' if median >= 0.5 else 'NOT met'}"
                 )
+    if NATIVE_STREAM is not None and native is not None:
+        fused_condition(native, NATIVE_STREAM, cases, args.piece, starts, piece_decisions, count, args.repeat)
     inputs_s = spread(lambda: family.arrays(0, cases), max(1, args.repeat // 2))
     print(f"{'the stream inputs (verification_arrays), cases/s':44} {rate_cells(cases, inputs_s):>40}")
     stage_s = {name: 0.0 for name in STAGES}
@@ -256,6 +273,50 @@ def engine_part(args: argparse.Namespace) -> None:
         verification_records_numpy(arrays, stage_s)
     total = sum(stage_s.values())
     print("NumPy engine stages: " + ", ".join(f"{name} {100 * s / total:.0f}%" for name, s in stage_s.items()))
+
+
+def fused_condition(
+    native: ModuleType,
+    stream: ModuleType,
+    cases: int,
+    piece: int,
+    starts: range,
+    piece_decisions: list[int],
+    count: int,
+    repeat: int,
+) -> None:
+    """The engine fused with the stream, the harness's path: each piece of ``piece`` cases made by the
+    native stream alone, then again with its records (each group of cases verified as it is made), then
+    the C floor over as many blocks, round-robin; the engine's time is the difference of the first two."""
+    rows: list[tuple[str, Callable[[int, int], object]]] = [
+        ("C stream alone", lambda lo, _blocks: verification_arrays_native(stream, lo, min(lo + piece, cases), False)),
+        (
+            "C stream with the engine fused",
+            lambda lo, _blocks: verification_arrays_native(stream, lo, min(lo + piece, cases)),
+        ),
+        ("C Philox floor", lambda _lo, blocks: native.philox_floor(blocks, np.empty((blocks, 4), np.uint32))),
+    ]
+    times: dict[str, list[float]] = {name: [] for name, _ in rows}
+    for _ in range(repeat):
+        spent = dict.fromkeys(times, 0.0)
+        for lo, blocks in zip(starts, piece_decisions):
+            for name, run in rows:
+                began = time.process_time()
+                run(lo, blocks)
+                spent[name] += time.process_time() - began
+        for name in times:
+            times[name].append(spent[name])
+    engine = [fused - alone for alone, fused in zip(times["C stream alone"], times["C stream with the engine fused"])]
+    print(f"# fused: pieces of {piece} cases, the stream alone and with the engine's records in the same pass")
+    for name, _ in rows:
+        print(f"{name:44} {rate_cells(cases if 'stream' in name else count, spread_of(times[name])):>40}")
+    print(f"{'C engine in the fused pass (the difference)':44} {rate_cells(count, spread_of(engine)):>40}")
+    ratios = [floor / spent for spent, floor in zip(engine, times["C Philox floor"])]
+    median = statistics.median(ratios)
+    print(
+        f"C engine fused / its floor: {median:.2f} ({min(ratios):.2f}-{max(ratios):.2f}) per run; "
+        f"goal 0.5: {'met' if median >= 0.5 else 'NOT met'}"
+    )
 
 
 def spread_of(times: list[float]) -> tuple[float, float, float]:

@@ -6,10 +6,12 @@ Rows, alternating, process CPU time, cases per second median (min-max), over blo
 
 * ``NumPy``: ``verification_arrays_numpy`` then ``verification_block`` (the definition, and the
   path without the extension);
-* ``C``: ``verification_arrays_native`` (the fields and the block in one pass,
+* ``C``: ``verification_arrays_native`` without records (the fields and the block in one pass,
   generators/_accumulated_stream.c), the arrays checked equal to the NumPy path's first;
-* ``engine``: ``verification_records`` over the same cases, for scale: the rest of what the
-  harness computes per case (the other helper's part of issue #24).
+* ``C fused``: the same with the engine's records, each group of cases verified as it is made
+  (the harness's path, docs/accumulated.md "The engine");
+* ``engine``: the C engine's ``verification_records_native`` over the same cases as a second pass
+  (where it is built; else the NumPy engine), for scale.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from qconform.generators.accumulated import (
     verification_arrays_numpy,
     verification_block,
 )
-from qconform.generators.accumulated_engine import verification_records
+from qconform.generators.accumulated_engine import NATIVE, verification_records_native, verification_records_numpy
 
 
 def main() -> int:
@@ -36,7 +38,8 @@ def main() -> int:
     if NATIVE_STREAM is None:
         raise SystemExit("the native stream is not built (pip install -e .) or QCONFORM_ACCUMULATED_NATIVE=0")
     n = args.cases
-    native, numpy_batch = verification_arrays_native(NATIVE_STREAM, 0, n), verification_arrays_numpy(0, n)
+    stream = NATIVE_STREAM
+    native, numpy_batch = verification_arrays_native(stream, 0, n, fused=False), verification_arrays_numpy(0, n)
     assert native.block is not None
     for name, array in numpy_batch.fields.items():
         assert array.tobytes() == native.fields[name].tobytes(), name
@@ -46,8 +49,13 @@ def main() -> int:
         "NumPy (verification_arrays_numpy + verification_block)": lambda: verification_block(
             verification_arrays_numpy(0, n)
         ),
-        "C (verification_arrays_native: fields and block)": lambda: verification_arrays_native(NATIVE_STREAM, 0, n),
-        "engine verification_records (for scale)": lambda: verification_records(native),
+        "C (verification_arrays_native: fields and block)": lambda: verification_arrays_native(
+            stream, 0, n, fused=False
+        ),
+        "C fused (fields, block and the engine's records)": lambda: verification_arrays_native(stream, 0, n),
+        "engine, a second pass (for scale)": lambda: (
+            verification_records_numpy(native) if NATIVE is None else verification_records_native(NATIVE, native)
+        ),
     }
     times: dict[str, list[float]] = {name: [] for name in rows}
     for _ in range(args.repeat):

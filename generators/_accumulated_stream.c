@@ -18,6 +18,9 @@
  *   block:  generation, round, anchor, depth, vocab (u32 [n]); drafts (u32 [n, 5]); q (u32 [n, 5, 8]);
  *           p (f32 [n, 6, 8], count / M): drafts and q rows from K on and p rows from K + 1 on zero
  *           (the block's seed is the fields' seed array itself).
+ *   records (optional, u32 [n, VERIFY_WORDS]): the fused path: the engine's records of the cases
+ *           (verification_engine.h), each group of FUSED_CASES cases verified right after it is made,
+ *           while its rows are in cache, instead of in a second pass over the block's arrays.
  * The arithmetic is exact integer arithmetic in 32 and 64 bits, as the NumPy path's (counts are at
  * most M = 2^24, a draw is below 2^32, so u32 * count fits in 64 bits); a count / M is exact in FP32.
  * Nothing here is a float but that last conversion. The candidates never import this module.
@@ -28,6 +31,7 @@
 #include <string.h>
 
 #include "philox4x32.h"
+#include "verification_engine.h"
 
 #define ROWS (2 * KMAX + 1) /* q rows 0..4, then p rows 0..5 */
 #define M_COUNT (1u << 24)
@@ -235,17 +239,46 @@ static void one_case(uint64_t i, Py_ssize_t k, const Out *o) {
     }
 }
 
+/* Cases per group of the fused path: the group's rows, just written, are still in the core's caches when the
+ * engine reads them, instead of a block's 10 MB read again in a second pass (bench/RESULTS.md, issue #24,
+ * "The engine fused with the stream"). */
+#define FUSED_CASES 64
+
+/* The engine's views of the fields (verification_engine.h), over the contiguous arrays of o. */
+static inline __attribute__((always_inline)) void engine_views(const Out *o, View v[E_INPUTS]) {
+    const void *base[E_INPUTS] = {o->seed, o->generation, o->round, o->anchor, o->depth, o->q, o->p, o->drafts};
+    const ptrdiff_t row[E_INPUTS] = {8, 8, 8, 8, 8, 8 * KMAX * VMAX, 8 * (KMAX + 1) * VMAX, 8 * KMAX};
+    const ptrdiff_t inner[E_INPUTS][2] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}, {8 * VMAX, 8}, {8 * VMAX, 8}, {8, 0}};
+    for (int e = 0; e < E_INPUTS; e++) {
+        v[e].base = (const char *)base[e];
+        v[e].s[0] = row[e];
+        v[e].s[1] = inner[e][0];
+        v[e].s[2] = inner[e][1];
+    }
+}
+
+/* The engine over one group of the fused path: a function of its own (not inlined), so that a sampling
+ * profile (perf) tells the engine's time from the stream's; verify_chunk is inlined into it with the
+ * fields' strides as constants. */
+static __attribute__((noinline)) void fused_engine(Py_ssize_t lo, Py_ssize_t hi, const Out *o, uint32_t *records) {
+    View fields[E_INPUTS];
+    engine_views(o, fields);
+    verify_chunk(lo, hi, fields, records);
+}
+
 static PyObject *verification_cases(PyObject *self, PyObject *args) {
     unsigned long long first;
-    Py_buffer view[BUFFERS];
-    if (!PyArg_ParseTuple(args, "Kw*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*", &first, &view[0], &view[1], &view[2],
+    Py_buffer view[BUFFERS + 1];
+    memset(&view[BUFFERS], 0, sizeof view[BUFFERS]);
+    if (!PyArg_ParseTuple(args, "Kw*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*|w*", &first, &view[0], &view[1], &view[2],
                           &view[3], &view[4], &view[5], &view[6], &view[7], &view[8], &view[9], &view[10],
-                          &view[11], &view[12], &view[13], &view[14], &view[15], &view[16]))
+                          &view[11], &view[12], &view[13], &view[14], &view[15], &view[16], &view[BUFFERS]))
         return NULL;
+    int fused = view[BUFFERS].obj != NULL;
     Py_ssize_t n = view[F_SEED].len / CASE_BYTES[F_SEED];
     int ok = 1;
-    for (int b = 0; b < BUFFERS; b++)
-        ok &= view[b].len == n * CASE_BYTES[b] && PyBuffer_IsContiguous(&view[b], 'C');
+    for (int b = 0; b < BUFFERS + fused; b++)
+        ok &= view[b].len == n * (b < BUFFERS ? CASE_BYTES[b] : 4 * VERIFY_WORDS) && PyBuffer_IsContiguous(&view[b], 'C');
     if (ok) {
         Out o = {
             view[F_SEED].buf, view[F_GENERATION].buf, view[F_ROUND].buf, view[F_ANCHOR].buf,
@@ -253,11 +286,16 @@ static PyObject *verification_cases(PyObject *self, PyObject *args) {
             view[B_GENERATION].buf, view[B_ROUND].buf, view[B_ANCHOR].buf, view[B_DEPTH].buf,
             view[B_VOCAB].buf, view[B_DRAFTS].buf, view[B_Q].buf, view[B_P].buf,
         };
+        uint32_t *records = fused ? view[BUFFERS].buf : NULL;
         Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t k = 0; k < n; k++) one_case((uint64_t)first + (uint64_t)k, k, &o);
+        for (Py_ssize_t lo = 0; lo < n; lo += FUSED_CASES) {
+            Py_ssize_t hi = lo + FUSED_CASES < n ? lo + FUSED_CASES : n;
+            for (Py_ssize_t k = lo; k < hi; k++) one_case((uint64_t)first + (uint64_t)k, k, &o);
+            if (fused) fused_engine(lo, hi, &o, records + lo * VERIFY_WORDS);
+        }
         Py_END_ALLOW_THREADS
     }
-    for (int b = 0; b < BUFFERS; b++) PyBuffer_Release(&view[b]);
+    for (int b = 0; b < BUFFERS + fused; b++) PyBuffer_Release(&view[b]);
     if (!ok) {
         PyErr_SetString(PyExc_ValueError, "every buffer must be C-contiguous and hold the same number of cases");
         return NULL;
@@ -267,8 +305,8 @@ static PyObject *verification_cases(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"verification_cases", verification_cases, METH_VARARGS,
-     "verification_cases(first, fields..., block...): the verification_round stream's cases from case first "
-     "(see the module source)."},
+     "verification_cases(first, fields..., block...[, records]): the verification_round stream's cases from "
+     "case first, and with records their engine records (see the module source)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -19,6 +19,8 @@ Candidates never import this module (tests/adapters/test_candidate_independence.
 from __future__ import annotations
 
 import hashlib
+import sys
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -234,12 +236,15 @@ def f32_bits_of_ints(values: np.ndarray) -> np.ndarray:
 class Batch:
     """The inputs of cases ``[start, stop)`` as arrays (family-specific fields), and their block
     when it was made with them (the native stream, :func:`verification_arrays`); else the
-    family's ``block`` makes it from the fields."""
+    family's ``block`` makes it from the fields. ``records``: the C engine's records of the cases,
+    when the native stream computed them with the inputs (its fused path); the engine returns them
+    where it would run the C engine (accumulated_engine.verification_records)."""
 
     start: int
     stop: int
     fields: dict[str, np.ndarray]
     block: dict[str, np.ndarray] | None = None
+    records: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -403,6 +408,45 @@ def native_stream() -> ModuleType | None:
 NATIVE_STREAM: ModuleType | None = native_stream()
 
 
+class MemoryPool:
+    """The native stream's allocations, each kept for reuse once no array made from it is alive.
+
+    Why: a block of 16384 cases is 22 MB, and fresh memory costs the kernel a zeroed page for
+    every page the stream writes: a third of the harness's time on ``verification_round``
+    (a sampling profile, bench/RESULTS.md, issue #24). Reused, the pages stay mapped. An
+    allocation is idle when only the pool refers to it: every array made from it (a view, its
+    views, a reshape) holds a reference to it, so a live batch, block or record array is never
+    written over (``sys.getrefcount``, CPython's count; tests/generators/test_accumulated_native.py)."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.held: list[np.ndarray] = []
+        self.lock = threading.Lock()
+
+    def take(self, size: int) -> np.ndarray:
+        """``size`` bytes: an idle allocation of at least that size and at most twice it, or a new one
+        (kept while fewer than ``keep`` are held, or in the place of an idle one)."""
+        with self.lock:
+            idle = -1
+            for index in range(len(self.held)):
+                # referred to by the list and the call's argument only: no array of it is alive
+                if sys.getrefcount(self.held[index]) == 2:
+                    if size <= self.held[index].size <= 2 * size:
+                        return self.held[index][:size]
+                    idle = index
+            fresh = np.empty(size, dtype=np.uint8)
+            if len(self.held) < self.keep:
+                self.held.append(fresh)
+            elif idle >= 0:
+                self.held[idle] = fresh
+            return fresh
+
+
+#: the allocations of :func:`verification_arrays_native`: the harness holds at most three batches at once
+#: (the one answered, the one judged, the next one made ahead)
+STREAM_MEMORY = MemoryPool(keep=4)
+
+
 def verification_arrays(start: int, stop: int) -> Batch:
     """The cases' fields and block: by the native stream where it is built, else by NumPy (the same
     arrays, bit for bit: tests/generators/test_accumulated_native.py)."""
@@ -411,11 +455,14 @@ def verification_arrays(start: int, stop: int) -> Batch:
     return verification_arrays_native(NATIVE_STREAM, start, stop)
 
 
-def verification_arrays_native(native: ModuleType, start: int, stop: int) -> Batch:
+def verification_arrays_native(native: ModuleType, start: int, stop: int, fused: bool = True) -> Batch:
     """The fields of :func:`verification_arrays_numpy` and the block of :func:`verification_block`,
-    made by ``native.verification_cases`` in one pass over the cases. The arrays are views of one
-    allocation: NumPy asks the kernel for huge pages on a large one, where seventeen arrays of their
-    own cost a page fault per 4 KiB written (half the time of the pass)."""
+    made by ``native.verification_cases`` in one pass over the cases; ``fused``: with the C engine's
+    records, each small group of cases verified as soon as it is made, while its rows are in cache
+    (docs/accumulated.md, "The engine"). The arrays are views of one allocation: NumPy asks the
+    kernel for huge pages on a large one, where seventeen arrays of their own cost a page fault per
+    4 KiB written (half the time of the pass); and the allocation is reused once no array of it is
+    alive (:class:`MemoryPool`). Every element of every array is written."""
     n = stop - start
     shapes: dict[str, tuple[str, tuple[int, ...]]] = {
         "seed": ("<u8", ()),
@@ -430,18 +477,18 @@ def verification_arrays_native(native: ModuleType, start: int, stop: int) -> Bat
     }
     block_shapes = {name: ("<u4", shape) for name, (_, shape) in shapes.items() if name not in ("seed", "q", "p")}
     block_shapes |= {"q": ("<u4", (KMAX, VMAX)), "p": ("<f4", (KMAX + 1, VMAX))}
-    layout = list(shapes.values()) + list(block_shapes.values())
+    layout = list(shapes.values()) + list(block_shapes.values()) + ([("<u4", (VERIFY_WORDS,))] if fused else [])
     sizes = [n * np.dtype(dtype).itemsize * int(np.prod(shape, dtype=np.int64)) for dtype, shape in layout]
     padded = [-(-size // 64) * 64 for size in sizes]  # each array on a cache line of its own
-    memory = np.empty(sum(padded), dtype=np.uint8)
+    memory = STREAM_MEMORY.take(sum(padded))
     arrays, offset = [], 0
     for (dtype, shape), size, room in zip(layout, sizes, padded):
         arrays.append(memory[offset : offset + size].view(dtype).reshape((n, *shape)))
         offset += room
     native.verification_cases(start, *arrays)
     fields = dict(zip(shapes, arrays))
-    block = {"seed": fields["seed"]} | dict(zip(block_shapes, arrays[len(shapes) :]))
-    return Batch(start, stop, fields, block)
+    block = {"seed": fields["seed"]} | dict(zip(block_shapes, arrays[len(shapes) : len(shapes) + len(block_shapes)]))
+    return Batch(start, stop, fields, block, arrays[-1] if fused else None)
 
 
 def verification_arrays_numpy(start: int, stop: int) -> Batch:

@@ -21,8 +21,10 @@ hashes; candidates never import it.
 
 ``verification_round`` runs in C where the optional module ``_verification_engine``
 (``_verification_engine.c``, built by ``pip install``) is built, the same integer rules over
-chunks of cases (issue #24: the NumPy stages stay near a tenth of a vectorized Philox); else,
-or with ``QCONFORM_ENGINE_NATIVE=0``, in NumPy. The tests hold both to each other and to the spec.
+chunks of cases (issue #24: the NumPy stages stay near a tenth of a vectorized Philox), or, where
+the native stream made the batch, by the stream itself on each group of cases as it made them (the
+same C rules, ``generators/verification_engine.h``: the batch's ``records``); else, or with
+``QCONFORM_ENGINE_NATIVE=0``, in NumPy. The tests hold all three to each other and to the spec.
 """
 
 from __future__ import annotations
@@ -118,10 +120,14 @@ NATIVE: ModuleType | None = native_engine()
 
 
 def verification_records(batch: Batch) -> np.ndarray:
-    """Records ``uint32 [n, VERIFY_WORDS]``: by the C engine where it is built, else by NumPy
-    (:func:`verification_records_numpy`); the two are equal (tests/generators/test_accumulated.py)."""
+    """Records ``uint32 [n, VERIFY_WORDS]``: by the C engine where it is built (the records the
+    native stream computed with the inputs, its fused path, when the batch has them), else by NumPy
+    (:func:`verification_records_numpy`); the three are equal (tests/generators/test_accumulated.py,
+    tests/generators/test_verification_engine_native.py)."""
     if NATIVE is None:
         return verification_records_numpy(batch)
+    if batch.records is not None:
+        return batch.records
     return verification_records_native(NATIVE, batch)
 
 

@@ -130,3 +130,32 @@ def test_verification_arrays_takes_the_numpy_path_without_the_module(monkeypatch
     assert batch.block is None
     assert same_arrays(batch.fields, verification_arrays_numpy(5, 50).fields) == []
     assert FAMILIES["verification_round"].block(batch)["q"].dtype == np.dtype("<u4")
+
+
+@needs_native
+def test_a_live_batch_is_never_written_over_and_an_idle_one_is_reused():
+    """The stream's allocations are reused (no zeroed pages per block), but only once no array of
+    them is alive: a batch kept, or only its records or one block array kept, holds its memory;
+    dropped, the next batch of that size takes it. Shown to fail with the idle test dropped
+    (every held allocation reused, the kept arrays written over)."""
+    pool = accumulated.MemoryPool(keep=2)
+    original = accumulated.STREAM_MEMORY
+    accumulated.STREAM_MEMORY = pool
+    try:
+        kept = verification_arrays_native(NATIVE, 0, 4096)
+        snapshot = {name: array.copy() for name, array in kept.fields.items()}
+        records = verification_arrays_native(NATIVE, 5000, 9096).records
+        assert records is not None
+        records_before = records.copy()
+        block_q = verification_arrays_native(NATIVE, 10000, 14096).block["q"]  # type: ignore[index]
+        block_before = block_q.copy()
+        for start in (20000, 30000, 40000):  # more batches than the pool keeps, each dropped at once
+            verification_arrays_native(NATIVE, start, start + 4096)
+        assert same_arrays(kept.fields, snapshot) == []
+        assert np.array_equal(records, records_before) and np.array_equal(block_q, block_before)
+        del kept
+        again = verification_arrays_native(NATIVE, 50000, 54096)
+        assert again.fields["seed"].base is pool.held[0]  # the allocation kept's arrays were made from, reused
+        assert same_arrays(again.fields, verification_arrays_numpy(50000, 54096).fields) == []
+    finally:
+        accumulated.STREAM_MEMORY = original

@@ -1,7 +1,8 @@
 """The C engine of ``verification_round`` (generators/_verification_engine.c) against the NumPy engine.
 
 tests/generators/test_accumulated.py holds the engine (the C one where it is built) to the spec's records;
-here the C engine is held to the NumPy engine on 2^15 stream cases, and on stream cases rewritten
+here the C engine is held to the NumPy engine on 2^15 stream cases (and so are the records of the native
+stream's fused path: the same C rules, run on each group of cases as it is made), and on stream cases rewritten
 so that acceptance tests and final picks sit exactly on their boundaries (``u32 q(x) = p(x) 2^32``
 rejects; ``C_v 2^32 = u32 R`` is not above). Each comparison was shown to fail with the C engine's
 acceptance test written ``<=`` and its pick counting ``<`` (rebuilt, run, restored). Without the
@@ -19,6 +20,7 @@ from qconform.generators.accumulated import (
     DOMAIN_CODES,
     FAMILIES,
     KMAX,
+    NATIVE_STREAM,
     STREAM_KEY,
     U64,
     WORD_MASK,
@@ -26,6 +28,7 @@ from qconform.generators.accumulated import (
     M,
     draw_word0,
     philox_lanes,
+    verification_arrays_native,
 )
 from qconform.generators.accumulated_engine import verification_records_native, verification_records_numpy
 
@@ -46,6 +49,24 @@ def native(batch: Batch) -> np.ndarray:
 def test_native_engine_equals_numpy_on_the_stream():
     batch = FAMILIES["verification_round"].arrays(1000, 1000 + (1 << 15))
     assert (native(batch) == verification_records_numpy(batch)).all()
+
+
+@needs_native
+@pytest.mark.skipif(NATIVE_STREAM is None, reason="the native stream is not built or is switched off")
+@pytest.mark.parametrize("start", [1000, 2**32 - 5000])
+def test_the_fused_records_are_the_engines(start):
+    """The native stream's fused path (each group of cases verified as soon as it is made, the same
+    verify_chunk as the engine module's) gives the NumPy engine's records, over groups cut at any case
+    and across 2^32; ``verification_records`` hands them on. Shown to fail with the fused loop writing
+    each group's records over the previous group's (rebuilt, run, restored)."""
+    assert NATIVE_STREAM is not None
+    count = (1 << 14) + 37  # a last group shorter than the others
+    batch = verification_arrays_native(NATIVE_STREAM, start, start + count)
+    assert batch.records is not None
+    expected = verification_records_numpy(batch)
+    assert np.array_equal(batch.records, expected)
+    assert accumulated_engine.verification_records(batch) is batch.records
+    assert verification_arrays_native(NATIVE_STREAM, start, start + count, fused=False).records is None
 
 
 def first_draws(batch: Batch) -> np.ndarray:
