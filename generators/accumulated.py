@@ -246,7 +246,9 @@ class Batch:
 class AccumulatedFamily:
     """An accumulated family: its stream tag, record width, arrays of a case range, one
     case's input object, the record of an answer object, and the block of a case range
-    (the same inputs as arrays, docs/accumulated.md "Blocks")."""
+    (the same inputs as arrays, docs/accumulated.md "Blocks"); where a record holds the whole
+    answer, ``answer`` is its inverse: the answer object whose record it is (docs/accumulated.md,
+    "Judging a block's divergent cases")."""
 
     name: str
     tag: int
@@ -255,6 +257,7 @@ class AccumulatedFamily:
     case_input: Callable[[Batch, int], dict]
     record: Callable[[dict, dict], list[int]]
     block: Callable[[Batch], dict[str, np.ndarray]]
+    answer: Callable[[dict, Sequence[int]], dict] | None = None
 
 
 def _cases(start: int, stop: int) -> np.ndarray:
@@ -385,6 +388,12 @@ def allocation_record(inp: dict, answer: dict) -> list[int]:
             f"allocation_dense answer has {len(counts)} counts for {inp['weights']['shape'][0]} weights"
         )
     return list(counts) + [0] * (VMAX - len(counts))
+
+
+def allocation_answer(inp: dict, record: Sequence[int]) -> dict:
+    """The answer whose record is ``record`` (:func:`allocation_record`'s inverse): its first V words
+    as the counts; the padding is not read (the caller checks the answer's record is ``record``)."""
+    return {"counts": blob_u32(record[: inp["weights"]["shape"][0]])}
 
 
 # verification_round (tag 4) ---------------------------------------------------------------
@@ -615,7 +624,14 @@ FAMILIES: dict[str, AccumulatedFamily] = {
         "categorical_sampling", 2, DRAWS, categorical_arrays, categorical_input, categorical_record, categorical_block
     ),
     "allocation_dense": AccumulatedFamily(
-        "allocation_dense", 3, VMAX, allocation_arrays, allocation_input, allocation_record, allocation_block
+        "allocation_dense",
+        3,
+        VMAX,
+        allocation_arrays,
+        allocation_input,
+        allocation_record,
+        allocation_block,
+        allocation_answer,
     ),
     "verification_round": AccumulatedFamily(
         "verification_round",
