@@ -30,7 +30,9 @@ threads count in both torch columns alike, and both run as many of them
 through the harness, torch in process, again, so that a load that comes and goes weighs on
 every column alike (the reference passes, the slowest, come after). Adapter start-up is
 excluded and printed apart.
-``--markdown`` prints the results as a section of bench/RESULTS.md.
+``--markdown`` prints the results as a section of bench/RESULTS.md. The last line gives the torch
+ratio pass by pass too (each pass through the harness over the in-process pass that follows it):
+its median with min and max.
 """
 
 from __future__ import annotations
@@ -328,6 +330,11 @@ def main() -> None:
     for _ in range(args.repeat):
         for run in (*runs.values(), own):
             run.one_pass(corpus)
+    # the ratio pass by pass: each torch pass through the harness over the in-process pass after it
+    by_pass = [
+        sum(runs["torch"].passes[f][i] for f in torch_families) / sum(own.passes[f][i] for f in torch_families)
+        for i in range(args.repeat)
+    ]
     harness = {label: run.result() for label, run in runs.items()}
     if not args.skip_reference:  # the slowest pass by far, on its own
         reference = Harnessed("reference", cpu_clock, arena)
@@ -340,6 +347,11 @@ def main() -> None:
         f"through the runner ({CHUNK} cases per run_batch)"
     )
     print("\n".join(report(corpus, harness, torch_own, args, load)))
+    print(
+        f"torch through the harness / torch in process, pass by pass: median {statistics.median(by_pass):.3f}x "
+        f"(min {min(by_pass):.3f}x, max {max(by_pass):.3f}x) over {len(by_pass)} passes; load average "
+        f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} at the end"
+    )
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -309,16 +309,27 @@ def run_piece(candidate: Candidate, family: AccumulatedFamily, lo: int, hi: int,
     :data:`MAX_JUDGED`, none after the first failure); the rest are counted.
 
     While the adapter answers a batch, a second thread computes the engine's records of that
-    batch and then the next batch's inputs (pure functions of the case range: the results are
-    the same in any order), so on a machine with a core to spare the harness's own work hides
-    behind the candidate's (docs/accumulated.md, "Blocks", Feeding)."""
+    batch and then the next batch's inputs, and judges the batch before it (:func:`judge_batch`:
+    the comparison with the engine, the divergent cases, the records' bytes), one task after the
+    other in the order they were asked. The inputs and records are pure functions of the case
+    range and the batches are judged in case order, so the records, hashes and verdicts are those
+    of one thread; on a machine with a core to spare the harness's own work hides behind the
+    candidate's (docs/accumulated.md, "Blocks", Feeding)."""
     parts, engine_parts = [], []
     divergences: list[Divergence] = []
-    unjudged = 0
+    unjudged = [0]
     starts = list(range(lo, hi, batch))
     ahead = ThreadPoolExecutor(1, thread_name_prefix="accumulate")
+
+    def judged(answers: Answers, expected: Future, start: int) -> None:
+        # ``expected`` was asked of this thread before this task: it is done
+        unjudged[0] = judge_batch(
+            answers, expected.result(), start, parts, engine_parts, divergences, unjudged[0], judge
+        )
+
     try:
         upcoming = ahead.submit(family.arrays, lo, min(lo + batch, hi)) if starts else None
+        judging: list[Future] = []
         for start in starts:
             stop = min(start + batch, hi)
             assert upcoming is not None
@@ -327,11 +338,12 @@ def run_piece(candidate: Candidate, family: AccumulatedFamily, lo: int, hi: int,
             if stop < hi:
                 upcoming = ahead.submit(family.arrays, stop, min(stop + batch, hi))
             answers = candidate.answers(family, arrays)
-            engine = expected.result()
-            unjudged = judge_batch(answers, engine, start, parts, engine_parts, divergences, unjudged, judge)
+            judging.append(ahead.submit(judged, answers, expected, start))
+        for done in judging:
+            done.result()  # in order; a judge that raised raises here
     finally:
         ahead.shutdown(cancel_futures=True)  # an interrupted run does not compute what is queued
-    return Piece(b"".join(parts), b"".join(engine_parts), divergences, unjudged)
+    return Piece(b"".join(parts), b"".join(engine_parts), divergences, unjudged[0])
 
 
 def judge_batch(
