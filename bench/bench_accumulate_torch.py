@@ -17,6 +17,8 @@ the second):
 Both are wall clock (the command's rate is wall clock), medians with min and max. Give both sides
 one intra-op thread (``OMP_NUM_THREADS=1``, which the subprocess inherits): on a shared machine
 the default of one thread per core makes torch's own time swing with the load (bench/README.md).
+``--device cuda`` runs both rows on the device; bench/gpu_check.py ``--accumulate-ratio`` reports
+the same ratio (its :func:`measure`) on a lent GPU.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from qconform.generators.accumulated import FAMILIES
@@ -39,10 +42,10 @@ GOAL = 1.2
 RATE = re.compile(r"\(([0-9,]+) cases/s")
 
 
-def command_rate(family: str, count: int, batch: int) -> tuple[float, str]:
+def command_rate(family: str, count: int, batch: int, device: str = "cpu") -> tuple[float, str]:
     """Cases per second of ``qconform accumulate --adapter torch`` as it prints it, and its verdict line."""
     command = [sys.executable, "-m", "qconform", "accumulate", "--adapter", "torch", "--family", family]
-    command += ["--count", str(count), "--batch", str(batch)]
+    command += ["--count", str(count), "--batch", str(batch), "--device", device]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
     match = RATE.search(done.stdout)
     verdict = next((line for line in done.stdout.splitlines() if line.split(":")[0] in ("PASS", "PRECISION")), "")
@@ -51,46 +54,80 @@ def command_rate(family: str, count: int, batch: int) -> tuple[float, str]:
     return float(match.group(1).replace(",", "")), verdict.split(":")[0]
 
 
+def load() -> str:
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+@dataclass
+class Ratio:
+    """One family's two rows: cases per second of the command and of torch in process, one value per
+    repeat, the command's verdicts, and the load average before and after."""
+
+    family: str
+    device: str
+    command: list[float] = field(default_factory=list)
+    torch: list[float] = field(default_factory=list)
+    verdicts: set[str] = field(default_factory=set)
+    load: tuple[str, str] = ("", "")
+
+    @property
+    def value(self) -> float:
+        """The command's time per case over torch's own (median rates)."""
+        return statistics.median(self.torch) / statistics.median(self.command)
+
+
+def measure(family: str, cases: int, batch: int, repeat: int, device: str = "cpu") -> Ratio:
+    """The two rows of ``family``, alternating, ``repeat`` times each; torch's own time is the torch
+    adapter's ``run_block`` on ``device`` (its records come back to the host, so a CUDA block has
+    finished when it returns) over the same blocks, made before the clock starts."""
+    from qconform.adapters.torch_adapter import TorchAdapter
+
+    adapter = TorchAdapter(device)
+    fam = FAMILIES[family]
+    blocks = [fam.block(fam.arrays(lo, min(lo + batch, cases))) for lo in range(0, cases, batch)]
+    adapter.run_block(family, blocks[0])  # warm
+    ratio = Ratio(family, device, load=(load(), ""))
+    for _ in range(repeat):
+        rate, verdict = command_rate(family, cases, batch, device)
+        ratio.command.append(rate)
+        ratio.verdicts.add(verdict)
+        began = time.perf_counter()
+        for block in blocks:
+            adapter.run_block(family, block)
+        ratio.torch.append(cases / (time.perf_counter() - began))
+    ratio.load = (ratio.load[0], load())
+    return ratio
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--family", action="append", choices=sorted(FAMILIES))
     parser.add_argument("--cases", type=int, default=1 << 16)
     parser.add_argument("--batch", type=int, default=16384, help="cases per block (the command's default)")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--device", default="cpu", help="the torch candidate's device, both rows (bench/gpu_check.py: cuda)"
+    )
     args = parser.parse_args()
     import torch
 
-    from qconform.adapters.torch_adapter import TorchAdapter
-
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op thread(s); load {load}")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op thread(s); load {load()}")
     print(f"{'family':22} {'row':44} {'cases/s median (min-max)':>32}")
-    adapter = TorchAdapter("cpu")
     for family in args.family or ["verification_round"]:
-        fam = FAMILIES[family]
-        blocks = [
-            fam.block(fam.arrays(lo, min(lo + args.batch, args.cases))) for lo in range(0, args.cases, args.batch)
-        ]
-        adapter.run_block(family, blocks[0])  # warm
-        rates: dict[str, list[float]] = {"command": [], "torch": []}
-        verdicts = set()
-        for _ in range(args.repeat):
-            rate, verdict = command_rate(family, args.cases, args.batch)
-            rates["command"].append(rate)
-            verdicts.add(verdict)
-            began = time.perf_counter()
-            for block in blocks:
-                adapter.run_block(family, block)
-            rates["torch"].append(args.cases / (time.perf_counter() - began))
-        for key, row in (("command", "qconform accumulate --adapter torch"), ("torch", "torch in process (run_block)")):
-            values = rates[key]
-            cells = f"{statistics.median(values):>12,.0f} ({min(values):,.0f}-{max(values):,.0f})"
-            print(f"{family:22} {row:44} {cells:>32}")
-        ratio = statistics.median(rates["torch"]) / statistics.median(rates["command"])
+        ratio = measure(family, args.cases, args.batch, args.repeat, args.device)
+        for row, values in (
+            ("qconform accumulate --adapter torch", ratio.command),
+            ("torch in process (run_block)", ratio.torch),
+        ):
+            print(f"{family:22} {row:44} {spread(values):>32}")
         print(
-            f"{family:22} command time / torch's own time: {ratio:.2f}x (goal {GOAL}x: "
-            f"{'met' if ratio <= GOAL else 'NOT met'}); verdicts {sorted(verdicts)}; "
-            f"load {', '.join(f'{x:.1f}' for x in os.getloadavg())}"
+            f"{family:22} command time / torch's own time: {ratio.value:.2f}x (goal {GOAL}x: "
+            f"{'met' if ratio.value <= GOAL else 'NOT met'}); verdicts {sorted(ratio.verdicts)}; "
+            f"load {ratio.load[0]} before, {ratio.load[1]} after"
         )
     return 0
 

@@ -30,7 +30,9 @@ threads count in both torch columns alike, and both run as many of them
 through the harness, torch in process, again, so that a load that comes and goes weighs on
 every column alike (the reference passes, the slowest, come after). Adapter start-up is
 excluded and printed apart.
-``--markdown`` prints the results as a section of bench/RESULTS.md.
+``--markdown`` prints the results as a section of bench/RESULTS.md. The last line gives the torch
+ratio pass by pass too (each pass through the harness over the in-process pass that follows it):
+its median with min and max.
 """
 
 from __future__ import annotations
@@ -149,14 +151,18 @@ class Harnessed:
         # subreaper was counted, so the torch column missed the adapter's own CPU time)
         child = with_descendants([pid for pid in live_children() if pid not in running])
         self.clock = (lambda: time.process_time() + process_cpu(child)) if cpu_clock else time.perf_counter
+        self.child_clock = lambda: process_cpu(child)
         self.runner = CaseRunner(lambda: self.client)
         self.passes: dict[str, list[float]] = defaultdict(list)
+        #: the adapter's processes' CPU seconds of each pass, by family (this process's is the rest)
+        self.child_passes: dict[str, list[float]] = defaultdict(list)
 
     def one_pass(self, corpus: dict[str, list[dict]]) -> None:
         for family, cases in corpus.items():
-            began = self.clock()
+            began, child_began = self.clock(), self.child_clock()
             verdicts = self.runner.run(cases)
             self.passes[family].append(self.clock() - began)
+            self.child_passes[family].append(self.child_clock() - child_began)
             errors = [v.line() for v in verdicts if v.cls.value == "error"]
             assert len(verdicts) == len(cases) and not errors, errors[:3]
 
@@ -328,6 +334,18 @@ def main() -> None:
     for _ in range(args.repeat):
         for run in (*runs.values(), own):
             run.one_pass(corpus)
+    # the ratio pass by pass: each torch pass through the harness over the in-process pass after it
+    by_pass = [
+        sum(runs["torch"].passes[f][i] for f in torch_families) / sum(own.passes[f][i] for f in torch_families)
+        for i in range(args.repeat)
+    ]
+    if cpu_clock:  # where the torch passes' CPU goes: this process, the adapter's, torch's own
+        torch_run = runs["torch"]
+        child = [sum(torch_run.child_passes[f][i] for f in torch_families) for i in range(args.repeat)]
+        whole = [sum(torch_run.passes[f][i] for f in torch_families) for i in range(args.repeat)]
+        in_process = [sum(own.passes[f][i] for f in torch_families) for i in range(args.repeat)]
+        split = [("the harness (this process)", [w - c for w, c in zip(whole, child)]), ("the torch child", child)]
+        split.append(("torch in process", in_process))
     harness = {label: run.result() for label, run in runs.items()}
     if not args.skip_reference:  # the slowest pass by far, on its own
         reference = Harnessed("reference", cpu_clock, arena)
@@ -340,6 +358,18 @@ def main() -> None:
         f"through the runner ({CHUNK} cases per run_batch)"
     )
     print("\n".join(report(corpus, harness, torch_own, args, load)))
+    if cpu_clock:
+        print(
+            "CPU ms per pass over the torch families, median (min-max): "
+            + "; ".join(
+                f"{name} {1e3 * statistics.median(v):.1f} ({1e3 * min(v):.1f}-{1e3 * max(v):.1f})" for name, v in split
+            )
+        )
+    print(
+        f"torch through the harness / torch in process, pass by pass: median {statistics.median(by_pass):.3f}x "
+        f"(min {min(by_pass):.3f}x, max {max(by_pass):.3f}x) over {len(by_pass)} passes; load average "
+        f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} at the end"
+    )
 
 
 if __name__ == "__main__":

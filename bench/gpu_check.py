@@ -34,13 +34,20 @@ It does, in one run:
    with one rank per CPU core (the answers' Python side is the bottleneck, not the
    device), each with its own time limit (``--accumulated-limit``); a run cut at its
    limit is listed with the rate it reached;
-5. a markdown table in ``bench/results/gpu-<date>-<device>.md`` (``--out`` or
+5. with ``--accumulate-ratio``, issue #24's ratio on the device: for every accumulated family,
+   ``qconform accumulate --adapter torch --device cuda`` (one rank, ``--ratio-cases`` cases, its
+   own printed rate) against torch's own time on the same block inputs (the torch adapter's
+   ``run_block`` on the device, in this process), alternating, ``--ratio-repeat`` times each:
+   bench/bench_accumulate_torch.py's measurement, whose CPU figures are in bench/RESULTS.md
+   (goal 1.2x); on a machine without a CUDA device it is skipped with a line that says so;
+6. a markdown table in ``bench/results/gpu-<date>-<device>.md`` (``--out`` or
    ``--out-dir`` to choose), rewritten after every part so that a run cut short
    still leaves what it measured.
 
 ``--smoke`` rehearses every part on a CPU, Triton in its interpreter: the
 conformance runs over ``categorical_sampling`` only, the stages at V = 4096, the
-accumulated runs (when asked) over ``categorical_sampling`` with two ranks.
+accumulated runs (when asked) over ``categorical_sampling`` with two ranks, the
+accumulate ratio (when asked) over ``categorical_sampling`` at 4096 cases, once.
 
 A part that raises is written into the table as an error and the run goes on.
 Exit status: 0 when every conformance run is OK and nothing raised (and on a
@@ -63,7 +70,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 BATCH, DEPTH, VOCAB, TOP_K, RANK = 4, 5, 129280, 32, 8
 GIB = 1 << 30
@@ -118,6 +125,10 @@ class Accumulated:
 #: the accumulated families, and the ones ``--smoke`` rehearses
 ACCUMULATED_FAMILIES = ("rng_abi", "categorical_sampling", "allocation_dense", "verification_round")
 SMOKE_ACCUMULATED = ("categorical_sampling",)
+#: cases of the accumulate ratio's run, and the blocks it sends, in ``--smoke``
+SMOKE_RATIO_CASES, SMOKE_RATIO_BATCH = 4096, 1024
+#: the accumulate ratio's goal (issue #24)
+RATIO_GOAL = 1.2
 
 
 @dataclass(frozen=True)
@@ -307,6 +318,59 @@ def accumulated_runs(
                 runs.append(accumulated_run(adapter, family, count, device, ranks, limit_s, Path(tmp)))
                 report(runs[-1])
     return runs
+
+
+def bench_module(name: str):
+    """A sibling script of this folder, as a module (bench/ is not a package)."""
+    import importlib.util
+
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def accumulate_ratios(
+    device: str, families: tuple[str, ...], cases: int, batch: int, repeat: int, report: Callable[[object], None]
+) -> None:
+    """Part 5: bench_accumulate_torch's :func:`measure` of each family on ``device``, reported one by
+    one; a family whose command fails is reported as its error, and the others still run."""
+    measure = bench_module("bench_accumulate_torch").measure
+    for family in families:
+        try:
+            report(measure(family, cases, batch, repeat, device))
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the command's failure, kept in the table
+            report((family, failure(exc) if isinstance(exc, Exception) else str(exc)[-300:]))
+
+
+def ratio_markdown(ratios: list, cases: int) -> list[str]:
+    """The accumulate ratio's table: a row per family, or its error."""
+    if not ratios:
+        return []
+    lines = [
+        "",
+        f"## Accumulate ratio (issue #24; {cases:,} cases, one rank)",
+        "",
+        "`qconform accumulate --adapter torch` (its own rate) against the torch adapter's `run_block` "
+        f"on the same blocks, on the device, alternating; medians (min-max). Goal {RATIO_GOAL}x.",
+        "",
+        "| family | command cases/s | torch in process cases/s | ratio | verdicts | load |",
+        "|---|---:|---:|---:|---|---|",
+    ]
+    spread = bench_module("bench_accumulate_torch").spread
+    for r in ratios:
+        if isinstance(r, tuple):
+            lines.append(f"| {r[0]} | error | - | - | {r[1].replace('|', '/')} | - |")
+            continue
+        lines.append(
+            f"| {r.family} | {spread(r.command)} | {spread(r.torch)} | **{r.value:.2f}x** | "
+            f"{', '.join(sorted(r.verdicts))} | {r.load[0]} / {r.load[1]} |"
+        )
+    return lines
 
 
 # ------------------------------------------------------------------ comparing the two outputs
@@ -540,6 +604,7 @@ def markdown(
     timings: list[Timing],
     notes: list[str],
     accumulated: list[Accumulated] | None = None,
+    ratios: tuple[list, int] = ([], 0),
 ) -> str:
     lines = [
         f"# GPU check, {datetime.date.today().isoformat()}, {label}",
@@ -586,6 +651,7 @@ def markdown(
             f"{ratio(t.torch_us)} | {t.agree} |"
         )
     lines += accumulated_markdown(accumulated or [])
+    lines += ratio_markdown(*ratios)
     errors = [f"- {t.stage.name}: {e}" for t in timings for e in t.errors]
     if errors or notes:
         lines += ["", "## Errors and notes", ""] + errors + [f"- {n}" for n in notes]
@@ -624,6 +690,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=os.cpu_count() or 1,
         help="torchrun ranks of an accumulated run (default: one per CPU core; 2 in --smoke)",
     )
+    parser.add_argument(
+        "--accumulate-ratio",
+        action="store_true",
+        help="also run part 5: qconform accumulate --adapter torch against torch's own time, every family",
+    )
+    parser.add_argument("--ratio-cases", type=int, default=1 << 16, help="cases of each ratio run (default 65536)")
+    parser.add_argument("--ratio-repeat", type=int, default=3, help="runs of each ratio row (default 3; 1 in --smoke)")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--out", help="markdown file (default bench/results/gpu-<date>-<device>.md)")
     where.add_argument("--out-dir", help="folder for gpu-<date>-<device>.md")
@@ -632,6 +705,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--repeat must be at least 1, not {args.repeat}")
     if args.accumulated < 0 or args.ranks < 1:
         parser.error("--accumulated must be at least 0 and --ranks at least 1")
+    if args.ratio_cases < 1 or args.ratio_repeat < 1:
+        parser.error("--ratio-cases and --ratio-repeat must be at least 1")
     return args
 
 
@@ -652,6 +727,11 @@ def main(argv: list[str] | None = None) -> int:
         device, vocab, repeat = "cpu", 4096, min(args.repeat, 2)
     elif not torch.cuda.is_available():
         print("gpu_check: no CUDA device on this machine; nothing to check (use --smoke to test the script on CPU).")
+        if args.accumulate_ratio:
+            print(
+                "gpu_check: accumulate ratio on CUDA: skipped, no CUDA device "
+                "(bench/bench_accumulate_torch.py measures it on the CPU)."
+            )
         return 0
     else:
         os.environ.pop("TRITON_INTERPRET", None)
@@ -673,10 +753,13 @@ def main(argv: list[str] | None = None) -> int:
     notes: list[str] = []
     bandwidth: float | None = None
     accumulated: list[Accumulated] = []
+    ratios: list = []
+    ratio_cases = SMOKE_RATIO_CASES if args.smoke else args.ratio_cases
 
     def write() -> None:
         out.write_text(
-            markdown(label, env, vocab, bandwidth, runs, skipped, timings, notes, accumulated), encoding="utf-8"
+            markdown(label, env, vocab, bandwidth, runs, skipped, timings, notes, accumulated, (ratios, ratio_cases)),
+            encoding="utf-8",
         )
 
     print(env, flush=True)
@@ -729,6 +812,24 @@ def main(argv: list[str] | None = None) -> int:
             args.accumulated_limit,
             report,
         )
+    if args.accumulate_ratio:
+
+        def report_ratio(ratio: Any) -> None:  # a bench_accumulate_torch.Ratio, or (family, error)
+            ratios.append(ratio)
+            if isinstance(ratio, tuple):
+                print(f"accumulate ratio {ratio[0]}: error {ratio[1]}", flush=True)
+            else:
+                print(f"accumulate ratio {ratio.family}: {ratio.value:.2f}x {sorted(ratio.verdicts)}", flush=True)
+            write()
+
+        accumulate_ratios(
+            device,
+            SMOKE_ACCUMULATED if args.smoke else ACCUMULATED_FAMILIES,
+            ratio_cases,
+            SMOKE_RATIO_BATCH if args.smoke else 16384,
+            1 if args.smoke else args.ratio_repeat,
+            report_ratio,
+        )
     write()
     print(f"wrote {out} in {time.perf_counter() - began:.0f} s")
     broken = (
@@ -736,6 +837,7 @@ def main(argv: list[str] | None = None) -> int:
         or any(t.errors for t in timings)
         or not all(run.ok for run in runs)
         or any(r.verdict not in ("PASS", "PRECISION") for r in accumulated)
+        or any(isinstance(r, tuple) for r in ratios)
     )
     return 1 if broken else 0
 

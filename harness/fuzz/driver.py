@@ -16,7 +16,6 @@ deadline. See docs/fuzzing.md.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -28,12 +27,12 @@ from hypothesis.errors import Flaky
 
 from qconform.generators import registry
 from qconform.generators.corpus import assemble_file, write_atomically
-from qconform.generators.encoding import canonical_json
 from qconform.generators.findings import entry_of, with_entry
 from qconform.generators.lint import lint_vector_file
-from qconform.generators.registry import FUZZ_GROUP, FuzzHooks, load_family
+from qconform.generators.registry import load_family
 from qconform.generators.schemas import build_family_schema
 from qconform.generators.validation import VectorFileError, validate_against
+from qconform.harness.fuzz.spec_cases import fuzz_hooks, spec_case
 from qconform.harness.judging.judge import judge
 from qconform.harness.run.case_runner import Client
 from qconform.harness.verdicts import Verdict, VerdictClass
@@ -54,14 +53,6 @@ def fuzz_families() -> tuple[str, ...]:
     )
 
 
-def fuzz_hooks(name: str) -> FuzzHooks:
-    """The fuzzing hooks of family ``name``; ValueError if it has none."""
-    hooks = load_family(name).fuzz
-    if hooks is None:
-        raise ValueError(f"family {name} has no fuzzing hooks")
-    return hooks
-
-
 @lru_cache(maxsize=None)
 def family_examples(name: str) -> st.SearchStrategy[tuple[str, list[dict]]]:
     return st.tuples(st.just(name), st.lists(fuzz_hooks(name).inputs(), min_size=1, max_size=CASES_PER_EXAMPLE))
@@ -70,32 +61,6 @@ def family_examples(name: str) -> st.SearchStrategy[tuple[str, list[dict]]]:
 def examples(families: Sequence[str]) -> st.SearchStrategy[tuple[str, list[dict]]]:
     """(family, one to :data:`CASES_PER_EXAMPLE` case inputs of it)."""
     return st.sampled_from(list(families)).flatmap(family_examples)
-
-
-# --- the spec's answer, as a case ---------------------------------------------------------------
-#
-# A found vector names the rules it exercises and the family notes its answer shows (the
-# family's ``fuzz.labels``); the lead may add more flags before committing it.
-
-
-def spec_case(family: str, case_input: dict) -> dict:
-    """The spec's case object (id, family, comment, flags, rules, result, input, expected)
-    for one fuzzed input: ``expected`` is ``load_family(family).solve(input)``."""
-    solve = load_family(family).solve
-    assert solve is not None, f"family {family} has no solve"
-    expected = solve(case_input)
-    rules, flags = fuzz_hooks(family).labels(case_input, expected)
-    digest = hashlib.sha256(canonical_json(case_input).encode("ascii")).hexdigest()[:12]
-    return {
-        "id": f"{family}/{FUZZ_GROUP}/found-{digest}",
-        "family": family,
-        "comment": "",
-        "flags": list(flags),
-        "rules": list(rules),
-        "result": "invalid" if "error" in expected else "valid",
-        "input": case_input,
-        "expected": expected,
-    }
 
 
 # --- the driver ---------------------------------------------------------------------------------

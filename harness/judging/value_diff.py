@@ -56,6 +56,15 @@ def is_nan(dtype: str, bits: int) -> bool:
     return bool(exponent) and bits & exponent == exponent and bits & fraction != 0
 
 
+def may_hold_f32_nan(data: memoryview) -> bool:
+    """Whether the little-endian ``f32`` items of ``data`` (flat bytes) may hold a NaN: False only
+    when no item's high byte has the exponent's seven bits all set (``0x7f`` or ``0xff``), which
+    every NaN's does; one C-level look at every fourth byte, so a caller may skip unpacking the
+    items, and must look item by item (:func:`is_nan`) when it returns True."""
+    high = data[3::4].tobytes()
+    return b"\x7f" in high or b"\xff" in high
+
+
 def show(dtype: str, value: int) -> str:
     """A decoded blob item for a person: float bit patterns in hex, integers in decimal."""
     if dtype == "f32":
@@ -202,9 +211,11 @@ def first_difference(expected: Any, got: Any, path: str = "") -> Diff | None:
     Raises :class:`Malformed` when ``got`` does not have the structure of ``expected``.
     """
     if isinstance(expected, dict):
-        if set(expected) == _BLOB_KEYS:
+        # the keys are looked up, not gathered into a set: this runs for every object of every answer
+        size = len(expected)
+        if size == 3 and "b64" in expected and "dtype" in expected and "shape" in expected:
             return blob_difference(expected, got, path)
-        if set(expected) == {"f32"}:
+        if size == 1 and "f32" in expected:
             bits = _decode_as(decode_f32, got, path, "a scalar f32")
             if is_nan("f32", bits) and not is_nan("f32", decode_f32(expected)):
                 raise Malformed(path, f"NaN 0x{bits:08x}")

@@ -13,8 +13,9 @@ case of the run is known without a second pass; it is printed as an ordinary vec
 (its ``expected`` from the spec's ``solve``), ready for ``--record``.
 
 Cases reach the adapter by block (``run_block``: arrays each way, docs/accumulated.md
-"Blocks") when it answers blocks, else as input objects; a divergent case of a block is
-asked again as one input object, which the ordinary comparator judges.
+"Blocks") when it answers blocks, else as input objects. The ordinary comparator judges a
+divergent case of a block: its answer rebuilt from its block record where the family's record
+holds the whole answer (``allocation_dense``), else the case asked again as one input object.
 
 Under ``torchrun`` each rank takes a contiguous ``1 / world`` of the cases
 (:mod:`qconform.harness.run.distributed`); a shard cut between ranks is hashed from the
@@ -25,11 +26,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -58,8 +61,9 @@ class AccumulatedFileError(ValueError):
 #: most divergent cases judged per shard; beyond it a shard's divergences count as failures
 MAX_JUDGED: int = 2048
 
-#: (case index, the adapter's outcome) -> (verdict class, one-line verdict) by the ordinary comparator
-Judge = Callable[[int, object], tuple[str, str]]
+#: (case index, its input object, the adapter's outcome) -> (verdict class, one-line verdict) by the
+#: ordinary comparator
+Judge = Callable[[int, dict, object], tuple[str, str]]
 
 
 @dataclass(frozen=True)
@@ -198,7 +202,7 @@ class AccumulateResult:
         return "fail"
 
 
-def exact_judge(_case: int, _outcome: object) -> tuple[str, str]:
+def exact_judge(_case: int, _input: dict, _outcome: object) -> tuple[str, str]:
     """Without the ordinary comparator every divergence is a failure."""
     return "fail", "differs from the spec's record"
 
@@ -245,15 +249,19 @@ RunBatch = Callable[[str, list[dict]], list]
 RunBlock = Callable[[str, dict[str, np.ndarray]], object]
 
 
+#: one judged case of a batch: its input object, its ordinary outcome, the reason it has no record
+#: ("" when it has one), and whether it reduces to the record the batch holds (False: its block
+#: answer and its answer as one input object differ, a failure whatever the comparator says)
+Outcome = tuple[dict, object, str, bool]
+
+
 @dataclass(frozen=True)
 class Answers:
     """A batch of cases answered: their records ``[n, words]``, and for cases ``ks`` (indices in
-    the batch) their ordinary outcomes, each with the reason it has no record ("" when it has
-    one) and whether it reduces to the record the batch holds (False: its block answer and its
-    answer as one input object differ, a failure whatever the comparator says)."""
+    the batch) their outcomes (:data:`Outcome`)."""
 
     records: np.ndarray
-    outcomes: Callable[[list[int]], list[tuple[object, str, bool]]]
+    outcomes: Callable[[list[int]], list[Outcome]]
 
 
 def per_case_answers(run_batch: RunBatch, family: AccumulatedFamily, batch: Batch) -> Answers:
@@ -261,16 +269,50 @@ def per_case_answers(run_batch: RunBatch, family: AccumulatedFamily, batch: Batc
     inputs = [family.case_input(batch, k) for k in range(batch.stop - batch.start)]
     outcomes = run_batch(family.name, inputs)
     records, broken = answer_records(family, inputs, outcomes)
-    return Answers(records, lambda ks: [(outcomes[k], broken.get(k, ""), True) for k in ks])
+    return Answers(records, lambda ks: [(inputs[k], outcomes[k], broken.get(k, ""), True) for k in ks])
+
+
+def rebuilt_answer(family: AccumulatedFamily, inp: dict, record: np.ndarray) -> dict | None:
+    """The answer whose record is a block's ``record``, where the family's record holds the whole
+    answer (:attr:`AccumulatedFamily.answer`) and ``record`` is the record of that answer; else
+    None (no such family, a record of padding alone, or words no answer reduces to: the case is
+    asked again as one input object, which says what its answer is)."""
+    if family.answer is None or (record == PAD).all():
+        return None
+    words = record.tolist()
+    answer = family.answer(inp, words)
+    try:
+        return answer if record_of(family, inp, answer) == words else None
+    except AccumulatedError:
+        return None
 
 
 class Candidate:
     """How the cases reach the adapter: by block (``run_block``: arrays each way, docs/accumulated.md
     "Blocks") while the adapter answers blocks, else as input objects (``run_batch``). A divergent
-    case of a block is asked again as one input object, for the ordinary comparator."""
+    case of a block goes to the ordinary comparator as its answer rebuilt from its block record
+    (:func:`rebuilt_answer`: no request, and the answer judged is the one hashed), or else asked
+    again as one input object."""
 
     def __init__(self, run_batch: RunBatch, run_block: RunBlock | None = None) -> None:
-        self.run_batch, self.run_block = run_batch, run_block
+        # One request in flight at a time: a divergent case is asked again from the judging
+        # thread (:func:`run_piece`) while the main thread asks the next block, and neither an
+        # adapter's channel nor an in-process adapter is made to take two requests at once.
+        one_at_a_time = threading.Lock()
+
+        def run_batch_alone(*args: Any, **kwargs: Any) -> Any:
+            with one_at_a_time:
+                return run_batch(*args, **kwargs)
+
+        def run_block_alone(block_run: RunBlock) -> RunBlock:
+            def alone(*args: Any, **kwargs: Any) -> Any:
+                with one_at_a_time:
+                    return block_run(*args, **kwargs)
+
+            return alone
+
+        self.run_batch: RunBatch = run_batch_alone
+        self.run_block: RunBlock | None = None if run_block is None else run_block_alone(run_block)
         #: why the block path was left (a refusal or a failed request), "" while it is used
         self.blocks_left = ""
 
@@ -294,12 +336,18 @@ class Candidate:
             return per_case_answers(self.run_batch, family, batch)
         records = answer
 
-        def outcomes(ks: list[int]) -> list[tuple[object, str, bool]]:
-            """The cases asked again as input objects, in one ``run_batch`` call."""
-            inputs = [family.case_input(batch, k) for k in ks]
-            answered = self.run_batch(family.name, inputs) if ks else []
-            again, broken = answer_records(family, inputs, answered)
-            return [(answered[j], broken.get(j, ""), bool((again[j] == records[k]).all())) for j, k in enumerate(ks)]
+        def outcomes(ks: list[int]) -> list[Outcome]:
+            """The cases' answers rebuilt from their records, and those that cannot be asked again as
+            input objects, in one ``run_batch`` call."""
+            inputs = {k: family.case_input(batch, k) for k in ks}
+            rebuilt = {k: rebuilt_answer(family, inputs[k], records[k]) for k in ks}
+            ask = [k for k in ks if rebuilt[k] is None]
+            answered = self.run_batch(family.name, [inputs[k] for k in ask]) if ask else []
+            again, broken = answer_records(family, [inputs[k] for k in ask], answered)
+            asked = {
+                k: (answered[j], broken.get(j, ""), bool((again[j] == records[k]).all())) for j, k in enumerate(ask)
+            }
+            return [(inputs[k], *asked[k]) if rebuilt[k] is None else (inputs[k], rebuilt[k], "", True) for k in ks]
 
         return Answers(records, outcomes)
 
@@ -313,16 +361,27 @@ def run_piece(
     :data:`MAX_JUDGED`, none after the first failure); the rest are counted.
 
     While the adapter answers a batch, a second thread computes the engine's records of that
-    batch and then the next batch's inputs (pure functions of the case range: the results are
-    the same in any order), so on a machine with a core to spare the harness's own work hides
-    behind the candidate's (docs/accumulated.md, "Blocks", Feeding)."""
+    batch and then the next batch's inputs, and judges the batch before it (:func:`judge_batch`:
+    the comparison with the engine, the divergent cases, the records' bytes), one task after the
+    other in the order they were asked. The inputs and records are pure functions of the case
+    range and the batches are judged in case order, so the records, hashes and verdicts are those
+    of one thread; on a machine with a core to spare the harness's own work hides behind the
+    candidate's (docs/accumulated.md, "Blocks", Feeding)."""
     parts, engine_parts = RecordStream(keep), RecordStream(keep)
     divergences: list[Divergence] = []
-    unjudged = 0
+    unjudged = [0]
     starts = list(range(lo, hi, batch))
     ahead = ThreadPoolExecutor(1, thread_name_prefix="accumulate")
+
+    def judged(answers: Answers, expected: Future, start: int) -> None:
+        # ``expected`` was asked of this thread before this task: it is done
+        unjudged[0] = judge_batch(
+            answers, expected.result(), start, parts, engine_parts, divergences, unjudged[0], judge
+        )
+
     try:
         upcoming = ahead.submit(family.arrays, lo, min(lo + batch, hi)) if starts else None
+        judging: list[Future] = []
         for start in starts:
             stop = min(start + batch, hi)
             assert upcoming is not None
@@ -331,12 +390,13 @@ def run_piece(
             if stop < hi:
                 upcoming = ahead.submit(family.arrays, stop, min(stop + batch, hi))
             answers = candidate.answers(family, arrays)
-            engine = expected.result()
-            unjudged = judge_batch(answers, engine, start, parts, engine_parts, divergences, unjudged, judge)
+            judging.append(ahead.submit(judged, answers, expected, start))
+        for done in judging:
+            done.result()  # in order; a judge that raised raises here
     finally:
         ahead.shutdown(cancel_futures=True)  # an interrupted run does not compute what is queued
     return Piece(
-        parts.data(), engine_parts.data(), divergences, unjudged, parts.sha.digest(), engine_parts.sha.digest()
+        parts.data(), engine_parts.data(), divergences, unjudged[0], parts.sha.digest(), engine_parts.sha.digest()
     )
 
 
@@ -361,9 +421,9 @@ def judge_batch(
     while judged < len(asked) and not failed:
         # the first divergent case alone (a failing adapter is asked one case), then the rest at once
         take = asked[judged : judged + 1] if judged == 0 else asked[judged:]
-        for k, (outcome, reason, consistent) in zip(take, answers.outcomes(take)):
+        for k, (inp, outcome, reason, consistent) in zip(take, answers.outcomes(take)):
             if consistent:
-                verdict, line = judge(start + k, outcome)
+                verdict, line = judge(start + k, inp, outcome)
             else:
                 verdict, line = "fail", "its answer in a block differs from its answer as one input object"
             divergences.append(Divergence(start + k, outcome, reason, verdict, line))
@@ -422,13 +482,16 @@ def accumulate(
     )
 
 
-def case_vector(family_name: str, case: int, command: str) -> dict:
+def case_vector(family_name: str, case: int, command: str, case_input: dict | None = None) -> dict:
     """Case ``case`` of the stream as an ordinary vector of its family (the fuzzer's form:
-    id ``<family>/fuzz/found-<digest>``, ``expected`` from the spec's ``solve``)."""
-    from qconform.harness.fuzz.driver import spec_case
+    id ``<family>/fuzz/found-<digest>``, ``expected`` from the spec's ``solve``); ``case_input``
+    is its input object where the caller has it (else it is made from the stream)."""
+    from qconform.harness.fuzz.spec_cases import spec_case
 
     family = FAMILIES[family_name]
-    vector = spec_case(family_name, family.case_input(family.arrays(case, case + 1), 0))
+    if case_input is None:
+        case_input = family.case_input(family.arrays(case, case + 1), 0)
+    vector = spec_case(family_name, case_input)
     vector["comment"] = (
         f"Found by `{command}`: case {case} of the accumulated {family_name} stream "
         "(docs/accumulated.md) differs from the spec."

@@ -28,8 +28,10 @@ import tempfile
 import weakref
 from typing import Any, Iterable, Iterator
 
-#: the arenas alive in this process, for :func:`arena_bytes`
-_LIVE: weakref.WeakSet[BlobArena] = weakref.WeakSet()
+#: the arenas alive in this process, for :func:`arena_bytes`: weak references by ``id``, each dropped
+#: by its callback when its arena is collected, or by :meth:`BlobArena.close` (a plain dict: it is read
+#: for every blob judged, and iterating a ``WeakSet`` cost more than the blob's lookup)
+_LIVE: dict[int, weakref.ref[BlobArena]] = {}
 
 
 def case_blobs(cases: Iterable[dict]) -> Iterator[str]:
@@ -96,7 +98,8 @@ class BlobArena:
         self.fd, self.size, self.index = fd, size, index
         self._map = read_only_map(fd, size)
         self.view = memoryview(self._map)
-        _LIVE.add(self)
+        key = id(self)
+        _LIVE[key] = weakref.ref(self, lambda _gone: _LIVE.pop(key, None))
 
     @classmethod
     def build(cls, blobs: Iterable[str]) -> BlobArena | None:
@@ -156,7 +159,7 @@ class BlobArena:
 
     def close(self) -> None:
         """Close the file and, unless a view handed out is still alive, unmap it (idempotent)."""
-        _LIVE.discard(self)
+        _LIVE.pop(id(self), None)
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
@@ -169,8 +172,9 @@ class BlobArena:
 
 def arena_bytes(b64: str) -> memoryview | None:
     """The decoded bytes of the blob ``b64`` from an arena alive in this process, or None."""
-    for arena in list(_LIVE):
-        data = arena.bytes_of(b64)
+    for ref in tuple(_LIVE.values()):
+        arena = ref()
+        data = None if arena is None else arena.bytes_of(b64)
         if data is not None:
             return data
     return None

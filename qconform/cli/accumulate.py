@@ -114,7 +114,7 @@ def accumulate_command(
     from qconform.cli.arguments import open_checked, refuse_beyond_a_day
     from qconform.cli.fuzz import check_found_files, record_finding
     from qconform.generators.corpus import default_vectors_dir
-    from qconform.harness.judging.judge import judge
+    from qconform.harness.judging.judge import family_module, judge
     from qconform.harness.run.accumulate import (
         AccumulatedFileError,
         accumulate,
@@ -141,6 +141,9 @@ def accumulate_command(
                 raise UsageLineError(f"the adapter does not declare family {family}")
             if record:
                 check_found_files((family,))
+            # the family's spec (its solve) and comparator are loaded with the adapter, as start-up, not
+            # when the first divergent case is judged inside the timed run (docs/accumulated.md, "Feeding")
+            family_module(family)
 
             with rounds_progress(count // ranks.world, "accumulating", "cases") as advance:
 
@@ -150,8 +153,8 @@ def accumulate_command(
                     advance(len(inputs))
                     return outcomes
 
-                def judge_case(case: int, outcome: object) -> tuple[str, str]:
-                    verdict = judge(case_vector(family, case, line), outcome, client.config)
+                def judge_case(case: int, case_input: dict, outcome: object) -> tuple[str, str]:
+                    verdict = judge(case_vector(family, case, line, case_input), outcome, client.config)
                     return str(verdict.cls), verdict.line()
 
                 def run_block(name: str, block: dict) -> object:

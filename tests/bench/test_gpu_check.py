@@ -162,3 +162,45 @@ def test_an_accumulated_run_past_its_limit_is_cut(monkeypatch, tmp_path):
     monkeypatch.setattr(gpu_check.subprocess, "run", slow)
     run = gpu_check.accumulated_run("triton", "verification_round", 10**8, "cuda", 1, 5.0, tmp_path)
     assert run.verdict == "cut" and "over 5 s" in run.note
+
+
+def test_without_cuda_the_accumulate_ratio_says_it_is_skipped(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delitem(sys.modules, "triton", raising=False)
+    assert gpu_check.main(["--accumulate-ratio"]) == 0
+    out = capsys.readouterr().out
+    assert "accumulate ratio on CUDA: skipped, no CUDA device" in out and "bench_accumulate_torch.py" in out
+
+
+def test_the_accumulate_ratio_runs_the_command_against_torch_in_process():
+    """Part 5 (``--accumulate-ratio``), on the CPU: the command through its child process and the
+    torch adapter in this process on the same blocks; its rates, its verdict, its table row."""
+    ratios = []
+    gpu_check.accumulate_ratios("cpu", ("rng_abi",), 2048, 1024, 1, ratios.append)
+    (ratio,) = ratios
+    assert ratio.family == "rng_abi" and ratio.verdicts == {"PASS"}
+    assert len(ratio.command) == len(ratio.torch) == 1 and min(ratio.command + ratio.torch) > 0
+    assert ratio.value == ratio.torch[0] / ratio.command[0]
+    (row,) = table_rows("\n".join(gpu_check.ratio_markdown(ratios, 2048)), "## Accumulate ratio")
+    assert row[0] == "rng_abi" and row[3] == f"**{ratio.value:.2f}x**" and row[4] == "PASS"
+
+
+def test_a_failed_accumulate_ratio_run_is_an_error_row_and_the_others_run(monkeypatch):
+    """A family whose command fails (bench_accumulate_torch stops with SystemExit) is an error row,
+    which fails the check, and the next family is still measured."""
+    bench = gpu_check.bench_module("bench_accumulate_torch")
+    measured = []
+
+    def measure(family, cases, batch, repeat, device):
+        measured.append(family)
+        if family == "rng_abi":
+            raise SystemExit("qconform accumulate failed (exit 1): the adapter cannot start")
+        return bench.Ratio(family, device, [10.0], [12.0], {"PASS"}, ("1.0", "1.0"))
+
+    monkeypatch.setattr(bench, "measure", measure)
+    ratios = []
+    gpu_check.accumulate_ratios("cuda", ("rng_abi", "allocation_dense"), 9, 9, 1, ratios.append)
+    assert measured == ["rng_abi", "allocation_dense"]
+    rows = table_rows("\n".join(gpu_check.ratio_markdown(ratios, 9)), "## Accumulate ratio")
+    assert rows[0][:2] == ["rng_abi", "error"] and "cannot start" in rows[0][4]
+    assert rows[1][0] == "allocation_dense" and rows[1][3] == "**1.20x**"

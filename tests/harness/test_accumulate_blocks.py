@@ -3,10 +3,13 @@
 A block carries the cases of a range as arrays; the per-case path sends each case as its
 input object. On a sample of every accumulated family: the block holds exactly what the
 input objects hold, the torch candidate answers both with the same records, and a run by
-block gives the hash, the verdict and the judged divergences of a run case by case.
+block gives the hash, the verdict and the judged divergences of a run case by case (for
+``allocation_dense`` judged from the block records, with the same lines).
 """
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import pytest
@@ -18,7 +21,7 @@ from qconform.generators.accumulated import FAMILIES, KMAX, PAD, Batch
 from qconform.generators.accumulated_engine import ENGINES, engine_hash
 from qconform.generators.encoding import decode_blob, decode_u64
 from qconform.harness.adapter import AdapterError, Unimplemented
-from qconform.harness.run.accumulate import accumulate, per_case_answers
+from qconform.harness.run.accumulate import accumulate, case_vector, per_case_answers
 from qconform.harness.transport.shim_protocol import to_json_blobs
 
 pytestmark = pytest.mark.rules("R06", "R08", "R11", "R22", "R23")
@@ -154,7 +157,7 @@ def test_torch_precision_by_block_is_the_precision_by_case():
     def run_batch(family, inputs):
         return to_json_blobs(adapter.run_batch(family, inputs))
 
-    def judge(case, outcome):  # what the CLI's comparator says of the torch candidate's FP64 ties
+    def judge(case, _input, outcome):  # what the CLI's comparator says of the torch candidate's FP64 ties
         return ("precision", f"case {case}") if isinstance(outcome, dict) and "counts" in outcome else ("fail", "")
 
     args = ("allocation_dense", 3000, {"families": {}})
@@ -162,6 +165,66 @@ def test_torch_precision_by_block_is_the_precision_by_case():
     by_block = accumulate(run_batch, *args, batch=1000, judge=judge, run_block=adapter.run_block)
     assert by_case.verdict == "precision" and by_case.divergences
     assert summary(by_block) == summary(by_case)
+
+
+def comparator_judge(adapter, family: str):
+    """The CLI's judge: the ordinary comparator on the case as a vector, under ``adapter``'s config."""
+    from qconform.harness.judging.judge import judge
+
+    config = adapter.config()
+
+    def judge_case(case, case_input, outcome):
+        verdict = judge(case_vector(family, case, "test", case_input), outcome, config)
+        return str(verdict.cls), verdict.line()
+
+    return judge_case
+
+
+def test_allocation_divergences_are_judged_from_the_block_records():
+    """The torch candidate's FP64 ties of ``allocation_dense``, judged by the ordinary comparator:
+    by block, each answer is rebuilt from its block record and no case is asked again, and every
+    verdict and line is the one the per-case path gives (the case asked as an input object)."""
+    adapter = torch_adapter()
+    asked = []
+
+    def run_batch(family, inputs):
+        asked.append(len(inputs))
+        return to_json_blobs(adapter.run_batch(family, inputs))
+
+    judge = comparator_judge(adapter, "allocation_dense")
+    args = ("allocation_dense", 3000, {"families": {}})
+    by_case = accumulate(run_batch, *args, batch=1000, judge=judge)
+    asked.clear()
+    by_block = accumulate(run_batch, *args, batch=1000, judge=judge, run_block=adapter.run_block)
+    assert by_case.verdict == "precision" and len(by_case.divergences) >= 3
+    assert summary(by_block) == summary(by_case)
+    assert [d.line for d in by_block.divergences] == [d.line for d in by_case.divergences]
+    assert asked == []
+
+
+def test_a_record_no_answer_reduces_to_is_asked_again():
+    """A block record with a word in its padding (beyond V) is the record of no answer: the case
+    is asked again as an input object (whose answer is right), so the run fails as one whose block
+    and case answers differ, not as a rebuilt answer that would hide the padding."""
+    adapter = torch_adapter()
+    fam = FAMILIES["allocation_dense"]
+    batch = fam.arrays(0, 600)
+    short = int(np.flatnonzero(batch.fields["vocab"] < 8)[0])
+
+    def run_block(family, block):
+        records = adapter.run_block(family, block).copy()
+        records[short, 7] = 1  # seeded bug: a padding word of one case, in the block path only
+        return records
+
+    def run_batch(family, inputs):
+        return to_json_blobs(adapter.run_batch(family, inputs))
+
+    judge = comparator_judge(adapter, "allocation_dense")
+    result = accumulate(
+        run_batch, "allocation_dense", 600, {"families": {}}, batch=600, judge=judge, run_block=run_block
+    )
+    assert result.verdict == "fail" and result.failures[0].case == short
+    assert "differs from its answer as one input object" in result.failures[0].line
 
 
 def test_a_block_answer_that_differs_from_the_case_answer_fails():
@@ -251,3 +314,37 @@ def test_a_shim_that_does_not_know_run_block_passes_case_by_case():
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     assert f"hash     {engine_hash('rng_abi', 300)}" in result.output and "PASS" in result.output
+
+
+def test_a_case_asked_again_never_overlaps_a_block_request():
+    """The judging thread asks a divergent case again while the main thread asks the next block
+    (docs/accumulated.md, "Feeding"); the adapter still gets one request at a time, as a child's
+    channel and an in-process adapter need. Without the candidate's lock the two overlap here."""
+    adapter = torch_adapter()
+    in_flight, most = [0], [0]
+
+    def alone(call):
+        def timed(*args):
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+            time.sleep(0.2)
+            try:
+                return call(*args)
+            finally:
+                in_flight[0] -= 1
+
+        return timed
+
+    def run_block(family, block):
+        records = adapter.run_block(family, block).copy()
+        records[5, 0] ^= 1  # a block answer unlike the case answer: case 5 is asked again
+        return records
+
+    def run_batch(family, inputs):
+        return to_json_blobs(adapter.run_batch(family, inputs))
+
+    result = accumulate(
+        alone(run_batch), "categorical_sampling", 1200, {"families": {}}, batch=300, run_block=alone(run_block)
+    )
+    assert result.verdict == "fail" and result.failures[0].case == 5
+    assert most[0] == 1

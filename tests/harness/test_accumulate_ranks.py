@@ -39,7 +39,7 @@ def test_every_world_size_gives_the_single_process_result(monkeypatch):
         outcomes = spec_run_batch(family, inputs)
         return [AdapterError("boom") if inp["position"] % 41 == 0 else out for inp, out in zip(inputs, outcomes)]
 
-    def judge(case, outcome):  # excuse the cases of the first shard: its budget runs out, not a failure
+    def judge(case, _input, _outcome):  # excuse the cases of the first shard: its budget runs out, not a failure
         return ("precision", "excused") if case < 400 else ("fail", "wrong")
 
     def run(ranks):

@@ -408,6 +408,38 @@ def test_an_exp_weight_one_ulp_off_is_precision_only_inside_the_exp_margin(famil
     assert judge(case, two_ulp, adapter_config([family], exp_ulp=encode_rational(margin * 2))).cls is FAIL
 
 
+@pytest.mark.parametrize("family", [AD, AS])
+def test_exp_weights_equal_to_the_expected_ones_pass_unless_one_is_a_nan(family):
+    """The comparator passes equal weights after one look at their bytes, but a NaN weight is
+    garbage even where the expected weights hold the same NaN (their bytes equal), and so is one
+    that differs: an answer is never judged by bytes alone when a NaN may hide in it."""
+    case = next((c for c in family_cases(family) if "logits" in c["input"]), None)
+    if case is None:
+        pytest.skip(f"{family} has no logits case")
+    weights, shape = decode_blob(case["expected"]["weights"])
+    config = adapter_config([family])
+    assert judge(case, copy.deepcopy(case["expected"]), config).cls is VerdictClass.PASS
+    for nan in (0x7FC00000, 0xFF800001):  # a quiet NaN, a negative signalling one
+        with_nan = dict(copy.deepcopy(case["expected"]), weights=encode_blob("f32", [nan, *weights[1:]], shape))
+        same = dict(case, expected=with_nan)
+        verdict = judge(same, copy.deepcopy(with_nan), config)
+        assert verdict.cls is VerdictClass.ERROR and "NaN" in verdict.message, verdict.line()
+
+
+def test_may_hold_f32_nan_is_false_only_without_a_nan_exponent():
+    """Its boundary: a high byte of 0x7f or 0xff (every NaN's, and the largest finite values')
+    says maybe; 0x7e, 0x80 and 0xfe say no."""
+    from qconform.harness.judging.value_diff import may_hold_f32_nan
+
+    def blob(*bits: int) -> memoryview:
+        return memoryview(b"".join(b.to_bytes(4, "little") for b in bits))
+
+    assert not may_hold_f32_nan(blob(0x3F800000, 0x7EFFFFFF, 0x80000000, 0xFE7FFFFF))
+    for maybe in (0x7FC00000, 0x7F800001, 0xFFC00000, 0x7F7FFFFF, 0x7F800000):
+        assert may_hold_f32_nan(blob(0x3F800000, maybe)), hex(maybe)
+    assert not may_hold_f32_nan(blob(0x007F00FF))  # 0x7f and 0xff in the low bytes are not the high byte
+
+
 @needs_alloc
 @pytest.mark.rules("R07")
 def test_sparse_answers_are_compared_token_by_token():
