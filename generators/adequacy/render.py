@@ -46,11 +46,11 @@ def render(report: Report, console: Console | None = None) -> None:
             console.width = 160
     judges = any(m.startswith(JUDGING) for m in report.modules)
     title = "Judge mutants against the judges' unit tests" if judges else "Spec mutants against the committed corpus"
-    table = Table(title=title)
     columns = ("module", "mutants", "killed", "equivalent", "unreachable", "survived")
     if report.prescreen is not None:
         title += f" (pre-screen: the {report.prescreen} smallest cases of each family; survivors are candidates)"
         columns += ("candidates",)
+    table = Table(title=title)
     columns += ("kill rate", "with unreachable")
     for column in columns:
         table.add_column(column, justify="left" if column == "module" else "right")
