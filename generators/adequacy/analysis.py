@@ -8,9 +8,10 @@ equivalents file) and ``survived``. The kill rate is killed / (mutants - equival
 
 from __future__ import annotations
 
+import json
 import random
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -110,6 +111,25 @@ JUDGE_TESTS_OF: dict[str, tuple[str, ...]] = {
 DEFAULT_MODULES: tuple[str, ...] = NORMATIVE_MODULES + REACHED_MODULES + tuple(FAST_PATHS)
 FORMAT = "qconform-adequacy-v1"
 KILLED = ("killed-drift", "killed-crash", "killed-timeout")
+#: a mutant that survived ``--prescreen``'s smaller oracle: to be judged by the full one (``--candidates-of``)
+CANDIDATE = "candidate"
+#: ``--prescreen``: besides the N smallest cases of each family, every case under these ID prefixes is kept,
+#: per mutated module: the cases that exercise it where the smallest cases do not (docs/adequacy.md,
+#: "The pre-screen"). For ``floats``: every FP32 logit row, every Markov coefficient (each proposal_chain
+#: case carries base logits and Markov terms), the FP32 step rows built for it, and the wire's encoded frames
+#: (the sender's FP32 q values, dyadic24 through ``round_ratio_f32``).
+PRESCREEN_ALWAYS: dict[str, tuple[str, ...]] = {
+    "floats": (
+        "allocation_dense/logits/",
+        "allocation_dense/fp32_steps/",
+        "allocation_invalid/logits/",
+        "allocation_invalid/temperature/",
+        "allocation_sparse/logits/",
+        "sharding/logits/",
+        "proposal_chain/",
+        "wire_frames/encoding/",
+    ),
+}
 #: a mutant's timeout: this many times the unmutated run of its families, plus the slack
 TIMEOUT_FACTOR, TIMEOUT_SLACK_S = 10, 30.0
 
@@ -216,10 +236,11 @@ class Tally:
     killed: int = 0
     equivalent: int = 0
     unreachable: int = 0  # listed as unreachable through the corpus (shown apart)
+    candidates: int = 0  # survived --prescreen: not yet judged by the full oracle (counted as survivors)
 
     @property
     def survived(self) -> int:
-        return self.mutants - self.killed - self.equivalent - self.unreachable
+        return self.mutants - self.killed - self.equivalent - self.unreachable - self.candidates
 
     @property
     def rate(self) -> Fraction | None:
@@ -241,6 +262,7 @@ class Tally:
             "equivalent": self.equivalent,
             "unreachable": self.unreachable,
             "survived": self.survived,
+            "candidates": self.candidates,
             "killRate": None if rate is None else round(float(rate), 4),
             "killRateWithUnreachable": None if strict is None else round(float(strict), 4),
         }
@@ -253,6 +275,7 @@ class Report:
     stale: list[tuple[str, str]] = field(default_factory=list)  # (id, why)
     sample: int | None = None
     seed: int = 0
+    prescreen: int | None = None  # --prescreen N: the smaller oracle's N (its survivors are candidates)
 
     def tally(self, module: str | None = None) -> Tally:
         tally = Tally()
@@ -262,19 +285,30 @@ class Report:
                 tally.killed += m.status in KILLED
                 tally.equivalent += m.status == "equivalent"
                 tally.unreachable += m.status == "unreachable"
+                tally.candidates += m.status == CANDIDATE
         return tally
 
     @property
     def survivors(self) -> list[MutantReport]:
         return [m for m in self.mutants if m.status == "survived"]
 
+    @property
+    def candidates(self) -> list[MutantReport]:
+        return [m for m in self.mutants if m.status == CANDIDATE]
+
     def to_json(self) -> dict:
         return {
             "format": FORMAT,
-            "selection": {"modules": list(self.modules), "sample": self.sample, "seed": self.seed},
+            "selection": {
+                "modules": list(self.modules),
+                "sample": self.sample,
+                "seed": self.seed,
+                "prescreen": self.prescreen,
+            },
             "total": self.tally().to_json(),
             "modules": {module: self.tally(module).to_json() for module in self.modules},
             "survivors": [m.site.id for m in self.survivors],
+            "candidates": [m.site.id for m in self.candidates],
             "stale": [{"id": ident, "why": why} for ident, why in self.stale],
             "mutants": [m.to_json() for m in self.mutants],
         }
@@ -295,6 +329,37 @@ def committed_cases(vectors: Path, families: Sequence[str]) -> dict[str, list[Co
         ]
         out[family] = [case for _size, _id, case in sorted(cases, key=lambda t: t[:2])]
     return out
+
+
+def prescreen_cases(
+    cases: Mapping[str, Sequence[CommittedCase]], families: Sequence[str], smallest: int, always: Sequence[str] = ()
+) -> dict[str, list[CommittedCase]]:
+    """``--prescreen``'s oracle: of each family, its ``smallest`` first committed cases (the smallest
+    inputs) and every case whose ID starts with one of ``always``, in the full oracle's order.
+
+    They are the committed cases with their committed answers, so a drift or crash here is one of
+    the full oracle (which would meet the same case, or stop earlier): a kill. A survivor is only a
+    candidate."""
+    return {
+        family: [
+            case
+            for rank, case in enumerate(cases[family])
+            if rank < smallest or any(case.id.startswith(prefix) for prefix in always)
+        ]
+        for family in families
+    }
+
+
+def candidate_ids(report_path: Path) -> frozenset[str]:
+    """The candidates of a ``--prescreen`` JSON report (``--candidates-of``); AdequacyError if unreadable."""
+    try:
+        data = json.loads(report_path.read_text(encoding="utf-8"))
+        ids = data["candidates"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
+        raise AdequacyError(f"{report_path}: not a --prescreen report ({type(error).__name__}: {error})") from None
+    if data.get("format") != FORMAT or not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise AdequacyError(f"{report_path}: not a {FORMAT} report with a candidates list")
+    return frozenset(ids)
 
 
 def stale_entries(listed: dict[str, Equivalent], mutants: Sequence[MutantReport]) -> list[tuple[str, str]]:
@@ -326,11 +391,14 @@ def analyse(
     sample: int | None = None,
     seed: int = 0,
     progress: Callable[[str, int], None] | None = None,
+    prescreen: int | None = None,
 ) -> Report:
     """Run ``sites_run`` (mutants of ``modules``) against the corpus under ``vectors``.
 
     ``progress(what, total)`` is called once with the total (what = "") and then after
     each mutant. AdequacyError when the unmutated spec already drifts from the corpus.
+    With ``prescreen`` N the mutants meet :func:`prescreen_cases` only (the baseline still
+    re-solves every case): a drift is a kill, a survivor a ``candidate``.
     """
     listed = equivalents.load(equivalents_path)
     family_names = registry.family_names()
@@ -394,16 +462,31 @@ def analyse(
             progress(result.job.site.id, len(jobs))
 
     reports = list(unreached)
-    for result in runner.run(jobs, cases, workers, done):
+    if prescreen is None:
+        finished = runner.run(jobs, cases, workers, done)
+    else:  # one smaller oracle per module (each keeps its own PRESCREEN_ALWAYS cases)
+        finished = []
+        for module in modules:
+            screened = prescreen_cases(cases, families_of[module], prescreen, PRESCREEN_ALWAYS.get(module, ()))
+            own = [job for job in jobs if job.site is not None and job.site.module == module]
+            if own and timeout_s is None:  # the timeout scales with the smaller oracle's own unmutated run
+                fast = module if module in FAST_PATHS else None
+                (base,) = runner.run([runner.Job(None, families_of[module], 3600.0, fast_path=fast)], screened, 1)
+                limit = TIMEOUT_FACTOR * base.seconds + TIMEOUT_SLACK_S
+                own = [replace(job, timeout_s=limit) for job in own]
+            finished += runner.run(own, screened, workers, done)
+    for result in finished:
         site, outcome = result.job.site, result.outcome
         assert site is not None
         status = STATUS_OF.get(outcome.kind, "survived")
-        if status == "survived" and site.id in listed:
+        if status == "survived" and prescreen is not None:
+            status = CANDIDATE  # even a listed one: only the full oracle can confirm an entry
+        elif status == "survived" and site.id in listed:
             status = listed[site.id].kind
         reports.append(MutantReport(site, result.job.families, status, outcome.case, outcome.detail, result.seconds))
     order = {site.id: i for i, site in enumerate(sites_run)}
     reports.sort(key=lambda m: order[m.site.id])
-    return Report(tuple(modules), reports, stale_entries(listed, reports), sample, seed)
+    return Report(tuple(modules), reports, stale_entries(listed, reports), sample, seed, prescreen)
 
 
 def analyse_judges(

@@ -46,14 +46,20 @@ def render(report: Report, console: Console | None = None) -> None:
             console.width = 160
     judges = any(m.startswith(JUDGING) for m in report.modules)
     title = "Judge mutants against the judges' unit tests" if judges else "Spec mutants against the committed corpus"
+    columns = ("module", "mutants", "killed", "equivalent", "unreachable", "survived")
+    if report.prescreen is not None:
+        title += f" (pre-screen: the {report.prescreen} smallest cases of each family; survivors are candidates)"
+        columns += ("candidates",)
     table = Table(title=title)
-    columns = ("module", "mutants", "killed", "equivalent", "unreachable", "survived", "kill rate", "with unreachable")
+    columns += ("kill rate", "with unreachable")
     for column in columns:
         table.add_column(column, justify="left" if column == "module" else "right")
 
     def row(name: str, t: Tally, bold: bool = False) -> None:
         rate = f"[bold]{_rate(t.rate)}[/]" if bold else _rate(t.rate)
-        counts = (t.mutants, t.killed, t.equivalent, t.unreachable, t.survived)
+        counts: tuple[int, ...] = (t.mutants, t.killed, t.equivalent, t.unreachable, t.survived)
+        if report.prescreen is not None:
+            counts += (t.candidates,)
         table.add_row(name, *map(str, counts), rate, _rate(t.rate_with_unreachable))
 
     for module in report.modules:
@@ -69,5 +75,10 @@ def render(report: Report, console: Console | None = None) -> None:
         for m in report.survivors:
             survivors.add_row(str(m.site.line), escape(m.site.id), "" if m.reached else "nothing calls its function")
         console.print(survivors)
+    if report.candidates:
+        console.print(
+            f"{len(report.candidates)} candidate(s) survived the pre-screen (counted as survivors above): judge them "
+            "by the full oracle with `qconform adequacy --candidates-of REPORT.json` (docs/adequacy.md)"
+        )
     for ident, why in report.stale:
         console.print(f"[bold red]stale equivalent[/] {escape(ident)}: {why}")

@@ -113,6 +113,15 @@ NOTES = {
         "2^-126, so a bias of a few units of 2^-149 moves the scaled logits by up to 2^-14 and changes the counts.",
         "Catches subnormals flushed to zero in the bias, and an accumulator that does not start from +0.0.",
     ),
+    "FP32_PRODUCT_EDGES": Note(
+        "EDGE_CASE",
+        "FP32 operands at the edges of their encodings, built so that each reaches the answer: Markov products "
+        "of the smallest subnormal 2^-149 (significand 1) by 2^23 (exponent field of the last significand "
+        "bit 0), in both orders, and base logits of one unit 2^-149 plus a +0 bias, all scaled to small s by a "
+        "subnormal temperature.",
+        "Catches a multiplier that treats a significand of 1 (the smallest subnormal) or an operand in "
+        "[2^23, 2^24) as a zero, and an adder that turns a positive sum of one unit of its grid into +0.",
+    ),
     "SHORTEST_CHAIN": Note(
         "EDGE_CASE",
         "Depth K = 1: one row, conditioned on the committed token only.",
@@ -381,6 +390,67 @@ def subnormal_cases() -> Iterator[Case]:
     )
 
 
+#: The FP32 smallest subnormal 2^-149 (significand 1) and 2^23 (significand 2^23, last-bit exponent 0).
+SMALLEST_SUBNORMAL, TWO_TO_23 = 1, f32_bits(2.0**23)
+
+
+def product_edges_input(identity: RngIdentity) -> ProposalInput:
+    """A chain whose Markov bias is built from products at the FP32 encoding's edges.
+
+    Every left row is ``[2^-149, 2^23]`` and the right factor's rows are ``2^23`` and
+    ``2^-149`` on the tokens of ``BIASED`` (+0 elsewhere), so each such token's bias is
+    ``f32(f32(+0 + 2^-149 * 2^23) + 2^23 * 2^-149) = 2^-126 + 2^-126 = 2^-125``: one product
+    whose first operand has significand 1 (the smallest subnormal) and second an exponent
+    of 0 (``[2^23, 2^24)``), and one the other way round, both exact. A multiplier that
+    takes either operand for a zero drops one product: a bias of 2^-126. The base logits
+    are small multiples of 2^-126 and T = 2^-126, so ``s_v = k_v + 2`` on a biased token
+    (``k_v + 1`` with a product dropped): every row's counts move.
+    """
+    biased = (1, 4, 6)
+    logits = [f32_bits(k * 2.0**-126) for k in (1, 0, -1, 2, 0, 1, -2, 0)]
+    right = [
+        [TWO_TO_23 if v in biased else 0 for v in range(len(logits))],
+        [SMALLEST_SUBNORMAL if v in biased else 0 for v in range(len(logits))],
+    ]
+    left = [[SMALLEST_SUBNORMAL, TWO_TO_23] for _ in logits]
+    rows = [logits, logits[::-1], logits[3:] + logits[:3]]
+    return ProposalInput(rows, left, right, 2, f32_bits(2.0**-126), SupportPolicy.dense(), identity)
+
+
+def one_unit_sum_input(identity: RngIdentity) -> ProposalInput:
+    """A chain whose ``logit + bias`` sums are positive and one unit of their grid.
+
+    No Markov bias (zero factors: every bias is +0) and base logits ``k * 2^-149`` with
+    ``k`` in 0..3, so ``f32(logit + bias)`` on a logit of exactly 2^-149 is the exact sum of
+    one unit of 2^-149 (the only sum of the spec that can be a positive single unit: every
+    other sum is ``s_v - max <= 0`` or a Markov accumulation). T = 2^-149 scales it to
+    ``s_v = k``: an adder that rounds that sum to +0 gives ``s_v = 0`` instead of 1.
+    """
+    logits = [SMALLEST_SUBNORMAL * k for k in (1, 0, 3, 1, 2, 0, 1, 2)]
+    zero_left = [[0] for _ in logits]
+    zero_right = [[0] * len(logits)]
+    rows = [logits, logits[::-1], logits[2:] + logits[:2]]
+    return ProposalInput(rows, zero_left, zero_right, 5, SMALLEST_SUBNORMAL, SupportPolicy.dense(), identity)
+
+
+def product_edge_cases() -> Iterator[Case]:
+    identity = RngIdentity(seed=0xF32E, generation=1, round=2, anchor=7)
+    yield chain_case(
+        "markov-products-smallest-subnormal-and-2-to-23",
+        "Markov products 2^-149 x 2^23 and 2^23 x 2^-149 (exact, 2^-126 each) over V = 8, depth 3, T = 2^-126: "
+        "s_v = k_v + 2 on tokens 1, 4 and 6.",
+        ("DENSE_CHAIN", "FP32_PRODUCT_EDGES", "TEMPERATURE"),
+        product_edges_input(identity),
+    )
+    yield chain_case(
+        "logit-plus-bias-one-unit",
+        "Base logits k x 2^-149 (k = 0..3) plus a +0 bias over V = 8, depth 3, T = 2^-149: a logit of 2^-149 "
+        "is a one-unit sum, s_v = k_v.",
+        ("DENSE_CHAIN", "FP32_PRODUCT_EDGES", "NO_MARKOV", "TEMPERATURE"),
+        one_unit_sum_input(identity),
+    )
+
+
 def invalid_case(name: str, comment: str, inp: ProposalInput, code: str, vocab_of_logits: int | None = None) -> Case:
     """A chain the spec refuses with ``code``; ``vocab_of_logits`` gives the width of an
     empty (depth-0) base-logits blob."""
@@ -620,6 +690,12 @@ def build() -> Iterator[Group]:
         "A Markov bias of FP32 subnormals that changes the counts at a tiny draft temperature.",
         RULES,
         list(subnormal_cases()),
+    )
+    yield Group(
+        "fp32_edges",
+        "Markov products and logit-plus-bias sums at the FP32 encoding's edges, scaled so that they reach the counts.",
+        RULES,
+        list(product_edge_cases()),
     )
     yield Group(
         "invalid_inputs",

@@ -50,6 +50,22 @@ def _percent(_ctx, _param, value: str) -> Fraction:
     help="Only the mutant with this ID (repeatable; its module is selected with it).",
 )
 @click.option(
+    "--prescreen",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Judge each mutant by a smaller oracle first: the N smallest committed cases of each family (and the "
+    "module's PRESCREEN_ALWAYS cases). Its kills are kills; its survivors are only candidates (docs/adequacy.md).",
+)
+@click.option(
+    "--candidates-of",
+    "candidates_of",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="Only the candidates of this --prescreen JSON report, against the full oracle.",
+)
+@click.option(
     "--judges",
     is_flag=True,
     help="Mutate the judges (harness/judging) instead of the spec; their own unit tests are the oracle.",
@@ -94,6 +110,8 @@ def _percent(_ctx, _param, value: str) -> Fraction:
 def adequacy(
     module_texts,
     mutant_ids,
+    prescreen,
+    candidates_of,
     sample,
     seed,
     judges,
@@ -111,6 +129,12 @@ def adequacy(
     from qconform.generators.corpus import default_vectors_dir
 
     try:
+        if candidates_of is not None:
+            mutant_ids = tuple(mutant_ids) + tuple(sorted(analysis.candidate_ids(candidates_of)))
+            if not mutant_ids:
+                raise analysis.AdequacyError(f"{candidates_of} has no candidates: nothing to judge")
+        if judges and prescreen is not None:
+            raise analysis.AdequacyError("--prescreen measures the spec against the corpus, not the judges")
         texts = module_texts + tuple(equivalents.module_of(i) for i in mutant_ids)
         modules = tuple(dict.fromkeys(analysis.resolve_module(t) for t in texts)) or (
             analysis.judge_modules() if judges else analysis.DEFAULT_MODULES
@@ -152,6 +176,7 @@ def adequacy(
                     sample,
                     seed,
                     advance,
+                    prescreen,
                 )
         except equivalents.EquivalentsError as error:
             raise UsageLineError(str(error)) from None

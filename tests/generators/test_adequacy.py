@@ -365,3 +365,68 @@ def test_a_function_called_while_a_spec_module_is_imported_is_reached() -> None:
     for module, function in (("wire/checksum", "table_entry"), ("wire/layout", "contiguous")):
         path = str(imports.module_files()[oracle.module_name(module)])
         assert (path, function) in result.outcome.reached
+
+
+# --- the pre-screen (--prescreen N, --candidates-of) -------------------------------------------------
+
+SHARDING_EQUIVALENT = "sharding:rank_key:int+1:entry[0]"
+SHARDING_KILLED = "sharding:sample_sharded_scaled:Gt->GtE:cumulative * U32_LIMIT > threshold"
+
+
+def test_the_prescreen_oracle_is_committed_cases_in_the_full_oracles_order() -> None:
+    """A pre-screen kill is a kill only if its oracle is the full oracle's own cases, with their committed
+    answers, in its order: each family's first N and every case under the module's always-kept prefixes."""
+    families = ("allocation_dense", "sharding")
+    cases = analysis.committed_cases(_vectors(), list(families))
+    screened = analysis.prescreen_cases(cases, families, 5, ("allocation_dense/fp32_steps/",))
+    for family in families:
+        full = list(cases[family])
+        kept = screened[family]
+        assert all(case in full for case in kept)  # the same committed cases, answers included
+        assert [full.index(case) for case in kept] == sorted(full.index(case) for case in kept)
+        assert full[:5] == kept[:5]
+    steps = [case for case in cases["allocation_dense"] if case.id.startswith("allocation_dense/fp32_steps/")]
+    assert steps and all(case in screened["allocation_dense"] for case in steps)
+    assert len(screened["sharding"]) == 5 < len(cases["sharding"])
+
+
+def test_the_prescreen_calls_a_full_oracle_survivor_a_candidate_never_killed(tmp_path: Path, monkeypatch) -> None:
+    """A listed equivalent survives the full oracle; under the pre-screen it must be a candidate (counted as a
+    survivor), and a mutant the pre-screen's cases drift must be killed as by the full oracle, on the same case
+    (the boundary mutant drifts on a residual case, past the 30 smallest: kept here as always-kept cases)."""
+    monkeypatch.setitem(analysis.PRESCREEN_ALWAYS, "sharding", ("sharding/residual/",))
+    ids = frozenset({SHARDING_EQUIVALENT, SHARDING_KILLED})
+    chosen = analysis.select(["sharding"], None, 0, ids)
+    eq = equivalents.default_path()
+    full = analysis.analyse(["sharding"], chosen, _vectors(), eq, 2, None)
+    screened = analysis.analyse(["sharding"], chosen, _vectors(), eq, 2, None, prescreen=30)
+    full_of = {m.site.id: m for m in full.mutants}
+    screened_of = {m.site.id: m for m in screened.mutants}
+    assert full_of[SHARDING_EQUIVALENT].status == "equivalent"
+    assert screened_of[SHARDING_EQUIVALENT].status == analysis.CANDIDATE
+    assert full_of[SHARDING_KILLED].status == screened_of[SHARDING_KILLED].status == "killed-drift"
+    assert full_of[SHARDING_KILLED].case == screened_of[SHARDING_KILLED].case
+    tally = screened.tally()
+    assert (tally.killed, tally.candidates, tally.survived, tally.rate) == (1, 1, 0, Fraction(1, 2))
+    report = tmp_path / "pre.json"
+    report.write_text(json.dumps(screened.to_json()))
+    assert json.loads(report.read_text())["candidates"] == [SHARDING_EQUIVALENT]
+    listed = CliRunner().invoke(cli, ["adequacy", "--candidates-of", str(report), "--list"])
+    assert listed.exit_code == 0 and listed.output.startswith(SHARDING_EQUIVALENT + "  (line ")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{", "not a --prescreen report"),
+        ('{"format": "other", "candidates": []}', "with a candidates list"),
+        ('{"format": "qconform-adequacy-v1", "candidates": []}', "has no candidates"),
+    ],
+)
+def test_a_candidates_file_that_is_no_prescreen_report_is_a_usage_error(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = tmp_path / "pre.json"
+    path.write_text(text, encoding="utf-8")
+    result = CliRunner().invoke(cli, ["adequacy", "--candidates-of", str(path), "--list"])
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
