@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from qconform.adapters.endpoint.deployment import hello_config
+from qconform.adapters.endpoint.memory import return_large_buffers
 from qconform.adapters.endpoint.model import DraftModel, TargetModel
 from qconform.adapters.endpoint.target import ROW_WINDOW, RoundRecord, Target
 from qconform.adapters.endpoint.worker import WorkerEndpoint
@@ -131,6 +132,7 @@ def resident_bytes(pid: int | str = "self") -> int:
 def serve_worker(config: dict, vocab: int, model_seed: int, pipe: Any) -> None:
     """The worker endpoint in a child process: its port goes up the pipe; it serves until the pipe says stop."""
     torch.set_num_threads(TORCH_THREADS)
+    return_large_buffers()
 
     def stop_said() -> None:
         try:
@@ -212,7 +214,10 @@ def support_of(settings: SoakSettings) -> SupportPolicy:
 
 async def soak(settings: SoakSettings, say: Callable[[str], None] = print) -> SoakReport:
     """Run the soak ``settings`` describe, printing progress through ``say``; the report, breaches included.
-    Torch runs on :data:`TORCH_THREADS` threads meanwhile (the caller's count is restored)."""
+    Torch runs on :data:`TORCH_THREADS` threads meanwhile (the caller's count is restored); glibc's mmap
+    threshold is pinned for this process (``memory.return_large_buffers``), so that RSS follows what the
+    endpoints hold."""
+    return_large_buffers()
     threads = torch.get_num_threads()
     torch.set_num_threads(TORCH_THREADS)
     try:
