@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from qconform.adapters.endpoint.deployment import hello_config
+from qconform.adapters.endpoint.memory import return_large_buffers
 from qconform.adapters.endpoint.model import DraftModel, TargetModel
 from qconform.adapters.endpoint.target import ROW_WINDOW, RoundRecord, Target
 from qconform.adapters.endpoint.worker import WorkerEndpoint
@@ -43,6 +44,10 @@ SAMPLES = 100
 #: thread count changes, the order torch sums a row's FP64 total in, so a seeded soak draws the same q
 #: rows on any machine.
 TORCH_THREADS = 1
+#: the share of the watchdog the slowest committed round may take before the soak warns: a clean round
+#: that outlives the watchdog is a breach (a timeout no fault explains), and at twice the slowest round
+#: the load has room to double (docs/endpoint.md, "The watchdog")
+WATCHDOG_HEADROOM = 0.5
 
 
 @dataclass
@@ -50,6 +55,9 @@ class SoakSettings:
     """What a soak runs: ``rounds`` on each of ``slots`` slots, faults from a seeded mix at ``fault_rate`` per round."""
 
     rounds: int = 100
+    #: seconds after which no slot opens another round (its round in flight resolves, then the books are
+    #: audited over the rounds played); None: all ``rounds``
+    duration_s: float | None = None
     slots: int = 4
     vocab: int = 32
     max_support: int = 16
@@ -101,6 +109,8 @@ class SoakReport:
     latency_max_target_only_s: float
     #: (rounds resolved, target RSS bytes, worker RSS bytes)
     rss: list[tuple[int, int, int]] = field(default_factory=list)
+    #: the soak reached ``duration_s`` before its rounds
+    stopped: bool = False
 
     @property
     def rounds_per_s(self) -> float:
@@ -122,6 +132,7 @@ def resident_bytes(pid: int | str = "self") -> int:
 def serve_worker(config: dict, vocab: int, model_seed: int, pipe: Any) -> None:
     """The worker endpoint in a child process: its port goes up the pipe; it serves until the pipe says stop."""
     torch.set_num_threads(TORCH_THREADS)
+    return_large_buffers()
 
     def stop_said() -> None:
         try:
@@ -186,13 +197,27 @@ class WorkerHandle:
         await asyncio.get_running_loop().run_in_executor(None, self.stop_process)
 
 
+def watchdog_hint(slowest_s: float, watchdog_s: float) -> str | None:
+    """A warning when the slowest committed round took more than :data:`WATCHDOG_HEADROOM` of the watchdog."""
+    if slowest_s <= watchdog_s * WATCHDOG_HEADROOM:
+        return None
+    return (
+        f"soak: the slowest committed round took {slowest_s:.2f} s, over {WATCHDOG_HEADROOM:.0%} of the "
+        f"{watchdog_s:g} s watchdog; at this load a clean round may time out, which the books count a breach "
+        f"(raise --watchdog)"
+    )
+
+
 def support_of(settings: SoakSettings) -> SupportPolicy:
     return SupportPolicy.dense() if settings.support_policy == 0 else SupportPolicy.top_k(settings.support_policy)
 
 
 async def soak(settings: SoakSettings, say: Callable[[str], None] = print) -> SoakReport:
     """Run the soak ``settings`` describe, printing progress through ``say``; the report, breaches included.
-    Torch runs on :data:`TORCH_THREADS` threads meanwhile (the caller's count is restored)."""
+    Torch runs on :data:`TORCH_THREADS` threads meanwhile (the caller's count is restored); glibc's mmap
+    threshold is pinned for this process (``memory.return_large_buffers``), so that RSS follows what the
+    endpoints hold."""
+    return_large_buffers()
     threads = torch.get_num_threads()
     torch.set_num_threads(TORCH_THREADS)
     try:
@@ -242,11 +267,17 @@ async def soak_pinned(settings: SoakSettings, say: Callable[[str], None]) -> Soa
         on_round=on_round,
     )
     started = time.monotonic()
+    warned = False
 
     async def progress() -> None:
+        nonlocal warned
         while True:
             await asyncio.sleep(settings.progress_s)
             elapsed = time.monotonic() - started
+            hint = watchdog_hint(books.latency_max[COMMITTED], settings.watchdog_s)
+            if hint and not warned:
+                say(hint)
+                warned = True
             say(
                 f"soak: {books.resolved}/{settings.total} rounds, {books.resolved / elapsed:.1f} rounds/s, "
                 f"{books.outcomes[COMMITTED]} committed, {books.outcomes[TARGET_ONLY]} target-only, "
@@ -256,8 +287,13 @@ async def soak_pinned(settings: SoakSettings, say: Callable[[str], None]) -> Soa
 
     reporter = asyncio.ensure_future(progress())
     sample()
+    duration = settings.duration_s
+
+    def past_duration() -> bool:
+        return duration is not None and time.monotonic() >= started + duration
+
     try:
-        await target.run(settings.rounds)
+        await target.run(settings.rounds, past_duration)
         wall = time.monotonic() - started
         sample()
         deadline = time.monotonic() + DRAIN_S
@@ -271,7 +307,11 @@ async def soak_pinned(settings: SoakSettings, say: Callable[[str], None]) -> Soa
         await proxy.close()
         await worker.close()
     counters = dict(target.receiver.counters)
-    breaches = books.close(Counter(counters), target.opened)
+    played = [lane.round_id for lane in target.lanes]
+    # audited over the rounds played only when the duration ended the soak: a slot that stopped early on its
+    # own is a breach ("rounds accounted of N")
+    stopped = past_duration() and sum(played) < settings.total
+    breaches = books.close(Counter(counters), target.opened, played if stopped else None)
     clean = sorted(books.latency_clean)
     return SoakReport(
         settings,
@@ -287,6 +327,7 @@ async def soak_pinned(settings: SoakSettings, say: Callable[[str], None]) -> Soa
         clean[min(len(clean) - 1, int(len(clean) * 0.99))] if clean else 0.0,
         books.latency_max[TARGET_ONLY],
         books.rss,
+        stopped,
     )
 
 
@@ -297,13 +338,17 @@ def summary(report: SoakReport) -> list[str]:
         f"soak seed {settings.seed}: {sum(report.outcomes.values())} rounds on {settings.slots} slots "
         f"({'dense' if settings.support_policy == 0 else f'top-{settings.support_policy}'}, V = {settings.vocab}) "
         f"in {report.wall_s:.1f} s: {report.rounds_per_s:.1f} rounds/s; {report.outcomes[COMMITTED]} committed, "
-        f"{report.outcomes[TARGET_ONLY]} target-only",
+        f"{report.outcomes[TARGET_ONLY]} target-only"
+        + (f"; stopped at --duration {settings.duration_s:g} s, of {settings.total}" if report.stopped else ""),
         f"faults applied {sum(report.faults.values())} {dict(sorted(report.faults.items()))}; planned "
         f"{report.planned}, skipped {report.skipped} (one at a time, on clean rounds)",
         f"latency of committed rounds: median {report.latency_median_committed_s * 1e3:.2f} ms, p99 "
         f"{report.latency_p99_committed_s * 1e3:.2f} ms, max {report.latency_max_committed_s * 1e3:.2f} ms "
         f"(design bound 0.517 ms a dense round); target-only max {report.latency_max_target_only_s * 1e3:.1f} ms",
     ]
+    hint = watchdog_hint(report.latency_max_committed_s, settings.watchdog_s)
+    if hint:
+        lines.append(hint)
     if report.rss:
         first, last = report.rss[0], report.rss[-1]
         peak_target = max(sample[1] for sample in report.rss)

@@ -321,7 +321,11 @@ class Books:
                     f"expected {want[0]} ({want[1]})"
                 )
         elif record.outcome == TARGET_ONLY and not (record.reason in LINK_WIDE and self.link_wide_faults):
-            self.breach(f"{where}: fell back target-only ({record.reason}) with no fault injected")
+            advice = "; a clean round outlived the watchdog (a loaded machine: raise --watchdog)"
+            self.breach(
+                f"{where}: fell back target-only ({record.reason}) with no fault injected"
+                + (advice if record.reason == "timeout" else "")
+            )
 
     def spill_round(self, record: RoundRecord) -> None:
         """One line per round to the spill file: its identity and outcome, and its rows when the spec checks it."""
@@ -351,11 +355,12 @@ class Books:
             for text in spill:
                 yield orjson.loads(text)
 
-    def close(self, counters: Counter, opened: int) -> list[str]:
-        """Audit the books against the receiver's ``counters`` and the target's ``opened`` rounds; every breach."""
+    def close(self, counters: Counter, opened: int, played: list[int] | None = None) -> list[str]:
+        """Audit the books against the receiver's ``counters`` and the target's ``opened`` rounds; every breach.
+        ``played``: the rounds each slot opened, for a soak stopped at its duration (default: ``rounds`` each)."""
         self.spill.close()
         try:
-            self.audit_accounting(opened)
+            self.audit_accounting(opened, played or [self.rounds] * len(self.slots))
             self.audit_counters(counters)
             self.audit_keys_and_spec()
             self.audit_memory()
@@ -363,10 +368,10 @@ class Books:
             os.unlink(self.spill_path)
         return [f"soak seed {self.seed}: {text}" for text in self.breaches]
 
-    def audit_accounting(self, opened: int) -> None:
-        for index, slot in enumerate(self.slots):
-            if slot.next_round != self.rounds + 1:
-                self.breach(f"slot {index}: {slot.next_round - 1} rounds accounted of {self.rounds}")
+    def audit_accounting(self, opened: int, played: list[int]) -> None:
+        for index, (slot, rounds) in enumerate(zip(self.slots, played, strict=True)):
+            if slot.next_round != rounds + 1:
+                self.breach(f"slot {index}: {slot.next_round - 1} rounds accounted of {rounds}")
         if opened != self.resolved:
             self.breach(f"{opened} rounds opened, {self.resolved} resolved once")
         for (slot, generation, round_id), fault in self.faulted.items():

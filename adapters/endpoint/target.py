@@ -434,10 +434,11 @@ class Target:
             if slot is None or lane.slot == slot:
                 lane.preempt_requested = True
 
-    async def run(self, rounds: int) -> deque[RoundRecord]:
-        """``rounds`` rounds on every driven slot, the slots concurrently; the records kept, in the order opened."""
+    async def run(self, rounds: int, stop: Callable[[], bool] | None = None) -> deque[RoundRecord]:
+        """``rounds`` rounds on every driven slot, the slots concurrently; the records kept, in the order opened.
+        With ``stop``, a slot opens no further round once ``stop()`` is true (its round in flight resolves)."""
         await self.ensure_ready()
-        tasks = [asyncio.ensure_future(self.drive(lane, rounds)) for lane in self.lanes]
+        tasks = [asyncio.ensure_future(self.drive(lane, rounds, stop)) for lane in self.lanes]
         try:
             await asyncio.gather(*tasks)
         finally:
@@ -446,8 +447,10 @@ class Target:
             await asyncio.gather(*tasks, return_exceptions=True)
         return self.records
 
-    async def drive(self, lane: Lane, rounds: int) -> None:
+    async def drive(self, lane: Lane, rounds: int, stop: Callable[[], bool] | None = None) -> None:
         for _ in range(rounds):
+            if stop is not None and stop():
+                return
             await self.play_round(lane)
 
     async def play_round(self, lane: Lane | None = None) -> RoundRecord | None:

@@ -50,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter, deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -491,8 +492,15 @@ class WorkerEndpoint(Endpoint):
         self.bound: dict[int, Worker] = {}
         #: the session IDs of the next connections, in the order accepted (``configure``)
         self.sessions: deque[int] = deque()
-        #: one event at a time through the state machines (sampling runs in a thread)
+        #: one event at a time through the state machines (sampling runs in :attr:`sampler`'s thread)
         self.lock = asyncio.Lock()
+        #: the one thread every frame is fed (and every round sampled) in. Not asyncio's default
+        #: executor: its pool adds a thread whenever a call is submitted before the last one's thread
+        #: has marked itself idle (a race the loop wins now and then), up to 6 threads here, and each
+        #: thread gets its own glibc malloc arena, whose freed 2.6 MB dense rounds it keeps; the
+        #: worker's RSS rose by about 80 MB that way over 10^4 dense rounds (issue #25,
+        #: docs/endpoint.md "The bound").
+        self.sampler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qconform-sampler")
         #: connection -> its writer, while open
         self.writers: dict[int, stream.FrameWriter] = {}
         #: connection -> the outcome of the event on which the worker ended it (``closed``)
@@ -534,7 +542,7 @@ class WorkerEndpoint(Endpoint):
                 await stream.send(writer, await self.answer(item, number))
                 continue
             async with self.lock:
-                outcome = await asyncio.to_thread(worker.feed, number, item.data)
+                outcome = await asyncio.get_running_loop().run_in_executor(self.sampler, worker.feed, number, item.data)
             log.info("conn %d: %d-byte frame: %s", number, len(item.data), describe(outcome))
             if outcome.frames:
                 await stream.send(writer, *outcome.frames)
@@ -560,6 +568,11 @@ class WorkerEndpoint(Endpoint):
                 "conn %d: no answer to the HELLO within %.1f s: %s", number, self.answer_timeout_s, describe(outcome)
             )
             return None
+
+    async def close(self) -> None:
+        """Stop serving (:meth:`Endpoint.close`), then let the sampler's thread end after its event."""
+        await super().close()
+        self.sampler.shutdown(wait=False)
 
     def closed(self, number: int) -> None:
         worker = self.bound.pop(number, None)

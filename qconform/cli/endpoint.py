@@ -269,6 +269,12 @@ def parse_kinds(text: str) -> tuple[str, ...]:
 
 @endpoint_group.command("soak")
 @click.option("--rounds", type=click.IntRange(min=1), default=100, show_default=True, help="Rounds on each slot.")
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds after which no slot opens another round; the books audit the rounds played.",
+)
 @click.option("--slots", type=click.IntRange(1, 4), default=4, show_default=True, help="Slots driven concurrently.")
 @click.option("--vocab", type=click.IntRange(min=2), default=32, show_default=True, help="Vocabulary V.")
 @click.option("--max-support", type=click.IntRange(min=1), default=16, show_default=True, help="Largest sparse k.")
@@ -315,6 +321,7 @@ def parse_kinds(text: str) -> tuple[str, ...]:
 )
 def soak_command(
     rounds,
+    duration,
     slots,
     vocab,
     max_support,
@@ -346,6 +353,7 @@ def soak_command(
 
     settings = SoakSettings(
         rounds=rounds,
+        duration_s=duration,
         slots=slots,
         vocab=vocab,
         max_support=max_support,

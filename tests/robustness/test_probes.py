@@ -185,6 +185,7 @@ PROBES: dict[str, Probe] = {
             ("sizes", "--link-gbps", "0"),
             ("endpoint", "worker", "--port", "70000"),
             ("endpoint", "soak", "--rounds", "0"),
+            ("endpoint", "soak", "--duration", "0"),
         ]
     },
     "accumulate: --count beyond a day": Probe(

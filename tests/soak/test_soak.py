@@ -26,7 +26,7 @@ pytest.importorskip("torch")
 
 from qconform.adapters.endpoint.target import Lane, RoundRecord, Target, slot_seed  # noqa: E402
 from qconform.adapters.fault_proxy import MIX_KINDS  # noqa: E402
-from qconform.soak import SoakReport, SoakSettings, soak  # noqa: E402
+from qconform.soak import SoakReport, SoakSettings, soak, summary, watchdog_hint  # noqa: E402
 
 pytestmark = pytest.mark.rules("R22", "R24", "R25", "R28")
 
@@ -153,3 +153,33 @@ def test_a_leak_is_caught():
 def test_the_same_soak_without_the_leak_holds_its_memory():
     report = small(**LEAK, rss_bound_mb=12.0, warmup=60)
     assert report.breaches == []
+
+
+def test_a_clean_round_past_the_watchdog_is_a_breach():
+    """A watchdog shorter than a clean round (a loaded machine, issue #25's 10^4 dense run): the timeouts are
+    breaches, each with its advice, and the counters rule sees timeouts no fault moved."""
+    report = small(fault_rate=0.0, watchdog_s=0.002)
+    assert breach_lines(report, "fell back target-only (timeout) with no fault injected; a clean round outlived")
+    assert breach_lines(report, "counter timeouts = ")
+
+
+def test_the_soak_warns_when_a_clean_round_nears_the_watchdog():
+    assert watchdog_hint(0.49, 1.0) is None
+    assert "raise --watchdog" in (watchdog_hint(0.51, 1.0) or "")
+    report = small()
+    assert report.breaches == []
+    near = dataclasses.replace(
+        report, settings=dataclasses.replace(report.settings, watchdog_s=1.9 * report.latency_max_committed_s)
+    )
+    assert [line for line in summary(near) if "of the" in line and "watchdog" in line]
+    assert not [line for line in summary(report) if "raise --watchdog" in line]
+
+
+def test_a_soak_stopped_at_its_duration_audits_the_rounds_played():
+    """``--duration``: no slot opens a round after it; the books hold every round played to the same rules."""
+    report = small(rounds=100_000, duration_s=3.0)
+    played = sum(report.outcomes.values())
+    assert report.stopped and 0 < played < 200_000 and report.breaches == []
+    assert any("stopped at --duration 3 s" in line for line in summary(report))
+    lost = small(LosesDiscardedRounds, rounds=100_000, duration_s=3.0)
+    assert lost.stopped and breach_lines(lost, "never accounted (neither committed nor target-only")

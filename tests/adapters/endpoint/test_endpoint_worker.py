@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
 
 import pytest
 
@@ -24,7 +25,7 @@ from qconform.adapters.endpoint.codec import Decoder, encode  # noqa: E402
 from qconform.adapters.endpoint.deployment import hello_config  # noqa: E402
 from qconform.adapters.endpoint.model import DraftModel, TargetModel  # noqa: E402
 from qconform.adapters.endpoint.target import Target  # noqa: E402
-from qconform.adapters.endpoint.worker import WorkerEndpoint  # noqa: E402
+from qconform.adapters.endpoint.worker import Worker, WorkerEndpoint  # noqa: E402
 from qconform.spec.proposal import SupportPolicy  # noqa: E402
 
 pytestmark = pytest.mark.rules("R01", "R08", "R11", "R15", "R16", "R22", "R24", "R25")
@@ -186,3 +187,20 @@ def test_worker_control_configure_model_and_trace():
     assert DraftModel.from_json(got["model"]).base_logits.equal(model.base_logits)
     assert trace == {"draws": []}
     assert "unknown op" in unknown["error"]
+
+
+def test_every_frame_is_fed_in_one_thread(monkeypatch):
+    """The worker samples in its one sampler thread, not asyncio's default pool, which adds a thread (and
+    with it a glibc malloc arena that keeps freed rounds) whenever a call beats the last thread to idle:
+    the worker's RSS band of issue #25 (docs/endpoint.md, "The bound")."""
+    threads: set[int] = set()
+    feed = Worker.feed
+
+    def recorded(self, connection, data):
+        threads.add(threading.get_ident())
+        return feed(self, connection, data)
+
+    monkeypatch.setattr(Worker, "feed", recorded)
+    target, _, _ = asyncio.run(rounds(32, 8, 60))
+    assert len(target.records) == 60
+    assert len(threads) == 1 and threading.get_ident() not in threads, threads
