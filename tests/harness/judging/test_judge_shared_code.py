@@ -1,0 +1,109 @@
+"""The code every comparator calls (``judging/judge.py``, ``judging/value_diff.py``) at the places
+a family's own tests never reach (issue #21, ``qconform adequacy --judges``).
+
+Each comparator's tests go through this code only along their family's answers: a case with its
+``family`` key, blobs of the dtypes the family uses. Here: a case identified by its ID alone,
+NaN and infinity at the edges of the FP32 and FP64 bit masks, an integer blob that holds a NaN's
+bit pattern, and the comparator's own words for an answer of another JSON type.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from harness_stubs import adapter_config, first_cases
+
+from qconform.generators.encoding import encode_blob, encode_f32
+from qconform.harness.judging.judge import judge
+from qconform.harness.judging.value_diff import Malformed, first_difference, same_bytes
+from qconform.harness.verdicts import VerdictClass
+
+AS = "allocation_sparse"
+
+#: (dtype, a quiet NaN, the NaN with only the lowest fraction bit, +inf, one) as bit patterns
+FLOATS = [
+    ("f32", 0x7FC00000, 0x7F800001, 0x7F800000, 0x3F800000),
+    ("f64", 0x7FF8000000000000, 0x7FF0000000000001, 0x7FF0000000000000, 0x3FF0000000000000),
+]
+
+
+def test_a_case_without_its_family_key_is_judged_by_the_family_its_id_names():
+    """A case object as a vector file holds it has no ``family`` key: the family is the first part
+    of its ID (``allocation_sparse/...``), so the adapter that declares it is asked and passes."""
+    case = copy.deepcopy(next(c for c in first_cases(AS, 1) if c["result"] == "valid"))
+    del case["family"]
+    assert case["id"].count("/") >= 2  # family/group/name: the first part is not the last
+    assert judge(case, copy.deepcopy(case["expected"]), adapter_config([AS])).cls is VerdictClass.PASS
+    verdict = judge(case, copy.deepcopy(case["expected"]), adapter_config(["sharding"]))
+    assert verdict.cls is VerdictClass.UNSUPPORTED and verdict.message.endswith(f"does not declare family {AS}")
+
+
+@pytest.mark.parametrize(("dtype", "quiet", "lowest", "inf", "one"), FLOATS)
+def test_a_nan_in_a_float_blob_is_garbage_at_either_end_of_the_fraction(dtype, quiet, lowest, inf, one):
+    """Every pattern with the exponent all ones and a nonzero fraction is a NaN (the answer is
+    garbage, ``Malformed`` naming the item and its bits); an infinity is a number that differs."""
+    expected = encode_blob(dtype, [one, one])
+    width = 8 if dtype == "f32" else 16
+    for nan in (quiet, lowest):
+        with pytest.raises(Malformed) as caught:
+            first_difference(expected, encode_blob(dtype, [one, nan]), "w")
+        assert (caught.value.path, caught.value.detail) == ("w[1]", f"NaN 0x{nan:0{width}x}")
+    diff = first_difference(expected, encode_blob(dtype, [one, inf]), "w")
+    assert diff is not None and (diff.path, diff.expected, diff.got) == (
+        "w[1]",
+        f"0x{one:0{width}x}",
+        f"0x{inf:0{width}x}",
+    )
+
+
+def test_a_nan_in_a_scalar_f32_is_garbage_and_an_infinity_differs():
+    """The scalar form ``{"f32": "0x........"}`` reads NaN by the same masks as an f32 blob."""
+    dtype, quiet, lowest, inf, one = FLOATS[0]
+    assert dtype == "f32"
+    for nan in (quiet, lowest):
+        with pytest.raises(Malformed, match=f"NaN 0x{nan:08x}"):
+            first_difference(encode_f32(one), encode_f32(nan), "s")
+    diff = first_difference(encode_f32(one), encode_f32(inf), "s")
+    assert diff is not None and (diff.expected, diff.got) == ("0x3f800000", "0x7f800000")
+
+
+@pytest.mark.parametrize("dtype", ["u32", "i32", "u64"])
+def test_an_integer_blob_has_no_nan(dtype):
+    """An integer blob holding a float NaN's bit pattern is a number that differs, never garbage."""
+    nan = 0x7FC00000
+    diff = first_difference(encode_blob(dtype, [0]), encode_blob(dtype, [nan]), "c")
+    assert diff is not None and (diff.path, diff.expected, diff.got) == ("c[0]", "0", str(nan))
+
+
+@pytest.mark.parametrize(
+    ("expected", "got", "words"),
+    [
+        ("accept", 7, "x: expected a string, got int"),
+        ({"a": 1}, [1], "x: expected an object, got list"),
+        ({"a": 1}, 5, "x: expected an object, got int"),
+    ],
+)
+def test_an_answer_of_another_json_type_is_named_by_the_comparator_itself(expected, got, words):
+    """The comparator's own words, not whatever reading the wrong type happens to raise: ``judge``
+    would name an exception's schema problem anyway, so only the message shows the check ran."""
+    with pytest.raises(Malformed) as caught:
+        first_difference(expected, got, "x")
+    assert str(caught.value) == words
+
+
+def test_an_expected_value_of_a_type_json_vectors_never_hold_is_a_judge_error():
+    """A float in ``expected`` (the vector format has none: floats are bit patterns) is never
+    compared as equal: the judge raises rather than pass what it cannot read."""
+    with pytest.raises(TypeError, match="x: expected value of unsupported JSON type float"):
+        first_difference(0.5, 0.5, "x")
+
+
+def test_same_bytes_compares_whole_views_only():
+    """Equal sizes first (a longer view that starts with the shorter is not the same bytes), and
+    a view into part of a larger ``bytes`` object is compared by its own bytes, not the object's."""
+    assert not same_bytes(memoryview(b"abc"), memoryview(b"ab"))
+    assert not same_bytes(memoryview(b"ab"), memoryview(b"abc"))
+    inner = memoryview(b"xxabc")[2:]
+    assert same_bytes(inner, memoryview(b"abc")) and same_bytes(memoryview(b"abc"), inner)
+    assert not same_bytes(inner, memoryview(b"xxa"))
