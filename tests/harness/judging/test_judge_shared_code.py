@@ -9,14 +9,16 @@ bit pattern, and the comparator's own words for an answer of another JSON type.
 
 from __future__ import annotations
 
+import base64
 import copy
 
 import pytest
 from harness_stubs import adapter_config, first_cases
 
-from qconform.generators.encoding import encode_blob, encode_f32
+from qconform.generators.encoding import EncodingError, encode_blob, encode_f32
 from qconform.harness.judging.judge import judge
-from qconform.harness.judging.value_diff import Malformed, first_difference, same_bytes
+from qconform.harness.judging.value_diff import Malformed, expected_view, first_difference, same_bytes
+from qconform.harness.transport.arena import BlobArena
 from qconform.harness.verdicts import VerdictClass
 
 AS = "allocation_sparse"
@@ -107,3 +109,21 @@ def test_same_bytes_compares_whole_views_only():
     inner = memoryview(b"xxabc")[2:]
     assert same_bytes(inner, memoryview(b"abc")) and same_bytes(memoryview(b"abc"), inner)
     assert not same_bytes(inner, memoryview(b"xxa"))
+
+
+def test_an_expected_blob_held_in_the_arena_is_read_in_place_and_checked_as_decode_blob_checks_it():
+    """The judge reads a blob the run's arena holds in place, no base64 decoded (docs/shim-protocol.md,
+    "Shared arena"); an object that is not exactly a blob is refused as ``decode_blob`` refuses
+    it, whether or not the arena holds bytes for its ``b64``."""
+    blob = encode_blob("u32", [7, 8, 9])
+    arena = BlobArena.build([blob["b64"]])
+    if arena is None:
+        pytest.skip("no shared file for an arena on this system")
+    try:
+        data, shape = expected_view(blob)
+        assert data.obj is arena.view.obj and shape == [3]
+        assert data.tobytes() == base64.b64decode(blob["b64"])
+        with pytest.raises(EncodingError, match="exactly dtype, shape and b64"):
+            expected_view({**blob, "note": "x"})
+    finally:
+        arena.close()
