@@ -22,6 +22,8 @@ from qconform.harness.transport.arena import BlobArena
 from qconform.harness.verdicts import VerdictClass
 
 AS = "allocation_sparse"
+#: a family compared exactly (no comparator module)
+CS = "categorical_sampling"
 
 #: (dtype, a quiet NaN, the NaN with only the lowest fraction bit, +inf, one) as bit patterns
 FLOATS = [
@@ -127,3 +129,29 @@ def test_an_expected_blob_held_in_the_arena_is_read_in_place_and_checked_as_deco
             expected_view({**blob, "note": "x"})
     finally:
         arena.close()
+
+
+def test_an_acceptable_case_passes_with_any_refusal_or_its_expected_output_and_a_valid_case_with_no_refusal():
+    """``result`` is read first (docs/harness.md): an ``acceptable`` case passes refused with any
+    code (its flags named) or answered with its expected output, and fails a wrong output; the same
+    case as ``valid`` fails a refusal, naming the code."""
+    valid = copy.deepcopy(next(c for c in first_cases(CS, 1) if c["result"] == "valid"))
+    acceptable = dict(copy.deepcopy(valid), result="acceptable", flags=["SomeFlag"])
+    config = adapter_config([CS])
+    verdict = judge(acceptable, {"error": "ZERO_MASS"}, config)
+    assert verdict.cls is VerdictClass.PASS
+    assert verdict.message == "refused an acceptable case with ZERO_MASS (flags: SomeFlag)"
+    unflagged = {key: value for key, value in acceptable.items() if key != "flags"}
+    assert judge(unflagged, {"error": "X"}, config).message == "refused an acceptable case with X (flags: none)"
+    assert judge(acceptable, copy.deepcopy(valid["expected"]), config).cls is VerdictClass.PASS
+    wrong = copy.deepcopy(valid["expected"])
+    wrong["tokens"][0] += 1
+    verdict = judge(acceptable, wrong, config)
+    assert verdict.cls is VerdictClass.FAIL and verdict.diff is not None and verdict.diff.path == "tokens[0]"
+    verdict = judge(valid, {"error": "ZERO_MASS"}, config)
+    assert verdict.cls is VerdictClass.FAIL and verdict.message == "refused a valid case with ZERO_MASS"
+    assert verdict.diff is not None and (verdict.diff.path, verdict.diff.expected, verdict.diff.got) == (
+        "error",
+        "<an output>",
+        "ZERO_MASS",
+    )
