@@ -155,3 +155,57 @@ def test_an_acceptable_case_passes_with_any_refusal_or_its_expected_output_and_a
         "<an output>",
         "ZERO_MASS",
     )
+
+
+U32 = encode_blob("u32", [1, 2])
+
+
+@pytest.mark.parametrize(
+    ("expected", "got", "words"),
+    [
+        (U32, 5, "x: expected a blob (dtype, shape, b64), got int"),
+        (U32, {"dtype": "u32", "shape": [2]}, "x: expected a blob (dtype, shape, b64), got dict"),
+        (U32, {**U32, "b64": "!!!"}, "x: blob b64 is not valid base64"),
+        (U32, encode_blob("i32", [1, 2]), "x: wrong dtype: expected u32, got i32"),
+        (U32, encode_blob("u32", [1, 2], [1, 2]), "x: wrong shape: expected [2], got [1, 2]"),
+        ("0x00000001", "zz", "x: expected a 32-bit word"),
+        ("1/2", "half", "x: expected a rational"),
+        ("18446744073709551615", 7, "x: expected a 64-bit decimal string"),
+        (1, "1", "x: expected int, got str"),
+        (True, 1, "x: expected bool, got int"),
+        ({"a": 1, "b": 2}, {"a": 1}, "x: missing field(s) ['b']"),
+        ({"a": 1}, {"a": 1, "c": 3}, "x: unexpected field(s) ['c']"),
+        ([1, 2], {"0": 1}, "x: expected a list, got dict"),
+    ],
+)
+def test_a_malformed_value_is_named_by_the_comparator_in_its_own_words(expected, got, words):
+    """Each structural check of ``first_difference`` says what it expected, at the path: a dropped
+    check would leave the answer to a later read that fails with other words, or none."""
+    with pytest.raises(Malformed) as caught:
+        first_difference(expected, got, "x")
+    assert str(caught.value).startswith(words)
+
+
+@pytest.mark.parametrize(
+    ("expected", "got", "where"),
+    [
+        (encode_blob("u32", [0, 1, 2, 3, 4, 5], [2, 3]), encode_blob("u32", [0, 1, 2, 3, 9, 5], [2, 3]), "x[1,1]"),
+        (encode_blob("u32", [0, 1, 2, 3, 4, 5], [3, 2]), encode_blob("u32", [0, 1, 2, 3, 4, 9], [3, 2]), "x[2,1]"),
+        ([1, 2], [1, 2, 3], "len(x)"),
+        ([1, 2], [1], "len(x)"),
+        (None, 0, "x"),
+        ({"a": [1, {"b": "1/2"}]}, {"a": [1, {"b": "1/3"}]}, "x.a[1].b"),
+        (U32, {"dtype": "u32", "shape": [2], "raw": bytes([1, 0, 0, 0, 3, 0, 0, 0])}, "x[1]"),
+    ],
+)
+def test_a_difference_is_named_at_its_place(expected, got, where):
+    """The first differing item by its row-major index, a length by ``len(...)``, a null by its
+    field, a nested field by its path; the raw form of a binary reply reads as its JSON form."""
+    diff = first_difference(expected, got, "x")
+    assert diff is not None and diff.path == where
+
+
+def test_equal_values_have_no_difference():
+    raw = {"dtype": "u32", "shape": [2], "raw": bytes([1, 0, 0, 0, 2, 0, 0, 0])}
+    for expected, got in [(None, None), (U32, raw), ("2/4", "1/2"), ("0x0000000a", "0x0000000a"), ([], [])]:
+        assert first_difference(expected, got, "x") is None
