@@ -209,3 +209,16 @@ def test_equal_values_have_no_difference():
     raw = {"dtype": "u32", "shape": [2], "raw": bytes([1, 0, 0, 0, 2, 0, 0, 0])}
     for expected, got in [(None, None), (U32, raw), ("2/4", "1/2"), ("0x0000000a", "0x0000000a"), ([], [])]:
         assert first_difference(expected, got, "x") is None
+
+
+def test_a_refusal_with_more_than_its_code_is_garbage_even_with_the_right_code():
+    """A refusal is exactly ``{"error": CODE}``: an invalid case answered with its expected code
+    and another field is ``error``, naming the keys, not a pass."""
+    invalid = next(c for c in first_cases(CS, 1) if c["result"] == "invalid")
+    code = invalid["expected"]["error"]
+    assert judge(invalid, {"error": code}, adapter_config([CS])).cls is VerdictClass.PASS
+    verdict = judge(invalid, {"error": code, "note": 1}, adapter_config([CS]))
+    assert verdict.cls is VerdictClass.ERROR
+    assert verdict.message == (
+        "malformed answer: error: a refusal must be exactly {'error': CODE}, got keys ['error', 'note']"
+    )
