@@ -62,6 +62,20 @@ def first_cases(name: str, per_result: int) -> list[dict]:
     return out
 
 
+def distinct_cases(name: str, key: Callable[[dict], object], limit: int) -> list[dict]:
+    """The first case of each distinct ``key(case)`` of family ``name``, in file order, at most
+    ``limit`` of them, with ``family`` added (deep copies of those alone)."""
+    seen: set = set()
+    out = []
+    for group in _family_file(name)["testGroups"]:
+        for case in group["tests"]:
+            kind = key(case)
+            if kind is not None and kind not in seen and len(out) < limit:
+                seen.add(kind)
+                out.append(dict(copy.deepcopy(case), family=name))
+    return out
+
+
 def case(name: str, case_id: str) -> dict:
     return next(c for c in family_cases(name) if c["id"] == case_id)
 

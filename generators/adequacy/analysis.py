@@ -82,10 +82,13 @@ NORMATIVE_MODULES: tuple[str, ...] = CORE_MODULES + (
 #: the judges' unit tests (under tests/), the oracle of ``--judges``; the boundary tests first, so
 #: that most mutants die in the first second of their run
 JUDGE_BOUNDARIES = "harness/judging/test_judge_boundaries.py"
+#: the code every comparator calls (judge.py, value_diff.py) where no family's answers reach it
+JUDGE_SHARED = "harness/judging/test_judge_shared_code.py"
 #: the structure-aware fuzzer (every family's malformed answers, never an exception out of a judge)
 JUDGE_FUZZER = "harness/judging/test_judge_robustness.py"
 JUDGE_TESTS: tuple[str, ...] = (
     JUDGE_BOUNDARIES,
+    JUDGE_SHARED,
     "test_compare.py",
     "test_compare_sharding.py",
     "test_compare_wire.py",

@@ -14,11 +14,13 @@ import pytest
 from harness_stubs import adapter_config, family_cases
 
 from qconform.generators.encoding import decode_blob, decode_rational, encode_blob, encode_rational
+from qconform.generators.families.verification_round import decode_request
 from qconform.harness.adapter import AdapterConfig, Capabilities, PrecisionProfile
 from qconform.harness.judging.judge import judge
 from qconform.harness.judging.sharding import SUM_FIELDS
 from qconform.harness.judging.verification import support_text
 from qconform.harness.verdicts import VerdictClass, brief
+from qconform.spec.verification import residual_row
 
 PASS, FAIL, PRECISION, ERROR = (VerdictClass.PASS, VerdictClass.FAIL, VerdictClass.PRECISION, VerdictClass.ERROR)
 AS = "allocation_sparse"
@@ -472,3 +474,42 @@ def test_an_answer_with_two_final_draws_is_not_consistent_even_inside_the_margin
         verdict = judge(case, answer, config)
         assert verdict.cls is FAIL and verdict.diff is not None
         assert verdict.diff.path == f"requests[0].draws[{len(request['draws']) - 2}].token"
+
+
+def accepted_first_with_a_residual() -> tuple[dict, list[Fraction]]:
+    """A single-request case whose draw 0 accepts, with a second ACCEPT draw, and whose first
+    residual max(p_1 - q_1, 0) is not empty (so a rejection at draw 0 has a token to emit)."""
+    for case in family_cases(VR):
+        if case["result"] != "valid" or len(case["input"]["requests"]) != 1:
+            continue
+        draws = case["expected"]["requests"][0]["draws"]
+        if draws[0]["decision"] != "accept" or sum(d["domain"] == "ACCEPT" for d in draws) < 2:
+            continue
+        request = decode_request(case["input"]["requests"][0], case["input"]["vocab"])
+        residual = residual_row(request.p_rows[0], request.q_rows[0])
+        if any(mass > 0 for mass in residual):
+            return case, residual
+    pytest.skip("no verification case that accepts draw 0 with a nonempty first residual")
+
+
+@pytest.mark.rules("R11", "R33")
+def test_partial_mode_counts_the_accept_draws_only_when_nothing_diverged_before():
+    """An answer whose ACCEPT draws agree with the spec's but stop short (its rejection left out,
+    the correction token still in the residual) fails at the draw count; an early rejection
+    excused by ``ratio_margin`` (draw 0 flipped, so fewer ACCEPT draws follow from it) is
+    ``precision``, its count not compared: what follows a divergence follows from it."""
+    case = one_request_case(["accept", "accept", "reject", "correction"])
+    short = partial_answer(case)
+    del short["requests"][0]["draws"][2]
+    verdict = judge(case, short, AdapterConfig("partial", PARTIAL, PrecisionProfile()))
+    assert verdict.cls is FAIL and verdict.diff is not None
+    assert (verdict.diff.path, verdict.diff.expected, verdict.diff.got) == ("len(requests[0].draws)", "3", "2")
+    case, residual = accepted_first_with_a_residual()
+    early = partial_answer(case)
+    request = early["requests"][0]
+    request["draws"] = [dict(request["draws"][0], decision="reject")]
+    request["accepted"] = 0
+    request["emitted"] = [next(v for v, mass in enumerate(residual) if mass > 0)]
+    verdict = judge(case, early, AdapterConfig("partial", PARTIAL, PrecisionProfile(ratio_margin="2/1")))
+    assert verdict.cls is PRECISION and verdict.diff is not None
+    assert verdict.diff.path == "requests[0].draws[0].decision" and "ratio_margin" in verdict.message

@@ -8,7 +8,9 @@ reversed, a typed blob with a wrong dtype, shape or base64 or in the raw form of
 reply with bytes of the wrong length or type, its values reversed or
 overflowing), or an answer of a random JSON shape. Each goes through
 :func:`qconform.harness.judging.judge.judge` with a profile that declares every margin, so
-that the precision paths of the comparators run too.
+that the precision paths of the comparators run too. A family whose comparator has a
+partial-injection mode (docs/harness.md, "Partial injection") is fuzzed in that mode too, from
+its answer as a partial adapter reports it.
 """
 
 from __future__ import annotations
@@ -18,13 +20,13 @@ import json
 from typing import Any
 
 import pytest
-from harness_stubs import first_cases
+from harness_stubs import distinct_cases, first_cases
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from qconform.generators.registry import family_names
 from qconform.harness.adapter import AdapterConfig, Capabilities, PrecisionProfile
-from qconform.harness.judging.judge import judge
+from qconform.harness.judging.judge import judge, partial_mode
 from qconform.harness.verdicts import VerdictClass
 
 #: cases per family and result: enough to reach every comparator's branches, few enough to load fast
@@ -137,6 +139,114 @@ def test_a_malformed_answer_is_judged_never_raised(family: str, data) -> None:
     assert verdict.cls in JUDGED
     if verdict.cls in (VerdictClass.FAIL, VerdictClass.ERROR):
         assert verdict.message, verdict  # it names the problem
+
+
+#: the families judged in a partial-injection mode too, each with only its required domain injected
+PARTIAL = {family: mode for family in sorted(CASES) if (mode := partial_mode(family)) is not None}
+
+
+#: valid cases per partial family: the first of each pattern of its requests' decisions, so that
+#: every way a round ends (rejections at each depth, full acceptance, stops) is fuzzed
+PARTIAL_CASES = 12
+
+
+def decision_pattern(case: dict) -> tuple | None:
+    """The decisions of each request of a valid case (None for another result)."""
+    if case["result"] != "valid":
+        return None
+    return tuple(tuple(d["decision"] for d in request["draws"]) for request in case["expected"]["requests"])
+
+
+def partial_cases(family: str) -> list[dict]:
+    return distinct_cases(family, decision_pattern, PARTIAL_CASES)
+
+
+def partial_config(family: str) -> AdapterConfig:
+    injected = ((family, (PARTIAL[family].required,)),)
+    return AdapterConfig("fuzz-partial", Capabilities(families=family_names(), injected_domains=injected), PROFILE)
+
+
+def partial_answer(value: Any, injected: tuple[str, ...]) -> Any:
+    """``value`` as a partial adapter reports it: without the draws (objects with a ``domain``) of
+    the domains it draws itself."""
+    if isinstance(value, dict):
+        return {key: partial_answer(item, injected) for key, item in value.items()}
+    if isinstance(value, list):
+        return [
+            partial_answer(item, injected)
+            for item in value
+            if not (isinstance(item, dict) and item.get("domain", injected[0]) not in injected)
+        ]
+    return value
+
+
+DECISIONS = ["accept", "reject", "correction", "bonus", "x"]
+
+
+@st.composite
+def inconsistent_requests(draw, case: dict, base: dict) -> dict:
+    """A well-formed answer of a round's requests that need not follow from its own draws: each
+    request's ``accepted`` its own or any count in 0..K, ``emitted`` its own cut or extended, the
+    drafts cut anywhere or any token IDs (one past the vocabulary too) up to K + 2 of them, its draws the base draws cut, repeated or with other decisions and
+    tokens. A schema-valid answer is where an exception would escape the judge (``judge`` names a
+    schema problem in place of the exception it causes), so these are drawn directly rather than
+    by one random edit."""
+    vocab = case["input"]["vocab"]
+    requests = []
+    for want, inp in zip(base["requests"], case["input"]["requests"]):
+        depth = len(inp["draft_tokens"])
+        draws = draw(st.sampled_from([want["draws"], want["draws"][:-1], want["draws"] + want["draws"][-1:], []]))
+        draws = [
+            dict(d, decision=draw(st.sampled_from(DECISIONS)), token=draw(st.integers(-1, vocab)))
+            if draw(st.booleans())
+            else d
+            for d in draws
+        ]
+        requests.append(
+            {
+                "accepted": draw(st.just(want["accepted"]) | st.integers(0, depth)),
+                "emitted": draw(
+                    st.sampled_from([want["emitted"], want["emitted"][:-1], want["emitted"] + [0]])
+                    | st.integers(0, depth).map(lambda n: inp["draft_tokens"][:n])
+                    | st.lists(st.integers(-1, vocab), max_size=depth + 2)
+                ),
+                "draws": draws,
+            }
+        )
+    return {"requests": requests}
+
+
+PARTIAL_VALID = {family: partial_cases(family) for family in PARTIAL}
+
+
+@pytest.mark.parametrize("family", sorted(PARTIAL))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_malformed_answer_in_partial_mode_is_judged_never_raised(family: str, data) -> None:
+    config = partial_config(family)
+    injected = config.capabilities.domains_of(family)
+    assert injected is not None
+    case = data.draw(st.sampled_from(PARTIAL_VALID[family]), label="case")
+    base = partial_answer(case["expected"], injected)
+    answer = data.draw(malformed(base) | inconsistent_requests(case, base), label="answer")
+    verdict = judge(case, answer, config)  # an exception here is the bug
+    assert verdict.cls in JUDGED
+    if verdict.cls in (VerdictClass.FAIL, VerdictClass.ERROR):
+        assert verdict.message, verdict
+
+
+def test_the_partial_answer_of_a_valid_case_passes_in_partial_mode() -> None:
+    """The fuzzer's partial base answer is right: unedited, each valid case passes in partial mode
+    (so the edits, not the base, make the answers malformed)."""
+    assert PARTIAL, "no comparator has a partial-injection mode"
+    for family in PARTIAL:
+        config = partial_config(family)
+        injected = config.capabilities.domains_of(family)
+        assert injected is not None
+        assert len(PARTIAL_VALID[family]) > 1
+        for case in PARTIAL_VALID[family]:
+            verdict = judge(case, partial_answer(case["expected"], injected), config)
+            assert verdict.cls is VerdictClass.PASS, verdict
 
 
 def test_every_family_is_fuzzed() -> None:
