@@ -48,8 +48,9 @@ import argparse
 import os
 import statistics
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
+from typing import TypeVar
 
 import numpy as np
 
@@ -167,6 +168,8 @@ def philox_floor(blocks: int) -> Callable[[], object]:
 
 
 Row = tuple[str, Callable[[Batch, int], object]]
+#: what a round-robin piece starts from: a batch, or a case index
+P = TypeVar("P")
 
 
 def engine_rows(native: ModuleType | None) -> list[Row]:
@@ -185,7 +188,7 @@ def engine_rows(native: ModuleType | None) -> list[Row]:
 
 
 def round_robin(
-    rows: list[Row], pieces: Callable[[], Iterable[tuple[Batch, int]]], repeat: int
+    rows: Sequence[tuple[str, Callable[[P, int], object]]], pieces: Callable[[], Iterable[tuple[P, int]]], repeat: int
 ) -> dict[str, list[float]]:
     """Process CPU seconds of each row per run: a run takes every piece in turn and times each row
     on it, one after the other, so that every row sees the same machine and the same cache."""
@@ -296,16 +299,7 @@ def fused_condition(
         ),
         ("C Philox floor", lambda _lo, blocks: native.philox_floor(blocks, np.empty((blocks, 4), np.uint32))),
     ]
-    times: dict[str, list[float]] = {name: [] for name, _ in rows}
-    for _ in range(repeat):
-        spent = dict.fromkeys(times, 0.0)
-        for lo, blocks in zip(starts, piece_decisions):
-            for name, run in rows:
-                began = time.process_time()
-                run(lo, blocks)
-                spent[name] += time.process_time() - began
-        for name in times:
-            times[name].append(spent[name])
+    times = round_robin(rows, lambda: zip(starts, piece_decisions), repeat)
     engine = [fused - alone for alone, fused in zip(times["C stream alone"], times["C stream with the engine fused"])]
     print(f"# fused: pieces of {piece} cases, the stream alone and with the engine's records in the same pass")
     for name, _ in rows:
