@@ -37,28 +37,6 @@
 #define M_COUNT (1u << 24)
 #define TAG 4u              /* the verification_round stream's tag */
 
-/* Philox4x32-10 over n lanes of counters c0..c3 under one key, in place: the rounds outside, the
- * lanes inside, so the lanes' multiplications are independent (and vectorize). */
-static inline void philox_lanes(uint32_t *c0, uint32_t *c1, uint32_t *c2, uint32_t *c3, int n, uint32_t k0,
-                                uint32_t k1) {
-    for (int r = 0; r < 10; r++) {
-        if (r) {
-            k0 += 0x9E3779B9u;
-            k1 += 0xBB67AE85u;
-        }
-        for (int l = 0; l < n; l++) {
-            uint64_t a = (uint64_t)0xD2511F53u * c0[l];
-            uint64_t b = (uint64_t)0xCD9E8D57u * c2[l];
-            uint32_t x0 = (uint32_t)(b >> 32) ^ c1[l] ^ k0;
-            uint32_t x2 = (uint32_t)(a >> 32) ^ c3[l] ^ k1;
-            c0[l] = x0;
-            c1[l] = (uint32_t)b;
-            c2[l] = x2;
-            c3[l] = (uint32_t)a;
-        }
-    }
-}
-
 /* Blocks j[0..n-1] of case i's stream (block j at counter (i mod 2^32, i >> 32, j, TAG)), their
  * words 0..3 written at out[4 l .. 4 l + 3] for the l-th block. */
 static inline void stream_blocks(uint64_t i, const uint32_t *j, int n, uint32_t *out) {

@@ -14,9 +14,11 @@
  *   depth: int64 [n], 1 .. KMAX; drafts: int64 [n, KMAX], tokens below VMAX;
  *   q: uint64 [n, KMAX, VMAX]; p: uint64 [n, KMAX + 1, VMAX] (any strides: views of the stream);
  *   out: a writable C-contiguous uint32 [n, VERIFY_WORDS] buffer, written whole.
- * philox_floor(count, out): a plain Philox4x32-10 over counters (i mod 2^32, i >> 32, 0, 4) under
- *   the stream key, four uint32 words per block into out (uint32 [count, 4]): the floor the
- *   engine's rate is measured against, compiled with the same flags (bench/bench_accumulated.py).
+ * philox_floor(count, out[, scalar]): a plain Philox4x32-10 over counters (i mod 2^32, i >> 32, 0, 4)
+ *   under the stream key, four uint32 words per block into out (uint32 [count, 4]): the floor the
+ *   engine's rate is measured against, compiled with the same flags (bench/bench_accumulated.py). By
+ *   default vectorized (philox_lanes over 256 lanes at a time, the kernel of the engine's own draws);
+ *   scalar: one block after the other (the floor before, kept to compare; bench/RESULTS.md, issue #24).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -88,10 +90,30 @@ done:
     Py_RETURN_NONE;
 }
 
+/* Blocks lo .. lo + n - 1 of the floor (n <= ENGINE_CHUNK), words at out[4 (i - lo)]: philox_lanes, the
+ * vectorized kernel (the stream's and, with a key a lane, the engine's draws). */
+static void floor_lanes(Py_ssize_t lo, int n, uint32_t *out) {
+    uint32_t c0[ENGINE_CHUNK], c1[ENGINE_CHUNK], c2[ENGINE_CHUNK], c3[ENGINE_CHUNK];
+    for (int l = 0; l < n; l++) {
+        c0[l] = (uint32_t)(lo + l);
+        c1[l] = (uint32_t)((uint64_t)(lo + l) >> 32);
+        c2[l] = 0;
+        c3[l] = 4;
+    }
+    philox_lanes(c0, c1, c2, c3, n, STREAM_KEY0, STREAM_KEY1);
+    for (int l = 0; l < n; l++) {
+        out[4 * l] = c0[l];
+        out[4 * l + 1] = c1[l];
+        out[4 * l + 2] = c2[l];
+        out[4 * l + 3] = c3[l];
+    }
+}
+
 static PyObject *philox_floor(PyObject *self, PyObject *args) {
     Py_ssize_t count;
     Py_buffer out;
-    if (!PyArg_ParseTuple(args, "nw*", &count, &out)) return NULL;
+    int scalar = 0;
+    if (!PyArg_ParseTuple(args, "nw*|p", &count, &out, &scalar)) return NULL;
     if (count < 0 || out.len < count * 16) {
         PyBuffer_Release(&out);
         PyErr_SetString(PyExc_ValueError, "out: expected count * 4 uint32 words");
@@ -99,10 +121,15 @@ static PyObject *philox_floor(PyObject *self, PyObject *args) {
     }
     uint32_t *words = (uint32_t *)out.buf;
     Py_BEGIN_ALLOW_THREADS;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        uint32_t x[4] = {(uint32_t)i, (uint32_t)((uint64_t)i >> 32), 0, 4};
-        philox(x, STREAM_KEY0, STREAM_KEY1);
-        memcpy(words + 4 * i, x, 16);
+    if (scalar) {
+        for (Py_ssize_t i = 0; i < count; i++) {
+            uint32_t x[4] = {(uint32_t)i, (uint32_t)((uint64_t)i >> 32), 0, 4};
+            philox(x, STREAM_KEY0, STREAM_KEY1);
+            memcpy(words + 4 * i, x, 16);
+        }
+    } else {
+        for (Py_ssize_t lo = 0; lo < count; lo += ENGINE_CHUNK)
+            floor_lanes(lo, count - lo < ENGINE_CHUNK ? (int)(count - lo) : ENGINE_CHUNK, words + 4 * lo);
     }
     Py_END_ALLOW_THREADS;
     PyBuffer_Release(&out);
@@ -113,7 +140,8 @@ static PyMethodDef methods[] = {
     {"verification_records", verification_records, METH_VARARGS,
      "verification_records(seed, generation, round, anchor, depth, q, p, drafts, out): the records into out."},
     {"philox_floor", philox_floor, METH_VARARGS,
-     "philox_floor(count, out): Philox4x32-10 over count counters under the stream key, into out."},
+     "philox_floor(count, out[, scalar]): Philox4x32-10 over count counters under the stream key, into out "
+     "(vectorized lanes; scalar: one block after the other)."},
     {NULL, NULL, 0, NULL},
 };
 

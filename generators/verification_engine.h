@@ -36,15 +36,7 @@
 #define D_REJECT 1u
 #define D_CORRECTION 2u
 #define D_BONUS 3u /* D_CORRECTION + 1: the record's final decision is D_CORRECTION + full */
-#define ENGINE_CHUNK 256 /* most cases of one verify_chunk */
-
-/* Word 0 of the RNG ABI draw at (position, round, generation, domain << 24) under the seed. */
-static inline uint32_t draw(uint32_t position, uint32_t rnd, uint32_t generation, uint32_t domain, uint32_t k0,
-                            uint32_t k1) {
-    uint32_t x[4] = {position, rnd, generation, domain << 24};
-    philox(x, k0, k1);
-    return x[0];
-}
+#define ENGINE_CHUNK 64 /* most cases of one verify_chunk */
 
 /* A strided view: element [i, j, v] at base + i * s[0] + j * s[1] + v * s[2] (bytes). */
 typedef struct {
@@ -57,85 +49,110 @@ typedef struct {
 /* The engine's inputs, in the order of verification_records' arguments. */
 enum { E_SEED, E_GENERATION, E_ROUND, E_ANCHOR, E_DEPTH, E_Q, E_P, E_DRAFTS, E_INPUTS };
 
+/* The draws of one pass (a wave's acceptance draws, or the final draws), one lane a draw: the counter's four
+ * words and the key's two, gathered from the cases, then Philox over all the lanes at once
+ * (philox_keyed_lanes, vectorized); word 0 of each block is left in c0. */
 typedef struct {
-    uint32_t k0, k1, generation, rnd, anchor;
-    int depth, accepted;
-    uint32_t u32[KMAX + 1];    /* the acceptance draws consumed (zero after them), then the final draw */
-    uint32_t drafts[KMAX + 1]; /* the drafts tested (zero after them) */
-} Case;
+    uint32_t c0[ENGINE_CHUNK], c1[ENGINE_CHUNK], c2[ENGINE_CHUNK], c3[ENGINE_CHUNK], k0[ENGINE_CHUNK], k1[ENGINE_CHUNK];
+} Lanes;
+
+/* The cases of a chunk, one array a field (so that a pass reads a field of consecutive cases as a vector). */
+typedef struct {
+    uint32_t k0[ENGINE_CHUNK], k1[ENGINE_CHUNK], generation[ENGINE_CHUNK], rnd[ENGINE_CHUNK], anchor[ENGINE_CHUNK];
+    int32_t depth[ENGINE_CHUNK], accepted[ENGINE_CHUNK];
+    /* a case's own row each (the record reads them one case after the other): */
+    uint32_t u32[ENGINE_CHUNK][KMAX + 1];    /* the acceptance draws consumed (zero after them), then the final draw */
+    uint32_t drafts[ENGINE_CHUNK][KMAX + 1]; /* the drafts tested (zero after them, and at K) */
+} Cases;
+
+/* Lane l of a pass: the draw at (position, case c's round and generation, domain << 24) under c's seed. */
+static inline void lane(Lanes *x, int l, const Cases *s, int c, uint32_t position, uint32_t domain) {
+    x->c0[l] = position;
+    x->c1[l] = s->rnd[c];
+    x->c2[l] = s->generation[c];
+    x->c3[l] = domain << 24;
+    x->k0[l] = s->k0[c];
+    x->k1[l] = s->k1[c];
+}
 
 /* The records of cases lo .. hi - 1 (hi - lo <= ENGINE_CHUNK) of the views f[E_INPUTS], written whole at
  * records (VERIFY_WORDS words a case). Every depth is in 1 .. KMAX and every draft below K is below VMAX
  * (the caller checks, or made them); the positions from K on are never read. Inlined where it is called, so
  * that the fused path's strides, constants there, fold into its addresses. */
 static inline __attribute__((always_inline)) void verify_chunk(ptrdiff_t lo, ptrdiff_t hi, const View *f, uint32_t *records) {
-    Case cases[ENGINE_CHUNK];
+    Cases s;
+    Lanes x;
     uint8_t active[ENGINE_CHUNK]; /* the cases of a wave (indices in the chunk) */
     const View q = f[E_Q], p = f[E_P], drafts = f[E_DRAFTS];
     int n = (int)(hi - lo), m = n;
+    memset(s.u32, 0, n * sizeof s.u32[0]);
+    memset(s.drafts, 0, n * sizeof s.drafts[0]);
     for (int c = 0; c < n; c++) {
         ptrdiff_t i = lo + c;
-        Case *s = &cases[c];
         uint64_t seed = AT(f[E_SEED], uint64_t, i, 0, 0);
-        s->k0 = (uint32_t)seed;
-        s->k1 = (uint32_t)(seed >> 32);
-        s->generation = (uint32_t)AT(f[E_GENERATION], uint64_t, i, 0, 0);
-        s->rnd = (uint32_t)AT(f[E_ROUND], uint64_t, i, 0, 0);
-        s->anchor = (uint32_t)AT(f[E_ANCHOR], uint64_t, i, 0, 0);
-        s->depth = (int)AT(f[E_DEPTH], int64_t, i, 0, 0);
-        s->accepted = 0;
-        memset(s->u32, 0, sizeof s->u32 + sizeof s->drafts);
+        s.k0[c] = (uint32_t)seed;
+        s.k1[c] = (uint32_t)(seed >> 32);
+        s.generation[c] = (uint32_t)AT(f[E_GENERATION], uint64_t, i, 0, 0);
+        s.rnd[c] = (uint32_t)AT(f[E_ROUND], uint64_t, i, 0, 0);
+        s.anchor[c] = (uint32_t)AT(f[E_ANCHOR], uint64_t, i, 0, 0);
+        s.depth[c] = (int32_t)AT(f[E_DEPTH], int64_t, i, 0, 0);
+        s.accepted[c] = 0;
         active[c] = (uint8_t)c;
     }
     /* 1, 2. the acceptance draws the round consumes, and their tests, in waves: wave k draws position k of
-       every case that accepted positions 0 .. k - 1 and has k < K (independent draws, one after the other),
-       then tests them: accept iff u32 q(x) < p(x) 2^32 (both below 2^57). A case leaves at its first
+       every case that accepted positions 0 .. k - 1 and has k < K (independent draws, all the wave's lanes at
+       once), then tests them: accept iff u32 q(x) < p(x) 2^32 (both below 2^57). A case leaves at its first
        rejection or after K accepts; accepted counts its accepts */
     for (int k = 0; k < KMAX && m > 0; k++) {
-        for (int l = 0; l < m; l++) {
-            Case *s = &cases[active[l]];
-            s->u32[k] = draw(s->anchor + (uint32_t)k, s->rnd, s->generation, ACCEPT, s->k0, s->k1);
-        }
+        for (int l = 0; l < m; l++) lane(&x, l, &s, active[l], s.anchor[active[l]] + (uint32_t)k, ACCEPT);
+        philox_keyed_lanes(x.c0, x.c1, x.c2, x.c3, x.k0, x.k1, m);
         int next = 0;
         for (int l = 0; l < m; l++) {
             int c = active[l];
             ptrdiff_t i = lo + c;
-            Case *s = &cases[c];
-            int64_t x = AT(drafts, int64_t, i, k, 0);
-            int accept = (uint64_t)s->u32[k] * AT(q, uint64_t, i, k, x) < AT(p, uint64_t, i, k, x) << 32;
-            s->drafts[k] = (uint32_t)x;
-            s->accepted = k + accept;
+            uint32_t u32 = x.c0[l];
+            int64_t draft = AT(drafts, int64_t, i, k, 0);
+            int accept = (uint64_t)u32 * AT(q, uint64_t, i, k, draft) < AT(p, uint64_t, i, k, draft) << 32;
+            s.u32[c][k] = u32;
+            s.drafts[c][k] = (uint32_t)draft;
+            s.accepted[c] = k + accept;
             active[next] = (uint8_t)c;
-            next += accept & (k + 1 < s->depth);
+            next += accept & (k + 1 < s.depth[c]);
         }
         m = next;
     }
-    /* 3. the final draw at anchor + accepted (mod 2^32) */
-    for (int c = 0; c < n; c++) {
-        Case *s = &cases[c];
-        s->u32[KMAX] = draw(s->anchor + (uint32_t)s->accepted, s->rnd, s->generation, CORRECTION, s->k0, s->k1);
-    }
-    /* 4. the pick and the record (accumulated.verification_record's layout) */
+    /* 3. the pick's counts, in a pass of their own (no draw waits on them, and the next case's loads need not
+       wait for this case's record): from the bonus row p_{K+1} after K accepts, else the residual
+       max(p - q, 0) at the rejection; the q row is read at the rejection only (row K does not exist when
+       K = KMAX): masked to zero after K accepts. The cumulative counts C_v and the total R are at most 2^24:
+       32-bit sums */
+    uint32_t cumulative[ENGINE_CHUNK][VMAX];
     for (int c = 0; c < n; c++) {
         ptrdiff_t i = lo + c;
-        const Case *s = &cases[c];
-        uint32_t *rec = records + c * VERIFY_WORDS, *emitted = rec + 2, *draws = rec + 4 + KMAX;
-        /* full (K accepts) as 0 or 1 in arithmetic, not a branch: it is about as often true as false */
-        int accepted = s->accepted, full = accepted == s->depth, tested = accepted + 1 - full;
-        /* from the bonus row p_{K+1} after K accepts, else the residual max(p - q, 0) at the rejection: the
-           first v with C_v 2^32 > u32 R (C_v, R at most 2^24), token 0 if none. C is nondecreasing, so the
-           first such v is the number of v with C_v 2^32 <= u32 R. The q row is read at the rejection only
-           (row K does not exist when K = KMAX): masked to zero after K accepts */
-        uint64_t cumulative[VMAX], total = 0, q_mask = (uint64_t)full - 1;
-        int q_row = accepted < KMAX ? accepted : KMAX - 1;
+        int accepted = s.accepted[c], q_row = accepted < KMAX ? accepted : KMAX - 1;
+        /* full (K accepts) as a mask in arithmetic, not a branch: it is about as often true as false */
+        uint32_t total = 0, q_mask = (uint32_t)(accepted == s.depth[c]) - 1;
         for (int v = 0; v < VMAX; v++) {
-            uint64_t pv = AT(p, uint64_t, i, accepted, v), qv = AT(q, uint64_t, i, q_row, v) & q_mask;
-            total += (pv - qv) & -(uint64_t)(pv > qv); /* a mask, not a branch: the sign is a coin toss */
-            cumulative[v] = total;
+            uint32_t pv = (uint32_t)AT(p, uint64_t, i, accepted, v), qv = (uint32_t)AT(q, uint64_t, i, q_row, v) & q_mask;
+            total += (pv - qv) & -(uint32_t)(pv > qv); /* a mask, not a branch: the sign is a coin toss */
+            cumulative[c][v] = total;
         }
-        uint64_t threshold = (uint64_t)s->u32[KMAX] * total;
-        uint32_t below = 0;
-        for (int v = 0; v < VMAX; v++) below += (cumulative[v] << 32) <= threshold;
+    }
+    /* 4. the final draws at anchor + accepted (mod 2^32), every case's at once */
+    for (int c = 0; c < n; c++) lane(&x, c, &s, c, s.anchor[c] + (uint32_t)s.accepted[c], CORRECTION);
+    philox_keyed_lanes(x.c0, x.c1, x.c2, x.c3, x.k0, x.k1, n);
+    for (int c = 0; c < n; c++) s.u32[c][KMAX] = x.c0[c];
+    /* 5. the pick and the record (accumulated.verification_record's layout) */
+    for (int c = 0; c < n; c++) {
+        uint32_t *rec = records + c * VERIFY_WORDS, *emitted = rec + 2, *draws = rec + 4 + KMAX;
+        const uint32_t *u32 = s.u32[c], *drafted = s.drafts[c];
+        uint32_t anchor = s.anchor[c], final_u32 = u32[KMAX];
+        int accepted = s.accepted[c], full = accepted == s.depth[c], tested = accepted + 1 - full;
+        /* the first v with C_v 2^32 > u32 R, token 0 if none. C is nondecreasing, so the first such v is the
+           number of v with C_v 2^32 <= u32 R, that is C_v <= floor(u32 R / 2^32) (C_v an integer): compares
+           of 32-bit counts, no shift of each C_v */
+        uint32_t threshold = (uint32_t)(((uint64_t)final_u32 * cumulative[c][VMAX - 1]) >> 32), below = 0;
+        for (int v = 0; v < VMAX; v++) below += cumulative[c][v] <= threshold;
         uint32_t token = below < VMAX ? below : 0;
         rec[0] = (uint32_t)accepted;
         rec[1] = (uint32_t)accepted + 1;
@@ -145,18 +162,19 @@ static inline __attribute__((always_inline)) void verify_chunk(ptrdiff_t lo, ptr
            the final draw over the slot at tested */
         for (int k = 0; k <= KMAX; k++) {
             uint32_t emit = -(uint32_t)(k < accepted), test = -(uint32_t)(k < tested), *d = draws + 5 * k;
-            emitted[k] = s->drafts[k] | ~emit;
+            uint32_t draft = drafted[k];
+            emitted[k] = draft | ~emit;
             d[0] = ACCEPT | ~test;
-            d[1] = (s->anchor + (uint32_t)k) | ~test;
-            d[2] = s->u32[k] | ~test;
+            d[1] = (anchor + (uint32_t)k) | ~test;
+            d[2] = u32[k] | ~test;
             d[3] = (k < accepted ? D_ACCEPT : D_REJECT) | ~test;
-            d[4] = s->drafts[k] | ~test;
+            d[4] = draft | ~test;
         }
         emitted[accepted] = token;
         uint32_t *d = draws + 5 * tested;
         d[0] = CORRECTION;
-        d[1] = s->anchor + (uint32_t)accepted;
-        d[2] = s->u32[KMAX];
+        d[1] = anchor + (uint32_t)accepted;
+        d[2] = final_u32;
         d[3] = D_CORRECTION + (uint32_t)full; /* D_BONUS after K accepts */
         d[4] = token;
     }
