@@ -90,10 +90,12 @@ done:
     Py_RETURN_NONE;
 }
 
-/* Blocks lo .. lo + n - 1 of the floor (n <= ENGINE_CHUNK), words at out[4 (i - lo)]: philox_lanes, the
+#define FLOOR_LANES 256 /* blocks of one pass of the vectorized floor */
+
+/* Blocks lo .. lo + n - 1 of the floor (n <= FLOOR_LANES), words at out[4 (i - lo)]: philox_lanes, the
  * vectorized kernel (the stream's and, with a key a lane, the engine's draws). */
 static void floor_lanes(Py_ssize_t lo, int n, uint32_t *out) {
-    uint32_t c0[ENGINE_CHUNK], c1[ENGINE_CHUNK], c2[ENGINE_CHUNK], c3[ENGINE_CHUNK];
+    uint32_t c0[FLOOR_LANES], c1[FLOOR_LANES], c2[FLOOR_LANES], c3[FLOOR_LANES];
     for (int l = 0; l < n; l++) {
         c0[l] = (uint32_t)(lo + l);
         c1[l] = (uint32_t)((uint64_t)(lo + l) >> 32);
@@ -128,8 +130,8 @@ static PyObject *philox_floor(PyObject *self, PyObject *args) {
             memcpy(words + 4 * i, x, 16);
         }
     } else {
-        for (Py_ssize_t lo = 0; lo < count; lo += ENGINE_CHUNK)
-            floor_lanes(lo, count - lo < ENGINE_CHUNK ? (int)(count - lo) : ENGINE_CHUNK, words + 4 * lo);
+        for (Py_ssize_t lo = 0; lo < count; lo += FLOOR_LANES)
+            floor_lanes(lo, count - lo < FLOOR_LANES ? (int)(count - lo) : FLOOR_LANES, words + 4 * lo);
     }
     Py_END_ALLOW_THREADS;
     PyBuffer_Release(&out);

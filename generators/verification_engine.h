@@ -8,19 +8,22 @@
  * Every quantity is an exact unsigned integer (no floats), with these bounds (the stream's inputs,
  * accumulated.verification_arrays): the key, counter and draw words are below 2^32; the counts q and p are
  * dyadic24 counts, at most M = 2^24, and a row sums to M, so a residual's total and every cumulative count
- * C_v are at most 2^24. Hence u32 * q(x) < 2^56, p(x) * 2^32 <= 2^56, u32 * R < 2^56 and C_v * 2^32 <= 2^56:
- * every product fits in uint64 with room to spare.
+ * C_v are at most 2^24. Hence u32 * q(x) < 2^56, p(x) * 2^32 <= 2^56 and u32 * R < 2^56: every product fits
+ * in uint64 with room to spare, and every count, total and cumulative count in uint32 (the pick's sums are
+ * 32-bit; a count is read as its low 32 bits).
  *
- * A chunk goes in passes, so that the Philox blocks of different cases overlap in the pipeline (a block is a
- * chain of ten dependent multiplications; one case's draws alone would wait on each other and on its
- * branches), and no pass takes a branch that depends on one case (each would be mispredicted about once a
- * case, at a cost near a Philox block's):
+ * A chunk goes in passes, so that the Philox blocks of different cases are computed together (all the draws of
+ * a pass at once, vectorized: philox_keyed_lanes), and no pass takes a branch that depends on one case (each
+ * would be mispredicted about once a case, at a cost near a Philox block's):
+ *   0. the records are filled with padding, then the fields a pass knows are written over it;
  *   1, 2. the acceptance draws the round consumes and their tests, in waves: wave k draws position k of every
- *      case still accepting (independent draws), then tests them and keeps the cases that accept and have a
- *      next position (the list of a wave made without a branch). Only consumed draws are computed: 2.3 a
- *      case on the stream against 3 below K (bench/RESULTS.md, issue #24, "The engine fused with the stream");
- *   3. the final draw at anchor + accepted;
- *   4. the pick and the record, its padding by masks. */
+ *      case still accepting (independent draws), then tests them, writes their draw slots and emitted drafts,
+ *      and lays out the next wave's lanes for the cases that accept and have a next position (without a
+ *      branch). Only consumed draws are computed: 2.3 a case on the stream against 3 below K (bench/RESULTS.md,
+ *      issue #24, "The engine fused with the stream");
+ *   3. the final draws at anchor + accepted;
+ *   4. the picks (the first count of the residual's, or the bonus row's, above the final draw's threshold);
+ *   5. the record's last fields. */
 #ifndef QCONFORM_VERIFICATION_ENGINE_H
 #define QCONFORM_VERIFICATION_ENGINE_H
 
@@ -49,30 +52,21 @@ typedef struct {
 /* The engine's inputs, in the order of verification_records' arguments. */
 enum { E_SEED, E_GENERATION, E_ROUND, E_ANCHOR, E_DEPTH, E_Q, E_P, E_DRAFTS, E_INPUTS };
 
-/* The draws of one pass (a wave's acceptance draws, or the final draws), one lane a draw: the counter's four
- * words and the key's two, gathered from the cases, then Philox over all the lanes at once
- * (philox_keyed_lanes, vectorized); word 0 of each block is left in c0. */
+/* The draws of one pass (a wave's acceptance draws, or the final draws), one lane a draw: the counter's words
+ * 0-2 and the key's two, laid out from the cases, word 3 (the domain) filled for the whole pass, then Philox
+ * over all the lanes at once (philox_keyed_lanes, vectorized); word 0 of each block is left in c0. */
 typedef struct {
     uint32_t c0[ENGINE_CHUNK], c1[ENGINE_CHUNK], c2[ENGINE_CHUNK], c3[ENGINE_CHUNK], k0[ENGINE_CHUNK], k1[ENGINE_CHUNK];
 } Lanes;
 
-/* The cases of a chunk, one array a field (so that a pass reads a field of consecutive cases as a vector). */
-typedef struct {
-    uint32_t k0[ENGINE_CHUNK], k1[ENGINE_CHUNK], generation[ENGINE_CHUNK], rnd[ENGINE_CHUNK], anchor[ENGINE_CHUNK];
-    int32_t depth[ENGINE_CHUNK], accepted[ENGINE_CHUNK];
-    /* a case's own row each (the record reads them one case after the other): */
-    uint32_t u32[ENGINE_CHUNK][KMAX + 1];    /* the acceptance draws consumed (zero after them), then the final draw */
-    uint32_t drafts[ENGINE_CHUNK][KMAX + 1]; /* the drafts tested (zero after them, and at K) */
-} Cases;
-
-/* Lane l of a pass: the draw at (position, case c's round and generation, domain << 24) under c's seed. */
-static inline void lane(Lanes *x, int l, const Cases *s, int c, uint32_t position, uint32_t domain) {
+/* Lane l of a pass: the draw at (position, round, generation, the pass's domain << 24) under the key (k0, k1). */
+static inline void lane(Lanes *x, int l, uint32_t position, uint32_t rnd, uint32_t generation,
+                        uint32_t k0, uint32_t k1) {
     x->c0[l] = position;
-    x->c1[l] = s->rnd[c];
-    x->c2[l] = s->generation[c];
-    x->c3[l] = domain << 24;
-    x->k0[l] = s->k0[c];
-    x->k1[l] = s->k1[c];
+    x->c1[l] = rnd;
+    x->c2[l] = generation;
+    x->k0[l] = k0;
+    x->k1[l] = k1;
 }
 
 /* The records of cases lo .. hi - 1 (hi - lo <= ENGINE_CHUNK) of the views f[E_INPUTS], written whole at
@@ -80,100 +74,98 @@ static inline void lane(Lanes *x, int l, const Cases *s, int c, uint32_t positio
  * (the caller checks, or made them); the positions from K on are never read. Inlined where it is called, so
  * that the fused path's strides, constants there, fold into its addresses. */
 static inline __attribute__((always_inline)) void verify_chunk(ptrdiff_t lo, ptrdiff_t hi, const View *f, uint32_t *records) {
-    Cases s;
-    Lanes x;
-    uint8_t active[ENGINE_CHUNK]; /* the cases of a wave (indices in the chunk) */
+    /* the cases, one array a field */
+    uint32_t k0[ENGINE_CHUNK], k1[ENGINE_CHUNK], generation[ENGINE_CHUNK], rnd[ENGINE_CHUNK], anchor[ENGINE_CHUNK];
+    int32_t depth[ENGINE_CHUNK], accepted[ENGINE_CHUNK];
+    Lanes x[2]; /* a wave's lanes, and the next wave's */
+    uint8_t active[2][ENGINE_CHUNK]; /* the cases of a wave (indices in the chunk), and of the next */
     const View q = f[E_Q], p = f[E_P], drafts = f[E_DRAFTS];
     int n = (int)(hi - lo), m = n;
-    memset(s.u32, 0, n * sizeof s.u32[0]);
-    memset(s.drafts, 0, n * sizeof s.drafts[0]);
+    /* 0. padding everywhere (PAD is all ones): the emitted drafts after the token and the draw slots after the
+       final draw keep it */
+    memset(records, 0xFF, (size_t)n * VERIFY_WORDS * sizeof records[0]);
     for (int c = 0; c < n; c++) {
         ptrdiff_t i = lo + c;
         uint64_t seed = AT(f[E_SEED], uint64_t, i, 0, 0);
-        s.k0[c] = (uint32_t)seed;
-        s.k1[c] = (uint32_t)(seed >> 32);
-        s.generation[c] = (uint32_t)AT(f[E_GENERATION], uint64_t, i, 0, 0);
-        s.rnd[c] = (uint32_t)AT(f[E_ROUND], uint64_t, i, 0, 0);
-        s.anchor[c] = (uint32_t)AT(f[E_ANCHOR], uint64_t, i, 0, 0);
-        s.depth[c] = (int32_t)AT(f[E_DEPTH], int64_t, i, 0, 0);
-        s.accepted[c] = 0;
-        active[c] = (uint8_t)c;
+        k0[c] = (uint32_t)seed;
+        k1[c] = (uint32_t)(seed >> 32);
+        generation[c] = (uint32_t)AT(f[E_GENERATION], uint64_t, i, 0, 0);
+        rnd[c] = (uint32_t)AT(f[E_ROUND], uint64_t, i, 0, 0);
+        anchor[c] = (uint32_t)AT(f[E_ANCHOR], uint64_t, i, 0, 0);
+        depth[c] = (int32_t)AT(f[E_DEPTH], int64_t, i, 0, 0);
+        accepted[c] = 0;
+        active[0][c] = (uint8_t)c;
+        lane(&x[0], c, anchor[c], rnd[c], generation[c], k0[c], k1[c]);
     }
     /* 1, 2. the acceptance draws the round consumes, and their tests, in waves: wave k draws position k of
        every case that accepted positions 0 .. k - 1 and has k < K (independent draws, all the wave's lanes at
        once), then tests them: accept iff u32 q(x) < p(x) 2^32 (both below 2^57). A case leaves at its first
-       rejection or after K accepts; accepted counts its accepts */
+       rejection or after K accepts; accepted counts its accepts. The draw's slot k of the record (domain,
+       position, u32, decision, token) and the emitted draft k (a rejected one is the token's slot, written
+       over in 5) are written here */
     for (int k = 0; k < KMAX && m > 0; k++) {
-        for (int l = 0; l < m; l++) lane(&x, l, &s, active[l], s.anchor[active[l]] + (uint32_t)k, ACCEPT);
-        philox_keyed_lanes(x.c0, x.c1, x.c2, x.c3, x.k0, x.k1, m);
-        int next = 0;
+        Lanes *now = &x[k & 1], *next = &x[~k & 1];
+        const uint8_t *wave = active[k & 1];
+        uint8_t *stay = active[~k & 1];
+        for (int l = 0; l < m; l++) now->c3[l] = ACCEPT << 24;
+        philox_keyed_lanes(now->c0, now->c1, now->c2, now->c3, now->k0, now->k1, m);
+        int kept = 0;
         for (int l = 0; l < m; l++) {
-            int c = active[l];
+            int c = wave[l];
             ptrdiff_t i = lo + c;
-            uint32_t u32 = x.c0[l];
+            uint32_t u32 = now->c0[l], *rec = records + c * VERIFY_WORDS, *d = rec + 4 + KMAX + 5 * k;
             int64_t draft = AT(drafts, int64_t, i, k, 0);
             int accept = (uint64_t)u32 * AT(q, uint64_t, i, k, draft) < AT(p, uint64_t, i, k, draft) << 32;
-            s.u32[c][k] = u32;
-            s.drafts[c][k] = (uint32_t)draft;
-            s.accepted[c] = k + accept;
-            active[next] = (uint8_t)c;
-            next += accept & (k + 1 < s.depth[c]);
+            rec[2 + k] = (uint32_t)draft;
+            d[0] = ACCEPT;
+            d[1] = anchor[c] + (uint32_t)k;
+            d[2] = u32;
+            d[3] = accept ? D_ACCEPT : D_REJECT;
+            d[4] = (uint32_t)draft;
+            accepted[c] = k + accept;
+            /* the next wave's lane at kept, taken only if the case stays */
+            stay[kept] = (uint8_t)c;
+            lane(next, kept, anchor[c] + (uint32_t)k + 1, rnd[c], generation[c], now->k0[l], now->k1[l]);
+            kept += accept & (k + 1 < depth[c]);
         }
-        m = next;
+        m = kept;
     }
-    /* 3. the pick's counts, in a pass of their own (no draw waits on them, and the next case's loads need not
-       wait for this case's record): from the bonus row p_{K+1} after K accepts, else the residual
-       max(p - q, 0) at the rejection; the q row is read at the rejection only (row K does not exist when
-       K = KMAX): masked to zero after K accepts. The cumulative counts C_v and the total R are at most 2^24:
-       32-bit sums */
-    uint32_t cumulative[ENGINE_CHUNK][VMAX];
+    /* 3. the final draws at anchor + accepted (mod 2^32), every case's at once */
+    for (int c = 0; c < n; c++) lane(&x[0], c, anchor[c] + (uint32_t)accepted[c], rnd[c], generation[c], k0[c], k1[c]);
+    for (int c = 0; c < n; c++) x[0].c3[c] = CORRECTION << 24;
+    philox_keyed_lanes(x[0].c0, x[0].c1, x[0].c2, x[0].c3, x[0].k0, x[0].k1, n);
+    /* 4. the picks, in a pass of their own (the next case's loads need not wait for this case's record): from
+       the bonus row p_{K+1} after K accepts, else the residual max(p - q, 0) at the rejection; the q row is
+       read at the rejection only (row K does not exist when K = KMAX): masked to zero after K accepts (full as
+       a mask in arithmetic, not a branch: it is about as often true as false). The token is the first v with
+       C_v 2^32 > u32 R, 0 if none. C is nondecreasing, so the first such v is the number of v with
+       C_v 2^32 <= u32 R, that is C_v <= floor(u32 R / 2^32) (C_v an integer): 32-bit sums and compares (C_v
+       and R are at most 2^24), no shift of each C_v */
+    uint32_t tokens[ENGINE_CHUNK];
     for (int c = 0; c < n; c++) {
         ptrdiff_t i = lo + c;
-        int accepted = s.accepted[c], q_row = accepted < KMAX ? accepted : KMAX - 1;
-        /* full (K accepts) as a mask in arithmetic, not a branch: it is about as often true as false */
-        uint32_t total = 0, q_mask = (uint32_t)(accepted == s.depth[c]) - 1;
+        int q_row = accepted[c] < KMAX ? accepted[c] : KMAX - 1;
+        uint32_t total = 0, q_mask = (uint32_t)(accepted[c] == depth[c]) - 1, cumulative[VMAX];
         for (int v = 0; v < VMAX; v++) {
-            uint32_t pv = (uint32_t)AT(p, uint64_t, i, accepted, v), qv = (uint32_t)AT(q, uint64_t, i, q_row, v) & q_mask;
+            uint32_t pv = (uint32_t)AT(p, uint64_t, i, accepted[c], v), qv = (uint32_t)AT(q, uint64_t, i, q_row, v) & q_mask;
             total += (pv - qv) & -(uint32_t)(pv > qv); /* a mask, not a branch: the sign is a coin toss */
-            cumulative[c][v] = total;
+            cumulative[v] = total;
         }
+        uint32_t threshold = (uint32_t)(((uint64_t)x[0].c0[c] * total) >> 32), below = 0;
+        for (int v = 0; v < VMAX; v++) below += cumulative[v] <= threshold;
+        tokens[c] = below < VMAX ? below : 0;
     }
-    /* 4. the final draws at anchor + accepted (mod 2^32), every case's at once */
-    for (int c = 0; c < n; c++) lane(&x, c, &s, c, s.anchor[c] + (uint32_t)s.accepted[c], CORRECTION);
-    philox_keyed_lanes(x.c0, x.c1, x.c2, x.c3, x.k0, x.k1, n);
-    for (int c = 0; c < n; c++) s.u32[c][KMAX] = x.c0[c];
-    /* 5. the pick and the record (accumulated.verification_record's layout) */
+    /* 5. the record's last fields (accumulated.verification_record's layout) */
     for (int c = 0; c < n; c++) {
-        uint32_t *rec = records + c * VERIFY_WORDS, *emitted = rec + 2, *draws = rec + 4 + KMAX;
-        const uint32_t *u32 = s.u32[c], *drafted = s.drafts[c];
-        uint32_t anchor = s.anchor[c], final_u32 = u32[KMAX];
-        int accepted = s.accepted[c], full = accepted == s.depth[c], tested = accepted + 1 - full;
-        /* the first v with C_v 2^32 > u32 R, token 0 if none. C is nondecreasing, so the first such v is the
-           number of v with C_v 2^32 <= u32 R, that is C_v <= floor(u32 R / 2^32) (C_v an integer): compares
-           of 32-bit counts, no shift of each C_v */
-        uint32_t threshold = (uint32_t)(((uint64_t)final_u32 * cumulative[c][VMAX - 1]) >> 32), below = 0;
-        for (int v = 0; v < VMAX; v++) below += cumulative[c][v] <= threshold;
-        uint32_t token = below < VMAX ? below : 0;
-        rec[0] = (uint32_t)accepted;
-        rec[1] = (uint32_t)accepted + 1;
+        uint32_t *rec = records + c * VERIFY_WORDS, final_u32 = x[0].c0[c];
+        int full = accepted[c] == depth[c], tested = accepted[c] + 1 - full;
+        uint32_t token = tokens[c], *d = rec + 4 + KMAX + 5 * tested;
+        rec[0] = (uint32_t)accepted[c];
+        rec[1] = (uint32_t)accepted[c] + 1;
+        rec[2 + accepted[c]] = token; /* the emitted token, after the accepted drafts */
         rec[3 + KMAX] = (uint32_t)tested + 1;
-        /* the emitted drafts below accepted then padding (PAD is all ones: v | ~mask keeps v or pads), the
-           token over the slot at accepted; the draw slots: the acceptance draws below tested then padding,
-           the final draw over the slot at tested */
-        for (int k = 0; k <= KMAX; k++) {
-            uint32_t emit = -(uint32_t)(k < accepted), test = -(uint32_t)(k < tested), *d = draws + 5 * k;
-            uint32_t draft = drafted[k];
-            emitted[k] = draft | ~emit;
-            d[0] = ACCEPT | ~test;
-            d[1] = (anchor + (uint32_t)k) | ~test;
-            d[2] = u32[k] | ~test;
-            d[3] = (k < accepted ? D_ACCEPT : D_REJECT) | ~test;
-            d[4] = draft | ~test;
-        }
-        emitted[accepted] = token;
-        uint32_t *d = draws + 5 * tested;
-        d[0] = CORRECTION;
-        d[1] = anchor + (uint32_t)accepted;
+        d[0] = CORRECTION; /* the final draw's slot, after the tested ones */
+        d[1] = anchor[c] + (uint32_t)accepted[c];
         d[2] = final_u32;
         d[3] = D_CORRECTION + (uint32_t)full; /* D_BONUS after K accepts */
         d[4] = token;
