@@ -147,7 +147,8 @@ static inline __attribute__((always_inline)) void verify_chunk(ptrdiff_t lo, ptr
         int q_row = accepted[c] < KMAX ? accepted[c] : KMAX - 1;
         uint32_t total = 0, q_mask = (uint32_t)(accepted[c] == depth[c]) - 1, cumulative[VMAX];
         for (int v = 0; v < VMAX; v++) {
-            uint32_t pv = (uint32_t)AT(p, uint64_t, i, accepted[c], v), qv = (uint32_t)AT(q, uint64_t, i, q_row, v) & q_mask;
+            uint32_t pv = (uint32_t)AT(p, uint64_t, i, accepted[c], v);
+            uint32_t qv = (uint32_t)AT(q, uint64_t, i, q_row, v) & q_mask;
             total += (pv - qv) & -(uint32_t)(pv > qv); /* a mask, not a branch: the sign is a coin toss */
             cumulative[v] = total;
         }
