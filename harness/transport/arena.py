@@ -51,16 +51,17 @@ def case_blobs(cases: Iterable[dict]) -> Iterator[str]:
                 stack.extend(value)
 
 
-def anonymous_file() -> int | None:
-    """A read-write file descriptor of a new file that no name reaches, or None when none can be made."""
+def anonymous_file(label: str = "qconform-arena") -> int | None:
+    """A read-write file descriptor of a new file that no name reaches, or None when none can be made
+    (``label`` names it in ``/proc/PID/fd`` and nowhere else)."""
     memfd_create = getattr(os, "memfd_create", None)
     if memfd_create is not None:
         try:
-            return memfd_create("qconform-arena", os.MFD_CLOEXEC | getattr(os, "MFD_ALLOW_SEALING", 0))
+            return memfd_create(label, os.MFD_CLOEXEC | getattr(os, "MFD_ALLOW_SEALING", 0))
         except OSError:
             pass
     try:
-        fd, path = tempfile.mkstemp(prefix="qconform-arena-")
+        fd, path = tempfile.mkstemp(prefix=f"{label}-")
     except OSError:
         return None
     try:

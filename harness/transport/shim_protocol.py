@@ -36,7 +36,7 @@ PROTOCOL_VERSION = 1
 OPS = ("get_config", "run", "run_block", "sample", "shutdown")
 ENTRY_STATUSES = ("ok", "unimplemented", "error")
 #: keys of a ``get_config`` answer's ``config``; any other key lands in ``extra``
-CONFIG_KEYS = ("name", "protocol", "capabilities", "precision", "device", "payload", "arena")
+CONFIG_KEYS = ("name", "protocol", "capabilities", "precision", "device", "payload", "arena", "window")
 #: payload forms (docs/shim-protocol.md, "Binary payloads"): every blob in base64 inside the
 #: JSON line (the default, all a hand-written shim needs), or raw sections after the line
 JSON_PAYLOAD, BINARY_PAYLOAD = "json", "binary"
@@ -468,11 +468,12 @@ def parse_payload(obj: dict) -> str:
     return payload
 
 
-def parse_arena(obj: dict) -> bool:
-    """A ``get_config`` answer's ``config.arena``: whether the child attached the offered arena."""
-    attached = obj.get("arena", False)
+def parse_arena(obj: dict, key: str = "arena") -> bool:
+    """A ``get_config`` answer's ``config.arena`` (or ``config.window``, with ``key``): whether the
+    child attached the offered arena (the offered block window)."""
+    attached = obj.get(key, False)
     if type(attached) is not bool:
-        raise ProtocolError(f"config.arena must be true or false, got {attached!r}")
+        raise ProtocolError(f"config.{key} must be true or false, got {attached!r}")
     return attached
 
 
@@ -486,6 +487,7 @@ def parse_config(obj: Any) -> AdapterConfig:
         raise ProtocolError(f"config.protocol is {obj['protocol']!r}; this harness speaks {PROTOCOL_VERSION}")
     parse_payload(obj)
     parse_arena(obj)
+    parse_arena(obj, "window")
     return AdapterConfig(
         name=_expect(obj["name"], str, "config.name"),
         capabilities=parse_capabilities(obj["capabilities"]),
