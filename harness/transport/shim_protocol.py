@@ -164,12 +164,44 @@ def encode_binary(message: dict, arena: Arena | None = None) -> bytes:
 
 def binary_parts(message: dict, arena: Arena | None = None) -> list[bytes | memoryview]:
     """:func:`encode_binary`'s bytes in parts, to be written one after the other: the line, then
-    each section as it is (a view of its blob's bytes, not copied)."""
+    each section as it is (a view of its blob's bytes, not copied). A ``run`` or ``sample`` request
+    all of whose inputs the ``arena`` was built from is the line alone, its inputs' wire forms
+    encoded once per run (:func:`encoded_inputs`)."""
+    inputs = message.get("inputs")
+    if arena is not None and message.get("op") in ("run", "sample") and type(inputs) is list:
+        fragments = encoded_inputs(inputs, arena)
+        if fragments is not None:
+            head = encode_message({key: value for key, value in message.items() if key != "inputs"})
+            return [head[:-2] + b',"inputs":[' + b",".join(fragments) + b"]}\n"]
     sections: list[bytes | memoryview] = []
     body = to_sections(message, sections, arena)
     if not sections:
         return [encode_message(body)]
     return [encode_message({**body, "sections": [len(data) for data in sections]}), *sections]
+
+
+def encoded_inputs(inputs: list, arena: Arena) -> list[bytes] | None:
+    """The wire form (compact JSON, every blob naming its arena range) of each of ``inputs``, or None
+    when one of them is not an input object of a case the arena was built from (``BlobArena.inputs``)
+    or holds a blob the arena does not (it needs a section). Each is walked and encoded the first
+    time it is sent and kept in the arena (``BlobArena.wire``): a corpus case is sent once per pass,
+    and walking its fraction-string matrices again each time was a fifth of the harness's CPU on
+    the torch candidate's passes (bench/RESULTS.md, "Issue #24: the feed through the child, night")."""
+    known, wire = arena.inputs, arena.wire
+    fragments = []
+    for case_input in inputs:
+        key = id(case_input)
+        text = wire.get(key)  # only inputs of ``known`` are kept, alive: the id is still theirs
+        if text is None:
+            if known.get(key) is not case_input:
+                return None
+            sections: list[bytes | memoryview] = []
+            body = to_sections(case_input, sections, arena)
+            if sections:
+                return None
+            text = wire[key] = dumps(body).encode("ascii")
+        fragments.append(text)
+    return fragments
 
 
 def marked_walk(first: str, second: str) -> Callable[[Any, Callable[[dict], Any]], Any]:
