@@ -3,7 +3,7 @@
 A block of accumulated cases is megabytes of arrays (``verification_round``: 400 bytes a case,
 6.5 MB a block of 16384) and its records a few more. Through the pipe each byte is copied into
 the kernel by the harness and out of it by the child, then the records the other way, with a
-wake-up per pipe-full: a quarter of the harness's time per case. Through the **window**
+wake-up per pipe-full: about a fifth of the harness's time per case. Through the **window**
 (docs/shim-protocol.md, "Block window") the harness copies the block's arrays once into a
 shared file the child has mapped, names their ranges in the request line, and the child writes
 its records into a range the request gives it; only the two short lines cross the pipe.

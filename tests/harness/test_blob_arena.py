@@ -387,9 +387,12 @@ def test_the_inputs_the_arena_was_built_from_are_encoded_once_as_the_general_pat
     assert built is not None
     try:
         message = {"id": 7, "op": "run", "family": "echo", "inputs": INPUTS[:4]}
-        general = split_message(encode_binary(message, BlobArena.build(blob["b64"] for blob in BLOBS)))
+        plain = BlobArena.build(blob["b64"] for blob in BLOBS)  # the same ranges, no inputs known
+        assert plain is not None and not plain.inputs
+        general = split_message(encode_binary(message, plain))
+        plain.close()
         (line,) = binary_parts(message, built)
-        assert decode_line(line) == general[0] and general[1] == b""  # the same JSON value, no sections
+        assert decode_line(bytes(line)) == general[0] and general[1] == b""  # the same JSON value, no sections
         assert set(built.wire) == {id(case_input) for case_input in INPUTS[:4]}
         assert binary_parts(message, built) == [line]  # from the kept wire forms
         # an input the arena was not built from (a copy), or with a blob it does not hold: the general path
