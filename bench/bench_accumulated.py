@@ -14,7 +14,10 @@ taken between rows of the same run (bench/README.md).
   with its records, made before the clock starts: what the harness itself costs per case
   (the stream's inputs, the block, the engine's records, the comparison, the hashes);
 * ``block, noop child``: ``qconform accumulate``'s path against the ``noop`` adapter's child
-  process, which answers a block at once (every case refused): the arrays cross the pipe;
+  process, which answers a block at once (every case refused): the arrays travel through the
+  block window (docs/shim-protocol.md, "Block window"), only two lines cross the pipe;
+* ``block, noop child, pipe``: the same with no block window (``block_window=False``): the
+  arrays cross the pipe as sections, as for a child that does not take the window;
 * ``per case, noop child``: the same through ``run_batch``, one input object per case, the
   path every case took before blocks (``--by-case``).
 
@@ -118,7 +121,11 @@ def harness_part(args: argparse.Namespace) -> None:
     print(f"## harness feeding rate (cases per CPU second of the harness; {load()})")
     print(f"{'family':22} {'path':28} {'cases':>8} {'cases/s median (min-max)':>32}")
     expected: dict = {"families": {}}
-    with open_adapter("noop", timeout_s=600) as client:
+    with (
+        open_adapter("noop", timeout_s=600) as client,
+        open_adapter("noop", timeout_s=600, block_window=False) as piped,
+    ):
+        assert client.window_attached and not piped.window_attached
 
         def by_block(name, inputs):
             return client.run_batch(name, inputs, schema_check=False)
@@ -138,22 +145,44 @@ def harness_part(args: argparse.Namespace) -> None:
                     lambda: accumulate(by_block, family, count, expected, args.batch, run_block=client.run_block),
                 ),
                 (
+                    "block, noop child, pipe",
+                    count,
+                    lambda: accumulate(by_block, family, count, expected, args.batch, run_block=piped.run_block),
+                ),
+                (
                     "per case, noop child",
                     per_case,
                     lambda: accumulate(by_block, family, per_case, expected, args.batch),
                 ),
             ]
-            rates = {}
-            for path, n, run in rows:
-                seconds = spread(run, args.repeat)
-                rates[path] = n / seconds[0]
-                print(f"{family:22} {path:28} {n:>8} {rate_cells(n, seconds):>32}")
-            print(
-                f"{family:22} block (noop child) / per case (noop child): "
-                f"{rates['block, noop child'] / rates['per case, noop child']:,.0f}x; goal 1e6 cases/s per core: "
-                f"{'met' if rates['block, noop child'] >= 1e6 else 'NOT met'} in the child path, "
-                f"{'met' if rates['block, in process'] >= 1e6 else 'NOT met'} in process"
+            for _path, _n, run in rows:
+                run()  # untimed: the window's growth, the stream's memory, first-use costs
+            # the rows in turn, run after run, so that a load that comes and goes weighs on each alike
+            times = round_robin(
+                [(path, lambda _piece, _n, run=run: run()) for path, _n, run in rows], one_piece, args.repeat
             )
+            for path, n, _run in rows:
+                print(f"{family:22} {path:28} {n:>8} {rate_cells(n, spread_of(times[path])):>32}")
+            window, piped_times, inproc = (
+                times[p] for p in ("block, noop child", "block, noop child, pipe", "block, in process")
+            )
+            over_pipe = [p / w for p, w in zip(piped_times, window)]
+            of_inproc = [i / w for i, w in zip(inproc, window)]
+            rate = count / statistics.median(window)
+            print(
+                f"{family:22} run by run, median (min-max): window / pipe {ratio_cells(over_pipe)}, "
+                f"child (window) / in process {ratio_cells(of_inproc)}; goal 1e6 cases/s per core: "
+                f"{'met' if rate >= 1e6 else 'NOT met'} in the child path, "
+                f"{'met' if count / statistics.median(inproc) >= 1e6 else 'NOT met'} in process"
+            )
+
+
+def one_piece() -> Iterable[tuple[None, int]]:
+    return [(None, 0)]
+
+
+def ratio_cells(ratios: list[float]) -> str:
+    return f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
 
 
 # --- the engine against its RNG floor ---------------------------------------------------

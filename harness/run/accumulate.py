@@ -413,10 +413,14 @@ def judge_batch(
     """One batch of :func:`run_piece`: its records and the engine's appended to ``parts`` and
     ``engine_parts``, its divergent cases judged into ``divergences``; the new unjudged count."""
     answered, expected = parts.add(answers.records), engine_parts.add(engine)
-    divergent = np.flatnonzero((answered != expected).any(axis=1)).tolist()
+    differs = (answered != expected).any(axis=1)
+    divergent = int(np.count_nonzero(differs))
+    if not divergent:
+        return unjudged
     failed = any(d.verdict != "precision" for d in divergences[-1:])
-    asked = [] if failed else divergent[: MAX_JUDGED - len(divergences)]
-    unjudged += len(divergent) - len(asked)  # past the budget, or after the first failure
+    # only the cases to judge become Python integers (a failing adapter diverges on every case)
+    asked = [] if failed else np.flatnonzero(differs)[: max(0, MAX_JUDGED - len(divergences))].tolist()
+    unjudged += divergent - len(asked)  # past the budget, or after the first failure
     judged = 0
     while judged < len(asked) and not failed:
         # the first divergent case alone (a failing adapter is asked one case), then the rest at once

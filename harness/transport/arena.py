@@ -51,16 +51,17 @@ def case_blobs(cases: Iterable[dict]) -> Iterator[str]:
                 stack.extend(value)
 
 
-def anonymous_file() -> int | None:
-    """A read-write file descriptor of a new file that no name reaches, or None when none can be made."""
+def anonymous_file(label: str = "qconform-arena") -> int | None:
+    """A read-write file descriptor of a new file that no name reaches, or None when none can be made
+    (``label`` names it in ``/proc/PID/fd`` and nowhere else)."""
     memfd_create = getattr(os, "memfd_create", None)
     if memfd_create is not None:
         try:
-            return memfd_create("qconform-arena", os.MFD_CLOEXEC | getattr(os, "MFD_ALLOW_SEALING", 0))
+            return memfd_create(label, os.MFD_CLOEXEC | getattr(os, "MFD_ALLOW_SEALING", 0))
         except OSError:
             pass
     try:
-        fd, path = tempfile.mkstemp(prefix="qconform-arena-")
+        fd, path = tempfile.mkstemp(prefix=f"{label}-")
     except OSError:
         return None
     try:
@@ -98,6 +99,11 @@ class BlobArena:
         self.fd, self.size, self.index = fd, size, index
         self._map = read_only_map(fd, size)
         self.view = memoryview(self._map)
+        #: the input objects of the cases the arena was built from, by ``id`` (held, so no other
+        #: object takes their ids), and the wire form of each once it was first sent
+        #: (:func:`~qconform.harness.transport.shim_protocol.encoded_inputs`)
+        self.inputs: dict[int, dict] = {}
+        self.wire: dict[int, bytes] = {}
         key = id(self)
         _LIVE[key] = weakref.ref(self, lambda _gone: _LIVE.pop(key, None))
 
@@ -134,8 +140,14 @@ class BlobArena:
 
     @classmethod
     def of_cases(cls, cases: Iterable[dict]) -> BlobArena | None:
-        """The arena of every blob of ``cases`` (case objects with ``input`` and ``expected``)."""
-        return cls.build(case_blobs(cases))
+        """The arena of every blob of ``cases`` (case objects with ``input`` and ``expected``), which
+        knows their input objects: those are read-only for as long as the arena lives (the runner
+        and the judge only read them), so each is encoded for the wire once."""
+        cases = list(cases)
+        arena = cls.build(case_blobs(cases))
+        if arena is not None:
+            arena.inputs = {id(case["input"]): case["input"] for case in cases if isinstance(case.get("input"), dict)}
+        return arena
 
     def bytes_of(self, b64: str) -> memoryview | None:
         """The decoded bytes of the blob whose base64 is ``b64``, in place, or None if not held."""

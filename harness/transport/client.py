@@ -44,6 +44,7 @@ from qconform.harness.transport.shim_protocol import (
     quote,
     section_sizes,
 )
+from qconform.harness.transport.window import BlockWindow, WindowError, window_range
 
 __all__ = ["AdapterClient", "AdapterStartError", "open_adapter", "host_command"]
 
@@ -257,6 +258,8 @@ class Child:
         self.binary = False
         #: the shared arena, once the child attached it ("Shared arena"): requests name its ranges
         self.arena: BlobArena | None = None
+        #: the block window, once the child attached it ("Block window"): blocks travel through it
+        self.window: BlockWindow | None = None
         self._stderr: deque[bytes] = deque()
         self._stderr_size = 0
         self._stderr_lock = threading.Lock()
@@ -422,10 +425,14 @@ class AdapterClient:
         raw_blobs: bool = False,
         arena: BlobArena | None = None,
         start_timeout_s: float | None = None,
+        block_window: bool = True,
     ) -> None:
         self.spec = spec
         #: the corpus's shared arena, offered to every child that takes binary payloads
         self.arena = arena if binary_payload else None
+        #: the block window (docs/shim-protocol.md, "Block window"), this client's own, offered to every
+        #: child that takes binary payloads: ``run_block``'s arrays travel through it, not the pipe
+        self.window = BlockWindow.create() if binary_payload and block_window else None
         #: offer binary payloads in ``get_config`` (a child that does not take the offer gets JSON)
         self.binary_payload = binary_payload
         #: hand the blobs of binary replies to the caller in the raw form (docs/adapters.md,
@@ -452,13 +459,16 @@ class AdapterClient:
     def _start(self) -> AdapterConfig:
         """Start a child and run ``get_config``; AdapterStartError on any failure."""
         arena = self.arena if self.arena is not None and self.arena.fd >= 0 else None
-        child = Child(self.command, () if arena is None else (arena.fd,))
+        window = self.window if self.window is not None and self.window.fd >= 0 else None
+        child = Child(self.command, tuple(shared.fd for shared in (arena, window) if shared is not None))
         self._child = child
         try:
             offer = list(PAYLOADS) if self.binary_payload else [JSON_PAYLOAD]
             request: dict[str, Any] = {"op": "get_config", "payload": offer}
             if arena is not None:
                 request["arena"] = {"fd": arena.fd, "bytes": arena.size}
+            if window is not None:
+                request["window"] = {"fd": window.fd}
             reply = self._exchange(request, self.start_timeout_s, START_WAIT)
         except ChildFailure as exc:
             raise AdapterStartError(f"adapter {self.spec!r} did not start: {exc}") from None
@@ -476,21 +486,28 @@ class AdapterClient:
             raise AdapterStartError(f"adapter {self.spec!r} did not start: config.payload {payload!r} was not offered")
         child.binary = payload == BINARY_PAYLOAD
         try:
-            attached = parse_arena(reply["config"])
+            attached = {key: parse_arena(reply["config"], key) for key in ("arena", "window")}
         except ProtocolError as exc:
             self._discard(child)
             raise AdapterStartError(f"adapter {self.spec!r} did not start: {exc}") from None
-        if attached and (arena is None or not child.binary):
-            self._discard(child)
-            why = "no arena was offered" if arena is None else 'the payload is not "binary"'
-            raise AdapterStartError(f"adapter {self.spec!r} did not start: config.arena true, but {why}")
-        child.arena = arena if attached else None
+        for key, offered in (("arena", arena), ("window", window)):
+            if attached[key] and (offered is None or not child.binary):
+                self._discard(child)
+                why = f"no {key} was offered" if offered is None else 'the payload is not "binary"'
+                raise AdapterStartError(f"adapter {self.spec!r} did not start: config.{key} true, but {why}")
+        child.arena = arena if attached["arena"] else None
+        child.window = window if attached["window"] else None
         return config
 
     @property
     def arena_attached(self) -> bool:
         """Whether the running child attached the shared arena (docs/shim-protocol.md, "Shared arena")."""
         return self._child is not None and self._child.arena is not None
+
+    @property
+    def window_attached(self) -> bool:
+        """Whether the running child attached the block window (docs/shim-protocol.md, "Block window")."""
+        return self._child is not None and self._child.window is not None
 
     @property
     def payload(self) -> str:
@@ -517,11 +534,13 @@ class AdapterClient:
             child.kill()
 
     def close(self) -> None:
-        """Shut the child down (idempotent)."""
+        """Shut the child down and close the block window (idempotent)."""
         with self._lock:
             if self._child is not None:
                 self._child.close(encode_message({"id": self._take_id(), "op": "shutdown"}))
                 self._child = None
+            if self.window is not None:
+                self.window.close()
 
     def __enter__(self) -> AdapterClient:
         return self
@@ -616,8 +635,10 @@ class AdapterClient:
     def run_block(self, family: str, block: dict[str, Any], timeout_s: float | None = None) -> Any:
         """Answer a block of accumulated cases (the ``run_block`` op, docs/shim-protocol.md): the
         records as a NumPy array, or :class:`Unimplemented` (no block path: ask case by case) or
-        :class:`AdapterError` (the request failed; the child was restarted if it misbehaved)."""
-        from qconform.harness.transport.blocks import BlockError, blob_array, block_blobs
+        :class:`AdapterError` (the request failed; the child was restarted if it misbehaved). With
+        a child that attached the block window the arrays travel through it ("Block window"), else
+        as sections (or base64, with a JSON child)."""
+        from qconform.harness.transport.blocks import BlockError, blob_array, block_blobs, records_bytes
         from qconform.harness.transport.shim_protocol import to_json_blobs
 
         if family not in self.config.capabilities.families:
@@ -627,26 +648,44 @@ class AdapterClient:
                 self._ensure_child()
             except AdapterStartError as exc:
                 return AdapterError(f"adapter restart failed: {exc}")
-            blobs = block_blobs(block)
-            request = {
-                "op": "run_block",
-                "family": family,
-                "block": blobs if self.payload == BINARY_PAYLOAD else to_json_blobs(blobs),
-            }
+            assert self._child is not None
+            window = self._child.window
+            request: dict[str, Any] = {"op": "run_block", "family": family}
+            answer = [0, 0]  # the window's answer range, [offset, length]
+            try:
+                if window is not None:
+                    cases = len(next(iter(block.values()), ()))
+                    request["block"], answer = window.place(block, records_bytes(family, cases))
+                    request["window"] = {"bytes": window.size, "answer": answer}
+                else:
+                    blobs = block_blobs(block)
+                    request["block"] = blobs if self.payload == BINARY_PAYLOAD else to_json_blobs(blobs)
+            except (BlockError, OSError) as exc:
+                return AdapterError(f"run_block cannot send the block: {exc}")
             try:
                 # the records in the raw form: their section's bytes, never through base64
                 reply = self._exchange(request, self.timeout_s if timeout_s is None else timeout_s, raw_blobs=True)
             except ChildFailure as exc:
                 return AdapterError(str(exc))
-        status = reply.get("status")
-        if status == "unimplemented":
-            return Unimplemented(str(reply.get("reason", "")))
-        if status != "ok":
-            return AdapterError(f"run_block failed: {reply.get('message', quote(repr(reply)))}")
-        try:
-            return blob_array(reply.get("records"), "the records")
-        except BlockError as exc:
-            return AdapterError(f"run_block answered {exc}")
+            status = reply.get("status")
+            if status == "unimplemented":
+                return Unimplemented(str(reply.get("reason", "")))
+            if status != "ok":
+                return AdapterError(f"run_block failed: {reply.get('message', quote(repr(reply)))}")
+            try:
+                records = reply.get("records")
+                if window is None or not isinstance(records, dict) or "window" not in records:
+                    return blob_array(records, "the records")
+                # in the window: only in the answer range, and copied out before the next block is placed
+                low, high = window_range(records["window"], window.size, "the records")
+                if low < answer[0] or high > answer[0] + answer[1]:
+                    raise BlockError(
+                        f"the records name window bytes [{low}, {high}), outside the answer range "
+                        f"[{answer[0]}, {answer[0] + answer[1]})"
+                    )
+                return window.copy_out(blob_array(records, "the records", window.bytes_at(0, window.size)))
+            except (BlockError, WindowError) as exc:
+                return AdapterError(f"run_block answered {exc}")
 
     def _batch(self, request: dict, timeout_s: float | None, check: Callable[[dict], str | None]) -> list[Outcome]:
         """Send one batch request and return its per-input outcomes, each checked by ``check``."""
@@ -689,6 +728,7 @@ def open_adapter(
     raw_blobs: bool = False,
     arena: BlobArena | None = None,
     start_timeout_s: float | None = None,
+    block_window: bool = True,
 ) -> AdapterClient:
     """Start the adapter ``spec`` and return a client for it.
 
@@ -706,7 +746,8 @@ def open_adapter(
     to the child, which, if it attaches it, is sent arena ranges for the blobs it holds.
     ``start_timeout_s`` bounds each start (the answer to ``get_config``); when not given, it is
     the longest of ``timeout_s``, :data:`START_TIMEOUT_S` and the start a bundled shim adapter
-    declares (vLLM's).
+    declares (vLLM's). ``block_window=False`` offers no block window: blocks cross the pipe as
+    sections (docs/shim-protocol.md, "Block window").
     """
     from qconform.adapters.catalog import shim_adapter, shim_adapter_command, shim_adapter_start_s
 
@@ -726,5 +767,5 @@ def open_adapter(
             raise UnknownAdapter(spec, list(names))
         command = host_command(spec, device)
     return AdapterClient(
-        spec, command, device, timeout_s, strict_schema, binary_payload, raw_blobs, arena, start_timeout_s
+        spec, command, device, timeout_s, strict_schema, binary_payload, raw_blobs, arena, start_timeout_s, block_window
     )

@@ -40,6 +40,7 @@ from qconform.harness.transport.shim_protocol import (
     to_raw_blobs,
     to_sections,
 )
+from qconform.harness.transport.window import WindowError, WindowMap, window_range
 
 
 @runtime_checkable
@@ -173,9 +174,18 @@ def sample_reply(
     )
 
 
-def block_reply(adapter: Adapter, families: tuple[str, ...], request_id: Any, request: dict, binary: bool) -> bytes:
+def block_reply(
+    adapter: Adapter,
+    families: tuple[str, ...],
+    request_id: Any,
+    request: dict,
+    binary: bool,
+    window: WindowMap | None = None,
+) -> bytes:
     """The serialized answer to one ``run_block`` request (docs/shim-protocol.md, "run_block"):
-    the adapter's records as one ``u32`` blob, ``unimplemented`` when it has no block path."""
+    the adapter's records as one ``u32`` blob, ``unimplemented`` when it has no block path. Where
+    the request names the block ``window`` (docs/shim-protocol.md, "Block window"), the block is
+    read from it in place and the records are written into its answer range, if they fit."""
     import numpy as np  # here: a child that is never sent a block does not load NumPy
 
     from qconform.harness.transport.blocks import BlockError, array_blob, block_arrays
@@ -186,8 +196,9 @@ def block_reply(adapter: Adapter, families: tuple[str, ...], request_id: Any, re
     if family not in families:
         return unimplemented_reply(adapter, request_id, f"implement {family}")
     try:
-        block = block_arrays(request.get("block"))
-    except BlockError as exc:
+        view, answer = window_of(request.get("window"), window)
+        block = block_arrays(request.get("block"), None if view is None else view.toreadonly())
+    except (BlockError, WindowError) as exc:
         return error_reply(request_id, f"bad block: {exc}")
     try:
         records = adapter.run_block(family, block)
@@ -200,8 +211,43 @@ def block_reply(adapter: Adapter, families: tuple[str, ...], request_id: Any, re
         blob = array_blob(np.asarray(records))
     except BlockError as exc:
         return error_reply(request_id, f"run_block returned {exc}")
+    data = memoryview(blob["raw"]).cast("B")
+    if view is not None and answer is not None and data.nbytes <= answer[1] - answer[0]:
+        view[answer[0] : answer[0] + data.nbytes] = data
+        blob = {"dtype": blob["dtype"], "shape": blob["shape"], "window": [answer[0], data.nbytes]}
+        return encode_message({"id": request_id, "status": "ok", "records": blob})
     reply = {"id": request_id, "status": "ok", "records": blob}
     return encode_binary(reply) if binary else encode_message(to_json_blobs(reply))
+
+
+def window_of(offer: Any, window: WindowMap | None) -> tuple[memoryview | None, tuple[int, int] | None]:
+    """A ``run_block`` request's ``window`` field (``{"bytes": SIZE, "answer": [offset, length]}``,
+    or absent) as the window's read-write view and the answer range ``(start, stop)``; (None, None)
+    without the field; :class:`WindowError` for a field that is malformed, or with no window attached."""
+    if offer is None:
+        return None, None
+    if window is None:
+        raise WindowError("the request names the block window, but no window is attached")
+    if not isinstance(offer, dict):
+        raise WindowError(f"window must be an object with bytes and answer, got {offer!r}")
+    view = window.view(offer.get("bytes"))
+    return view, window_range(offer.get("answer"), view.nbytes, "window.answer")
+
+
+def attach_window(offer: Any) -> WindowMap | None:
+    """The block window offered (``{"fd": N}``), ready to map, or None when there is no offer or its
+    descriptor is not a file (the harness then sends blocks as sections; said on stderr)."""
+    if not isinstance(offer, dict):
+        return None
+    fd = offer.get("fd")
+    if type(fd) is not int or fd < 0:
+        print(f"qconform host: ignoring a malformed block window offer {offer!r}", file=sys.stderr)
+        return None
+    try:
+        return WindowMap(fd)
+    except OSError as exc:
+        print(f"qconform host: cannot use the block window (fd {fd}): {exc}", file=sys.stderr)
+        return None
 
 
 def attach_arena(offer: Any) -> memoryview | None:
@@ -238,6 +284,8 @@ class Host:
         #: the shared arena's read-only mapping, once a ``get_config`` offered one that maps
         #: (docs/shim-protocol.md, "Shared arena")
         self.arena: memoryview | None = None
+        #: the block window, once a ``get_config`` offered one that is a file ("Block window")
+        self.window: WindowMap | None = None
 
     def answer(self, request: dict) -> tuple[bytes, bool]:
         """(reply line, keep serving) for one decoded request."""
@@ -253,8 +301,10 @@ class Host:
             offered = request.get("payload")
             self.binary = isinstance(offered, list) and BINARY_PAYLOAD in offered
             self.arena = attach_arena(request.get("arena")) if self.binary else None
+            self.window = attach_window(request.get("window")) if self.binary else None
             answer = config_to_json(config) | ({"payload": BINARY_PAYLOAD} if self.binary else {})
             answer |= {"arena": True} if self.arena is not None else {}
+            answer |= {"window": True} if self.window is not None else {}
             return encode_message({"id": request_id, "status": "ok", "config": answer}), True
         if op == "run":
             if self.families is None:
@@ -264,7 +314,7 @@ class Host:
         if op == "run_block":
             if self.families is None:
                 self.families = self.adapter.capabilities().families
-            return block_reply(self.adapter, self.families, request_id, request, self.binary), True
+            return block_reply(self.adapter, self.families, request_id, request, self.binary, self.window), True
         if op == "sample":
             if self.sampling is None:
                 self.sampling = self.adapter.capabilities().sampling

@@ -36,7 +36,7 @@ PROTOCOL_VERSION = 1
 OPS = ("get_config", "run", "run_block", "sample", "shutdown")
 ENTRY_STATUSES = ("ok", "unimplemented", "error")
 #: keys of a ``get_config`` answer's ``config``; any other key lands in ``extra``
-CONFIG_KEYS = ("name", "protocol", "capabilities", "precision", "device", "payload", "arena")
+CONFIG_KEYS = ("name", "protocol", "capabilities", "precision", "device", "payload", "arena", "window")
 #: payload forms (docs/shim-protocol.md, "Binary payloads"): every blob in base64 inside the
 #: JSON line (the default, all a hand-written shim needs), or raw sections after the line
 JSON_PAYLOAD, BINARY_PAYLOAD = "json", "binary"
@@ -164,12 +164,44 @@ def encode_binary(message: dict, arena: Arena | None = None) -> bytes:
 
 def binary_parts(message: dict, arena: Arena | None = None) -> list[bytes | memoryview]:
     """:func:`encode_binary`'s bytes in parts, to be written one after the other: the line, then
-    each section as it is (a view of its blob's bytes, not copied)."""
+    each section as it is (a view of its blob's bytes, not copied). A ``run`` or ``sample`` request
+    all of whose inputs the ``arena`` was built from is the line alone, its inputs' wire forms
+    encoded once per run (:func:`encoded_inputs`)."""
+    inputs = message.get("inputs")
+    if arena is not None and message.get("op") in ("run", "sample") and type(inputs) is list:
+        fragments = encoded_inputs(inputs, arena)
+        if fragments is not None:
+            head = encode_message({key: value for key, value in message.items() if key != "inputs"})
+            return [head[:-2] + b',"inputs":[' + b",".join(fragments) + b"]}\n"]
     sections: list[bytes | memoryview] = []
     body = to_sections(message, sections, arena)
     if not sections:
         return [encode_message(body)]
     return [encode_message({**body, "sections": [len(data) for data in sections]}), *sections]
+
+
+def encoded_inputs(inputs: list, arena: Arena) -> list[bytes] | None:
+    """The wire form (compact JSON, every blob naming its arena range) of each of ``inputs``, or None
+    when one of them is not an input object of a case the arena was built from (``BlobArena.inputs``)
+    or holds a blob the arena does not (it needs a section). Each is walked and encoded the first
+    time it is sent and kept in the arena (``BlobArena.wire``): a corpus case is sent once per pass,
+    and walking its fraction-string matrices again each time was a fifth of the harness's CPU on
+    the torch candidate's passes (bench/RESULTS.md, "Issue #24: the feed through the child, night")."""
+    known, wire = arena.inputs, arena.wire
+    fragments = []
+    for case_input in inputs:
+        key = id(case_input)
+        text = wire.get(key)  # only inputs of ``known`` are kept, alive: the id is still theirs
+        if text is None:
+            if known.get(key) is not case_input:
+                return None
+            sections: list[bytes | memoryview] = []
+            body = to_sections(case_input, sections, arena)
+            if sections:
+                return None
+            text = wire[key] = dumps(body).encode("ascii")
+        fragments.append(text)
+    return fragments
 
 
 def marked_walk(first: str, second: str) -> Callable[[Any, Callable[[dict], Any]], Any]:
@@ -468,11 +500,12 @@ def parse_payload(obj: dict) -> str:
     return payload
 
 
-def parse_arena(obj: dict) -> bool:
-    """A ``get_config`` answer's ``config.arena``: whether the child attached the offered arena."""
-    attached = obj.get("arena", False)
+def parse_arena(obj: dict, key: str = "arena") -> bool:
+    """A ``get_config`` answer's ``config.arena`` (or ``config.window``, with ``key``): whether the
+    child attached the offered arena (the offered block window)."""
+    attached = obj.get(key, False)
     if type(attached) is not bool:
-        raise ProtocolError(f"config.arena must be true or false, got {attached!r}")
+        raise ProtocolError(f"config.{key} must be true or false, got {attached!r}")
     return attached
 
 
@@ -486,6 +519,7 @@ def parse_config(obj: Any) -> AdapterConfig:
         raise ProtocolError(f"config.protocol is {obj['protocol']!r}; this harness speaks {PROTOCOL_VERSION}")
     parse_payload(obj)
     parse_arena(obj)
+    parse_arena(obj, "window")
     return AdapterConfig(
         name=_expect(obj["name"], str, "config.name"),
         capabilities=parse_capabilities(obj["capabilities"]),

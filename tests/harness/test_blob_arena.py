@@ -37,6 +37,7 @@ from qconform.harness.transport.client import open_adapter
 from qconform.harness.transport.host import Host
 from qconform.harness.transport.shim_protocol import (
     ProtocolError,
+    binary_parts,
     decode_line,
     encode_binary,
     encode_message,
@@ -378,3 +379,30 @@ def test_an_arena_answer_that_was_not_offered_or_not_a_bool_is_a_start_error(
     with pytest.raises(AdapterStartError) as caught:
         open_adapter(f"shim:{sys.executable} {shim}", arena=arena if offered else None)
     assert fragment in str(caught.value)
+
+
+def test_the_inputs_the_arena_was_built_from_are_encoded_once_as_the_general_path_encodes_them():
+    cases = [{"input": case_input, "expected": {}} for case_input in INPUTS]
+    built = BlobArena.of_cases(cases)
+    assert built is not None
+    try:
+        message = {"id": 7, "op": "run", "family": "echo", "inputs": INPUTS[:4]}
+        plain = BlobArena.build(blob["b64"] for blob in BLOBS)  # the same ranges, no inputs known
+        assert plain is not None and not plain.inputs
+        general = split_message(encode_binary(message, plain))
+        plain.close()
+        (line,) = binary_parts(message, built)
+        assert decode_line(bytes(line)) == general[0] and general[1] == b""  # the same JSON value, no sections
+        assert set(built.wire) == {id(case_input) for case_input in INPUTS[:4]}
+        assert binary_parts(message, built) == [line]  # from the kept wire forms
+        # an input the arena was not built from (a copy), or with a blob it does not hold: the general path
+        stranger = {"id": 8, "op": "run", "family": "echo", "inputs": [dict(INPUTS[0])]}
+        assert binary_parts(stranger, built) == [encode_binary(stranger, built)]
+        assert id(stranger["inputs"][0]) not in built.wire  # not kept: its id may be another's later
+        outside = {"i": 9, "counts": encode_blob("u32", [9, 9])}
+        built.inputs[id(outside)] = outside
+        mixed = {"id": 9, "op": "run", "family": "echo", "inputs": [INPUTS[0], outside]}
+        parts = binary_parts(mixed, built)
+        assert len(parts) == 2 and bytes(parts[1]) == bytes([9, 0, 0, 0, 9, 0, 0, 0]) and id(outside) not in built.wire
+    finally:
+        built.close()
