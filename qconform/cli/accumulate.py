@@ -55,7 +55,8 @@ def command_line(adapter: str, family: str, count: int) -> str:
     default=16384,
     show_default=True,
     metavar="B",
-    help="Cases per request: per run_block call (a block of arrays), or per run_batch call.",
+    help="Cases per request: per run_block call (a block of arrays), or per run_batch call; the run's "
+    "first four requests are smaller (B/16, B/8, B/4, B/2), so the adapter starts sooner.",
 )
 @click.option(
     "--by-case",
