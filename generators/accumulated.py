@@ -245,8 +245,9 @@ class Batch:
     """The inputs of cases ``[start, stop)`` as arrays (family-specific fields), and their block
     when it was made with them (the native stream, :func:`verification_arrays`); else the
     family's ``block`` makes it from the fields. ``records``: the C engine's records of the cases,
-    when the native stream computed them with the inputs (its fused path); the engine returns them
-    where it would run the C engine (accumulated_engine.verification_records)."""
+    when the native stream computed them with the inputs (its fused path: ``verification_round``,
+    ``categorical_sampling``, ``allocation_dense``); the engine returns them where it would run
+    the C engine (accumulated_engine's ``verification_records`` and the others)."""
 
     start: int
     stop: int
@@ -341,6 +342,19 @@ def rng_record(_inp: dict, answer: dict) -> list[int]:
 
 
 def categorical_arrays(start: int, stop: int) -> Batch:
+    """The cases' fields, with the engine's records where the native stream is built (its
+    ``categorical_cases``, the same fields bit for bit: tests/generators/test_accumulated_native.py),
+    else by NumPy (:func:`categorical_arrays_numpy`, the definition)."""
+    if NATIVE_STREAM is None:
+        return categorical_arrays_numpy(start, stop)
+    n = stop - start
+    vocab, counts = np.empty(n, dtype=U64), np.empty((n, VMAX), dtype=U64)
+    draws, records = np.empty((n, DRAWS), dtype=U64), np.empty((n, DRAWS), dtype="<u4")
+    NATIVE_STREAM.categorical_cases(start, vocab, counts, draws, records)
+    return Batch(start, stop, {"vocab": vocab, "counts": counts, "draws": draws}, records=records)
+
+
+def categorical_arrays_numpy(start: int, stop: int) -> Batch:
     words = stream_range(2, start, stop, 5)
     b = [words[:, 4 * j : 4 * j + 4] for j in range(5)]
     vocab = U64(1) + b[0][:, 0] % U64(VMAX)
@@ -375,6 +389,18 @@ def categorical_record(_inp: dict, answer: dict) -> list[int]:
 
 
 def allocation_arrays(start: int, stop: int) -> Batch:
+    """The cases' fields, with the engine's records where the native stream is built (its
+    ``allocation_cases``, the same fields bit for bit: tests/generators/test_accumulated_native.py),
+    else by NumPy (:func:`allocation_arrays_numpy`, the definition)."""
+    if NATIVE_STREAM is None:
+        return allocation_arrays_numpy(start, stop)
+    n = stop - start
+    vocab, weights, records = np.empty(n, dtype=U64), np.empty((n, VMAX), dtype=U64), np.empty((n, VMAX), dtype="<u4")
+    NATIVE_STREAM.allocation_cases(start, vocab, weights, records)
+    return Batch(start, stop, {"vocab": vocab, "weights": weights}, records=records)
+
+
+def allocation_arrays_numpy(start: int, stop: int) -> Batch:
     stream = stream_range(3, start, stop, 3)
     b0, words = stream[:, 0:4], stream[:, 4:12]
     vocab = U64(1) + b0[:, 0] % U64(VMAX)
