@@ -26,10 +26,10 @@
  * Nothing here is a float but that last conversion. The candidates never import this module.
  *
  * The light families' streams are here too (issue #24: in NumPy they cost as much as the torch
- * candidate's own time): stream_words (the input stream's words of consecutive cases, rng_abi's
- * inputs), categorical_cases and allocation_cases (the fields of categorical_arrays_numpy and
- * allocation_arrays_numpy, and their engine records, R08 and R06), each held to its NumPy path by
- * the same test file.
+ * candidate's own time): rng_cases, categorical_cases and allocation_cases (the fields of
+ * rng_arrays_numpy, categorical_arrays_numpy and allocation_arrays_numpy, and their engine records:
+ * R22 and R23, R08, R06), and stream_words (the input stream's words of consecutive cases, for the
+ * NumPy paths), each held to its NumPy path by the same test file.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -397,6 +397,56 @@ static int light_buffers(Py_buffer *view, const Py_ssize_t *case_bytes, int coun
     return ok;
 }
 
+/* rng_cases(first, seed, generation, round, position, domain, draw_counter, records): rng_abi's cases
+ * from case first (``rng_arrays_numpy`` of accumulated.py): each field u64 [n]; and the engine's
+ * records u32 [n, 10] (``rng_records``: the draw's counter words, Philox4x32-10 of that counter
+ * under the seed's two words, then u24 and u32 of output word 0; R22, R23). */
+static PyObject *rng_cases(PyObject *self, PyObject *args) {
+    unsigned long long first;
+    Py_buffer view[7];
+    if (!PyArg_ParseTuple(args, "Kw*w*w*w*w*w*w*", &first, &view[0], &view[1], &view[2], &view[3], &view[4],
+                          &view[5], &view[6]))
+        return NULL;
+    static const Py_ssize_t case_bytes[7] = {8, 8, 8, 8, 8, 8, 4 * 10};
+    Py_ssize_t n;
+    if (!light_buffers(view, case_bytes, 7, &n)) return NULL;
+    uint64_t *seed = view[0].buf, *generation = view[1].buf, *round = view[2].buf, *position = view[3].buf,
+             *domain = view[4].buf, *draw_counter = view[5].buf;
+    uint32_t *records = view[6].buf;
+    Py_BEGIN_ALLOW_THREADS
+    uint32_t words[LIGHT_CASES][4 * LIGHT_BLOCKS];
+    for (Py_ssize_t lo = 0; lo < n; lo += LIGHT_CASES) {
+        int group = n - lo < LIGHT_CASES ? (int)(n - lo) : LIGHT_CASES;
+        light_words(1u, first, lo, group, 2, words);
+        for (int g = 0; g < group; g++) {
+            const uint32_t *w = words[g];
+            Py_ssize_t k = lo + g;
+            seed[k] = (uint64_t)w[0] | (uint64_t)w[1] << 32;
+            position[k] = w[2];
+            round[k] = w[3];
+            generation[k] = w[4];
+            domain[k] = 1 + w[5] % 3;
+            draw_counter[k] = w[6] >> 8;
+            uint32_t *r = records + 10 * k;
+            r[0] = w[2];
+            r[1] = w[3];
+            r[2] = w[4];
+            r[3] = (uint32_t)(domain[k] << 24 | draw_counter[k]);
+            uint32_t c[4] = {r[0], r[1], r[2], r[3]};
+            philox(c, w[0], w[1]);
+            r[4] = c[0];
+            r[5] = c[1];
+            r[6] = c[2];
+            r[7] = c[3];
+            r[8] = c[0] >> 8;
+            r[9] = c[0];
+        }
+    }
+    Py_END_ALLOW_THREADS
+    for (int b = 0; b < 7; b++) PyBuffer_Release(&view[b]);
+    Py_RETURN_NONE;
+}
+
 /* categorical_cases(first, vocab, counts, draws, records): categorical_sampling's cases from case
  * first (``categorical_arrays_numpy`` of accumulated.py, the definition the tests hold this to):
  * vocab u64 [n], counts u64 [n, VMAX], draws u64 [n, DRAWS]; and the engine's records u32
@@ -498,6 +548,9 @@ static PyMethodDef methods[] = {
     {"verification_cases", verification_cases, METH_VARARGS,
      "verification_cases(first, fields..., block...[, records]): the verification_round stream's cases from "
      "case first, and with records their engine records (see the module source)."},
+    {"rng_cases", rng_cases, METH_VARARGS,
+     "rng_cases(first, seed, generation, round, position, domain, draw_counter, records): rng_abi's cases and "
+     "engine records."},
     {"categorical_cases", categorical_cases, METH_VARARGS,
      "categorical_cases(first, vocab, counts, draws, records): categorical_sampling's cases and engine records."},
     {"allocation_cases", allocation_cases, METH_VARARGS,

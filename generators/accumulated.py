@@ -302,6 +302,21 @@ def as_word(text: object) -> int:
 
 
 def rng_arrays(start: int, stop: int) -> Batch:
+    """The cases' fields, with the engine's records where the native stream is built (its
+    ``rng_cases``, the same fields bit for bit: tests/generators/test_accumulated_native.py), else
+    by NumPy (:func:`rng_arrays_numpy`, the definition)."""
+    if NATIVE_STREAM is None:
+        return rng_arrays_numpy(start, stop)
+    names = ("seed", "position", "round", "generation", "domain", "draw_counter")  # rng_arrays_numpy's order
+    f = {name: np.empty(stop - start, dtype=U64) for name in names}
+    records = np.empty((stop - start, 10), dtype="<u4")
+    NATIVE_STREAM.rng_cases(
+        start, f["seed"], f["generation"], f["round"], f["position"], f["domain"], f["draw_counter"], records
+    )
+    return Batch(start, stop, f, records=records)
+
+
+def rng_arrays_numpy(start: int, stop: int) -> Batch:
     words = stream_range(1, start, stop, 2)
     b0, b1 = words[:, 0:4], words[:, 4:8]
     return Batch(

@@ -6,10 +6,10 @@ definition). Both must give the same arrays, bit for bit and dtype for dtype, at
 stream, past 2^32 (the counter's high word) and at the end of the u64 case range, in every mode
 (acceptance boundary, bonus boundary, coarse rows, wrapping anchors); and the same records from the
 engine. Each comparison is shown to catch a seeded bug of the native path (the bug stand-ins below).
-The light families use it too: rng_abi takes its Philox words from it (``stream_words``, through
-``stream_range``), held to NumPy's ``stream_words``; categorical_sampling and allocation_dense take
-their whole fields and their engine records (``categorical_cases``, ``allocation_cases``), held to
-the NumPy arrays and engine the same way. Without the module (not built, or ``QCONFORM_ACCUMULATED_NATIVE=0``) the native side is
+The light families use it too: rng_abi, categorical_sampling and allocation_dense take their
+fields and their engine records from it (``rng_cases``, ``categorical_cases``, ``allocation_cases``),
+held to the NumPy arrays and engine the same way; their NumPy paths take their Philox words from it
+(``stream_words``, through ``stream_range``), held to NumPy's ``stream_words``. Without the module (not built, or ``QCONFORM_ACCUMULATED_NATIVE=0``) the native side is
 skipped.
 """
 
@@ -34,6 +34,7 @@ from qconform.generators.accumulated_engine import (
     ENGINES,
     allocation_records_numpy,
     categorical_records_numpy,
+    rng_records_numpy,
     verification_records,
 )
 
@@ -227,6 +228,7 @@ def test_the_light_families_take_the_numpy_words_without_the_module(monkeypatch)
 
 #: the light families made whole by the native stream: its function, the NumPy arrays and engine
 LIGHT_CASES = {
+    "rng_abi": ("rng_cases", accumulated.rng_arrays_numpy, rng_records_numpy),
     "categorical_sampling": ("categorical_cases", accumulated.categorical_arrays_numpy, categorical_records_numpy),
     "allocation_dense": ("allocation_cases", accumulated.allocation_arrays_numpy, allocation_records_numpy),
 }
@@ -254,7 +256,7 @@ def light_differences(native, family: str) -> list[str]:
 @needs_native
 @pytest.mark.parametrize("family", sorted(LIGHT_CASES))
 def test_the_native_light_cases_are_the_numpy_cases(family):
-    """categorical_sampling's and allocation_dense's fields and engine records from the native
+    """The light families' fields and engine records from the native
     stream equal the NumPy path's, bit for bit and dtype for dtype (the records as u32 words, the
     canonical form every record is hashed in), and the engine hands back the native records
     unless the C engine is switched off."""
@@ -289,6 +291,12 @@ def count_moved_to_the_next_token(first, vocab, counts, draws, records):
     counts[moved, 1] += np.uint64(1)
 
 
+def domain_off_by_one(first, seed, generation, rnd, position, domain, draw_counter, records):
+    """A stand-in whose domain codes are 0..2 instead of 1..3 (the records left as they are)."""
+    NATIVE.rng_cases(first, seed, generation, rnd, position, domain, draw_counter, records)
+    domain -= np.uint64(1)
+
+
 @needs_native
 @pytest.mark.parametrize(
     "family, bug",
@@ -297,6 +305,8 @@ def count_moved_to_the_next_token(first, vocab, counts, draws, records):
         ("categorical_sampling", count_moved_to_the_next_token),
         ("allocation_dense", last_record_word_off("allocation_cases")),
         ("allocation_dense", weight_of_a_short_row_past_vocab),
+        ("rng_abi", last_record_word_off("rng_cases")),
+        ("rng_abi", domain_off_by_one),
     ],
 )
 def test_the_light_cases_comparison_catches_a_seeded_bug(family, bug):
