@@ -353,11 +353,6 @@ class Candidate:
         return Answers(records, outcomes)
 
 
-#: the first requests of a run are smaller: ``batch >> RAMP`` cases, then twice as many each time up
-#: to ``batch``, so the candidate starts on a block made in a sixteenth of a full block's time and
-#: answers it while the harness makes the next (docs/accumulated.md, "Feeding")
-RAMP: int = 4
-
 #: the interpreter's switch interval while a run feeds the candidate (the default is 5 ms): the main
 #: thread sends the next block as soon as its answer is in, instead of waiting up to 5 ms for the
 #: judging thread to let go of the interpreter lock (docs/accumulated.md, "Feeding")
@@ -366,17 +361,13 @@ SWITCH_S: float = 0.0002
 
 def request_ranges(pieces: list[tuple[int, int]], batch: int) -> list[tuple[int, int, int]]:
     """The requests of a run over ``pieces`` (case ranges, in order), as ``(piece, start, stop)``:
-    at most ``batch`` cases each, cut at the pieces' ends, the first :data:`RAMP` of the run
-    smaller (``batch >> RAMP``, then doubling). The records, hashes and verdicts do not depend on
-    where the requests are cut (:func:`judge_batch`)."""
-    requests: list[tuple[int, int, int]] = []
-    for piece, (lo, hi) in enumerate(pieces):
-        start = lo
-        while start < hi:
-            stop = min(start + max(1, batch >> max(RAMP - len(requests), 0)), hi)
-            requests.append((piece, start, stop))
-            start = stop
-    return requests
+    ``batch`` cases each, cut at the pieces' ends. The records, hashes and verdicts do not depend
+    on where the requests are cut (:func:`judge_batch`)."""
+    return [
+        (piece, start, min(start + batch, hi))
+        for piece, (lo, hi) in enumerate(pieces)
+        for start in range(lo, hi, batch)
+    ]
 
 
 def run_pieces(

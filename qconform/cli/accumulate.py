@@ -55,8 +55,7 @@ def command_line(adapter: str, family: str, count: int) -> str:
     default=16384,
     show_default=True,
     metavar="B",
-    help="Cases per request: per run_block call (a block of arrays), or per run_batch call; the run's "
-    "first four requests are smaller (B/16, B/8, B/4, B/2), so the adapter starts sooner.",
+    help="Cases per request: per run_block call (a block of arrays), or per run_batch call.",
 )
 @click.option(
     "--by-case",
