@@ -1,7 +1,7 @@
 """Where the time of ``qconform accumulate --adapter torch`` goes: the torch child's busy and idle time.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/accumulate_timeline.py --family categorical_sampling --runs 3
-    OMP_NUM_THREADS=1 PYTHONPATH=/tmp/before .venv/bin/python bench/accumulate_timeline.py ...  # another tree
+    OMP_NUM_THREADS=1 .venv/bin/python bench/accumulate_child_idle.py --family categorical_sampling --runs 3
+    OMP_NUM_THREADS=1 PYTHONPATH=/tmp/before .venv/bin/python bench/accumulate_child_idle.py ...  # another tree
 
 Each run is the command's run (``accumulate`` with the CLI's comparator judge, by block, the torch
 adapter in a fresh child process, as ``qconform accumulate`` starts it), timed from the run's start
