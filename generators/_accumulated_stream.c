@@ -28,8 +28,7 @@
  * The light families' streams are here too (issue #24: in NumPy they cost as much as the torch
  * candidate's own time): rng_cases, categorical_cases and allocation_cases (the fields of
  * rng_arrays_numpy, categorical_arrays_numpy and allocation_arrays_numpy, and their engine records:
- * R22 and R23, R08, R06), and stream_words (the input stream's words of consecutive cases, for the
- * NumPy paths), each held to its NumPy path by the same test file.
+ * R22 and R23, R08, R06), each held to its NumPy path by the same test file.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -309,53 +308,6 @@ static PyObject *verification_cases(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* Lanes per pass of stream_words: the four counter words of a pass stay in the core's L1 cache. */
-#define STREAM_LANES 256
-
-/* stream_words(tag, first, blocks, out): the input stream's words of cases first .. first + n - 1
- * (``stream_words`` of generators/accumulated.py, the light families' inputs): out is a writable
- * C-contiguous u64 [n, 4 * blocks], word 4 j + w of row k being word w of Philox4x32-10 at counter
- * (i mod 2^32, i >> 32, j, tag) under STREAM_KEY, i = first + k. The lanes go in passes of
- * STREAM_LANES counters (case-major, block-minor), through the lane form above. */
-static PyObject *stream_words(PyObject *self, PyObject *args) {
-    unsigned int tag;
-    unsigned long long first;
-    int blocks;
-    Py_buffer out;
-    if (!PyArg_ParseTuple(args, "IKiw*", &tag, &first, &blocks, &out)) return NULL;
-    Py_ssize_t row = (Py_ssize_t)blocks * 4 * 8;
-    if (blocks < 1 || out.len % row != 0 || !PyBuffer_IsContiguous(&out, 'C')) {
-        PyBuffer_Release(&out);
-        PyErr_SetString(PyExc_ValueError, "out must be a C-contiguous u64 buffer of whole rows of 4 * blocks words");
-        return NULL;
-    }
-    Py_ssize_t lanes = out.len / row * blocks;
-    uint64_t *words = out.buf;
-    Py_BEGIN_ALLOW_THREADS
-    uint32_t c0[STREAM_LANES], c1[STREAM_LANES], c2[STREAM_LANES], c3[STREAM_LANES];
-    for (Py_ssize_t lo = 0; lo < lanes; lo += STREAM_LANES) {
-        int n = lanes - lo < STREAM_LANES ? (int)(lanes - lo) : STREAM_LANES;
-        for (int l = 0; l < n; l++) {
-            uint64_t i = (uint64_t)first + (uint64_t)((lo + l) / blocks);
-            c0[l] = (uint32_t)i;
-            c1[l] = (uint32_t)(i >> 32);
-            c2[l] = (uint32_t)((lo + l) % blocks);
-            c3[l] = tag;
-        }
-        philox_lanes(c0, c1, c2, c3, n, STREAM_KEY0, STREAM_KEY1);
-        for (int l = 0; l < n; l++) {
-            uint64_t *w = words + 4 * (lo + l);
-            w[0] = c0[l];
-            w[1] = c1[l];
-            w[2] = c2[l];
-            w[3] = c3[l];
-        }
-    }
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&out);
-    Py_RETURN_NONE;
-}
-
 /* Cases per pass of the light families' streams (categorical_cases, allocation_cases): their blocks
  * go through the lane form of Philox together, then each case is assembled from its words. */
 #define LIGHT_CASES 64
@@ -555,8 +507,6 @@ static PyMethodDef methods[] = {
      "categorical_cases(first, vocab, counts, draws, records): categorical_sampling's cases and engine records."},
     {"allocation_cases", allocation_cases, METH_VARARGS,
      "allocation_cases(first, vocab, weights, records): allocation_dense's cases and engine records."},
-    {"stream_words", stream_words, METH_VARARGS,
-     "stream_words(tag, first, blocks, out): the input stream's words of the cases from first into out (u64)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -137,18 +137,6 @@ def stream_words(tag: int, cases: np.ndarray, blocks: int, needed: np.ndarray | 
     return out.reshape(len(i), 4 * blocks)
 
 
-def stream_range(tag: int, start: int, stop: int, blocks: int) -> np.ndarray:
-    """:func:`stream_words` of the consecutive cases ``[start, stop)``: by the native stream's
-    ``stream_words`` where it is built (the same words, tests/generators/test_accumulated_native.py;
-    Philox in NumPy is most of a light family's inputs, and of the harness's time feeding them:
-    bench/RESULTS.md, issue #24), else by NumPy."""
-    if NATIVE_STREAM is None:
-        return stream_words(tag, _cases(start, stop), blocks)
-    words = np.empty((stop - start, 4 * blocks), dtype=U64)
-    NATIVE_STREAM.stream_words(tag, start, blocks, words)
-    return words
-
-
 def draw_word0(
     seed: np.ndarray, position: np.ndarray, rnd: np.ndarray, generation: np.ndarray, domain: int
 ) -> np.ndarray:
@@ -317,7 +305,7 @@ def rng_arrays(start: int, stop: int) -> Batch:
 
 
 def rng_arrays_numpy(start: int, stop: int) -> Batch:
-    words = stream_range(1, start, stop, 2)
+    words = stream_words(1, _cases(start, stop), 2)
     b0, b1 = words[:, 0:4], words[:, 4:8]
     return Batch(
         start,
@@ -370,7 +358,7 @@ def categorical_arrays(start: int, stop: int) -> Batch:
 
 
 def categorical_arrays_numpy(start: int, stop: int) -> Batch:
-    words = stream_range(2, start, stop, 5)
+    words = stream_words(2, _cases(start, stop), 5)
     b = [words[:, 4 * j : 4 * j + 4] for j in range(5)]
     vocab = U64(1) + b[0][:, 0] % U64(VMAX)
     coarse = (b[0][:, 1] & U64(1)).astype(bool)
@@ -416,7 +404,7 @@ def allocation_arrays(start: int, stop: int) -> Batch:
 
 
 def allocation_arrays_numpy(start: int, stop: int) -> Batch:
-    stream = stream_range(3, start, stop, 3)
+    stream = stream_words(3, _cases(start, stop), 3)
     b0, words = stream[:, 0:4], stream[:, 4:12]
     vocab = U64(1) + b0[:, 0] % U64(VMAX)
     shift = np.array([12, 28, 30, 9], dtype=U64)[(b0[:, 1] & U64(3)).astype(np.int64)]

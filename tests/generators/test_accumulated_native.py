@@ -8,9 +8,8 @@ stream, past 2^32 (the counter's high word) and at the end of the u64 case range
 engine. Each comparison is shown to catch a seeded bug of the native path (the bug stand-ins below).
 The light families use it too: rng_abi, categorical_sampling and allocation_dense take their
 fields and their engine records from it (``rng_cases``, ``categorical_cases``, ``allocation_cases``),
-held to the NumPy arrays and engine the same way; their NumPy paths take their Philox words from it
-(``stream_words``, through ``stream_range``), held to NumPy's ``stream_words``. Without the module (not built, or ``QCONFORM_ACCUMULATED_NATIVE=0``) the native side is
-skipped.
+held to the NumPy arrays and engine (pure NumPy, Philox included) the same way. Without the
+module (not built, or ``QCONFORM_ACCUMULATED_NATIVE=0``) the native side is skipped.
 """
 
 from __future__ import annotations
@@ -169,61 +168,6 @@ def test_a_live_batch_is_never_written_over_and_an_idle_one_is_reused():
         assert same_arrays(again.fields, verification_arrays_numpy(50000, 54096).fields) == []
     finally:
         accumulated.STREAM_MEMORY = original
-
-
-#: the light families' stream tags and blocks a case (generators/accumulated.py: rng_abi,
-#: categorical_sampling, allocation_dense)
-LIGHT_STREAMS = ((1, 2), (2, 5), (3, 3))
-
-
-def stream_differences(native, tag: int, blocks: int) -> list[tuple[int, int]]:
-    """The ranges where ``native.stream_words`` differs from :func:`accumulated.stream_words` (NumPy)."""
-    found = []
-    for start, stop in RANGES:
-        got = np.empty((stop - start, 4 * blocks), dtype=np.uint64)
-        native.stream_words(tag, start, blocks, got)
-        if not np.array_equal(got, accumulated.stream_words(tag, np.arange(start, stop, dtype=np.uint64), blocks)):
-            found.append((start, stop))
-    return found
-
-
-@needs_native
-@pytest.mark.parametrize("tag, blocks", LIGHT_STREAMS)
-def test_the_native_stream_words_are_the_numpy_words(tag, blocks):
-    """The light families' inputs take their Philox words from the native stream (``stream_range``):
-    the same words as NumPy's at the start, past 2^32 and at the end of the u64 case range."""
-    assert stream_differences(NATIVE, tag, blocks) == []
-
-
-def high_word_dropped_words(tag, first, blocks, out):
-    """A stand-in whose cases past 2^32 have their counter's high word dropped (a truncated index)."""
-    NATIVE.stream_words(tag, first % 2**32, blocks, out)
-
-
-def block_index_off_by_one(tag, first, blocks, out):
-    """A stand-in whose last block of each case is Philox at block index ``blocks`` (one too far)."""
-    NATIVE.stream_words(tag, first, blocks, out)
-    wider = np.empty((len(out), 4 * (blocks + 1)), dtype=np.uint64)
-    NATIVE.stream_words(tag, first, blocks + 1, wider)
-    out[:, -4:] = wider[:, -4:]
-
-
-@needs_native
-@pytest.mark.parametrize("bug", [high_word_dropped_words, block_index_off_by_one])
-def test_the_stream_words_comparison_catches_a_seeded_bug(bug):
-    assert stream_differences(SimpleNamespace(stream_words=bug), 2, 5)
-
-
-def test_the_light_families_take_the_numpy_words_without_the_module(monkeypatch):
-    """With no native module ``stream_range`` is NumPy's ``stream_words``, and a light family's
-    arrays are the same either way."""
-    with_module = FAMILIES["categorical_sampling"].arrays(2**32 - 5, 2**32 + 5)
-    monkeypatch.setattr(accumulated, "NATIVE_STREAM", None)
-    without = FAMILIES["categorical_sampling"].arrays(2**32 - 5, 2**32 + 5)
-    assert same_arrays(without.fields, with_module.fields) == []
-    assert np.array_equal(
-        accumulated.stream_range(1, 7, 20, 2), accumulated.stream_words(1, np.arange(7, 20, dtype=np.uint64), 2)
-    )
 
 
 #: the light families made whole by the native stream: its function, the NumPy arrays and engine
