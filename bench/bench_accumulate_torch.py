@@ -42,11 +42,15 @@ GOAL = 1.2
 RATE = re.compile(r"\(([0-9,]+) cases/s")
 
 
-def command_rate(family: str, count: int, batch: int, device: str = "cpu") -> tuple[float, str]:
-    """Cases per second of ``qconform accumulate --adapter torch`` as it prints it, and its verdict line."""
+def command_rate(
+    family: str, count: int, batch: int, device: str = "cpu", tree: Path | None = None
+) -> tuple[float, str]:
+    """Cases per second of ``qconform accumulate --adapter torch`` as it prints it, and its verdict
+    line; with ``tree``, the command of that source tree (its ``qconform`` first on the path)."""
     command = [sys.executable, "-m", "qconform", "accumulate", "--adapter", "torch", "--family", family]
     command += ["--count", str(count), "--batch", str(batch), "--device", device]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    env = None if tree is None else {**os.environ, "PYTHONPATH": str(tree)}
+    done = subprocess.run(command, cwd=tree or ROOT, env=env, capture_output=True, text=True, check=False)
     match = RATE.search(done.stdout)
     verdict = next((line for line in done.stdout.splitlines() if line.split(":")[0] in ("PASS", "PRECISION")), "")
     if match is None or not verdict:
@@ -67,6 +71,8 @@ class Ratio:
     device: str
     command: list[float] = field(default_factory=list)
     torch: list[float] = field(default_factory=list)
+    #: the command of another tree (``--tree``), when asked for
+    other: list[float] = field(default_factory=list)
     verdicts: set[str] = field(default_factory=set)
     load: tuple[str, str] = ("", "")
 
@@ -76,10 +82,11 @@ class Ratio:
         return statistics.median(self.torch) / statistics.median(self.command)
 
 
-def measure(family: str, cases: int, batch: int, repeat: int, device: str = "cpu") -> Ratio:
+def measure(family: str, cases: int, batch: int, repeat: int, device: str = "cpu", tree: Path | None = None) -> Ratio:
     """The two rows of ``family``, alternating, ``repeat`` times each; torch's own time is the torch
     adapter's ``run_block`` on ``device`` (its records come back to the host, so a CUDA block has
-    finished when it returns) over the same blocks, made before the clock starts."""
+    finished when it returns) over the same blocks, made before the clock starts. With ``tree``, a
+    third row in the same rotation: the command of that tree (e.g. the commit before a change)."""
     from qconform.adapters.torch_adapter import TorchAdapter
 
     adapter = TorchAdapter(device)
@@ -95,6 +102,10 @@ def measure(family: str, cases: int, batch: int, repeat: int, device: str = "cpu
         for block in blocks:
             adapter.run_block(family, block)
         ratio.torch.append(cases / (time.perf_counter() - began))
+        if tree is not None:
+            rate, verdict = command_rate(family, cases, batch, device, tree)
+            ratio.other.append(rate)
+            ratio.verdicts.add(verdict)
     ratio.load = (ratio.load[0], load())
     return ratio
 
@@ -112,18 +123,27 @@ def main() -> int:
     parser.add_argument(
         "--device", default="cpu", help="the torch candidate's device, both rows (bench/gpu_check.py: cuda)"
     )
+    parser.add_argument(
+        "--tree",
+        type=Path,
+        help="also time the command of this source tree in the same rotation (e.g. `git archive` of the "
+        "commit before a change, with its built extensions): a before/after row measured side by side",
+    )
     args = parser.parse_args()
     import torch
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op thread(s); load {load()}")
     print(f"{'family':22} {'row':44} {'cases/s median (min-max)':>32}")
     for family in args.family or ["verification_round"]:
-        ratio = measure(family, args.cases, args.batch, args.repeat, args.device)
-        for row, values in (
-            ("qconform accumulate --adapter torch", ratio.command),
-            ("torch in process (run_block)", ratio.torch),
-        ):
+        ratio = measure(family, args.cases, args.batch, args.repeat, args.device, args.tree)
+        rows = [("qconform accumulate --adapter torch", ratio.command), ("torch in process (run_block)", ratio.torch)]
+        if ratio.other:
+            rows.append((f"the command of {args.tree}"[:44], ratio.other))
+        for row, values in rows:
             print(f"{family:22} {row:44} {spread(values):>32}")
+        if ratio.other:
+            other = statistics.median(ratio.torch) / statistics.median(ratio.other)
+            print(f"{family:22} that tree's command time / torch's own time: {other:.2f}x")
         print(
             f"{family:22} command time / torch's own time: {ratio.value:.2f}x (goal {GOAL}x: "
             f"{'met' if ratio.value <= GOAL else 'NOT met'}); verdicts {sorted(ratio.verdicts)}; "

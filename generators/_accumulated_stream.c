@@ -24,6 +24,11 @@
  * The arithmetic is exact integer arithmetic in 32 and 64 bits, as the NumPy path's (counts are at
  * most M = 2^24, a draw is below 2^32, so u32 * count fits in 64 bits); a count / M is exact in FP32.
  * Nothing here is a float but that last conversion. The candidates never import this module.
+ *
+ * The light families' streams are here too (issue #24: in NumPy they cost as much as the torch
+ * candidate's own time): rng_cases, categorical_cases and allocation_cases (the fields of
+ * rng_arrays_numpy, categorical_arrays_numpy and allocation_arrays_numpy, and their engine records:
+ * R22 and R23, R08, R06), each held to its NumPy path by the same test file.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -281,15 +286,210 @@ static PyObject *verification_cases(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* Cases per pass of the light families' streams (categorical_cases, allocation_cases): their blocks
+ * go through the lane form of Philox together, then each case is assembled from its words. */
+#define LIGHT_CASES 64
+/* The most stream blocks a light family's case takes (categorical_sampling: 5). */
+#define LIGHT_BLOCKS 5
+
+/* Words [LIGHT_CASES][4 * blocks] of cases first + lo .. first + lo + n - 1 of stream tag. */
+static inline void light_words(unsigned tag, uint64_t first, Py_ssize_t lo, int n, int blocks,
+                               uint32_t words[LIGHT_CASES][4 * LIGHT_BLOCKS]) {
+    uint32_t c0[LIGHT_CASES * LIGHT_BLOCKS], c1[LIGHT_CASES * LIGHT_BLOCKS], c2[LIGHT_CASES * LIGHT_BLOCKS],
+        c3[LIGHT_CASES * LIGHT_BLOCKS];
+    for (int l = 0; l < n * blocks; l++) {
+        uint64_t i = first + (uint64_t)lo + (uint64_t)(l / blocks);
+        c0[l] = (uint32_t)i;
+        c1[l] = (uint32_t)(i >> 32);
+        c2[l] = (uint32_t)(l % blocks);
+        c3[l] = tag;
+    }
+    philox_lanes(c0, c1, c2, c3, n * blocks, STREAM_KEY0, STREAM_KEY1);
+    for (int l = 0; l < n * blocks; l++) {
+        uint32_t *w = words[l / blocks] + 4 * (l % blocks);
+        w[0] = c0[l];
+        w[1] = c1[l];
+        w[2] = c2[l];
+        w[3] = c3[l];
+    }
+}
+
+/* Whether every buffer is C-contiguous and holds n cases of its bytes a case; releases them all
+ * and sets the error when not. */
+static int light_buffers(Py_buffer *view, const Py_ssize_t *case_bytes, int count, Py_ssize_t *n) {
+    *n = view[0].len / case_bytes[0];
+    int ok = 1;
+    for (int b = 0; b < count; b++) ok &= view[b].len == *n * case_bytes[b] && PyBuffer_IsContiguous(&view[b], 'C');
+    if (!ok) {
+        for (int b = 0; b < count; b++) PyBuffer_Release(&view[b]);
+        PyErr_SetString(PyExc_ValueError, "every buffer must be C-contiguous and hold the same number of cases");
+    }
+    return ok;
+}
+
+/* rng_cases(first, seed, generation, round, position, domain, draw_counter, records): rng_abi's cases
+ * from case first (``rng_arrays_numpy`` of accumulated.py): each field u64 [n]; and the engine's
+ * records u32 [n, 10] (``rng_records``: the draw's counter words, Philox4x32-10 of that counter
+ * under the seed's two words, then u24 and u32 of output word 0; R22, R23). */
+static PyObject *rng_cases(PyObject *self, PyObject *args) {
+    unsigned long long first;
+    Py_buffer view[7];
+    if (!PyArg_ParseTuple(args, "Kw*w*w*w*w*w*w*", &first, &view[0], &view[1], &view[2], &view[3], &view[4],
+                          &view[5], &view[6]))
+        return NULL;
+    static const Py_ssize_t case_bytes[7] = {8, 8, 8, 8, 8, 8, 4 * 10};
+    Py_ssize_t n;
+    if (!light_buffers(view, case_bytes, 7, &n)) return NULL;
+    uint64_t *seed = view[0].buf, *generation = view[1].buf, *round = view[2].buf, *position = view[3].buf,
+             *domain = view[4].buf, *draw_counter = view[5].buf;
+    uint32_t *records = view[6].buf;
+    Py_BEGIN_ALLOW_THREADS
+    uint32_t words[LIGHT_CASES][4 * LIGHT_BLOCKS];
+    for (Py_ssize_t lo = 0; lo < n; lo += LIGHT_CASES) {
+        int group = n - lo < LIGHT_CASES ? (int)(n - lo) : LIGHT_CASES;
+        light_words(1u, first, lo, group, 2, words);
+        for (int g = 0; g < group; g++) {
+            const uint32_t *w = words[g];
+            Py_ssize_t k = lo + g;
+            seed[k] = (uint64_t)w[0] | (uint64_t)w[1] << 32;
+            position[k] = w[2];
+            round[k] = w[3];
+            generation[k] = w[4];
+            domain[k] = 1 + w[5] % 3;
+            draw_counter[k] = w[6] >> 8;
+            uint32_t *r = records + 10 * k;
+            r[0] = w[2];
+            r[1] = w[3];
+            r[2] = w[4];
+            r[3] = (uint32_t)(domain[k] << 24 | draw_counter[k]);
+            uint32_t c[4] = {r[0], r[1], r[2], r[3]};
+            philox(c, w[0], w[1]);
+            r[4] = c[0];
+            r[5] = c[1];
+            r[6] = c[2];
+            r[7] = c[3];
+            r[8] = c[0] >> 8;
+            r[9] = c[0];
+        }
+    }
+    Py_END_ALLOW_THREADS
+    for (int b = 0; b < 7; b++) PyBuffer_Release(&view[b]);
+    Py_RETURN_NONE;
+}
+
+/* categorical_cases(first, vocab, counts, draws, records): categorical_sampling's cases from case
+ * first (``categorical_arrays_numpy`` of accumulated.py, the definition the tests hold this to):
+ * vocab u64 [n], counts u64 [n, VMAX], draws u64 [n, DRAWS]; and the engine's records u32
+ * [n, DRAWS] (``categorical_records``: R08 on each draw), each group made and verified in one pass. */
+static PyObject *categorical_cases(PyObject *self, PyObject *args) {
+    unsigned long long first;
+    Py_buffer view[4];
+    if (!PyArg_ParseTuple(args, "Kw*w*w*w*", &first, &view[0], &view[1], &view[2], &view[3])) return NULL;
+    static const Py_ssize_t case_bytes[4] = {8, 8 * VMAX, 8 * 4, 4 * 4};
+    Py_ssize_t n;
+    if (!light_buffers(view, case_bytes, 4, &n)) return NULL;
+    uint64_t *vocab_out = view[0].buf, *counts_out = view[1].buf, *draws_out = view[2].buf;
+    uint32_t *records = view[3].buf;
+    Py_BEGIN_ALLOW_THREADS
+    uint32_t words[LIGHT_CASES][4 * LIGHT_BLOCKS];
+    for (Py_ssize_t lo = 0; lo < n; lo += LIGHT_CASES) {
+        int group = n - lo < LIGHT_CASES ? (int)(n - lo) : LIGHT_CASES;
+        light_words(2u, first, lo, group, 5, words);
+        for (int g = 0; g < group; g++) {
+            const uint32_t *w = words[g]; /* block j is w[4 j .. 4 j + 3] */
+            Py_ssize_t k = lo + g;
+            uint64_t vocab = 1 + w[0] % VMAX;
+            int coarse = w[1] & 1;
+            uint32_t cuts[VMAX - 1];
+            for (int c = 0; c < VMAX - 1; c++) cuts[c] = row_cut(w[4 + c], coarse); /* blocks 1 and 2's first three */
+            uint64_t *counts = counts_out + VMAX * k;
+            counts_from_cuts(cuts, (int64_t)vocab, counts);
+            uint64_t cumulative[VMAX], total = 0;
+            for (int v = 0; v < VMAX; v++) cumulative[v] = total += counts[v];
+            for (int d = 0; d < 4; d++) {
+                uint32_t select = w[12 + d], value = w[16 + d]; /* blocks 3 and 4 */
+                uint64_t edge = cumulative[(select >> 2) % vocab], draw;
+                switch (select & 3) {
+                case 2: draw = edge; break;
+                case 3: draw = (edge > 1 ? edge : 1) - 1; break;
+                default: draw = value >> 8;
+                }
+                draw = draw < M_COUNT - 1 ? draw : M_COUNT - 1;
+                draws_out[4 * k + d] = draw;
+                records[4 * k + d] = (uint32_t)sample_row(counts, draw);
+            }
+            vocab_out[k] = vocab;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    for (int b = 0; b < 4; b++) PyBuffer_Release(&view[b]);
+    Py_RETURN_NONE;
+}
+
+/* allocation_cases(first, vocab, weights, records): allocation_dense's cases from case first
+ * (``allocation_arrays_numpy``): vocab u64 [n], weights u64 [n, VMAX] (integers below 2^23, zero
+ * from V on, never all zero); and the engine's records u32 [n, VMAX] (``allocation_records``, R06:
+ * the floors of M w_v / W, then one ticket per largest remainder, ties to the lowest ID; M w_v is
+ * below 2^47 and the ranking key below 2^29, exact in 64 bits). */
+static PyObject *allocation_cases(PyObject *self, PyObject *args) {
+    unsigned long long first;
+    Py_buffer view[3];
+    if (!PyArg_ParseTuple(args, "Kw*w*w*", &first, &view[0], &view[1], &view[2])) return NULL;
+    static const Py_ssize_t case_bytes[3] = {8, 8 * VMAX, 4 * VMAX};
+    Py_ssize_t n;
+    if (!light_buffers(view, case_bytes, 3, &n)) return NULL;
+    uint64_t *vocab_out = view[0].buf, *weights_out = view[1].buf;
+    uint32_t *records = view[2].buf;
+    static const unsigned SHIFTS[4] = {12, 28, 30, 9};
+    Py_BEGIN_ALLOW_THREADS
+    uint32_t words[LIGHT_CASES][4 * LIGHT_BLOCKS];
+    for (Py_ssize_t lo = 0; lo < n; lo += LIGHT_CASES) {
+        int group = n - lo < LIGHT_CASES ? (int)(n - lo) : LIGHT_CASES;
+        light_words(3u, first, lo, group, 3, words);
+        for (int g = 0; g < group; g++) {
+            const uint32_t *w = words[g];
+            Py_ssize_t k = lo + g;
+            uint64_t vocab = 1 + w[0] % VMAX, total = 0;
+            unsigned shift = SHIFTS[w[1] & 3];
+            uint64_t *weights = weights_out + VMAX * k;
+            for (int v = 0; v < VMAX; v++) total += weights[v] = (uint64_t)v < vocab ? w[4 + v] >> shift : 0;
+            if (total == 0) total = weights[vocab - 1] = 1;
+            uint64_t floors[VMAX], key[VMAX], remaining = M_COUNT;
+            for (int v = 0; v < VMAX; v++) {
+                uint64_t scaled = weights[v] * M_COUNT;
+                floors[v] = scaled / total;
+                key[v] = scaled % total * VMAX + (VMAX - 1 - v); /* remainder descending, then ID ascending */
+                remaining -= floors[v];
+            }
+            for (int v = 0; v < VMAX; v++) {
+                uint64_t above = 0; /* the rank of v: the keys above its own (the keys are distinct) */
+                for (int u = 0; u < VMAX; u++) above += key[u] > key[v];
+                records[VMAX * k + v] = (uint32_t)(floors[v] + (above < remaining));
+            }
+            vocab_out[k] = vocab;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    for (int b = 0; b < 3; b++) PyBuffer_Release(&view[b]);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"verification_cases", verification_cases, METH_VARARGS,
      "verification_cases(first, fields..., block...[, records]): the verification_round stream's cases from "
      "case first, and with records their engine records (see the module source)."},
+    {"rng_cases", rng_cases, METH_VARARGS,
+     "rng_cases(first, seed, generation, round, position, domain, draw_counter, records): rng_abi's cases and "
+     "engine records."},
+    {"categorical_cases", categorical_cases, METH_VARARGS,
+     "categorical_cases(first, vocab, counts, draws, records): categorical_sampling's cases and engine records."},
+    {"allocation_cases", allocation_cases, METH_VARARGS,
+     "allocation_cases(first, vocab, weights, records): allocation_dense's cases and engine records."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_accumulated_stream", "The verification_round input stream in C (accumulated.py).", -1,
+    PyModuleDef_HEAD_INIT, "_accumulated_stream", "The accumulated input streams in C (accumulated.py).", -1,
     methods,
 };
 

@@ -233,8 +233,9 @@ class Batch:
     """The inputs of cases ``[start, stop)`` as arrays (family-specific fields), and their block
     when it was made with them (the native stream, :func:`verification_arrays`); else the
     family's ``block`` makes it from the fields. ``records``: the C engine's records of the cases,
-    when the native stream computed them with the inputs (its fused path); the engine returns them
-    where it would run the C engine (accumulated_engine.verification_records)."""
+    when the native stream computed them with the inputs (its fused path: ``verification_round``,
+    ``categorical_sampling``, ``allocation_dense``); the engine returns them where it would run
+    the C engine (accumulated_engine's ``verification_records`` and the others)."""
 
     start: int
     stop: int
@@ -289,6 +290,21 @@ def as_word(text: object) -> int:
 
 
 def rng_arrays(start: int, stop: int) -> Batch:
+    """The cases' fields, with the engine's records where the native stream is built (its
+    ``rng_cases``, the same fields bit for bit: tests/generators/test_accumulated_native.py), else
+    by NumPy (:func:`rng_arrays_numpy`, the definition)."""
+    if NATIVE_STREAM is None:
+        return rng_arrays_numpy(start, stop)
+    names = ("seed", "position", "round", "generation", "domain", "draw_counter")  # rng_arrays_numpy's order
+    f = {name: np.empty(stop - start, dtype=U64) for name in names}
+    records = np.empty((stop - start, 10), dtype="<u4")
+    NATIVE_STREAM.rng_cases(
+        start, f["seed"], f["generation"], f["round"], f["position"], f["domain"], f["draw_counter"], records
+    )
+    return Batch(start, stop, f, records=records)
+
+
+def rng_arrays_numpy(start: int, stop: int) -> Batch:
     words = stream_words(1, _cases(start, stop), 2)
     b0, b1 = words[:, 0:4], words[:, 4:8]
     return Batch(
@@ -329,6 +345,19 @@ def rng_record(_inp: dict, answer: dict) -> list[int]:
 
 
 def categorical_arrays(start: int, stop: int) -> Batch:
+    """The cases' fields, with the engine's records where the native stream is built (its
+    ``categorical_cases``, the same fields bit for bit: tests/generators/test_accumulated_native.py),
+    else by NumPy (:func:`categorical_arrays_numpy`, the definition)."""
+    if NATIVE_STREAM is None:
+        return categorical_arrays_numpy(start, stop)
+    n = stop - start
+    vocab, counts = np.empty(n, dtype=U64), np.empty((n, VMAX), dtype=U64)
+    draws, records = np.empty((n, DRAWS), dtype=U64), np.empty((n, DRAWS), dtype="<u4")
+    NATIVE_STREAM.categorical_cases(start, vocab, counts, draws, records)
+    return Batch(start, stop, {"vocab": vocab, "counts": counts, "draws": draws}, records=records)
+
+
+def categorical_arrays_numpy(start: int, stop: int) -> Batch:
     words = stream_words(2, _cases(start, stop), 5)
     b = [words[:, 4 * j : 4 * j + 4] for j in range(5)]
     vocab = U64(1) + b[0][:, 0] % U64(VMAX)
@@ -363,6 +392,18 @@ def categorical_record(_inp: dict, answer: dict) -> list[int]:
 
 
 def allocation_arrays(start: int, stop: int) -> Batch:
+    """The cases' fields, with the engine's records where the native stream is built (its
+    ``allocation_cases``, the same fields bit for bit: tests/generators/test_accumulated_native.py),
+    else by NumPy (:func:`allocation_arrays_numpy`, the definition)."""
+    if NATIVE_STREAM is None:
+        return allocation_arrays_numpy(start, stop)
+    n = stop - start
+    vocab, weights, records = np.empty(n, dtype=U64), np.empty((n, VMAX), dtype=U64), np.empty((n, VMAX), dtype="<u4")
+    NATIVE_STREAM.allocation_cases(start, vocab, weights, records)
+    return Batch(start, stop, {"vocab": vocab, "weights": weights}, records=records)
+
+
+def allocation_arrays_numpy(start: int, stop: int) -> Batch:
     stream = stream_words(3, _cases(start, stop), 3)
     b0, words = stream[:, 0:4], stream[:, 4:12]
     vocab = U64(1) + b0[:, 0] % U64(VMAX)

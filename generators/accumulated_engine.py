@@ -19,6 +19,9 @@ differential test (tests/generators/test_accumulated.py) proves them equal to th
 spec's ``solve`` answers. It lives among the generators, because it makes expected
 hashes; candidates never import it.
 
+``rng_abi``, ``categorical_sampling`` and ``allocation_dense`` take their records from the native stream, which
+computes them in C with the inputs (``_accumulated_stream.c``, the same rules: ``Batch.records``),
+where it is built and the C engine is not switched off; else NumPy.
 ``verification_round`` runs in C where the optional module ``_verification_engine``
 (``_verification_engine.c``, built by ``pip install``) is built, the same integer rules over
 chunks of cases (issue #24: the NumPy stages stay near a tenth of a vectorized Philox), or, where
@@ -60,6 +63,14 @@ TWO32 = U64(1 << 32)
 
 
 def rng_records(batch: Batch) -> np.ndarray:
+    """The records: the native stream's, computed in C with the inputs (``batch.records``), unless
+    the C engine is switched off (``QCONFORM_ENGINE_NATIVE=0``); else by NumPy."""
+    if batch.records is not None and NATIVE is not None:
+        return batch.records
+    return rng_records_numpy(batch)
+
+
+def rng_records_numpy(batch: Batch) -> np.ndarray:
     f = batch.fields
     counter = (f["position"], f["round"], f["generation"], (f["domain"] << U64(24)) | f["draw_counter"])
     out = philox_lanes(*counter, f["seed"] & WORD_MASK, f["seed"] >> U64(32))
@@ -67,10 +78,26 @@ def rng_records(batch: Batch) -> np.ndarray:
 
 
 def categorical_records(batch: Batch) -> np.ndarray:
+    """The records: the native stream's, computed in C with the inputs (``batch.records``), unless
+    the C engine is switched off (``QCONFORM_ENGINE_NATIVE=0``); else by NumPy."""
+    if batch.records is not None and NATIVE is not None:
+        return batch.records
+    return categorical_records_numpy(batch)
+
+
+def categorical_records_numpy(batch: Batch) -> np.ndarray:
     return sample_rows(batch.fields["counts"][:, None, :], batch.fields["draws"]).astype(U64)
 
 
 def allocation_records(batch: Batch) -> np.ndarray:
+    """The records: the native stream's, computed in C with the inputs (``batch.records``), unless
+    the C engine is switched off (``QCONFORM_ENGINE_NATIVE=0``); else by NumPy."""
+    if batch.records is not None and NATIVE is not None:
+        return batch.records
+    return allocation_records_numpy(batch)
+
+
+def allocation_records_numpy(batch: Batch) -> np.ndarray:
     w = batch.fields["weights"]
     total = w.sum(axis=1, keepdims=True)
     scaled = w * U64(M)

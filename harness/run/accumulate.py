@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -296,7 +297,7 @@ class Candidate:
 
     def __init__(self, run_batch: RunBatch, run_block: RunBlock | None = None) -> None:
         # One request in flight at a time: a divergent case is asked again from the judging
-        # thread (:func:`run_piece`) while the main thread asks the next block, and neither an
+        # thread (:func:`run_pieces`) while the main thread asks the next block, and neither an
         # adapter's channel nor an in-process adapter is made to take two requests at once.
         one_at_a_time = threading.Lock()
 
@@ -352,52 +353,75 @@ class Candidate:
         return Answers(records, outcomes)
 
 
-def run_piece(
-    candidate: Candidate, family: AccumulatedFamily, lo: int, hi: int, batch: int, judge: Judge, keep: bool = True
-) -> Piece:
-    """The adapter's records of cases ``[lo, hi)``, the engine's (their digests, and with ``keep``
-    their bytes: :class:`RecordStream`), and the divergent cases. Per
-    batch, the only per-case work is the judging of divergent cases (at most
-    :data:`MAX_JUDGED`, none after the first failure); the rest are counted.
+#: the interpreter's switch interval while a run feeds the candidate (the default is 5 ms): the main
+#: thread sends the next block as soon as its answer is in, instead of waiting up to 5 ms for the
+#: judging thread to let go of the interpreter lock (docs/accumulated.md, "Feeding")
+SWITCH_S: float = 0.0002
 
-    While the adapter answers a batch, a second thread computes the engine's records of that
-    batch and then the next batch's inputs, and judges the batch before it (:func:`judge_batch`:
+
+def request_ranges(pieces: list[tuple[int, int]], batch: int) -> list[tuple[int, int, int]]:
+    """The requests of a run over ``pieces`` (case ranges, in order), as ``(piece, start, stop)``:
+    ``batch`` cases each, cut at the pieces' ends. The records, hashes and verdicts do not depend
+    on where the requests are cut (:func:`judge_batch`)."""
+    return [
+        (piece, start, min(start + batch, hi))
+        for piece, (lo, hi) in enumerate(pieces)
+        for start in range(lo, hi, batch)
+    ]
+
+
+def run_pieces(
+    candidate: Candidate, family: AccumulatedFamily, pieces: list[tuple[int, int, bool]], batch: int, judge: Judge
+) -> list[Piece]:
+    """The adapter's records of each piece ``(lo, hi, keep)`` (cases ``[lo, hi)``), the engine's
+    (their digests, and with ``keep`` their bytes: :class:`RecordStream`), and the divergent cases,
+    each piece judged as if it were alone. Per request (:func:`request_ranges`), the only per-case
+    work is the judging of divergent cases (at most :data:`MAX_JUDGED` a piece, none after a
+    piece's first failure); the rest are counted.
+
+    While the adapter answers a request, a second thread computes the engine's records of its
+    cases and then the next request's inputs, and judges the request before it (:func:`judge_batch`:
     the comparison with the engine, the divergent cases, the records' bytes), one task after the
-    other in the order they were asked. The inputs and records are pure functions of the case
-    range and the batches are judged in case order, so the records, hashes and verdicts are those
-    of one thread; on a machine with a core to spare the harness's own work hides behind the
-    candidate's (docs/accumulated.md, "Blocks", Feeding)."""
-    parts, engine_parts = RecordStream(keep), RecordStream(keep)
-    divergences: list[Divergence] = []
-    unjudged = [0]
-    starts = list(range(lo, hi, batch))
+    other in the order they were asked, from the run's first request to its last, across pieces.
+    The inputs and records are pure functions of the case range and the requests are judged in
+    case order, so the records, hashes and verdicts are those of one thread; on a machine with a
+    core to spare the harness's own work hides behind the candidate's (docs/accumulated.md,
+    "Blocks", Feeding)."""
+    streams = [(RecordStream(keep), RecordStream(keep)) for _lo, _hi, keep in pieces]
+    divergences: list[list[Divergence]] = [[] for _ in pieces]
+    unjudged = [0] * len(pieces)
+    requests = request_ranges([(lo, hi) for lo, hi, _keep in pieces], batch)
     ahead = ThreadPoolExecutor(1, thread_name_prefix="accumulate")
 
-    def judged(answers: Answers, expected: Future, start: int) -> None:
+    def judged(piece: int, answers: Answers, expected: Future, start: int) -> None:
         # ``expected`` was asked of this thread before this task: it is done
-        unjudged[0] = judge_batch(
-            answers, expected.result(), start, parts, engine_parts, divergences, unjudged[0], judge
+        parts, engine_parts = streams[piece]
+        unjudged[piece] = judge_batch(
+            answers, expected.result(), start, parts, engine_parts, divergences[piece], unjudged[piece], judge
         )
 
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_S)
     try:
-        upcoming = ahead.submit(family.arrays, lo, min(lo + batch, hi)) if starts else None
+        upcoming = ahead.submit(family.arrays, *requests[0][1:]) if requests else None
         judging: list[Future] = []
-        for start in starts:
-            stop = min(start + batch, hi)
+        for index, (piece, start, _stop) in enumerate(requests):
             assert upcoming is not None
             arrays = upcoming.result()
             expected = ahead.submit(ENGINES[family.name], arrays)
-            if stop < hi:
-                upcoming = ahead.submit(family.arrays, stop, min(stop + batch, hi))
+            if index + 1 < len(requests):
+                upcoming = ahead.submit(family.arrays, *requests[index + 1][1:])
             answers = candidate.answers(family, arrays)
-            judging.append(ahead.submit(judged, answers, expected, start))
+            judging.append(ahead.submit(judged, piece, answers, expected, start))
         for done in judging:
             done.result()  # in order; a judge that raised raises here
     finally:
         ahead.shutdown(cancel_futures=True)  # an interrupted run does not compute what is queued
-    return Piece(
-        parts.data(), engine_parts.data(), divergences, unjudged[0], parts.sha.digest(), engine_parts.sha.digest()
-    )
+        sys.setswitchinterval(switch)
+    return [
+        Piece(parts.data(), engine_parts.data(), found, count, parts.sha.digest(), engine_parts.sha.digest())
+        for (parts, engine_parts), found, count in zip(streams, divergences, unjudged)
+    ]
 
 
 def judge_batch(
@@ -410,7 +434,7 @@ def judge_batch(
     unjudged: int,
     judge: Judge,
 ) -> int:
-    """One batch of :func:`run_piece`: its records and the engine's appended to ``parts`` and
+    """One request of :func:`run_pieces`: its records and the engine's appended to ``parts`` and
     ``engine_parts``, its divergent cases judged into ``divergences``; the new unjudged count."""
     answered, expected = parts.add(answers.records), engine_parts.add(engine)
     differs = (answered != expected).any(axis=1)
@@ -457,11 +481,13 @@ def accumulate(
     began = time.perf_counter()
     shards = shard_ranges(count, shard_cases)
     candidate = Candidate(run_batch, run_block)
-    local: dict[tuple[int, int], ShardResult | Piece] = {}
-    for index, lo, hi in rank_pieces(shards, count, ranks):
-        whole = (lo, hi) == shards[index]  # a whole shard travels as its digests, a part as its records
-        piece = run_piece(candidate, family, lo, hi, batch, judge, keep=not whole)
-        local[index, lo] = whole_shard(piece) if whole else piece
+    mine = rank_pieces(shards, count, ranks)
+    # a whole shard travels as its digests, a part as its records
+    whole = [(lo, hi) == shards[index] for index, lo, hi in mine]
+    computed = run_pieces(candidate, family, [(lo, hi, not w) for (_i, lo, hi), w in zip(mine, whole)], batch, judge)
+    local: dict[tuple[int, int], ShardResult | Piece] = {
+        (index, lo): whole_shard(piece) if w else piece for (index, lo, _hi), w, piece in zip(mine, whole, computed)
+    }
     by_shard: dict[int, list] = {}
     for (index, _lo), part in sorted(ranks.merged(local).items(), key=lambda item: item[0]):
         by_shard.setdefault(index, []).append(part)

@@ -1,4 +1,4 @@
-"""The verification_round stream in C (generators/_accumulated_stream.c) against its NumPy path.
+"""The accumulated streams in C (generators/_accumulated_stream.c) against their NumPy path.
 
 ``verification_arrays`` makes a range's fields and block with the native module where it is
 built, else with NumPy (``verification_arrays_numpy`` and ``verification_block``, the
@@ -6,7 +6,10 @@ definition). Both must give the same arrays, bit for bit and dtype for dtype, at
 stream, past 2^32 (the counter's high word) and at the end of the u64 case range, in every mode
 (acceptance boundary, bonus boundary, coarse rows, wrapping anchors); and the same records from the
 engine. Each comparison is shown to catch a seeded bug of the native path (the bug stand-ins below).
-Without the module (not built, or ``QCONFORM_ACCUMULATED_NATIVE=0``) the native side is skipped.
+The light families use it too: rng_abi, categorical_sampling and allocation_dense take their
+fields and their engine records from it (``rng_cases``, ``categorical_cases``, ``allocation_cases``),
+held to the NumPy arrays and engine (pure NumPy, Philox included) the same way. Without the
+module (not built, or ``QCONFORM_ACCUMULATED_NATIVE=0``) the native side is skipped.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qconform.generators import accumulated
+from qconform.generators import accumulated, accumulated_engine
 from qconform.generators.accumulated import (
     FAMILIES,
     NATIVE_STREAM,
@@ -26,7 +29,13 @@ from qconform.generators.accumulated import (
     verification_arrays_numpy,
     verification_block,
 )
-from qconform.generators.accumulated_engine import verification_records
+from qconform.generators.accumulated_engine import (
+    ENGINES,
+    allocation_records_numpy,
+    categorical_records_numpy,
+    rng_records_numpy,
+    verification_records,
+)
 
 pytestmark = pytest.mark.rules("R08", "R11", "R22", "R23")
 
@@ -159,3 +168,101 @@ def test_a_live_batch_is_never_written_over_and_an_idle_one_is_reused():
         assert same_arrays(again.fields, verification_arrays_numpy(50000, 54096).fields) == []
     finally:
         accumulated.STREAM_MEMORY = original
+
+
+#: the light families made whole by the native stream: its function, the NumPy arrays and engine
+LIGHT_CASES = {
+    "rng_abi": ("rng_cases", accumulated.rng_arrays_numpy, rng_records_numpy),
+    "categorical_sampling": ("categorical_cases", accumulated.categorical_arrays_numpy, categorical_records_numpy),
+    "allocation_dense": ("allocation_cases", accumulated.allocation_arrays_numpy, allocation_records_numpy),
+}
+
+
+def light_differences(native, family: str) -> list[str]:
+    """Where the native stream's fields or engine records of ``family`` differ from NumPy's."""
+    function, numpy_arrays, numpy_records = LIGHT_CASES[family]
+    found = []
+    for start, stop in RANGES:
+        monkey = pytest.MonkeyPatch()
+        monkey.setattr(accumulated, "NATIVE_STREAM", native)
+        try:
+            got = FAMILIES[family].arrays(start, stop)
+        finally:
+            monkey.undo()
+        want = numpy_arrays(start, stop)
+        assert got.records is not None and want.records is None
+        found += [f"{name} at {start}" for name in same_arrays(got.fields, want.fields)]
+        if not np.array_equal(got.records, numpy_records(want)):
+            found.append(f"records at {start}")
+    return found
+
+
+@needs_native
+@pytest.mark.parametrize("family", sorted(LIGHT_CASES))
+def test_the_native_light_cases_are_the_numpy_cases(family):
+    """The light families' fields and engine records from the native
+    stream equal the NumPy path's, bit for bit and dtype for dtype (the records as u32 words, the
+    canonical form every record is hashed in), and the engine hands back the native records
+    unless the C engine is switched off."""
+    assert light_differences(NATIVE, family) == []
+    batch = FAMILIES[family].arrays(0, 10)
+    assert (ENGINES[family](batch) is batch.records) == (accumulated_engine.NATIVE is not None)
+
+
+def last_record_word_off(function: str):
+    """A stand-in for the native module whose last case's last record word is one off."""
+
+    def cases(first, *arrays):
+        getattr(NATIVE, function)(first, *arrays)
+        arrays[-1][-1, -1] ^= 1
+
+    return cases
+
+
+def weight_of_a_short_row_past_vocab(first, vocab, weights, records):
+    """A stand-in that leaves a weight beyond V of a short row (not zeroed)."""
+    NATIVE.allocation_cases(first, vocab, weights, records)
+    k = int(np.flatnonzero(vocab < accumulated.VMAX)[0])
+    weights[k, -1] = 1
+
+
+def count_moved_to_the_next_token(first, vocab, counts, draws, records):
+    """A stand-in that moves one count of each case's first token to its second (the row still
+    sums to M: only the comparison of the fields sees it)."""
+    NATIVE.categorical_cases(first, vocab, counts, draws, records)
+    moved = counts[:, 0] > 0
+    counts[moved, 0] -= np.uint64(1)
+    counts[moved, 1] += np.uint64(1)
+
+
+def domain_off_by_one(first, seed, generation, rnd, position, domain, draw_counter, records):
+    """A stand-in whose domain codes are 0..2 instead of 1..3 (the records left as they are)."""
+    NATIVE.rng_cases(first, seed, generation, rnd, position, domain, draw_counter, records)
+    domain -= np.uint64(1)
+
+
+@needs_native
+@pytest.mark.parametrize(
+    "family, bug",
+    [
+        ("categorical_sampling", last_record_word_off("categorical_cases")),
+        ("categorical_sampling", count_moved_to_the_next_token),
+        ("allocation_dense", last_record_word_off("allocation_cases")),
+        ("allocation_dense", weight_of_a_short_row_past_vocab),
+        ("rng_abi", last_record_word_off("rng_cases")),
+        ("rng_abi", domain_off_by_one),
+    ],
+)
+def test_the_light_cases_comparison_catches_a_seeded_bug(family, bug):
+    function = LIGHT_CASES[family][0]
+    assert light_differences(SimpleNamespace(**{function: bug}), family)
+
+
+@pytest.mark.parametrize("family", sorted(LIGHT_CASES))
+def test_the_light_families_take_the_numpy_path_without_the_module(monkeypatch, family):
+    """With no native module the fields are NumPy's and the engine computes its records itself."""
+    monkeypatch.setattr(accumulated, "NATIVE_STREAM", None)
+    batch = FAMILIES[family].arrays(5, 50)
+    assert batch.records is None
+    assert same_arrays(batch.fields, LIGHT_CASES[family][1](5, 50).fields) == []
+    assert np.array_equal(ENGINES[family](batch), LIGHT_CASES[family][2](batch))
