@@ -116,7 +116,7 @@ def accumulate_command(
     start_timeout: float | None = None,
 ) -> None:
     """Run N accumulated cases through an adapter and compare the hash of its answers."""
-    from qconform.cli.arguments import open_checked, refuse_beyond_a_day
+    from qconform.cli.arguments import OpeningAdapter, refuse_beyond_a_day
     from qconform.cli.fuzz import check_found_files, record_finding
     from qconform.cli.ranks import command_ranks, run_as_rank
     from qconform.generators.corpus import default_vectors_dir
@@ -145,14 +145,16 @@ def accumulate_command(
         guard = SignalGuard()  # SIGINT and SIGTERM end the run; how far it got is still reported
         answered = [0]
         try:
-            with open_checked(adapter, device, timeout, start_timeout) as client:
-                if family not in client.config.capabilities.families:
-                    raise UsageLineError(f"the adapter does not declare family {family}")
+            with OpeningAdapter(adapter, device, timeout, start_timeout) as opening:
                 if record:
                     check_found_files((family,))
-                # the family's spec (its solve) and comparator are loaded with the adapter, as start-up, not
-                # when the first divergent case is judged inside the timed run (docs/accumulated.md, "Feeding")
+                # while the adapter starts: the family's spec (its solve) and comparator, loaded as start-up,
+                # not when the first divergent case is judged inside the timed run (docs/accumulated.md,
+                # "Feeding")
                 family_module(family)
+                client = opening.client()
+                if family not in client.config.capabilities.families:
+                    raise UsageLineError(f"the adapter does not declare family {family}")
 
                 with rounds_progress(count // ranks.world, "accumulating", "cases") as advance:
 
