@@ -45,7 +45,8 @@ def test_forked_ranks_give_the_single_process_hash(world):
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, out + err
     assert f"{world} rank(s)" in out
-    assert re.search(r"^hash\s+([0-9a-f]{64})", out, re.M).group(1) == engine_hash("verification_round", 900, 100)
+    digest = re.search(r"^hash\s+([0-9a-f]{64})", out, re.M)
+    assert digest is not None and digest.group(1) == engine_hash("verification_round", 900, 100)
     assert out.count("PASS") == 1 and err == ""  # rank 0 alone prints
 
 
