@@ -1,26 +1,42 @@
-"""Ranks of `qconform accumulate`: 2 torchrun ranks measured, W ranks simulated one share at a time.
+"""Ranks of `qconform accumulate`: 1 rank against 2 ranks, forked and torchrun's, measured side by side.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/bench_accumulate_ranks.py                         # 10^6, torch
+    OMP_NUM_THREADS=1 .venv/bin/python bench/bench_accumulate_ranks.py --repeat 5          # 10^6, torch
+    OMP_NUM_THREADS=1 .venv/bin/python bench/bench_accumulate_ranks.py --repeat 5 --phases # where start-up goes
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_accumulate_ranks.py --family rng_abi --simulate 4
 
 Issue #24's goals: 2 ranks on 2 cores at least 1.6x one rank at N = 10^6, 4 ranks on 4 cores at
 least 3x, and the same hash at every world size. A rank takes a contiguous 1/W of the cases
 (docs/accumulated.md, "Under torchrun"), so the shares are equal at any N.
 
-* **measured**: ``qconform accumulate --adapter torch --count N`` on one rank, then under
-  ``torchrun --standalone --nproc-per-node 2`` (each rank with its own torch child), wall clock of
-  the whole command (start-up included: torchrun's and each rank's adapter) and the command's own
-  seconds (first block to verdict), and the hash each printed. On a 2-core machine shared with
-  other work, two ranks and their two torch children compete with that work for the cores: the
-  speedup then measures the queue as much as the code.
-* **simulated** (``--simulate W``): what W ranks on W idle cores would take, on one core. In this
-  process, the W ranks of one run are run one after the other, each on its own share through the
-  same torch child, and their gather (the ``all_gather_object`` of docs/distributed.md) is a
-  rendezvous that starts the next rank when one arrives: rank r's time is from its start to its
-  arrival. The W-rank run is then the slowest share (ranks run at once on W cores) plus the
-  gather and the verdict, after the last arrival; against the one-rank run of the same cases in
-  the same process. Not simulated: start-up (torchrun, W adapters), and W children competing
-  for memory bandwidth. Every rank's hash must equal the one-rank hash.
+* **measured**: ``qconform accumulate --adapter torch --count N`` as each of the ``--mode`` rows,
+  the rows of one repeat run one after the other, repeats interleaved: ``1`` (one rank),
+  ``forked`` (``--ranks 2``: the command forks its second rank, no torch in the harness,
+  docs/distributed.md "Without torchrun"), ``torchrun`` (``torchrun --standalone
+  --nproc-per-node 2``, each rank with its own torch child and a gloo process group), and
+  ``proxy4`` (``--ranks 2 --count N/2``, the simulation below). For each: the wall clock of the
+  whole command, the command's own seconds (first block to verdict, as it prints them), start-up
+  and end (the difference), the hash, and the load average after the run. On a 2-core machine
+  shared with other work, two ranks and their two torch children compete with that work for the
+  cores: the speedup then measures the queue as much as the code.
+* ``--phases``: each command runs through bench/accumulate_timeline.py, which marks when each
+  rank's interpreter is up (torchrun's own launch before it), its imports are done, its ranks are
+  ready (torchrun: torch imported and the process group up), its adapter answered ``get_config``,
+  its first block was answered, the gather, the adapter closed; the latest rank's time at each
+  mark is printed, medians over the repeats.
+* **4 ranks on 4 cores, simulated** (mode ``proxy4``): a 4-rank run at N gives each rank N/4
+  cases and one core for it and its torch child. ``--ranks 2 --count N/2`` on 2 cores is that
+  run's rank twice over: the same share per rank, one core per rank and child, the same start-up
+  per rank (each rank's adapter imports torch on its own core). Its wall clock, against the one-rank
+  run at N, is the predicted 4-core speedup. Not in it: the 4-way gather (a few digests and at
+  most 3 cut shards of records) and 4 ranks sharing the memory bandwidth and caches of one host.
+* **simulated one share at a time** (``--simulate W``): what W ranks on W idle cores would take, on
+  one core. In this process, the W ranks of one run are run one after the other, each on its own
+  share through the same torch child, and their gather (the ``all_gather_object`` of
+  docs/distributed.md) is a rendezvous that starts the next rank when one arrives: rank r's time
+  is from its start to its arrival. The W-rank run is then the slowest share (ranks run at once on
+  W cores) plus the gather and the verdict, after the last arrival; against the one-rank run of the
+  same cases in the same process. Not simulated: start-up (torchrun, W adapters), and W children
+  competing for memory bandwidth. Every rank's hash must equal the one-rank hash.
 """
 
 from __future__ import annotations
@@ -32,8 +48,10 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from qconform.generators.accumulated import FAMILIES
@@ -44,24 +62,93 @@ SECONDS = re.compile(r": \d+ cases in ([0-9.]+) s")
 HASH = re.compile(r"^hash\s+([0-9a-f]{64})", re.MULTILINE)
 
 
-def command(family: str, count: int, batch: int, ranks: int) -> tuple[float, float, str]:
-    """(wall seconds of the whole command, its own seconds, its hash)."""
-    accumulate = ["qconform", "accumulate", "--adapter", "torch", "--family", family]
-    accumulate += ["--count", str(count), "--batch", str(batch)]
+#: the measured rows: (label, ranks, count divisor)
+MODES = {
+    "1": ("1 rank", 1, 1),
+    "forked": ("2 ranks, --ranks 2 (forked)", 2, 1),
+    "torchrun": ("2 ranks, torchrun", 2, 1),
+    "proxy4": ("4 ranks on 4 cores, SIMULATED: --ranks 2 at N/2", 2, 2),
+}
+TIMELINE = ROOT / "bench" / "accumulate_timeline.py"
+#: the timeline's marks, in order (bench/accumulate_timeline.py)
+MARKS = ("up", "ranks", "ranks ready", "adapter ready", "begin", "block 1", "gathered", "closed", "done")
+
+
+@dataclass
+class Run:
+    wall: float
+    own: float
+    digest: str
+    load: float
+    marks: dict[str, float]  # the latest rank's seconds at each mark (--phases)
+
+
+def command(mode: str, family: str, count: int, batch: int, phases: bool) -> Run:
+    """One run of the command as ``mode`` (:data:`MODES`): wall seconds, its own, its hash."""
+    _, ranks, divisor = MODES[mode]
     bin_dir = Path(sys.executable).parent
-    if ranks == 1:
-        line = [str(bin_dir / "qconform"), *accumulate[1:]]
-    else:
+    accumulate = ["accumulate", "--adapter", "torch", "--family", family]
+    accumulate += ["--count", str(count // divisor), "--batch", str(batch)]
+    qconform = [sys.executable, str(TIMELINE)] if phases else [str(bin_dir / "qconform")]
+    if mode == "torchrun":
         torchrun = shutil.which("torchrun", path=str(bin_dir)) or "torchrun"
-        line = [torchrun, "--standalone", f"--nproc-per-node={ranks}", "--no-python", str(bin_dir / "qconform")]
-        line += accumulate[1:]
-    began = time.perf_counter()
-    done = subprocess.run(line, cwd=ROOT, capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - began
+        line = [torchrun, "--standalone", f"--nproc-per-node={ranks}", "--no-python", *qconform, *accumulate]
+    else:
+        line = [*qconform, *accumulate, *(["--ranks", str(ranks)] if ranks > 1 else [])]
+    with tempfile.TemporaryDirectory() as scratch:
+        timeline = Path(scratch) / "marks"
+        env = {**os.environ, "BENCH_TIMELINE": str(timeline)}
+        began = time.time()
+        env["BENCH_T0"] = repr(began)
+        done = subprocess.run(line, cwd=ROOT, capture_output=True, text=True, check=False, env=env)
+        wall = time.time() - began
+        marks: dict[str, float] = {}
+        if timeline.exists():
+            for entry in timeline.read_text().splitlines():
+                _rank, seconds, what = entry.split(" ", 2)
+                marks[what] = max(marks.get(what, 0.0), float(seconds))
     own, digest = SECONDS.search(done.stdout), HASH.search(done.stdout)
-    if own is None or digest is None:
+    if own is None or digest is None or done.returncode != 0:
         raise SystemExit(f"{' '.join(line)} failed (exit {done.returncode}):\n{done.stdout}\n{done.stderr}")
-    return wall, float(own.group(1)), digest.group(1)
+    marks["end"] = wall
+    return Run(wall, float(own.group(1)), digest.group(1), os.getloadavg()[0], marks)
+
+
+def spread(values: list[float], digits: int = 1) -> str:
+    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
+
+def report(runs: dict[str, list[Run]], phases: bool) -> None:
+    for mode, results in runs.items():
+        walls, owns = [r.wall for r in results], [r.own for r in results]
+        print(
+            f"{MODES[mode][0]}: wall {spread(walls)} s, own {spread(owns)} s, start-up and end "
+            f"{spread([r.wall - r.own for r in results])} s; load {spread([r.load for r in results])}; "
+            f"hash {results[0].digest}"
+        )
+        if phases:
+            steps = []
+            for name in (*MARKS, "end"):
+                at = [r.marks[name] for r in results if name in r.marks]
+                if at:
+                    steps.append(f"{name} {statistics.median(at):.2f}")
+            print("    timeline, the latest rank, median s since the command began: " + ", ".join(steps))
+    one = runs.get("1")
+    if one is None:
+        return
+    for mode, results in runs.items():
+        if mode == "1":
+            continue
+        ratios = [a.wall / b.wall for a, b in zip(one, results)]
+        own_ratios = [a.own / b.own for a, b in zip(one, results)]
+        goal = GOALS[4] if mode == "proxy4" else GOALS[2]
+        wall = statistics.median(r.wall for r in one) / statistics.median(r.wall for r in results)
+        print(
+            f"{MODES[mode][0]} against 1 rank: wall {wall:.2f}x (run by run {spread(ratios, 2)}), own seconds "
+            f"{spread(own_ratios, 2)}x; goal {goal}x: {'met' if wall >= goal else 'NOT met'}"
+        )
+    hashes = {r.digest for mode, results in runs.items() if MODES[mode][2] == 1 for r in results}
+    print(f"hashes identical at N across the rows: {len(hashes) == 1}")
 
 
 def simulated(family: str, count: int, batch: int, world: int) -> tuple[float, list[float], float, set[str]]:
@@ -135,7 +222,11 @@ def main() -> int:
     parser.add_argument("--family", default="verification_round", choices=sorted(FAMILIES))
     parser.add_argument("--count", type=int, default=1_000_000)
     parser.add_argument("--batch", type=int, default=16384)
-    parser.add_argument("--repeat", type=int, default=1, help="measured runs of each world size (median)")
+    parser.add_argument("--repeat", type=int, default=1, help="measured runs of each row (median)")
+    parser.add_argument(
+        "--mode", action="append", choices=sorted(MODES), help="measured rows (default: all); 1 always runs"
+    )
+    parser.add_argument("--phases", action="store_true", help="time each phase (bench/accumulate_timeline.py)")
     parser.add_argument("--simulate", type=int, action="append", default=[], help="world sizes to simulate")
     parser.add_argument("--skip-measured", action="store_true")
     args = parser.parse_args()
@@ -145,23 +236,13 @@ def main() -> int:
 
     print(f"{args.family}, N = {args.count:,}, torch candidate; {os.cpu_count()} CPUs; load {load()}")
     if not args.skip_measured:
-        runs: dict[int, list[tuple[float, float, str]]] = {1: [], 2: []}
+        modes = ["1", *[m for m in MODES if m != "1" and (not args.mode or m in args.mode)]]
+        runs: dict[str, list[Run]] = {mode: [] for mode in modes}
         for _ in range(args.repeat):
-            for world in runs:
-                runs[world].append(command(args.family, args.count, args.batch, world))
-        for world, results in runs.items():
-            walls, owns = [r[0] for r in results], [r[1] for r in results]
-            print(
-                f"measured, {world} rank(s): wall {statistics.median(walls):.1f} s ({min(walls):.1f}-{max(walls):.1f}), "
-                f"the command's own {statistics.median(owns):.1f} s; hash {results[0][2]}"
-            )
-        speed = statistics.median(r[0] for r in runs[1]) / statistics.median(r[0] for r in runs[2])
-        own = statistics.median(r[1] for r in runs[1]) / statistics.median(r[1] for r in runs[2])
-        same = len({r[2] for results in runs.values() for r in results}) == 1
-        print(
-            f"measured speedup, 2 ranks: {speed:.2f}x wall ({own:.2f}x the command's own seconds; goal "
-            f"{GOALS[2]}x: {'met' if speed >= GOALS[2] else 'NOT met'}); hashes identical: {same}; load {load()}"
-        )
+            for mode in modes:
+                runs[mode].append(command(mode, args.family, args.count, args.batch, args.phases))
+        report(runs, args.phases)
+        print(f"load {load()}")
     for world in args.simulate:
         one, shares, after, hashes = simulated(args.family, args.count, args.batch, world)
         wall = max(shares) + after

@@ -8,7 +8,9 @@ with ``all_gather_object``. So the result is the same for any world size.
 
 Launched by ``torchrun`` (``WORLD_SIZE`` and ``RANK`` in the environment), the process
 group is initialised from torchrun's own rendezvous (``env://``): gloo for a CPU
-device, NCCL for CUDA. Without torchrun the run is one rank and torch is not imported.
+device, NCCL for CUDA. Without torchrun the run is one rank and torch is not imported,
+unless ``qconform accumulate --ranks N`` forks its own ranks
+(:mod:`qconform.harness.run.forked_ranks`), which gather without torch.
 """
 
 from __future__ import annotations
@@ -29,6 +31,11 @@ class Ranks:
     rank: int
     world: int
     gather: Callable[[Any], list[Any]]
+    #: how rank 0 of ranks it forked itself ends them (:func:`finish`); None under torchrun or alone
+    end: Callable[[bool], None] | None = None
+    #: this process is a rank that rank 0 forked: it ends with the command (``os._exit``), never
+    #: returning into what called the command
+    forked: bool = False
 
     def mine(self, units: Sequence[T]) -> list[T]:
         """The units this rank computes: every ``world``-th, starting at ``rank``."""
@@ -90,10 +97,13 @@ def torchrun_ranks(device: str) -> Ranks:
     return Ranks(rank=dist.get_rank(), world=world, gather=gather)
 
 
-def finish(ranks: Ranks) -> None:
+def finish(ranks: Ranks, completed: bool = True) -> None:
     """Wait for every rank (a no-op for a single rank). The process group stays up for a next
-    command in the same process and is destroyed at exit."""
-    if ranks.world > 1:
+    command in the same process and is destroyed at exit. Ranks forked by this process are
+    waited for when the run ``completed``, else ended at once (:mod:`~qconform.harness.run.forked_ranks`)."""
+    if ranks.end is not None:
+        ranks.end(completed)
+    elif ranks.world > 1 and not ranks.forked:
         import torch.distributed as dist
 
         if dist.is_initialized():

@@ -20,6 +20,7 @@ import click
 
 from qconform.cli.arguments import start_timeout_option
 from qconform.cli.errors import UsageLineError
+from qconform.cli.ranks import RANKS_HELP
 from qconform.generators.accumulated import FAMILIES, SHARD_CASES
 
 #: the fastest cases a second a run could be fed and answered at: the harness's block path feeds
@@ -93,6 +94,9 @@ def command_line(adapter: str, family: str, count: int) -> str:
     help="On a divergence, append its input to generators/found/<family>.json (once per id); "
     "then run `qconform generate`.",
 )
+@click.option(
+    "--ranks", "rank_count", type=click.IntRange(min=1), default=1, show_default=True, metavar="N", help=RANKS_HELP
+)
 @start_timeout_option
 @click.pass_context
 def accumulate_command(
@@ -108,11 +112,13 @@ def accumulate_command(
     vectors: Path | None,
     vector_out: str | None,
     record: bool,
+    rank_count: int = 1,
     start_timeout: float | None = None,
 ) -> None:
     """Run N accumulated cases through an adapter and compare the hash of its answers."""
-    from qconform.cli.arguments import open_checked, refuse_beyond_a_day
+    from qconform.cli.arguments import OpeningAdapter, refuse_beyond_a_day
     from qconform.cli.fuzz import check_found_files, record_finding
+    from qconform.cli.ranks import command_ranks, run_as_rank
     from qconform.generators.corpus import default_vectors_dir
     from qconform.harness.judging.judge import family_module, judge
     from qconform.harness.run.accumulate import (
@@ -121,7 +127,7 @@ def accumulate_command(
         case_vector,
         load_expected,
     )
-    from qconform.harness.run.distributed import finish, torchrun_ranks
+    from qconform.harness.run.distributed import finish
 
     refuse_beyond_a_day(count, FASTEST_CASES, "--count", "ten cores of block feeding and a GPU", "lower --count")
     try:
@@ -131,129 +137,137 @@ def accumulate_command(
     from qconform.cli.console import rounds_progress
     from qconform.harness.run.gate import SignalGuard
 
-    line = command_line(adapter, family, count)
-    ranks = torchrun_ranks(device)
-    guard = SignalGuard()  # SIGINT and SIGTERM end the run; how far it got is still reported
-    answered = [0]
-    try:
-        with open_checked(adapter, device, timeout, start_timeout) as client:
-            if family not in client.config.capabilities.families:
-                raise UsageLineError(f"the adapter does not declare family {family}")
-            if record:
-                check_found_files((family,))
-            # the family's spec (its solve) and comparator are loaded with the adapter, as start-up, not
-            # when the first divergent case is judged inside the timed run (docs/accumulated.md, "Feeding")
-            family_module(family)
+    ranks = command_ranks(device, rank_count)  # forked here for --ranks N: options checked once, above
 
-            with rounds_progress(count // ranks.world, "accumulating", "cases") as advance:
-
-                def run_batch(name: str, inputs: list[dict]) -> list:
-                    outcomes = client.run_batch(name, inputs, schema_check=False)
-                    answered[0] += len(inputs)
-                    advance(len(inputs))
-                    return outcomes
-
-                def judge_case(case: int, case_input: dict, outcome: object) -> tuple[str, str]:
-                    verdict = judge(case_vector(family, case, line, case_input), outcome, client.config)
-                    return str(verdict.cls), verdict.line()
-
-                def run_block(name: str, block: dict) -> object:
-                    answer = client.run_block(name, block)
-                    if hasattr(answer, "shape"):  # records: the block was answered (else it is asked case by case)
-                        answered[0] += len(answer)
-                        advance(len(answer))
-                    return answer
-
-                guard.install()
-                try:
-                    result = accumulate(
-                        run_batch,
-                        family,
-                        count,
-                        expected,
-                        batch,
-                        ranks,
-                        judge_case,
-                        shard_cases,
-                        None if by_case else run_block,
-                    )
-                except KeyboardInterrupt:
-                    client.abort()  # the batch in flight is abandoned with its child
-                    result = None
-                finally:
-                    guard.restore()
-    finally:
-        finish(ranks)
-    if result is None:  # interrupted: the hash covers all N cases, so nothing can be compared
-        click.echo(
-            f"INTERRUPTED by {guard.name or 'SIGINT'}: {family}: {answered[0]} of {count} cases answered "
-            f"on this rank; the hash covers all {count}, so nothing was compared. Rerun: {line}"
-        )
-        ctx.exit(128 + (guard.signum or 2))
-    if ranks.rank != 0:
-        ctx.exit(0 if result.verdict != "fail" else 1)
-    rate = count / result.seconds if result.seconds > 0 else float("inf")
-    click.echo(
-        f"{family}: {count} cases in {result.seconds:.1f} s ({rate:,.0f} cases/s, {result.world} rank(s), "
-        f"{result.shards} shard(s))"
-    )
-    click.echo(f"hash     {result.hash}")
-    click.echo(f"expected {result.expected} ({result.expected_source})")
-    if result.verdict == "pass":
-        click.echo("PASS: the adapter's answers hash to the expected value")
-        ctx.exit(0)
-    if not result.divergences and not result.unjudged:
-        click.echo(
-            f"FAIL: the engine's hash {result.engine_hash} differs from the committed one, and the adapter "
-            "agrees with the engine: regenerate vectors/accumulated.json (docs/accumulated.md)"
-        )
-        ctx.exit(1)
-    excused = result.excused
-    if excused:
-        click.echo(
-            f"{len(excused)} divergent case(s) excused as precision by the adapter's declared margins, "
-            f"first: {excused[0].line}"
-        )
-    if result.verdict == "precision":
-        click.echo(
-            "PRECISION: the hash differs only at cases the adapter's declared margins excuse "
-            '(docs/accumulated.md, "Verdicts")'
-        )
-        ctx.exit(0)
-    failures = result.failures
-    if not failures:
-        click.echo(f"FAIL: {result.unjudged} divergent case(s) beyond the {len(result.divergences)} judged")
-        ctx.exit(1)
-    first = failures[0]
-    from qconform.harness.fuzz.driver import VECTOR_KEYS, vector_problems
-
-    case = case_vector(family, first.case, line)
-    vector = {key: case[key] for key in VECTOR_KEYS}
-    vector["comment"] += f" Verdict: {first.line}"
-    reason = f" ({first.reason})" if first.reason else ""
-    click.echo(
-        f"FAIL: {len(failures)} failing case(s){' and more unjudged' if result.unjudged else ''}; "
-        f"first divergent case: {first.case}{reason}"
-    )
-    click.echo(f"verdict: {first.line}")
-    for problem in vector_problems(vector):
-        click.echo(f"warning: the vector does not validate: {problem}")
-    text = json.dumps(vector, indent=2)
-    click.echo(f"divergent case, a test object of vectors/{family}.json:")
-    click.echo(text)
-    if vector_out is not None:
-        from qconform.cli.errors import os_error
-        from qconform.generators import atomic_file
-
+    def run() -> None:
+        line = command_line(adapter, family, count)
+        completed = False
+        guard = SignalGuard()  # SIGINT and SIGTERM end the run; how far it got is still reported
+        answered = [0]
         try:
-            atomic_file.write_text(vector_out, text + "\n")
-        except atomic_file.WriteError as exc:
-            raise os_error(exc) from None
-    if record:
-        record_finding(vector)
-    else:
+            with OpeningAdapter(adapter, device, timeout, start_timeout) as opening:
+                if record:
+                    check_found_files((family,))
+                # while the adapter starts: the family's spec (its solve) and comparator, loaded as start-up,
+                # not when the first divergent case is judged inside the timed run (docs/accumulated.md,
+                # "Feeding")
+                family_module(family)
+                client = opening.client()
+                if family not in client.config.capabilities.families:
+                    raise UsageLineError(f"the adapter does not declare family {family}")
+
+                with rounds_progress(count // ranks.world, "accumulating", "cases") as advance:
+
+                    def run_batch(name: str, inputs: list[dict]) -> list:
+                        outcomes = client.run_batch(name, inputs, schema_check=False)
+                        answered[0] += len(inputs)
+                        advance(len(inputs))
+                        return outcomes
+
+                    def judge_case(case: int, case_input: dict, outcome: object) -> tuple[str, str]:
+                        verdict = judge(case_vector(family, case, line, case_input), outcome, client.config)
+                        return str(verdict.cls), verdict.line()
+
+                    def run_block(name: str, block: dict) -> object:
+                        answer = client.run_block(name, block)
+                        if hasattr(answer, "shape"):  # records: the block was answered (else it is asked case by case)
+                            answered[0] += len(answer)
+                            advance(len(answer))
+                        return answer
+
+                    guard.install()
+                    try:
+                        result = accumulate(
+                            run_batch,
+                            family,
+                            count,
+                            expected,
+                            batch,
+                            ranks,
+                            judge_case,
+                            shard_cases,
+                            None if by_case else run_block,
+                        )
+                    except KeyboardInterrupt:
+                        client.abort()  # the batch in flight is abandoned with its child
+                        result = None
+                    finally:
+                        guard.restore()
+            completed = result is not None
+        finally:
+            finish(ranks, completed)
+        if result is None:  # interrupted: the hash covers all N cases, so nothing can be compared
+            click.echo(
+                f"INTERRUPTED by {guard.name or 'SIGINT'}: {family}: {answered[0]} of {count} cases answered "
+                f"on this rank; the hash covers all {count}, so nothing was compared. Rerun: {line}"
+            )
+            ctx.exit(128 + (guard.signum or 2))
+        if ranks.rank != 0:
+            ctx.exit(0 if result.verdict != "fail" else 1)
+        rate = count / result.seconds if result.seconds > 0 else float("inf")
         click.echo(
-            f"to commit it: {line} --record  (files its input under generators/found/{family}.json, "
-            "as `qconform fuzz --record`), then `qconform generate`"
+            f"{family}: {count} cases in {result.seconds:.1f} s ({rate:,.0f} cases/s, {result.world} rank(s), "
+            f"{result.shards} shard(s))"
         )
-    ctx.exit(1)
+        click.echo(f"hash     {result.hash}")
+        click.echo(f"expected {result.expected} ({result.expected_source})")
+        if result.verdict == "pass":
+            click.echo("PASS: the adapter's answers hash to the expected value")
+            ctx.exit(0)
+        if not result.divergences and not result.unjudged:
+            click.echo(
+                f"FAIL: the engine's hash {result.engine_hash} differs from the committed one, and the adapter "
+                "agrees with the engine: regenerate vectors/accumulated.json (docs/accumulated.md)"
+            )
+            ctx.exit(1)
+        excused = result.excused
+        if excused:
+            click.echo(
+                f"{len(excused)} divergent case(s) excused as precision by the adapter's declared margins, "
+                f"first: {excused[0].line}"
+            )
+        if result.verdict == "precision":
+            click.echo(
+                "PRECISION: the hash differs only at cases the adapter's declared margins excuse "
+                '(docs/accumulated.md, "Verdicts")'
+            )
+            ctx.exit(0)
+        failures = result.failures
+        if not failures:
+            click.echo(f"FAIL: {result.unjudged} divergent case(s) beyond the {len(result.divergences)} judged")
+            ctx.exit(1)
+        first = failures[0]
+        from qconform.harness.fuzz.driver import VECTOR_KEYS, vector_problems
+
+        case = case_vector(family, first.case, line)
+        vector = {key: case[key] for key in VECTOR_KEYS}
+        vector["comment"] += f" Verdict: {first.line}"
+        reason = f" ({first.reason})" if first.reason else ""
+        click.echo(
+            f"FAIL: {len(failures)} failing case(s){' and more unjudged' if result.unjudged else ''}; "
+            f"first divergent case: {first.case}{reason}"
+        )
+        click.echo(f"verdict: {first.line}")
+        for problem in vector_problems(vector):
+            click.echo(f"warning: the vector does not validate: {problem}")
+        text = json.dumps(vector, indent=2)
+        click.echo(f"divergent case, a test object of vectors/{family}.json:")
+        click.echo(text)
+        if vector_out is not None:
+            from qconform.cli.errors import os_error
+            from qconform.generators import atomic_file
+
+            try:
+                atomic_file.write_text(vector_out, text + "\n")
+            except atomic_file.WriteError as exc:
+                raise os_error(exc) from None
+        if record:
+            record_finding(vector)
+        else:
+            click.echo(
+                f"to commit it: {line} --record  (files its input under generators/found/{family}.json, "
+                "as `qconform fuzz --record`), then `qconform generate`"
+            )
+        ctx.exit(1)
+
+    run_as_rank(ranks, run)

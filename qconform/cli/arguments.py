@@ -9,6 +9,7 @@ import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -203,3 +204,56 @@ def open_checked(adapter: str, device: str, timeout: float, start_timeout: float
         return open_adapter(adapter, device=device, timeout_s=timeout, start_timeout_s=start_timeout)
     except AdapterStartError as exc:
         raise StartLineError(str(exc)) from None
+
+
+class OpeningAdapter:
+    """:func:`open_checked` on a thread of its own, so that the adapter's child starts (loads its
+    engine: torch's import is most of a torch rank's start-up) while the command prepares the rest
+    (``qconform accumulate``: the family's spec and comparator). :meth:`client` waits for it and
+    raises what :func:`open_checked` raised; :meth:`close` closes it, at once if it has started,
+    else as soon as it does (a daemon thread: a command that exits meanwhile leaves the child to
+    its keeper, which ends it with the command, harness/transport/subreaper.py)."""
+
+    def __init__(self, adapter: str, device: str, timeout: float, start_timeout: float | None = None) -> None:
+        import threading
+
+        check_adapter(adapter)  # an unknown adapter is a usage error before anything starts
+        self._lock = threading.Lock()
+        self._client: Any = None
+        self._error: BaseException | None = None
+        self._closed = False
+        self._thread = threading.Thread(
+            target=self._open, args=(adapter, device, timeout, start_timeout), name="adapter-start", daemon=True
+        )
+        self._thread.start()
+
+    def _open(self, adapter: str, device: str, timeout: float, start_timeout: float | None) -> None:
+        try:
+            client = open_checked(adapter, device, timeout, start_timeout)
+        except BaseException as exc:  # noqa: BLE001 - handed to the thread that waits in client()
+            self._error = exc
+            return
+        with self._lock:
+            self._client = client
+            if self._closed:
+                client.close()
+
+    def client(self) -> Any:
+        """The started client (an ``AdapterClient``)."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._client
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            client = self._client
+        if client is not None:
+            client.close()
+
+    def __enter__(self) -> OpeningAdapter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -90,9 +90,10 @@ COMMANDS = {
     "stat": ["stat"],
     "fuzz": ["fuzz", "--family", "rng_abi", "--examples", "5"],
     "accumulate": ["accumulate", "--family", "verification_round", "--count", "2"],
+    "accumulate --ranks 2": ["accumulate", "--family", "rng_abi", "--count", "2", "--ranks", "2"],
     "batch-invariance": ["batch-invariance"],
 }
-HELPERS = {"run -n 2": 4}
+HELPERS = {"run -n 2": 4, "accumulate --ranks 2": 4}
 SIGNALS = ("SIGINT", "SIGTERM")
 
 

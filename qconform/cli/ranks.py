@@ -1,0 +1,79 @@
+"""The ranks of a command: torchrun's, or those ``--ranks N`` forks (docs/distributed.md).
+
+:func:`command_ranks` picks them; :func:`run_as_rank` runs the rest of the command in a rank,
+where a forked rank ends with the command's status (it never returns into what called the
+command) and a rank that ended before the gather becomes one line on rank 0 with that rank's
+status.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Callable
+
+import click
+
+from qconform.cli.errors import UsageLineError
+from qconform.harness.run.distributed import Ranks
+
+RANKS_HELP = (
+    "Run as N ranks that this command forks, each with its own adapter and a contiguous 1/N of the "
+    "cases, gathered without torch (docs/distributed.md); the same result as one rank or torchrun's ranks."
+)
+
+
+class RankLineError(click.ClickException):
+    """A rank ended before the gather: one line, with that rank's exit status."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def command_ranks(device: str, ranks: int) -> Ranks:
+    """This process's ranks: forked ones for ``ranks`` > 1, else torchrun's (one rank without it)."""
+    from qconform.harness.run.distributed import launched_by_torchrun, torchrun_ranks
+
+    if ranks == 1:
+        return torchrun_ranks(device)
+    if launched_by_torchrun():
+        raise UsageLineError("--ranks starts its own ranks; under torchrun leave it out (torchrun sets the ranks)")
+    if not hasattr(os, "fork"):
+        raise UsageLineError("--ranks needs os.fork (Linux, macOS); run the ranks under torchrun instead")
+    from qconform.harness.run.forked_ranks import fork_ranks
+
+    return fork_ranks(ranks)
+
+
+def run_as_rank(ranks: Ranks, run: Callable[[], None]) -> None:
+    """``run`` the rest of the command in this rank. In a forked rank, end the process here with the
+    command's status (its error lines on its standard error, which rank 0 quotes if it failed)."""
+    from qconform.harness.run.forked_ranks import RankFailed
+
+    if not ranks.forked:
+        try:
+            run()
+        except RankFailed as exc:
+            raise RankLineError(f"{exc} (the run is incomplete)", exc.status if 0 < exc.status < 256 else 1) from None
+        return
+    status = 1
+    try:
+        run()
+        status = 0
+    except click.exceptions.Exit as exc:
+        status = exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        status = exc.exit_code
+    except RankFailed as exc:  # rank 0 ended first (its own death would have killed this rank)
+        click.echo(f"Error: {exc}", err=True)
+    except SystemExit as exc:
+        status = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - a forked rank never returns into its caller's stack
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
