@@ -42,7 +42,7 @@ from qconform.spec.allocation_fp64 import (
 )
 from qconform.spec.constants import VOCAB, M
 from qconform.spec.errors import SpecError, refuse
-from qconform.spec.floats import F32_MAX, F32_NEG_INF, round_to_f32
+from qconform.spec.floats import F32_MAX, F32_NEG_INF, F32_SIGN, round_to_f32
 from qconform.spec.weights import weights_from_f32, weights_from_f64, weights_from_logits
 
 if TYPE_CHECKING:
@@ -706,6 +706,21 @@ SINGLE_EXP_ROWS: tuple[tuple[str, str, str, int], ...] = (
     ("exp-rounds-to-smallest-subnormal", "-103.97", "exp(d) just above 2^-150 rounds up to 2^-149", 0xC2CFF0A4),
     ("exp-rounds-to-zero", "-104.5", "exp(d) below 2^-150 rounds to +0 (the token keeps count 0)", 0xC2D10000),
     ("exp-far-below-range", "-2000", "exp(d) < 2^-2885 rounds to +0 with a margin just under 1/2", 0xC4FA0000),
+    (
+        "exp-of-smallest-subnormal",
+        "-2^-149",
+        "exp(d) = 1 - 2^-149 + ... rounds to 1 with a margin just under 1/4, (2^30 - 1) / 2^32: 1 itself is a "
+        "point of the margin grid, so an exp that is not decided past 2^-149 (more than the 96 bits the exact "
+        "exp starts with) reads 1/4",
+        0x80000001,
+    ),
+    (
+        "exp-just-above-margin-grid",
+        "-2^-50",
+        "exp(d) = 1 - 2^-50 + 2^-101 - ... lies 2^-101 above the margin grid point 1 - 2^-50, so the margin "
+        "is (2^30 - 32) / 2^32; an exp off by 2^-100 downward reads 2^30 - 33",
+        0xA6800000,
+    ),
 )
 
 
@@ -748,6 +763,21 @@ def fp32_step_cases() -> Iterator[Case]:
         "two: rounds to -1 (the 25-bit quotient of the rounding is exactly 2^24 at its first estimate).",
         ("LOGIT_PIPELINE",),
         RowSource.logits([3 * 2.0**-26, -1.0], 1.0),
+    )
+    yield dense_case(
+        "difference-negative-zero",
+        "Logits [+0, -0] at T = 1: the max is +0 (the first of equal values), so d_1 = -0 - (+0) = -0, and "
+        "exp(-0) = 1 exactly, like exp(+0) (had the max been -0, d_1 = +0: the same weights either way).",
+        ("LOGIT_PIPELINE",),
+        RowSource("logits", [0, F32_SIGN], f32_bits(1.0)),
+    )
+    yield dense_case(
+        "division-of-exponent-zero-operands",
+        "Logits [2^23, 0] at T = 2^23: the dividend 2^23 and the divisor T are both their 24-bit integer "
+        "significand times 2^0 (values in [2^23, 2^24), the one binade whose exponent is 0, so a zero test "
+        "of the exponent instead of the significand takes them for zeros); s = [1, 0], d = -1.",
+        ("LOGIT_PIPELINE",),
+        RowSource.logits([2.0**23, 0.0], 2.0**23),
     )
     yield dense_case(
         "weights-of-exponent-minus-one",

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from qconform.spec import floats
 from qconform.spec.floats import (
     EXP_MARGIN_DENOMINATOR,
     F32_NEG_INF,
@@ -206,3 +207,23 @@ def test_f32_exp_limits():
     assert f32_exp(pack_f32(-103.0)).bits == pack_f32(math.exp(-103.0))  # a subnormal result
     with pytest.raises(ValueError):
         f32_exp(pack_f32(0.5))
+
+
+def test_no_fp32_exp_rounds_to_the_smallest_normal():
+    """The argument for rounding_margin's `exponent > F32_MIN_EXPONENT` (spec/equivalent_mutants.toml):
+    of two neighbouring FP32 d, one rounds above 2^-126 and the next one below it, so (exp being
+    increasing) no FP32 d has RN_f32(exp(d)) = 2^-126 (bits 0x00800000)."""
+    above, below = 0xC2AEAC4F, 0xC2AEAC50  # -87.33654022216797 and the next FP32 value below it
+    assert decode_f32(above) == Fraction(-11447375, 2**17)
+    assert below == above + 1  # a negative FP32 value's magnitude grows with its bits
+    assert f32_exp(above).bits == 0x00800026
+    assert f32_exp(below).bits == 0x007FFFE6
+
+
+def test_the_exp_flush_is_the_computed_answer_at_its_threshold(monkeypatch):
+    """The argument for `parts_value(d) <= EXP_FLUSH_BELOW` (spec/equivalent_mutants.toml): at
+    d = -1000 the enclosure, with the flush moved out of its way, gives the flush's own answer."""
+    flushed = f32_exp(0xC4FA0000)  # d = -2000, below the flush
+    assert flushed.bits == 0 and flushed.margin_ulp == Fraction(2**31 - 1, 2**32)
+    monkeypatch.setattr(floats, "EXP_FLUSH_BELOW", -1001)
+    assert f32_exp(0xC47A0000) == flushed  # d = -1000 through mpmath's enclosure
