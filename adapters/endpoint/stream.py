@@ -177,9 +177,24 @@ class FrameReader(asyncio.BufferedProtocol):
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_result(None)
 
+    def failure(self) -> BaseException:
+        """A fresh exception for the connection's :attr:`error`, to raise (``raise reader.failure() from
+        reader.error``); never the stored one. A raised exception keeps every frame it passed through,
+        this reader's among them, so the stored error raised would refer to the reader that refers to
+        it: a reference cycle, which CPython frees only in the garbage collector's rare full passes,
+        with everything those frames hold (in the worker, ``serve``'s last round: a dense round's
+        2.6 MB of REPLY frames). Over thousands of rounds with faults that garbage held the worker's
+        RSS tens of MB up (issue #25, docs/endpoint.md "The bound")."""
+        error = self.error
+        assert error is not None  # called only once the connection failed
+        try:
+            return type(error)(*error.args)
+        except Exception:  # noqa: BLE001 - an exception type that cannot be rebuilt from its args
+            return ConnectionError(str(error))
+
     async def wait(self) -> None:
         if self.error is not None:
-            raise self.error
+            raise self.failure() from self.error
         self.resume()
         self.waiter = asyncio.get_running_loop().create_future()
         try:
@@ -187,7 +202,7 @@ class FrameReader(asyncio.BufferedProtocol):
         finally:
             self.waiter = None
         if self.error is not None:
-            raise self.error
+            raise self.failure() from self.error
 
     # -- the reading side --------------------------------------------------------------------
 
@@ -195,7 +210,7 @@ class FrameReader(asyncio.BufferedProtocol):
         """Wait until ``count`` unread bytes sit in the current chunk (room made first); at the end
         of the stream, IncompleteReadError with every unread byte."""
         if self.error is not None:
-            raise self.error
+            raise self.failure() from self.error
         if self.end - self.start >= count:
             return
         if self.start + count > len(self.chunks[-1]):
@@ -244,7 +259,7 @@ class FrameWriter:
     async def drain(self) -> None:
         protocol = self.protocol
         if protocol.error is not None:
-            raise protocol.error
+            raise protocol.failure() from protocol.error
         if self.transport.is_closing():
             await asyncio.sleep(0)  # let connection_lost run, as asyncio's StreamWriter does
         if protocol.lost:

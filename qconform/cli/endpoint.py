@@ -148,6 +148,7 @@ def worker(
         raise click.BadParameter("the dense stride must hold the vocabulary", param_hint="--dense-stride")
     require_torch("the worker")
     from qconform.adapters.endpoint.deployment import hello_config
+    from qconform.adapters.endpoint.memory import return_large_buffers
     from qconform.adapters.endpoint.model import DraftModel
     from qconform.adapters.endpoint.worker import WorkerEndpoint
     from qconform.adapters.endpoint.worker_mutants import WORKER_MUTANTS
@@ -162,6 +163,7 @@ def worker(
         mutant=mutant,
         answer_timeout_s=answer_timeout,
     )
+    return_large_buffers()  # a served round's freed buffers leave RSS, as in the soak's worker (docs/endpoint.md)
     sys.exit(asyncio.run(serve_until_signalled(endpoint, host, port)))
 
 

@@ -148,6 +148,26 @@ def test_the_roles_that_sample_say_they_need_torch(monkeypatch):
     assert result.exit_code == 3 and "the driving target (--worker) samples with the torch candidate" in result.output
 
 
+def test_the_worker_returns_large_buffers(monkeypatch):
+    """The worker command pins glibc's mmap threshold before it serves, as the soak's worker does, so a
+    served round's freed buffers leave its RSS (docs/endpoint.md, "The bound")."""
+    pytest.importorskip("torch")
+    from qconform.adapters.endpoint import memory
+    from qconform.cli import endpoint as cli
+
+    calls: list[str] = []
+
+    async def served(endpoint, host, port):
+        calls.append("served")
+        return 0
+
+    monkeypatch.setattr(memory, "return_large_buffers", lambda: calls.append("pinned") or True)
+    monkeypatch.setattr(cli, "serve_until_signalled", served)
+    result = CliRunner().invoke(endpoint_group, ["worker", "--port", "0", "--vocab", "32"])
+    assert result.exit_code == 0, result.output
+    assert calls == ["pinned", "served"]
+
+
 def test_usage_errors():
     runner = CliRunner()
     result = runner.invoke(endpoint_group, ["verifier", "--port", "0", "--mutant", "nope"])

@@ -5,7 +5,9 @@ same items for whole frames of every size (small ones copied, long ones views of
 the reader's chunks, some across a chunk change), and the same ``broken`` prefix
 for a frame cut short. A frame kept while later frames are read is never
 overwritten (a chunk still viewed is never reused); a declared length over the
-bounds makes no room for it; a reader that nobody reads from stops at one chunk. ``Validator.well_formed_counts`` (the fast path of a well-formed row) is
+bounds makes no room for it; a reader that nobody reads from stops at one chunk; a
+connection the peer reset leaves no reference cycle (its reader and what its handler
+held are freed at once, not by the garbage collector's rare full pass). ``Validator.well_formed_counts`` (the fast path of a well-formed row) is
 held to the element-by-element checks: it returns counts exactly when every check
 passes, and they are the same counts; a fast path without the dyadic round trip is
 shown to accept what the checks refuse.
@@ -14,6 +16,10 @@ shown to accept what the checks refuse.
 from __future__ import annotations
 
 import asyncio
+import gc
+import socket
+import struct
+import weakref
 
 import numpy as np
 import pytest
@@ -188,6 +194,54 @@ def test_a_reader_nobody_reads_stops_at_one_chunk():
     payload = b"".join(hello_like(1_000_000, i) for i in range(60))
     paused, unread, held = serve_and_read(payload, work)
     assert paused and unread < stream.CHUNK_BYTES and held <= (1 + stream.SPARE_CHUNKS) * stream.CHUNK_BYTES
+
+
+class Held:
+    """What a connection's handler holds while it reads (in the worker: its last round's frames)."""
+
+
+def test_a_reset_connection_is_freed_without_the_collector():
+    """A peer's reset fails the read with the connection's error; the handler catches it and ends.
+    Nothing of the connection may then wait for the cyclic garbage collector: raising the stored
+    error itself tied it to the reader through its traceback (reader -> error -> traceback ->
+    the reader's frames -> reader), and every dense round's frames a dropped worker connection held
+    stayed resident until a full collection (issue #25)."""
+
+    async def scenario() -> tuple[weakref.ref, weakref.ref, str]:
+        ended = asyncio.Event()
+        refs: list[weakref.ref] = []
+        caught: list[str] = []
+
+        async def serve(reader, writer):
+            held = Held()
+            refs.extend((weakref.ref(reader), weakref.ref(held)))
+            try:
+                await stream.read_item(reader, AnyLength(), None, False)
+            except ConnectionError as exc:
+                caught.append(type(exc).__name__)
+            finally:
+                ended.set()
+
+        server = await stream.start_server(serve, "127.0.0.1", 0)
+        peer = socket.create_connection(server.sockets[0].getsockname()[:2])
+        while not refs:
+            await asyncio.sleep(0.005)
+        peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        peer.close()  # a reset, not a FIN
+        await asyncio.wait_for(ended.wait(), 10)
+        await asyncio.sleep(0.01)  # the handler's task ends
+        server.close()
+        await server.wait_closed()
+        return refs[0], refs[1], caught[0] if caught else "nothing raised"
+
+    gc.collect()
+    gc.disable()
+    try:
+        reader, held, caught = asyncio.run(scenario())
+        assert caught == "ConnectionResetError"
+        assert reader() is None and held() is None, "a reset connection's reader waits for the garbage collector"
+    finally:
+        gc.enable()
 
 
 def fast_and_ordered(bits: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | str]:
