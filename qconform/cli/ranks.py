@@ -29,7 +29,9 @@ class RankLineError(click.ClickException):
 
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
-        self.exit_code = exit_code
+        # click exits with the instance's exit_code; its stubs type it a ClassVar (most of its
+        # exceptions have a fixed status), but this status is the failed rank's own
+        vars(self)["exit_code"] = exit_code
 
 
 def command_ranks(device: str, ranks: int) -> Ranks:
