@@ -254,13 +254,9 @@ def accumulate_command(
         click.echo(f"divergent case, a test object of vectors/{family}.json:")
         click.echo(text)
         if vector_out is not None:
-            from qconform.cli.errors import os_error
-            from qconform.generators import atomic_file
+            from qconform.cli.errors import write_output
 
-            try:
-                atomic_file.write_text(vector_out, text + "\n")
-            except atomic_file.WriteError as exc:
-                raise os_error(exc) from None
+            write_output(vector_out, text + "\n")
         if record:
             record_finding(vector)
         else:

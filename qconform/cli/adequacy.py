@@ -184,13 +184,9 @@ def adequacy(
             raise click.ClickException(str(error)) from None
     render.render(report)
     if json_path is not None:
-        from qconform.cli.errors import os_error
-        from qconform.generators import atomic_file
+        from qconform.cli.errors import write_output
 
-        try:
-            atomic_file.write_text(json_path, json.dumps(report.to_json(), indent=1) + "\n")
-        except atomic_file.WriteError as error:
-            raise os_error(error) from None
+        write_output(json_path, json.dumps(report.to_json(), indent=1) + "\n")
     rate = report.tally().rate
     if report.stale:
         raise click.ClickException(f"{len(report.stale)} stale entr(y/ies) in the equivalents file")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import sys
+from pathlib import Path
 from typing import Iterator
 
 import click
@@ -28,6 +29,7 @@ __all__ = [
     "environment_errors",
     "missing_dependency",
     "os_error",
+    "write_output",
 ]
 
 #: the optional modules a command may need, and the extra of pyproject.toml that installs each
@@ -103,6 +105,17 @@ def os_error(exc: OSError) -> click.ClickException:
     if exc.errno in WRITE_ERRNOS:
         return WriteLineError(f"cannot write{where}: {reason}; choose another path, or free or fix the one given")
     return StartLineError(f"the system refused{where}: {reason}")
+
+
+def write_output(path: Path | str, text: str) -> None:
+    """Write a command's output file (``--vector-out``, ``--json``) whole or not at all; a path
+    that cannot take it is its :class:`WriteLineError` line (exit status 4)."""
+    from qconform.generators import atomic_file
+
+    try:
+        atomic_file.write_text(path, text)
+    except atomic_file.WriteError as exc:
+        raise os_error(exc) from None
 
 
 @contextlib.contextmanager

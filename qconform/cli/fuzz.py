@@ -61,14 +61,9 @@ def print_finding(report, vector_out: str | None) -> dict:
     click.echo(f"{kind}, a test object of vectors/{finding.case['family']}.json:")
     click.echo(text)
     if vector_out is not None:
-        from qconform.generators import atomic_file
+        from qconform.cli.errors import write_output
 
-        try:
-            atomic_file.write_text(vector_out, text + "\n")
-        except atomic_file.WriteError as exc:
-            from qconform.cli.errors import os_error
-
-            raise os_error(exc) from None
+        write_output(vector_out, text + "\n")
     return vector
 
 

@@ -308,14 +308,9 @@ def mutants(
     if skipped:
         console.print(f"not run (family filter): {', '.join(skipped)}", highlight=False)
     if json_path:
-        from qconform.generators import atomic_file
+        from qconform.cli.errors import write_output
 
-        try:
-            atomic_file.write_text(json_path, json.dumps(report_json(results, MUTANTS, root), indent=2) + "\n")
-        except atomic_file.WriteError as exc:
-            from qconform.cli.errors import os_error
-
-            raise os_error(exc) from None
+        write_output(json_path, json.dumps(report_json(results, MUTANTS, root), indent=2) + "\n")
     survivors = [r.name for r in results if not r.killed]
     flagged = [r.name for r in results if r.error_only]
     if flagged:

@@ -135,3 +135,17 @@ def test_an_output_that_cannot_be_written_is_one_write_error(tmp_path, monkeypat
     assert "Traceback" not in result.output
     assert os.strerror(code) in result.output and "cannot write" in result.output, result.output
     assert not list(tmp_path.rglob("*.tmp")), "a failed write leaves its temporary behind"
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EACCES], ids=["disk-full", "permission-denied"])
+def test_an_output_file_of_a_finding_or_a_report_that_cannot_be_written_is_its_write_line(tmp_path, monkeypatch, code):
+    """``write_output``, the one writer of ``--vector-out`` (accumulate, fuzz) and ``--json``
+    (adequacy, mutants): a refused write is the WriteLineError row, whole file or none."""
+    from qconform.cli.errors import WriteLineError, write_output
+
+    failing_writer(monkeypatch, code)
+    with pytest.raises(WriteLineError) as caught:
+        write_output(tmp_path / "finding.json", "{}\n")
+    assert caught.value.exit_code == RunExit.REPORT_WRITE
+    assert os.strerror(code) in caught.value.message and "cannot write" in caught.value.message
+    assert list(tmp_path.iterdir()) == []
