@@ -22,8 +22,10 @@
  *      branch). Only consumed draws are computed: 2.3 a case on the stream against 3 below K (bench/RESULTS.md,
  *      issue #24, "The engine fused with the stream");
  *   3. the final draws at anchor + accepted;
- *   4. the picks (the first count of the residual's, or the bonus row's, above the final draw's threshold);
- *   5. the record's last fields. */
+ *   4. the picks (the first count of the residual's, or the bonus row's, above the final draw's threshold), in
+ *      SSE2 where the compiler targets it (pick_sse2; pick_portable elsewhere);
+ *   5. the record's last fields.
+ * bench/RESULTS.md, issue #24, "the engine in SIMD", has what each step gave, and what was tried and dropped. */
 #ifndef QCONFORM_VERIFICATION_ENGINE_H
 #define QCONFORM_VERIFICATION_ENGINE_H
 
@@ -141,9 +143,9 @@ static inline uint32_t pick_sse2(const uint64_t *p_row, const uint64_t *q_row, u
 /* Asks for the cache lines of one record (VERIFY_WORDS words at rec) to be brought in, to be written soon: a hint,
  * it changes no value (a no-op where the compiler has no __builtin_prefetch). The fused path asks for each case's
  * record as the stream makes the case, some 25 us before the engine writes it: the record buffer was last
- * written a block ago and is out of the core's caches, and its misses cost the engine about a quarter of its
- * time (bench/RESULTS.md, issue #24, "the engine in SIMD"); one prefetch of a whole group's records before it
- * brings about half of that back (too many at once). */
+ * written a block ago and is out of the core's caches, and its misses cost the engine about a fifth of its
+ * time (bench/RESULTS.md, issue #24, "the engine in SIMD"); a prefetch of a whole group's records at once before
+ * the group brings back only about a third of that (too many at once). */
 static inline void record_prefetch(const uint32_t *rec) {
 #if defined(__GNUC__)
     const char *at = (const char *)rec;
