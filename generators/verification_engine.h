@@ -252,16 +252,15 @@ static inline __attribute__((always_inline)) void verify_chunk(ptrdiff_t lo, ptr
        C_v 2^32 <= u32 R, that is C_v <= floor(u32 R / 2^32) (C_v an integer): 32-bit sums and compares (C_v
        and R are at most 2^24), no shift of each C_v */
     uint32_t tokens[ENGINE_CHUNK];
-    /* the SSE2 pick where the rows are 8 consecutive counts (the stream's always are: a constant on the fused
-       path), the portable one on other strides and where there is no SSE2 */
-    int rows_in_a_line = p.s[2] == sizeof(uint64_t) && q.s[2] == sizeof(uint64_t);
     for (int c = 0; c < n; c++) {
         ptrdiff_t i = lo + c;
         int q_row = accepted[c] < KMAX ? accepted[c] : KMAX - 1;
         uint32_t q_mask = (uint32_t)(accepted[c] == depth[c]) - 1;
         const uint64_t *p_row = &AT(p, uint64_t, i, accepted[c], 0), *q_row_at = &AT(q, uint64_t, i, q_row, 0);
 #if PICK_SIMD
-        if (rows_in_a_line) {
+        /* the SSE2 pick where the rows are 8 consecutive counts (the stream's always are: a constant on the fused
+           path), the portable one on other strides and where there is no SSE2 */
+        if (p.s[2] == sizeof(uint64_t) && q.s[2] == sizeof(uint64_t)) {
             tokens[c] = pick_sse2(p_row, q_row_at, q_mask, x[0].c0[c]);
             continue;
         }
