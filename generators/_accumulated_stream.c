@@ -273,7 +273,10 @@ static PyObject *verification_cases(PyObject *self, PyObject *args) {
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t lo = 0; lo < n; lo += FUSED_CASES) {
             Py_ssize_t hi = lo + FUSED_CASES < n ? lo + FUSED_CASES : n;
-            for (Py_ssize_t k = lo; k < hi; k++) one_case((uint64_t)first + (uint64_t)k, k, &o);
+            for (Py_ssize_t k = lo; k < hi; k++) {
+                one_case((uint64_t)first + (uint64_t)k, k, &o);
+                if (fused) record_prefetch(records + k * VERIFY_WORDS); /* its lines in by the time the engine writes */
+            }
             if (fused) fused_engine(lo, hi, &o, records + lo * VERIFY_WORDS);
         }
         Py_END_ALLOW_THREADS

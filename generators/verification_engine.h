@@ -22,8 +22,10 @@
  *      branch). Only consumed draws are computed: 2.3 a case on the stream against 3 below K (bench/RESULTS.md,
  *      issue #24, "The engine fused with the stream");
  *   3. the final draws at anchor + accepted;
- *   4. the picks (the first count of the residual's, or the bonus row's, above the final draw's threshold);
- *   5. the record's last fields. */
+ *   4. the picks (the first count of the residual's, or the bonus row's, above the final draw's threshold), in
+ *      SSE2 where the compiler targets it (pick_sse2; pick_portable elsewhere);
+ *   5. the record's last fields.
+ * bench/RESULTS.md, issue #24, "the engine in SIMD", has what each step gave, and what was tried and dropped. */
 #ifndef QCONFORM_VERIFICATION_ENGINE_H
 #define QCONFORM_VERIFICATION_ENGINE_H
 
@@ -40,6 +42,15 @@
 #define D_CORRECTION 2u
 #define D_BONUS 3u /* D_CORRECTION + 1: the record's final decision is D_CORRECTION + full */
 #define ENGINE_CHUNK 64 /* most cases of one verify_chunk */
+/* Lanes of a pass are computed in whole groups of LANE_GROUP: the vector loop of philox_keyed_lanes takes four
+ * 32-bit lanes at a time (SSE2), and a pass of m lanes would leave m mod 4 to gcc's scalar remainder loop, where
+ * a lane costs about what four do in the vector loop. The lanes past the draws (at most three, zero-initialized,
+ * their words never read) are computed too. */
+#define LANE_GROUP 4
+#define LANES_ROUND(m) (((m) + LANE_GROUP - 1) / LANE_GROUP * LANE_GROUP)
+#if ENGINE_CHUNK % LANE_GROUP != 0
+#error "a chunk's lanes must fill whole groups"
+#endif
 
 /* A strided view: element [i, j, v] at base + i * s[0] + j * s[1] + v * s[2] (bytes). */
 typedef struct {
@@ -69,6 +80,82 @@ static inline void lane(Lanes *x, int l, uint32_t position, uint32_t rnd, uint32
     x->k1[l] = k1;
 }
 
+/* The pick of one case (pass 4 of verify_chunk): the token from the counts p_row (p of the row the final draw is
+ * at) less q_row masked by q_mask (all ones at a rejection, zero after K accepts), and the final draw u32: the
+ * number of v whose cumulative residual C_v is at most floor(u32 R / 2^32) (R the residual's total), 0 if every
+ * v is. Two forms of one rule: pick_portable, plain C over rows of any stride (bytes between counts), and
+ * pick_sse2, SSE2 over rows of 8 consecutive counts (the stream's), where the compiler targets it (every x86-64).
+ * Both in 32-bit lanes: every count, C_v and R are at most 2^24 (the header's bounds), so a signed compare of
+ * two of them is exact. tests/generators/test_verification_engine_native.py runs both (the portable one on rows
+ * of another stride) against the NumPy engine. */
+static inline uint32_t pick_portable(const uint64_t *p_row, const uint64_t *q_row, ptrdiff_t p_stride,
+                                     ptrdiff_t q_stride, uint32_t q_mask, uint32_t u32) {
+    uint32_t total = 0, cumulative[VMAX], below = 0;
+    for (int v = 0; v < VMAX; v++) {
+        uint32_t pv = (uint32_t)*(const uint64_t *)((const char *)p_row + v * p_stride);
+        uint32_t qv = (uint32_t)*(const uint64_t *)((const char *)q_row + v * q_stride) & q_mask;
+        total += (pv - qv) & -(uint32_t)(pv > qv); /* a mask, not a branch: the sign is a coin toss */
+        cumulative[v] = total;
+    }
+    uint32_t threshold = (uint32_t)(((uint64_t)u32 * total) >> 32);
+    for (int v = 0; v < VMAX; v++) below += cumulative[v] <= threshold;
+    return below < VMAX ? below : 0;
+}
+
+#if defined(__SSE2__) && VMAX == 8 && !defined(QCONFORM_NO_SIMD)
+#define PICK_SIMD 1
+#include <emmintrin.h>
+
+/* The low 32-bit words of the four u64 counts at row[0..3], as four 32-bit lanes. */
+static inline __m128i low_words(const uint64_t *row) {
+    __m128 a = _mm_castsi128_ps(_mm_loadu_si128((const __m128i *)row));
+    __m128 b = _mm_castsi128_ps(_mm_loadu_si128((const __m128i *)(row + 2)));
+    return _mm_castps_si128(_mm_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)));
+}
+
+/* C_0..C_3 of four residual counts r: the prefix sums, by two shifted additions. */
+static inline __m128i prefix_sums(__m128i r) {
+    r = _mm_add_epi32(r, _mm_slli_si128(r, 4));
+    return _mm_add_epi32(r, _mm_slli_si128(r, 8));
+}
+
+static inline uint32_t pick_sse2(const uint64_t *p_row, const uint64_t *q_row, uint32_t q_mask, uint32_t u32) {
+    __m128i mask = _mm_set1_epi32((int)q_mask);
+    __m128i p0 = low_words(p_row), p1 = low_words(p_row + 4);
+    __m128i q0 = _mm_and_si128(low_words(q_row), mask), q1 = _mm_and_si128(low_words(q_row + 4), mask);
+    /* the residual max(p - q, 0), then C_0..C_3 and C_4..C_7 (C_3 added to the second half) */
+    __m128i c0 = prefix_sums(_mm_and_si128(_mm_sub_epi32(p0, q0), _mm_cmpgt_epi32(p0, q0)));
+    __m128i c1 = prefix_sums(_mm_and_si128(_mm_sub_epi32(p1, q1), _mm_cmpgt_epi32(p1, q1)));
+    c1 = _mm_add_epi32(c1, _mm_shuffle_epi32(c0, 0xFF));
+    uint32_t total = (uint32_t)_mm_cvtsi128_si32(_mm_shuffle_epi32(c1, 0xFF));
+    __m128i threshold = _mm_set1_epi32((int)(uint32_t)(((uint64_t)u32 * total) >> 32));
+    /* C is nondecreasing: the v with C_v above the threshold are the last ones, and bit v of above is set for
+       each; the count at most the threshold is its number of trailing zeros (8 when none is above) */
+    unsigned above = (unsigned)_mm_movemask_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(c0, threshold))) |
+                     (unsigned)_mm_movemask_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(c1, threshold))) << 4;
+    uint32_t below = (uint32_t)__builtin_ctz(above | 1u << VMAX);
+    return below < VMAX ? below : 0;
+}
+#else
+#define PICK_SIMD 0
+#endif
+
+/* Asks for the cache lines of one record (VERIFY_WORDS words at rec) to be brought in, to be written soon: a hint,
+ * it changes no value (a no-op where the compiler has no __builtin_prefetch). The fused path asks for each case's
+ * record as the stream makes the case, some 25 us before the engine writes it: the record buffer was last
+ * written a block ago and is out of the core's caches, and its misses cost the engine about a fifth of its
+ * time (bench/RESULTS.md, issue #24, "the engine in SIMD"); a prefetch of a whole group's records at once before
+ * the group brings back only about a third of that (too many at once). */
+static inline void record_prefetch(const uint32_t *rec) {
+#if defined(__GNUC__)
+    const char *at = (const char *)rec;
+    for (size_t b = 0; b < VERIFY_WORDS * sizeof *rec; b += 64) __builtin_prefetch(at + b, 1, 3);
+    __builtin_prefetch(at + VERIFY_WORDS * sizeof *rec - 1, 1, 3); /* the last line, where the record starts late in its first */
+#else
+    (void)rec;
+#endif
+}
+
 /* The records of cases lo .. hi - 1 (hi - lo <= ENGINE_CHUNK) of the views f[E_INPUTS], written whole at
  * records (VERIFY_WORDS words a case). Every depth is in 1 .. KMAX and every draft below K is below VMAX
  * (the caller checks, or made them); the positions from K on are never read. Inlined where it is called, so
@@ -77,8 +164,8 @@ static inline __attribute__((always_inline)) void verify_chunk(ptrdiff_t lo, ptr
     /* the cases, one array a field */
     uint32_t k0[ENGINE_CHUNK], k1[ENGINE_CHUNK], generation[ENGINE_CHUNK], rnd[ENGINE_CHUNK], anchor[ENGINE_CHUNK];
     int32_t depth[ENGINE_CHUNK], accepted[ENGINE_CHUNK];
-    Lanes x[2]; /* a wave's lanes, and the next wave's */
-    uint8_t active[2][ENGINE_CHUNK]; /* the cases of a wave (indices in the chunk), and of the next */
+    Lanes x[2] = {0}; /* a wave's lanes, and the next wave's (zero past the draws: LANE_GROUP) */
+    uint8_t active[2][ENGINE_CHUNK] = {{0}}; /* the cases of a wave (indices in the chunk), and of the next */
     const View q = f[E_Q], p = f[E_P], drafts = f[E_DRAFTS];
     int n = (int)(hi - lo), m = n;
     /* 0. padding everywhere (PAD is all ones): the emitted drafts after the token and the draw slots after the
@@ -103,15 +190,19 @@ static inline __attribute__((always_inline)) void verify_chunk(ptrdiff_t lo, ptr
        rejection or after K accepts; accepted counts its accepts. The draw's slot k of the record (domain,
        position, u32, decision, token) and the emitted draft k (a rejected one is the token's slot, written
        over in 5) are written here */
+    /* unrolled (K <= 5 waves), so that each copy has its wave's arrays and slot offsets as constants: the loop's
+       pointers no longer spill to the stack (about 4% of the engine, bench/RESULTS.md, issue #24, "the engine
+       in SIMD"); the tests and the next wave's lanes in two loops (about 3%) */
+#pragma GCC unroll 8
     for (int k = 0; k < KMAX && m > 0; k++) {
         Lanes *now = &x[k & 1], *next = &x[~k & 1];
         const uint8_t *wave = active[k & 1];
         uint8_t *stay = active[~k & 1];
-        for (int l = 0; l < m; l++) now->c3[l] = ACCEPT << 24;
-        philox_keyed_lanes(now->c0, now->c1, now->c2, now->c3, now->k0, now->k1, m);
+        for (int l = 0; l < LANES_ROUND(m); l++) now->c3[l] = ACCEPT << 24;
+        philox_keyed_lanes(now->c0, now->c1, now->c2, now->c3, now->k0, now->k1, LANES_ROUND(m));
         int kept = 0;
         for (int l = 0; l < m; l++) {
-            int c = wave[l];
+            int c = k == 0 ? l : wave[l]; /* wave 0 is every case in order (a constant in its unrolled copy) */
             ptrdiff_t i = lo + c;
             uint32_t u32 = now->c0[l], *rec = records + c * VERIFY_WORDS, *d = rec + 4 + KMAX + 5 * k;
             int64_t draft = AT(drafts, int64_t, i, k, 0);
@@ -123,17 +214,36 @@ static inline __attribute__((always_inline)) void verify_chunk(ptrdiff_t lo, ptr
             d[3] = accept ? D_ACCEPT : D_REJECT;
             d[4] = (uint32_t)draft;
             accepted[c] = k + accept;
-            /* the next wave's lane at kept, taken only if the case stays */
+            /* the case stays (at kept) if it accepts and has a next position */
             stay[kept] = (uint8_t)c;
-            lane(next, kept, anchor[c] + (uint32_t)k + 1, rnd[c], generation[c], now->k0[l], now->k1[l]);
             kept += accept & (k + 1 < depth[c]);
+        }
+        /* the next wave's lanes, from the cases that stay, four at a time: each word array written by 16-byte
+           stores, which Philox's 16-byte loads of them take from the store buffer as they are (four 4-byte
+           stores under one load would make it wait for them to reach the cache: about 2.5% of the engine). The
+           lanes past kept take a stale case of the list (zero-initialized, so a case of the chunk) */
+        for (int l = 0; l < kept; l += LANE_GROUP) {
+            uint32_t position[LANE_GROUP], round[LANE_GROUP], gen[LANE_GROUP], key0[LANE_GROUP], key1[LANE_GROUP];
+            for (int j = 0; j < LANE_GROUP; j++) {
+                int c = stay[l + j];
+                position[j] = anchor[c] + (uint32_t)k + 1;
+                round[j] = rnd[c];
+                gen[j] = generation[c];
+                key0[j] = k0[c];
+                key1[j] = k1[c];
+            }
+            memcpy(next->c0 + l, position, sizeof position);
+            memcpy(next->c1 + l, round, sizeof round);
+            memcpy(next->c2 + l, gen, sizeof gen);
+            memcpy(next->k0 + l, key0, sizeof key0);
+            memcpy(next->k1 + l, key1, sizeof key1);
         }
         m = kept;
     }
     /* 3. the final draws at anchor + accepted (mod 2^32), every case's at once */
     for (int c = 0; c < n; c++) lane(&x[0], c, anchor[c] + (uint32_t)accepted[c], rnd[c], generation[c], k0[c], k1[c]);
-    for (int c = 0; c < n; c++) x[0].c3[c] = CORRECTION << 24;
-    philox_keyed_lanes(x[0].c0, x[0].c1, x[0].c2, x[0].c3, x[0].k0, x[0].k1, n);
+    for (int c = 0; c < LANES_ROUND(n); c++) x[0].c3[c] = CORRECTION << 24;
+    philox_keyed_lanes(x[0].c0, x[0].c1, x[0].c2, x[0].c3, x[0].k0, x[0].k1, LANES_ROUND(n));
     /* 4. the picks, in a pass of their own (the next case's loads need not wait for this case's record): from
        the bonus row p_{K+1} after K accepts, else the residual max(p - q, 0) at the rejection; the q row is
        read at the rejection only (row K does not exist when K = KMAX): masked to zero after K accepts (full as
@@ -145,16 +255,17 @@ static inline __attribute__((always_inline)) void verify_chunk(ptrdiff_t lo, ptr
     for (int c = 0; c < n; c++) {
         ptrdiff_t i = lo + c;
         int q_row = accepted[c] < KMAX ? accepted[c] : KMAX - 1;
-        uint32_t total = 0, q_mask = (uint32_t)(accepted[c] == depth[c]) - 1, cumulative[VMAX];
-        for (int v = 0; v < VMAX; v++) {
-            uint32_t pv = (uint32_t)AT(p, uint64_t, i, accepted[c], v);
-            uint32_t qv = (uint32_t)AT(q, uint64_t, i, q_row, v) & q_mask;
-            total += (pv - qv) & -(uint32_t)(pv > qv); /* a mask, not a branch: the sign is a coin toss */
-            cumulative[v] = total;
+        uint32_t q_mask = (uint32_t)(accepted[c] == depth[c]) - 1;
+        const uint64_t *p_row = &AT(p, uint64_t, i, accepted[c], 0), *q_row_at = &AT(q, uint64_t, i, q_row, 0);
+#if PICK_SIMD
+        /* the SSE2 pick where the rows are 8 consecutive counts (the stream's always are: a constant on the fused
+           path), the portable one on other strides and where there is no SSE2 */
+        if (p.s[2] == sizeof(uint64_t) && q.s[2] == sizeof(uint64_t)) {
+            tokens[c] = pick_sse2(p_row, q_row_at, q_mask, x[0].c0[c]);
+            continue;
         }
-        uint32_t threshold = (uint32_t)(((uint64_t)x[0].c0[c] * total) >> 32), below = 0;
-        for (int v = 0; v < VMAX; v++) below += cumulative[v] <= threshold;
-        tokens[c] = below < VMAX ? below : 0;
+#endif
+        tokens[c] = pick_portable(p_row, q_row_at, p.s[2], q.s[2], q_mask, x[0].c0[c]);
     }
     /* 5. the record's last fields (accumulated.verification_record's layout) */
     for (int c = 0; c < n; c++) {

@@ -97,11 +97,11 @@ def test_acceptance_exactly_on_its_boundary_rejects():
     assert (decisions[~on_boundary] == DECISION_CODES["accept"]).all()
 
 
-@needs_native
-def test_final_pick_exactly_on_its_boundary_is_not_above():
-    """``C_v 2^32 = u32 R`` is not above: a depth-1 round rejected at once (p(x) = 0), its residual
-    p - q put on two tokens with ``C_0 = u32 / 2^8`` of R = M, on cases whose final draw has eight
-    low zero bits; the pick is token 1 there, token 0 one count above."""
+def final_picks_on_their_boundary() -> tuple[Batch, np.ndarray, np.ndarray]:
+    """Stream cases rewritten so that the final pick is exactly on its boundary (``C_0 2^32 = u32 R``) on
+    every other one of them and one count above it on the others: a depth-1 round rejected at once (p(x) = 0),
+    its residual p - q put on two tokens with ``C_0 = u32 / 2^8`` of R = M, on the cases whose final draw has
+    eight low zero bits. Returns the batch, the rewritten cases' indices, and which of them are above."""
     batch = FAMILIES["verification_round"].arrays(0, 1 << 16)
     f = {name: array.copy() for name, array in batch.fields.items()}
     position = f["anchor"] & WORD_MASK  # rejected at position 0: the final draw is at the anchor
@@ -116,12 +116,50 @@ def test_final_pick_exactly_on_its_boundary_is_not_above():
     f["p"][cases, 0] = 0
     f["p"][cases, 0, 0] = (u32[cases] >> U64(8)) + np.where(above, U64(1), U64(0))
     f["p"][cases, 0, 1] = U64(M) - f["p"][cases, 0, 0]
-    edited = Batch(batch.start, batch.stop, f)
+    return Batch(batch.start, batch.stop, f), cases, above
+
+
+@needs_native
+def test_final_pick_exactly_on_its_boundary_is_not_above():
+    """``C_v 2^32 = u32 R`` is not above: the pick is token 1 on the boundary, token 0 one count above
+    (``final_picks_on_their_boundary``)."""
+    edited, cases, above = final_picks_on_their_boundary()
     records = native(edited)
     assert (records == verification_records_numpy(edited)).all()
     final = records[cases, DRAWS_AT + 5 : DRAWS_AT + 10]
     assert (final[:, 0] == DOMAIN_CODES["CORRECTION"]).all() and (final[:, 3] == DECISION_CODES["correction"]).all()
     assert (final[~above, 4] == 1).all() and (final[above, 4] == 0).all()
+
+
+def spread_rows(fields: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The same fields with the q and p rows as views whose counts are 16 bytes apart (every other u64 of a
+    wider array), so that the C engine takes its portable pick (``pick_portable``) where the stream's rows of
+    consecutive counts take the SSE2 one (``pick_sse2``, verification_engine.h)."""
+    spread = dict(fields)
+    for name in ("q", "p"):
+        wide = np.full(fields[name].shape[:2] + (2 * fields[name].shape[2],), U64(0xDEAD), dtype=U64)
+        wide[..., ::2] = fields[name]
+        spread[name] = wide[..., ::2]
+        assert spread[name].strides[2] == 16 and np.array_equal(spread[name], fields[name])
+    return spread
+
+
+@needs_native
+def test_both_picks_give_the_numpy_engines_records():
+    """The SSE2 pick (rows of consecutive counts) and the portable one (rows of another stride) give the
+    NumPy engine's records on the stream and on picks exactly on their boundary, written into a buffer that
+    holds no padding beforehand. Shown to fail with ``pick_portable`` counting ``<`` (rebuilt, run, restored;
+    ``pick_sse2`` with its compare's operands swapped fails here and in the boundary test)."""
+    assert NATIVE is not None
+    stream = FAMILIES["verification_round"].arrays(5000, 5000 + (1 << 13))
+    boundary = final_picks_on_their_boundary()[0]
+    fields = ("seed", "generation", "round", "anchor", "depth", "q", "p", "drafts")
+    for batch in (stream, boundary):
+        expected = verification_records_numpy(batch)
+        for inputs in (batch.fields, spread_rows(batch.fields)):
+            records = np.full(expected.shape, 0x5A5A5A5A, dtype=np.uint32)
+            NATIVE.verification_records(*(inputs[name] for name in fields), records)
+            assert np.array_equal(records, expected)
 
 
 @needs_native
