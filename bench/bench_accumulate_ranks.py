@@ -3,6 +3,8 @@
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_accumulate_ranks.py --repeat 5          # 10^6, torch
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_accumulate_ranks.py --repeat 5 --phases # where start-up goes
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_accumulate_ranks.py --family rng_abi --simulate 4
+    # before and after a change: the other tree's rows in the same rotation
+    OMP_NUM_THREADS=1 .venv/bin/python bench/bench_accumulate_ranks.py --repeat 5 --phases --tree /tmp/before
 
 Issue #24's goals: 2 ranks on 2 cores at least 1.6x one rank at N = 10^6, 4 ranks on 4 cores at
 least 3x, and the same hash at every world size. A rank takes a contiguous 1/W of the cases
@@ -15,14 +17,23 @@ least 3x, and the same hash at every world size. A rank takes a contiguous 1/W o
   --nproc-per-node 2``, each rank with its own torch child and a gloo process group), and
   ``proxy4`` (``--ranks 2 --count N/2``, the simulation below). For each: the wall clock of the
   whole command, the command's own seconds (first block to verdict, as it prints them), start-up
-  and end (the difference), the hash, and the load average after the run. On a 2-core machine
+  and end (the difference), the CPU seconds of the whole process tree (the ranks, their keepers
+  and adapters; ``RUSAGE_CHILDREN``, every process of the command being waited for by its parent)
+  with the cores that makes on average, the hash, and the load average after the run. Against the
+  1-rank row: the wall and own ratios, and the CPU seconds the rows spend beyond 1 rank's (each
+  further rank's torch import, its harness, cores contended). On a 2-core machine
   shared with other work, two ranks and their two torch children compete with that work for the
   cores: the speedup then measures the queue as much as the code.
 * ``--phases``: each command runs through bench/accumulate_timeline.py, which marks when each
   rank's interpreter is up (torchrun's own launch before it), its imports are done, its ranks are
   ready (torchrun: torch imported and the process group up), its adapter answered ``get_config``,
-  its first block was answered, the gather, the adapter closed; the latest rank's time at each
-  mark is printed, medians over the repeats.
+  its first block was answered, it entered the gather, the gather, the adapter closed; the latest
+  rank's time at each mark is printed, medians over the repeats, and the first rank's arrival at
+  the gather (the first rank waits there for the last).
+* ``--tree DIR``: every row also runs with the command of the source tree DIR (first on
+  ``PYTHONPATH``, e.g. ``git archive`` of the commit before a change with its built extensions
+  copied in), each row of the two trees back to back in the same rotation; ratios within each
+  tree, and each row of DIR against this tree's, run by run.
 * **4 ranks on 4 cores, simulated** (mode ``proxy4``): a 4-rank run at N gives each rank N/4
   cases and one core for it and its torch child. ``--ranks 2 --count N/2`` on 2 cores is that
   run's rank twice over: the same share per rank, one core per rank and child, the same start-up
