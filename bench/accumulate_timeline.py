@@ -8,7 +8,8 @@ and appends one line per mark to the file ``BENCH_TIMELINE``: ``RANK SECONDS MAR
 (this interpreter runs), ``ranks`` (the command asks for its ranks: its imports and options are
 done), ``ranks ready`` (under torchrun: torch imported and the process group up; with ``--ranks``:
 forked), ``adapter ready`` (its child started and answered ``get_config``), ``begin`` (the timed run
-starts), ``block 1`` (the first block answered), ``gathered`` (every rank's results merged),
+starts), ``block 1`` (the first block answered), ``at gather`` (this rank's share computed: it enters
+the gather), ``gathered`` (every rank's results merged),
 ``closed`` (the adapter shut down), ``done`` (the command returned). The wrappers only
 observe: each calls the function it wraps and returns its result.
 """
@@ -56,7 +57,7 @@ def wrapped_open(open_checked):
     def open_marked(*args: Any, **kwargs: Any):
         client = open_checked(*args, **kwargs)
         mark("adapter ready")
-        run_block, close, answered = client.run_block, client.close, [0]
+        run_block, close, answered, closed = client.run_block, client.close, [0], []
 
         def run_block_marked(*a: Any, **k: Any):
             answer = run_block(*a, **k)
@@ -65,9 +66,11 @@ def wrapped_open(open_checked):
                 mark("block 1")
             return answer
 
-        def close_marked() -> None:
+        def close_marked() -> None:  # the first close (at the gather); the later ones do nothing
             close()
-            mark("closed")
+            if not closed:
+                closed.append(True)
+                mark("closed")
 
         client.run_block, client.close = run_block_marked, close_marked
         return client
@@ -82,6 +85,7 @@ def wrapped_accumulate(accumulate):
         merged = ranks.merged
 
         def merged_marked(local: dict) -> dict:
+            mark("at gather")
             result = merged(local)
             mark("gathered")
             return result

@@ -3,6 +3,8 @@
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_accumulate_ranks.py --repeat 5          # 10^6, torch
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_accumulate_ranks.py --repeat 5 --phases # where start-up goes
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_accumulate_ranks.py --family rng_abi --simulate 4
+    # before and after a change: the other tree's rows in the same rotation
+    OMP_NUM_THREADS=1 .venv/bin/python bench/bench_accumulate_ranks.py --repeat 5 --phases --tree /tmp/before
 
 Issue #24's goals: 2 ranks on 2 cores at least 1.6x one rank at N = 10^6, 4 ranks on 4 cores at
 least 3x, and the same hash at every world size. A rank takes a contiguous 1/W of the cases
@@ -15,14 +17,23 @@ least 3x, and the same hash at every world size. A rank takes a contiguous 1/W o
   --nproc-per-node 2``, each rank with its own torch child and a gloo process group), and
   ``proxy4`` (``--ranks 2 --count N/2``, the simulation below). For each: the wall clock of the
   whole command, the command's own seconds (first block to verdict, as it prints them), start-up
-  and end (the difference), the hash, and the load average after the run. On a 2-core machine
+  and end (the difference), the CPU seconds of the whole process tree (the ranks, their keepers
+  and adapters; ``RUSAGE_CHILDREN``, every process of the command being waited for by its parent)
+  with the cores that makes on average, the hash, and the load average after the run. Against the
+  1-rank row: the wall and own ratios, and the CPU seconds the rows spend beyond 1 rank's (each
+  further rank's torch import, its harness, cores contended). On a 2-core machine
   shared with other work, two ranks and their two torch children compete with that work for the
   cores: the speedup then measures the queue as much as the code.
 * ``--phases``: each command runs through bench/accumulate_timeline.py, which marks when each
   rank's interpreter is up (torchrun's own launch before it), its imports are done, its ranks are
   ready (torchrun: torch imported and the process group up), its adapter answered ``get_config``,
-  its first block was answered, the gather, the adapter closed; the latest rank's time at each
-  mark is printed, medians over the repeats.
+  its first block was answered, it entered the gather, the gather, the adapter closed; the latest
+  rank's time at each mark is printed, medians over the repeats, and the first rank's arrival at
+  the gather (the first rank waits there for the last).
+* ``--tree DIR``: every row also runs with the command of the source tree DIR (first on
+  ``PYTHONPATH``, e.g. ``git archive`` of the commit before a change with its built extensions
+  copied in), each row of the two trees back to back in the same rotation; ratios within each
+  tree, and each row of DIR against this tree's, run by run.
 * **4 ranks on 4 cores, simulated** (mode ``proxy4``): a 4-rank run at N gives each rank N/4
   cases and one core for it and its torch child. ``--ranks 2 --count N/2`` on 2 cores is that
   run's rank twice over: the same share per rank, one core per rank and child, the same start-up
@@ -44,6 +55,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -71,7 +83,19 @@ MODES = {
 }
 TIMELINE = ROOT / "bench" / "accumulate_timeline.py"
 #: the timeline's marks, in order (bench/accumulate_timeline.py)
-MARKS = ("up", "ranks", "ranks ready", "adapter ready", "begin", "block 1", "gathered", "closed", "done")
+MARKS = (
+    "up",
+    "ranks",
+    "ranks ready",
+    "adapter ready",
+    "begin",
+    "block 1",
+    "at gather (first rank)",
+    "at gather",
+    "gathered",
+    "closed",
+    "done",
+)
 
 
 @dataclass
@@ -81,10 +105,20 @@ class Run:
     digest: str
     load: float
     marks: dict[str, float]  # the latest rank's seconds at each mark (--phases)
+    cpu: float = 0.0  # CPU seconds of the whole process tree: the ranks, their adapters and keepers
 
 
-def command(mode: str, family: str, count: int, batch: int, phases: bool) -> Run:
-    """One run of the command as ``mode`` (:data:`MODES`): wall seconds, its own, its hash."""
+def cpu_of_children() -> float:
+    """User and system seconds of this process's ended (waited-for) descendants: every process of a
+    command is waited for by its parent (each adapter by its keeper, each forked rank by rank 0)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def command(mode: str, family: str, count: int, batch: int, phases: bool, tree: Path | None = None) -> Run:
+    """One run of the command as ``mode`` (:data:`MODES`): wall seconds, its own, its CPU seconds, its
+    hash; with ``tree``, the command of that source tree (first on ``PYTHONPATH``, its working
+    directory; the timeline script is this tree's, which only wraps what both have)."""
     _, ranks, divisor = MODES[mode]
     bin_dir = Path(sys.executable).parent
     accumulate = ["accumulate", "--adapter", "torch", "--family", family]
@@ -98,32 +132,46 @@ def command(mode: str, family: str, count: int, batch: int, phases: bool) -> Run
     with tempfile.TemporaryDirectory() as scratch:
         timeline = Path(scratch) / "marks"
         env = {**os.environ, "BENCH_TIMELINE": str(timeline)}
+        if tree is not None:
+            env["PYTHONPATH"] = str(tree)
+        cpu = cpu_of_children()
         began = time.time()
         env["BENCH_T0"] = repr(began)
-        done = subprocess.run(line, cwd=ROOT, capture_output=True, text=True, check=False, env=env)
+        done = subprocess.run(line, cwd=tree or ROOT, capture_output=True, text=True, check=False, env=env)
         wall = time.time() - began
+        cpu = cpu_of_children() - cpu
         marks: dict[str, float] = {}
         if timeline.exists():
             for entry in timeline.read_text().splitlines():
                 _rank, seconds, what = entry.split(" ", 2)
                 marks[what] = max(marks.get(what, 0.0), float(seconds))
+                if what == "at gather":  # the ranks' spread: the first one waits for the last
+                    first = f"{what} (first rank)"
+                    marks[first] = min(marks.get(first, float(seconds)), float(seconds))
     own, digest = SECONDS.search(done.stdout), HASH.search(done.stdout)
     if own is None or digest is None or done.returncode != 0:
         raise SystemExit(f"{' '.join(line)} failed (exit {done.returncode}):\n{done.stdout}\n{done.stderr}")
     marks["end"] = wall
-    return Run(wall, float(own.group(1)), digest.group(1), os.getloadavg()[0], marks)
+    return Run(wall, float(own.group(1)), digest.group(1), os.getloadavg()[0], marks, cpu)
 
 
 def spread(values: list[float], digits: int = 1) -> str:
     return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
 
 
-def report(runs: dict[str, list[Run]], phases: bool) -> None:
-    for mode, results in runs.items():
-        walls, owns = [r.wall for r in results], [r.own for r in results]
+def report(runs: dict[tuple[str, str], list[Run]], phases: bool) -> None:
+    """Each row (``(tree, mode)``: tree "" is this one), then each row against the 1-rank row of its
+    tree: wall, own seconds and CPU seconds, ratios run by run."""
+
+    def label(tree: str, mode: str) -> str:
+        return MODES[mode][0] + (f" [{tree}]" if tree else "")
+
+    for (tree, mode), results in runs.items():
+        walls, owns, cpus = [r.wall for r in results], [r.own for r in results], [r.cpu for r in results]
         print(
-            f"{MODES[mode][0]}: wall {spread(walls)} s, own {spread(owns)} s, start-up and end "
-            f"{spread([r.wall - r.own for r in results])} s; load {spread([r.load for r in results])}; "
+            f"{label(tree, mode)}: wall {spread(walls)} s, own {spread(owns)} s, start-up and end "
+            f"{spread([r.wall - r.own for r in results])} s; CPU {spread(cpus)} s "
+            f"({spread([r.cpu / r.wall for r in results], 2)} cores); load {spread([r.load for r in results])}; "
             f"hash {results[0].digest}"
         )
         if phases:
@@ -133,21 +181,27 @@ def report(runs: dict[str, list[Run]], phases: bool) -> None:
                 if at:
                     steps.append(f"{name} {statistics.median(at):.2f}")
             print("    timeline, the latest rank, median s since the command began: " + ", ".join(steps))
-    one = runs.get("1")
-    if one is None:
-        return
-    for mode, results in runs.items():
-        if mode == "1":
+    for (tree, mode), results in runs.items():
+        one = runs.get((tree, "1"))
+        if mode == "1" or one is None:
             continue
         ratios = [a.wall / b.wall for a, b in zip(one, results)]
         own_ratios = [a.own / b.own for a, b in zip(one, results)]
         goal = GOALS[4] if mode == "proxy4" else GOALS[2]
         wall = statistics.median(r.wall for r in one) / statistics.median(r.wall for r in results)
+        extra = statistics.median(b.cpu - a.cpu for a, b in zip(one, results))
         print(
-            f"{MODES[mode][0]} against 1 rank: wall {wall:.2f}x (run by run {spread(ratios, 2)}), own seconds "
-            f"{spread(own_ratios, 2)}x; goal {goal}x: {'met' if wall >= goal else 'NOT met'}"
+            f"{label(tree, mode)} against 1 rank: wall {wall:.2f}x (run by run {spread(ratios, 2)}), own seconds "
+            f"{spread(own_ratios, 2)}x, CPU seconds more than 1 rank {extra:.1f}; goal {goal}x: "
+            f"{'met' if wall >= goal else 'NOT met'}"
         )
-    hashes = {r.digest for mode, results in runs.items() if MODES[mode][2] == 1 for r in results}
+    if len({tree for tree, _mode in runs}) > 1:
+        for (tree, mode), results in runs.items():
+            here = runs.get(("", mode))
+            if tree and here is not None:
+                ratios = [b.wall / a.wall for a, b in zip(here, results)]
+                print(f"{label(tree, mode)} wall / this tree's: run by run {spread(ratios, 2)}x")
+    hashes = {r.digest for (_tree, mode), results in runs.items() if MODES[mode][2] == 1 for r in results}
     print(f"hashes identical at N across the rows: {len(hashes) == 1}")
 
 
@@ -227,6 +281,12 @@ def main() -> int:
         "--mode", action="append", choices=sorted(MODES), help="measured rows (default: all); 1 always runs"
     )
     parser.add_argument("--phases", action="store_true", help="time each phase (bench/accumulate_timeline.py)")
+    parser.add_argument(
+        "--tree",
+        type=Path,
+        help="also run every row with the command of this source tree, in the same rotation (e.g. `git "
+        "archive` of the commit before a change, its extensions copied in); ratios within each tree",
+    )
     parser.add_argument("--simulate", type=int, action="append", default=[], help="world sizes to simulate")
     parser.add_argument("--skip-measured", action="store_true")
     args = parser.parse_args()
@@ -237,10 +297,12 @@ def main() -> int:
     print(f"{args.family}, N = {args.count:,}, torch candidate; {os.cpu_count()} CPUs; load {load()}")
     if not args.skip_measured:
         modes = ["1", *[m for m in MODES if m != "1" and (not args.mode or m in args.mode)]]
-        runs: dict[str, list[Run]] = {mode: [] for mode in modes}
+        trees = [("", None)] + ([(str(args.tree), args.tree)] if args.tree is not None else [])
+        runs: dict[tuple[str, str], list[Run]] = {(label, mode): [] for label, _ in trees for mode in modes}
         for _ in range(args.repeat):
             for mode in modes:
-                runs[mode].append(command(mode, args.family, args.count, args.batch, args.phases))
+                for label, tree in trees:  # the two trees' rows of a mode back to back
+                    runs[label, mode].append(command(mode, args.family, args.count, args.batch, args.phases, tree))
         report(runs, args.phases)
         print(f"load {load()}")
     for world in args.simulate:

@@ -118,7 +118,7 @@ def accumulate_command(
     """Run N accumulated cases through an adapter and compare the hash of its answers."""
     from qconform.cli.arguments import OpeningAdapter, refuse_beyond_a_day
     from qconform.cli.fuzz import check_found_files, record_finding
-    from qconform.cli.ranks import command_ranks, run_as_rank
+    from qconform.cli.ranks import closing_at_gather, command_ranks, run_as_rank
     from qconform.generators.corpus import default_vectors_dir
     from qconform.harness.judging.judge import family_module, judge
     from qconform.harness.run.accumulate import (
@@ -183,7 +183,7 @@ def accumulate_command(
                             count,
                             expected,
                             batch,
-                            ranks,
+                            closing_at_gather(ranks, opening.close),
                             judge_case,
                             shard_cases,
                             None if by_case else run_block,

@@ -8,10 +8,13 @@ status.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
+import threading
 import traceback
 from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -47,6 +50,21 @@ def command_ranks(device: str, ranks: int) -> Ranks:
     from qconform.harness.run.forked_ranks import fork_ranks
 
     return fork_ranks(ranks)
+
+
+def closing_at_gather(ranks: Ranks, close: Callable[[], None]) -> Ranks:
+    """``ranks`` whose gather first starts ``close`` (this rank's adapter) on a thread of its own.
+    When a rank reaches the gather its share is answered and judged, and nothing after the gather
+    asks the adapter anything, so the adapter's shutdown runs while the rank waits for the slowest
+    one and merges, not after (docs/distributed.md, "Without torchrun": the end of a run). The
+    command's own close of the adapter, when it leaves the adapter's ``with``, returns once that
+    shutdown is complete (the client closes under its lock), so no adapter outlives its rank."""
+
+    def gather(obj: Any) -> list[Any]:
+        threading.Thread(target=close, name="adapter-close").start()
+        return ranks.gather(obj)
+
+    return dataclasses.replace(ranks, gather=gather)
 
 
 def run_as_rank(ranks: Ranks, run: Callable[[], None]) -> None:

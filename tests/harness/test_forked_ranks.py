@@ -16,6 +16,7 @@ from robustness.processes import qconform, recorded, survivors
 
 from qconform.cli import cli
 from qconform.generators.accumulated_engine import engine_hash
+from qconform.harness.run.distributed import Ranks
 
 pytestmark = pytest.mark.rules("R11")
 
@@ -67,6 +68,34 @@ def test_a_rank_that_cannot_start_is_one_line_with_its_status(tmp_path, failing)
     assert "PASS" not in out and "Traceback" not in err
     assert len(recorded(pids)) == 2
     assert survivors(pids) == []
+
+
+#: a shim that records its pid, then serves the reference adapter as that process
+RECORDS_ITS_PID = """
+import os, sys
+open(sys.argv[1], "a").write(f"{os.getpid()}\\n")
+os.execv(sys.executable, [sys.executable, "-m", "qconform.harness.transport.host", "--adapter", "reference"])
+"""
+
+
+def test_a_rank_closes_its_adapter_while_it_gathers(tmp_path, monkeypatch):
+    """The rank's adapter is shut down while the rank is in the gather (its shutdown overlaps the
+    wait for the other ranks): a gather that waits for the adapter to end sees it end, and the run
+    still passes."""
+    pids = tmp_path / "pids"
+    shim = [sys.executable, "-c", RECORDS_ITS_PID, str(pids)]
+    running_at_gather: list[list[int]] = []
+
+    def gather(obj):
+        running_at_gather.append(survivors(pids, wait_s=20.0))  # a close after the gather never comes
+        return [obj]
+
+    monkeypatch.setattr("qconform.cli.ranks.command_ranks", lambda _device, _count: Ranks(0, 1, gather))
+    result = CliRunner().invoke(cli, ["accumulate", "--adapter", "shim:" + shlex.join(shim), *SMALL])
+    assert result.exit_code == 0, result.output
+    assert "PASS" in result.output
+    assert len(recorded(pids)) == 1
+    assert running_at_gather == [[]]
 
 
 def test_ranks_under_torchrun_is_a_usage_error():
