@@ -13,6 +13,8 @@ import textwrap
 
 import numpy as np
 import pytest
+from harness_stubs import spec_run_batch
+from test_accumulate_blocks import in_process_blocks
 
 from qconform.generators.accumulated import FAMILIES
 from qconform.harness.adapter import AdapterError, AdapterStartError
@@ -310,6 +312,36 @@ def test_two_blocks_in_flight_give_the_records_of_one_at_a_time(torch_clients, f
     assert together[0] == together[1] or together[2] == "precision"
     assert pipelined.most_in_flight == 2 and one.most_in_flight == 1
     assert pipelined.restarts == 0 and asked == []
+
+
+def failing_third_block():
+    """A block path that answers its first two blocks right, fails its third, and answers every later
+    block with wrong records: a block sent behind the failed one must not be used."""
+    honest, calls = in_process_blocks(spec_run_batch), []
+
+    def run_block(family: str, arrays: dict) -> object:
+        calls.append(family)
+        records = honest(family, arrays)  # keeps its case counter in step with the blocks sent
+        if len(calls) == 3:
+            return AdapterError("boom")
+        return records if len(calls) < 3 else np.full_like(records, 7)
+
+    return run_block
+
+
+def test_a_block_sent_behind_one_that_left_the_block_path_is_asked_case_by_case():
+    """One at a time, the failed third block ends the block path and every later case is asked as an
+    input object; with blocks sent ahead the fourth block was already answered (wrongly), and is asked
+    case by case all the same: the same records, hash and verdict."""
+    alone = accumulate(spec_run_batch, "rng_abi", 2000, {"families": {}}, 300, run_block=failing_third_block())
+    ahead = failing_third_block()
+
+    def send_block(family: str, arrays: dict):
+        answer = ahead(family, arrays)
+        return lambda: answer
+
+    together = accumulate(spec_run_batch, "rng_abi", 2000, {"families": {}}, 300, send_block=send_block)
+    assert alone.verdict == "pass" and (together.hash, together.verdict) == (alone.hash, alone.verdict)
 
 
 #: the torch candidate in the host, killed by SIGKILL at its ``QCONFORM_DIE_AT``-th block, once (a
