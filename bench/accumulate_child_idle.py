@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 #: the child's timestamps go to this file (a path in the environment, set by the parent)
 EVENTS = "QCONFORM_TIMELINE_EVENTS"
@@ -95,10 +96,9 @@ def one_run(family: str, count: int, batch: int, events: Path) -> tuple[float, l
 
             # as the command does: blocks sent ahead to a child that takes pipelined requests
             # (docs/shim-protocol.md); a tree without them, one at a time
+            blocks: dict[str, Any] = {"run_block": client.run_block}
             if getattr(client, "depth", 1) > 1:
                 blocks = {"send_block": lambda name, block: client.send_block(name, block).result}
-            else:
-                blocks = {"run_block": client.run_block}
             began = time.perf_counter()
             result = run_accumulate.accumulate(
                 lambda name, inputs: client.run_batch(name, inputs, schema_check=False),

@@ -274,13 +274,16 @@ def run_of(client, family: str, count: int, batch: int, pipelined: bool, asked: 
             asked.append(len(inputs))
         return client.run_batch(name, inputs, schema_check=False)
 
-    blocks = (
-        {"send_block": lambda name, arrays: client.send_block(name, arrays).result}
-        if pipelined
-        else {"run_block": client.run_block}
-    )
     result = accumulate(
-        run_batch, family, count, {"families": {}}, batch, judge=comparator(client, family), shard_cases=2048, **blocks
+        run_batch,
+        family,
+        count,
+        {"families": {}},
+        batch,
+        judge=comparator(client, family),
+        shard_cases=2048,
+        run_block=None if pipelined else client.run_block,
+        send_block=(lambda name, arrays: client.send_block(name, arrays).result) if pipelined else None,
     )
     return (
         result.hash,
@@ -384,14 +387,14 @@ def test_a_child_killed_with_two_blocks_in_flight_loses_no_block(tmp_path, monke
                 pending = client.send_block(name, arrays)
                 return lambda: answers.append(pending.result()) or answers[-1]
 
-            blocks = {"send_block": send_block} if pipelined else {"run_block": client.run_block}
             result = accumulate(
                 lambda name, inputs, client=client: client.run_batch(name, inputs, schema_check=False),
                 "rng_abi",
                 3000,
                 {"families": {}},
                 400,
-                **blocks,
+                run_block=None if pipelined else client.run_block,
+                send_block=send_block if pipelined else None,
             )
             assert client.restarts == 1 and client.most_in_flight == (2 if pipelined else 1)
             runs.append((result.hash, result.verdict, result.unjudged, result.divergences))
@@ -399,4 +402,3 @@ def test_a_child_killed_with_two_blocks_in_flight_loses_no_block(tmp_path, monke
     failed = [a for a in answers if isinstance(a, AdapterError)]
     assert len(answers) == 4 and len(failed) == 2  # blocks 1-2 answered, 3 and 4 failed, the rest by case
     assert "killed by signal 9" in failed[0].message and "in flight behind it" in failed[1].message
-
