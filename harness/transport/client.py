@@ -205,6 +205,13 @@ def _write_rest(fd: int, parts: list[memoryview]) -> None:
         os.close(fd)
 
 
+def _write_after(previous: threading.Thread, fd: int, parts: list[memoryview]) -> None:
+    """:func:`_write_rest` once ``previous`` (the writer of the request before) has written all of its
+    request: a request sent while another is in flight never writes between that one's bytes."""
+    previous.join()
+    _write_rest(fd, parts)
+
+
 def parent_death_signal() -> Callable[[], None] | None:
     """A ``preexec_fn`` that makes the child get SIGKILL when this process dies (Linux), so a
     harness killed by SIGKILL or SIGTERM leaves no orphaned adapter; None elsewhere.
@@ -303,6 +310,8 @@ class Child:
         self.window: BlockWindow | None = None
         #: the most requests in flight at once the child took ("Pipelined requests"); 1 until it says more
         self.depth = 1
+        #: the thread writing the rest of the last request the pipe did not take at once, if any
+        self._writer: threading.Thread | None = None
         self._stderr: deque[bytes] = deque()
         self._stderr_size = 0
         self._stderr_lock = threading.Lock()
@@ -374,10 +383,17 @@ class Child:
         """Write ``data`` (bytes, or parts written one after the other: a binary message's line and
         its sections, never joined into one copy) without blocking: what the pipe takes now at
         once (a whole request, in the usual case), the rest on a thread, so a child that stops
-        reading cannot block us. The parts must not change until the child has read them."""
+        reading cannot block us. The parts must not change until the child has read them. While the
+        rest of the request before is still being written (a request sent with one in flight:
+        docs/shim-protocol.md, "Pipelined requests"), this one is written after it, on a thread."""
         parts = [memoryview(part).cast("B") for part in ([data] if isinstance(data, bytes) else data)]
         try:
             fd = self.stdin.fileno()
+            previous = self._writer
+            if previous is not None and previous.is_alive():
+                self._writer = threading.Thread(target=_write_after, args=(previous, os.dup(fd), parts), daemon=True)
+                self._writer.start()
+                return
             while parts:
                 try:
                     sent = os.write(fd, parts[0])
@@ -385,7 +401,8 @@ class Child:
                     sent = 0
                 if sent < len(parts[0]):
                     parts[0] = parts[0][sent:]
-                    threading.Thread(target=_write_rest, args=(os.dup(fd), parts), daemon=True).start()
+                    self._writer = threading.Thread(target=_write_rest, args=(os.dup(fd), parts), daemon=True)
+                    self._writer.start()
                     break
                 parts.pop(0)
         except (OSError, ValueError):

@@ -402,3 +402,16 @@ def test_a_child_killed_with_two_blocks_in_flight_loses_no_block(tmp_path, monke
     failed = [a for a in answers if isinstance(a, AdapterError)]
     assert len(answers) == 4 and len(failed) == 2  # blocks 1-2 answered, 3 and 4 failed, the rest by case
     assert "killed by signal 9" in failed[0].message and "in flight behind it" in failed[1].message
+
+
+def test_blocks_larger_than_the_pipe_sent_back_to_back_arrive_whole_and_in_order():
+    """Without the window a block travels as sections: several megabytes, more than the pipe holds,
+    so the rest of each is written by a thread; the block sent behind it must wait for that thread,
+    never write between its bytes."""
+    family = FAMILIES["verification_round"]
+    with open_adapter("noop", block_window=False, timeout_s=60) as client:
+        assert client.depth == 2 and not client.window_attached
+        pending = [client.send_block(family.name, family.block(family.arrays(k, k + 20000))) for k in range(3)]
+        answers = [p.result() for p in pending]
+        assert all(isinstance(a, np.ndarray) and a.shape == (20000, family.record_words) for a in answers), answers
+        assert client.restarts == 0 and client.most_in_flight == 2
