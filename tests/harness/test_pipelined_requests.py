@@ -31,13 +31,33 @@ pytestmark = pytest.mark.rules("R22")
 #: its behaviour (argv[1]): ``hold`` reads the request behind the first block before answering it
 #: (it cannot answer unless two are in flight), ``swap`` answers two blocks in the wrong order,
 #: ``die`` exits once it holds two blocks, ``slow`` sleeps argv[2] seconds before each block's reply,
-#: ``ahead`` sleeps argv[2] seconds (default 0), then answers a block with its id + 1000 when a
-#: request is already waiting in its pipe
+#: ``ahead`` answers a block with its id + 1000 when a request is already waiting in its pipe, and
+#: ``behind`` waits until the next request has arrived (in its pipe or its read buffer) before it
+#: answers a block with its id + 1000
 PROBE_SHIM = textwrap.dedent(
     """
     import base64, json, os, select, sys, time
     behaviour = sys.argv[1]
-    stdin = sys.stdin.buffer
+    unread = b""  # bytes read from stdin and not yet taken as a line: a request may wait here too
+
+    def read_more():
+        global unread
+        chunk = os.read(0, 65536)
+        unread += chunk
+        return chunk
+
+    def readline():
+        global unread
+        while b"\\n" not in unread and read_more():
+            pass
+        line, _, unread = unread.partition(b"\\n")
+        return line
+
+    def waiting():  # whether a request is already waiting: read, or in the pipe
+        return bool(unread) or bool(select.select([0], [], [], 0)[0])
+
+    def arrives():  # whether a request arrives (waits for it)
+        return bool(unread) or bool(read_more())
 
     def reply_to(request):
         reply = {"id": request["id"], "status": "ok"}
@@ -47,10 +67,8 @@ PROBE_SHIM = textwrap.dedent(
             reply["config"] |= json.loads(os.environ.get("QCONFORM_PROBE_CONFIG", "{}"))
         elif request["op"] == "run_block":
             cases = request["block"]["seed"]["shape"][0]
-            if behaviour == "ahead":
-                time.sleep(float(sys.argv[2]) if len(sys.argv) > 2 else 0.0)
-            waiting = behaviour == "ahead" and select.select([stdin], [], [], 0)[0]
-            mark = request["id"] + (1000 if waiting else 0)
+            ahead = (behaviour == "ahead" and waiting()) or (behaviour == "behind" and arrives())
+            mark = request["id"] + (1000 if ahead else 0)
             words = mark.to_bytes(4, "little") * (cases * 10)
             reply["records"] = {"dtype": "u32", "shape": [cases, 10], "b64": base64.b64encode(words).decode()}
         return reply
@@ -60,7 +78,7 @@ PROBE_SHIM = textwrap.dedent(
         sys.stdout.buffer.flush()
 
     held = []
-    while line := stdin.readline():
+    while line := readline():
         request = json.loads(line)
         if request["op"] == "run_block" and behaviour in ("hold", "swap", "die"):
             held.append(request)
@@ -170,12 +188,14 @@ def test_a_child_that_ignores_the_offer_is_sent_one_request_at_a_time(probe, mon
 
 
 def test_the_ahead_probe_sees_a_request_waiting_when_two_are_in_flight(probe, monkeypatch):
-    """The probe above can fail: with the offer taken, the block sent behind the first is in the pipe
-    when the probe (after 0.3 s) answers the first, and so on for every block but the last."""
+    """The probe above can fail: a child that took the offer has a request in its pipe while it
+    answers a block. Here one that waits for it: each block's reply comes only once the request
+    behind it arrived, which with one request at a time never happens."""
     monkeypatch.setenv("QCONFORM_PROBE_CONFIG", json.dumps({"pipeline": 2}))
-    with open_adapter(probe("ahead", "0.3"), timeout_s=20) as client:
-        pending = [client.send_block("rng_abi", block(50 * k, 50 * k + 50)) for k in range(4)]
-        assert [marks(p.result()) for p in pending] == [{1002}, {1003}, {1004}, {5}]
+    with open_adapter(probe("behind"), timeout_s=20) as client:
+        pending = [client.send_block("rng_abi", block(50 * k, 50 * k + 50)) for k in range(3)]
+        client.run_batch("rng_abi", [{}])  # a request behind the last block
+        assert [marks(p.result()) for p in pending] == [{1002}, {1003}, {1004}]
 
 
 # --- failures with two in flight -----------------------------------------------------------------
