@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 #: the child's timestamps go to this file (a path in the environment, set by the parent)
 EVENTS = "QCONFORM_TIMELINE_EVENTS"
@@ -93,6 +94,11 @@ def one_run(family: str, count: int, batch: int, events: Path) -> tuple[float, l
                 verdict = judge(run_accumulate.case_vector(family, case, line, case_input), outcome, client.config)
                 return str(verdict.cls), verdict.line()
 
+            # as the command does: blocks sent ahead to a child that takes pipelined requests
+            # (docs/shim-protocol.md); a tree without them, one at a time
+            blocks: dict[str, Any] = {"run_block": client.run_block}
+            if getattr(client, "depth", 1) > 1:
+                blocks = {"send_block": lambda name, block: client.send_block(name, block).result}
             began = time.perf_counter()
             result = run_accumulate.accumulate(
                 lambda name, inputs: client.run_batch(name, inputs, schema_check=False),
@@ -101,7 +107,7 @@ def one_run(family: str, count: int, batch: int, events: Path) -> tuple[float, l
                 expected,
                 batch,
                 judge=judge_case,
-                run_block=client.run_block,
+                **blocks,
             )
     finally:
         object.__setattr__(fam, "arrays", saved[0])

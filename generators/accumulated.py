@@ -490,9 +490,9 @@ class MemoryPool:
             return fresh
 
 
-#: the allocations of :func:`verification_arrays_native`: the harness holds at most three batches at once
-#: (the one answered, the one judged, the next one made ahead)
-STREAM_MEMORY = MemoryPool(keep=4)
+#: the allocations of :func:`verification_arrays_native`: the harness holds at most four batches at once
+#: (the one judged, the one answered, with pipelined requests one more in flight, the next one made ahead)
+STREAM_MEMORY = MemoryPool(keep=5)
 
 
 def verification_arrays(start: int, stop: int) -> Batch:

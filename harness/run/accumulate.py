@@ -29,6 +29,7 @@ import json
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -248,6 +249,10 @@ def answer_records(family: AccumulatedFamily, inputs: list[dict], outcomes: list
 RunBatch = Callable[[str, list[dict]], list]
 #: a run_block of an adapter client: (family, block arrays) -> records, or Unimplemented / AdapterError
 RunBlock = Callable[[str, dict[str, np.ndarray]], object]
+#: a run_block that returns once the block is sent (an adapter client's ``send_block``, with pipelined
+#: requests, docs/shim-protocol.md): (family, block arrays) -> the wait for what RunBlock returns; the
+#: blocks are answered in the order they were sent
+SendBlock = Callable[[str, dict[str, np.ndarray]], Callable[[], object]]
 
 
 #: one judged case of a batch: its input object, its ordinary outcome, the reason it has no record
@@ -295,10 +300,14 @@ class Candidate:
     (:func:`rebuilt_answer`: no request, and the answer judged is the one hashed), or else asked
     again as one input object."""
 
-    def __init__(self, run_batch: RunBatch, run_block: RunBlock | None = None) -> None:
-        # One request in flight at a time: a divergent case is asked again from the judging
-        # thread (:func:`run_pieces`) while the main thread asks the next block, and neither an
-        # adapter's channel nor an in-process adapter is made to take two requests at once.
+    def __init__(
+        self, run_batch: RunBatch, run_block: RunBlock | None = None, send_block: SendBlock | None = None
+    ) -> None:
+        # One call at a time: a divergent case is asked again from the judging thread
+        # (:func:`run_pieces`) while the main thread asks the next block, and neither an adapter's
+        # channel nor an in-process adapter is made to take two calls at once. Two requests in
+        # flight happen only by ``send_block``, the channel's ordered protocol feature (its
+        # sending and each wait are calls under this lock too).
         one_at_a_time = threading.Lock()
 
         def run_batch_alone(*args: Any, **kwargs: Any) -> Any:
@@ -312,21 +321,62 @@ class Candidate:
 
             return alone
 
+        def send_block_alone(block_send: SendBlock) -> SendBlock:
+            def sent(family: str, block: dict[str, np.ndarray]) -> Callable[[], object]:
+                with one_at_a_time:
+                    waiting = block_send(family, block)
+
+                def wait() -> object:
+                    with one_at_a_time:
+                        return waiting()
+
+                return wait
+
+            return sent
+
         self.run_batch: RunBatch = run_batch_alone
         self.run_block: RunBlock | None = None if run_block is None else run_block_alone(run_block)
+        self.send_block: SendBlock | None = None if send_block is None else send_block_alone(send_block)
+        #: requests asked ahead of the one being answered (:meth:`ask`): 1 with ``send_block``
+        self.ahead = 0 if send_block is None else 1
         #: why the block path was left (a refusal or a failed request), "" while it is used
         self.blocks_left = ""
 
     @property
     def by_block(self) -> bool:
-        return self.run_block is not None and not self.blocks_left
+        return (self.run_block is not None or self.send_block is not None) and not self.blocks_left
+
+    def ask(self, family: AccumulatedFamily, batch: Batch) -> Callable[[], Answers]:
+        """Send the batch's cases and return the wait for their :class:`Answers`. With ``send_block``
+        the block goes out now and is answered while the caller sends the next (waits are taken in
+        the order asked); a block sent ahead whose wait finds the block path left by an earlier
+        block is asked case by case, as it would have been one request at a time."""
+        if self.send_block is None or not self.by_block:
+            answers = self.answers(family, batch)
+            return lambda: answers
+        waiting = self.send_block(family.name, family.block(batch))
+
+        def answered() -> Answers:
+            answer = waiting()  # read in any case: the replies come in the order asked
+            if self.blocks_left:
+                return per_case_answers(self.run_batch, family, batch)
+            return self.block_answers(family, batch, answer)
+
+        return answered
 
     def answers(self, family: AccumulatedFamily, batch: Batch) -> Answers:
         if not self.by_block:
             return per_case_answers(self.run_batch, family, batch)
-        assert self.run_block is not None
+        block = family.block(batch)
+        if self.run_block is not None:
+            return self.block_answers(family, batch, self.run_block(family.name, block))
+        assert self.send_block is not None
+        return self.block_answers(family, batch, self.send_block(family.name, block)())
+
+    def block_answers(self, family: AccumulatedFamily, batch: Batch, answer: object) -> Answers:
+        """The answers of a batch sent as a block, from what the block was answered (records, or a
+        refusal or failure: the block path is left and the batch asked case by case)."""
         n = batch.stop - batch.start
-        answer = self.run_block(family.name, family.block(batch))
         if not isinstance(answer, np.ndarray) or answer.shape != (n, family.record_words) or answer.dtype != "<u4":
             what = (
                 answer
@@ -405,14 +455,18 @@ def run_pieces(
     try:
         upcoming = ahead.submit(family.arrays, *requests[0][1:]) if requests else None
         judging: list[Future] = []
+        asked: deque[tuple[int, Callable[[], Answers], Future, int]] = deque()
         for index, (piece, start, _stop) in enumerate(requests):
             assert upcoming is not None
             arrays = upcoming.result()
             expected = ahead.submit(ENGINES[family.name], arrays)
             if index + 1 < len(requests):
                 upcoming = ahead.submit(family.arrays, *requests[index + 1][1:])
-            answers = candidate.answers(family, arrays)
-            judging.append(ahead.submit(judged, piece, answers, expected, start))
+            asked.append((piece, candidate.ask(family, arrays), expected, start))
+            # with pipelined requests the next block is sent before this one's answer is awaited
+            while len(asked) > candidate.ahead or (asked and index + 1 == len(requests)):
+                its_piece, answered, its_expected, its_start = asked.popleft()
+                judging.append(ahead.submit(judged, its_piece, answered(), its_expected, its_start))
         for done in judging:
             done.result()  # in order; a judge that raised raises here
     finally:
@@ -473,14 +527,17 @@ def accumulate(
     judge: Judge = exact_judge,
     shard_cases: int = SHARD_CASES,
     run_block: RunBlock | None = None,
+    send_block: SendBlock | None = None,
 ) -> AccumulateResult:
     """Run ``count`` cases of an accumulated family through ``run_batch`` (an adapter
     client's), this rank's share of the shards; every rank returns the same result.
-    The committed hash applies only to the committed shard size."""
+    The committed hash applies only to the committed shard size. ``send_block`` (in place of
+    ``run_block``): blocks sent ahead, two requests in flight (docs/shim-protocol.md, "Pipelined
+    requests"), with the same records, hashes and verdicts."""
     family = FAMILIES[family_name]
     began = time.perf_counter()
     shards = shard_ranges(count, shard_cases)
-    candidate = Candidate(run_batch, run_block)
+    candidate = Candidate(run_batch, run_block, send_block)
     mine = rank_pieces(shards, count, ranks)
     # a whole shard travels as its digests, a part as its records
     whole = [(lo, hi) == shards[index] for index, lo, hi in mine]

@@ -22,6 +22,7 @@ import threading
 import time
 import weakref
 from collections import deque
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from qconform.harness.adapter import AdapterConfig, AdapterError, AdapterStartError, Outcome, Unimplemented
@@ -30,6 +31,7 @@ from qconform.harness.transport.shim_protocol import (
     BINARY_PAYLOAD,
     JSON_PAYLOAD,
     PAYLOADS,
+    PIPELINE_DEPTH,
     ProtocolError,
     binary_parts,
     check_output,
@@ -41,12 +43,13 @@ from qconform.harness.transport.shim_protocol import (
     parse_arena,
     parse_config,
     parse_payload,
+    parse_pipeline,
     quote,
     section_sizes,
 )
 from qconform.harness.transport.window import BlockWindow, WindowError, window_range
 
-__all__ = ["AdapterClient", "AdapterStartError", "open_adapter", "host_command"]
+__all__ = ["AdapterClient", "AdapterStartError", "PendingReply", "open_adapter", "host_command"]
 
 SHIM_PREFIX = "shim:"
 #: Prefix of a network endpoint under test, ``tcp://HOST:PORT`` (docs/endpoint.md): not a
@@ -71,6 +74,44 @@ START_WAIT = " waiting for the answer to get_config (a slow start: --start-timeo
 
 class ChildFailure(Exception):
     """The child misbehaved during one request; the text becomes the cases' AdapterError."""
+
+
+@dataclass
+class InFlight:
+    """A request written to the child whose reply is not read yet (docs/shim-protocol.md, "Pipelined
+    requests"). ``finish`` turns its reply, or the :class:`ChildFailure` that ended it, into the
+    caller's result, as the reply is read, by whichever caller reads it; ``span``: the window bytes
+    its block and answer range hold until then."""
+
+    request_id: int
+    timeout_s: float
+    sent_at: float
+    finish: Callable[[Any], Any]
+    waiting_for: str = ""
+    raw_blobs: bool | None = None
+    span: tuple[int, int] | None = None
+    done: bool = False
+    result: Any = None
+
+
+class PendingReply:
+    """The reply to a request sent ahead (:meth:`AdapterClient.send_block`): :meth:`result` waits for
+    it, reading first the replies of the requests sent before it, in order."""
+
+    def __init__(self, client: AdapterClient | None, entry: InFlight) -> None:
+        self._client, self._entry = client, entry
+
+    @classmethod
+    def ready(cls, result: Any) -> PendingReply:
+        """A result known without a request (a family not declared, a block that could not be sent)."""
+        return cls(None, InFlight(0, 0.0, 0.0, lambda reply: reply, done=True, result=result))
+
+    def result(self) -> Any:
+        entry, client = self._entry, self._client
+        if not entry.done and client is not None:
+            with client._lock:
+                client._await(entry)
+        return entry.result
 
 
 def host_command(name: str, device: str) -> list[str]:
@@ -162,6 +203,13 @@ def _write_rest(fd: int, parts: list[memoryview]) -> None:
         pass  # the child is gone; the reader sees EOF
     finally:
         os.close(fd)
+
+
+def _write_after(previous: threading.Thread, fd: int, parts: list[memoryview]) -> None:
+    """:func:`_write_rest` once ``previous`` (the writer of the request before) has written all of its
+    request: a request sent while another is in flight never writes between that one's bytes."""
+    previous.join()
+    _write_rest(fd, parts)
 
 
 def parent_death_signal() -> Callable[[], None] | None:
@@ -260,6 +308,10 @@ class Child:
         self.arena: BlobArena | None = None
         #: the block window, once the child attached it ("Block window"): blocks travel through it
         self.window: BlockWindow | None = None
+        #: the most requests in flight at once the child took ("Pipelined requests"); 1 until it says more
+        self.depth = 1
+        #: the thread writing the rest of the last request the pipe did not take at once, if any
+        self._writer: threading.Thread | None = None
         self._stderr: deque[bytes] = deque()
         self._stderr_size = 0
         self._stderr_lock = threading.Lock()
@@ -331,10 +383,17 @@ class Child:
         """Write ``data`` (bytes, or parts written one after the other: a binary message's line and
         its sections, never joined into one copy) without blocking: what the pipe takes now at
         once (a whole request, in the usual case), the rest on a thread, so a child that stops
-        reading cannot block us. The parts must not change until the child has read them."""
+        reading cannot block us. The parts must not change until the child has read them. While the
+        rest of the request before is still being written (a request sent with one in flight:
+        docs/shim-protocol.md, "Pipelined requests"), this one is written after it, on a thread."""
         parts = [memoryview(part).cast("B") for part in ([data] if isinstance(data, bytes) else data)]
         try:
             fd = self.stdin.fileno()
+            previous = self._writer
+            if previous is not None and previous.is_alive():
+                self._writer = threading.Thread(target=_write_after, args=(previous, os.dup(fd), parts), daemon=True)
+                self._writer.start()
+                return
             while parts:
                 try:
                     sent = os.write(fd, parts[0])
@@ -342,7 +401,8 @@ class Child:
                     sent = 0
                 if sent < len(parts[0]):
                     parts[0] = parts[0][sent:]
-                    threading.Thread(target=_write_rest, args=(os.dup(fd), parts), daemon=True).start()
+                    self._writer = threading.Thread(target=_write_rest, args=(os.dup(fd), parts), daemon=True)
+                    self._writer.start()
                     break
                 parts.pop(0)
         except (OSError, ValueError):
@@ -426,6 +486,7 @@ class AdapterClient:
         arena: BlobArena | None = None,
         start_timeout_s: float | None = None,
         block_window: bool = True,
+        pipeline: bool = True,
     ) -> None:
         self.spec = spec
         #: the corpus's shared arena, offered to every child that takes binary payloads
@@ -448,9 +509,20 @@ class AdapterClient:
         #: (docs/shim-protocol.md, "Starting")
         self.start_timeout_s = max(timeout_s, START_TIMEOUT_S) if start_timeout_s is None else start_timeout_s
         self.restarts = 0
+        #: offer pipelined requests in ``get_config`` (docs/shim-protocol.md, "Pipelined requests"): a
+        #: child that takes the offer may be sent a request before the previous one is answered
+        self.pipeline = pipeline
+        #: the most requests that were ever in flight at once on this client (a test's and a benchmark's witness)
+        self.most_in_flight = 0
         self._next_id = 1
+        #: the channel's lock: every write of a request and read of a reply holds it, so requests go out
+        #: and replies are read in one order, whatever thread sends or waits
         self._lock = threading.Lock()
         self._child: Child | None = None
+        #: the requests written to the running child whose replies are not read yet, oldest first
+        self._in_flight: deque[InFlight] = deque()
+        #: when the last reply was read: the next one is due a timeout after it or its own request
+        self._answered_at = 0.0
         self.config: AdapterConfig = self._start()
         self._check_device()
 
@@ -469,6 +541,8 @@ class AdapterClient:
                 request["arena"] = {"fd": arena.fd, "bytes": arena.size}
             if window is not None:
                 request["window"] = {"fd": window.fd}
+            if self.pipeline:
+                request["pipeline"] = PIPELINE_DEPTH
             reply = self._exchange(request, self.start_timeout_s, START_WAIT)
         except ChildFailure as exc:
             raise AdapterStartError(f"adapter {self.spec!r} did not start: {exc}") from None
@@ -497,6 +571,12 @@ class AdapterClient:
                 raise AdapterStartError(f"adapter {self.spec!r} did not start: config.{key} true, but {why}")
         child.arena = arena if attached["arena"] else None
         child.window = window if attached["window"] else None
+        depth = parse_pipeline(reply["config"])
+        if depth > (PIPELINE_DEPTH if self.pipeline else 1):
+            self._discard(child)
+            offer = f"{PIPELINE_DEPTH} were offered" if self.pipeline else "none was offered"
+            raise AdapterStartError(f"adapter {self.spec!r} did not start: config.pipeline {depth}, but {offer}")
+        child.depth = depth
         return config
 
     @property
@@ -508,6 +588,12 @@ class AdapterClient:
     def window_attached(self) -> bool:
         """Whether the running child attached the block window (docs/shim-protocol.md, "Block window")."""
         return self._child is not None and self._child.window is not None
+
+    @property
+    def depth(self) -> int:
+        """The most requests the running child takes in flight at once (docs/shim-protocol.md,
+        "Pipelined requests"): 1, one at a time, unless it took the offer."""
+        return 1 if self._child is None else self._child.depth
 
     @property
     def payload(self) -> str:
@@ -527,15 +613,30 @@ class AdapterClient:
         if self._child is child:
             self._child = None
 
+    def _fail_in_flight(self, what: str, child: Child | None = None) -> None:
+        """End every request in flight with ``what`` (the oldest's failure; each later one is named
+        as in flight behind it): none is answered, none is sent again."""
+        entries = list(self._in_flight)
+        self._in_flight.clear()
+        for index, entry in enumerate(entries):
+            text = what if index == 0 else f"{what} (request {entry.request_id} was in flight behind it)"
+            entry.result = entry.finish(ChildFailure(child.failure(text) if child is not None else text))
+            entry.done = True
+
     def abort(self) -> None:
         """Kill the child at once, without the shutdown request and its grace period."""
         child, self._child = self._child, None
         if child is not None:
             child.kill()
+        self._fail_in_flight("the run was aborted with the request in flight")
 
     def close(self) -> None:
-        """Shut the child down and close the block window (idempotent)."""
+        """Shut the child down and close the block window (idempotent). Requests still in flight are
+        abandoned with the child (each an AdapterError)."""
         with self._lock:
+            if self._in_flight and self._child is not None:
+                self._discard(self._child)
+                self._fail_in_flight("the adapter was closed with the request in flight")
             if self._child is not None:
                 self._child.close(encode_message({"id": self._take_id(), "op": "shutdown"}))
                 self._child = None
@@ -558,35 +659,82 @@ class AdapterClient:
     def _exchange(self, request: dict, timeout_s: float, waiting_for: str = "", raw_blobs: bool | None = None) -> dict:
         """Send one request and return its reply; ChildFailure (child killed) otherwise.
         ``waiting_for`` says, in a timeout's message, what the child had not done in time;
-        ``raw_blobs`` overrides the client's form of a binary reply's blobs for this reply."""
+        ``raw_blobs`` overrides the client's form of a binary reply's blobs for this reply.
+        With the channel's lock held; requests in flight before it are answered first."""
+        self._make_room()
+        self._ensure_child()
+        result = self._await(self._send(request, timeout_s, lambda reply: reply, waiting_for, raw_blobs))
+        if isinstance(result, ChildFailure):
+            raise result
+        return result
+
+    def _make_room(self) -> None:
+        """Read replies, oldest first, until one more request may be in flight on the running child
+        (docs/shim-protocol.md, "Pipelined requests"; with a child of depth 1: until none is)."""
+        while self._in_flight and self._child is not None and len(self._in_flight) >= self._child.depth:
+            self._receive()
+
+    def _send(
+        self,
+        request: dict,
+        timeout_s: float,
+        finish: Callable[[Any], Any],
+        waiting_for: str = "",
+        raw_blobs: bool | None = None,
+        span: tuple[int, int] | None = None,
+    ) -> InFlight:
+        """Write one request to the running child (room made: :meth:`_make_room`) and put it in flight."""
         child = self._child
-        assert child is not None
+        assert child is not None and len(self._in_flight) < child.depth
         request_id = self._take_id()
         message = {"id": request_id, **request}
+        entry = InFlight(request_id, timeout_s, time.monotonic(), finish, waiting_for, raw_blobs, span)
+        self._in_flight.append(entry)
+        self.most_in_flight = max(self.most_in_flight, len(self._in_flight))
         child.send(binary_parts(message, child.arena) if child.binary else encode_message(message))
-        line = child.read_line(time.monotonic() + timeout_s)
+        return entry
+
+    def _await(self, entry: InFlight) -> Any:
+        """``entry``'s result, once its reply (and every reply before it) is read."""
+        while not entry.done:
+            if not self._in_flight:
+                raise AssertionError(f"request {entry.request_id} is neither answered nor in flight")
+            self._receive()
+        return entry.result
+
+    def _receive(self) -> None:
+        """Read the reply of the oldest request in flight and finish it. A reply that does not come in
+        time, a child that ended, or a reply out of step ends every request in flight
+        (:meth:`_fail_in_flight`) and the child; the next request starts a fresh one."""
+        child, entry = self._child, self._in_flight[0]
+        assert child is not None
+        # due a timeout after its own request or after the reply before it, whichever came later
+        line = child.read_line(max(entry.sent_at, self._answered_at) + entry.timeout_s)
         if line is None:
             self._discard(child)
-            raise ChildFailure(child.failure(f"timed out after {timeout_s:g}s{waiting_for}"))
+            return self._fail_in_flight(f"timed out after {entry.timeout_s:g}s{entry.waiting_for}", child)
         if line is _EOF:
             status = child.exit_status()
             self._discard(child)
-            raise ChildFailure(child.failure(f"adapter {status} before answering request {request_id}"))
+            return self._fail_in_flight(f"adapter {status} before answering request {entry.request_id}", child)
         try:
             if isinstance(line, tuple):  # a binary reply: its line decoded, then its sections, if any
                 message, data, line = line
-                raw = self.raw_blobs if raw_blobs is None else raw_blobs
+                raw = self.raw_blobs if entry.raw_blobs is None else entry.raw_blobs
                 reply = message if data is None else join_sections(message, data, raw)
             else:
                 reply = decode_line(line)
-            if reply.get("id") != request_id:
+            if reply.get("id") != entry.request_id:
                 raise ProtocolError(
-                    f"reply id {reply.get('id')!r} does not match request id {request_id}: {quote(line)}"
+                    f"reply id {reply.get('id')!r} does not match request id {entry.request_id}: {quote(line)}"
                 )
         except ProtocolError as exc:
             self._discard(child)  # the stream is out of step: start afresh
-            raise ChildFailure(child.failure(f"protocol violation: {exc}")) from None
-        return reply
+            return self._fail_in_flight(f"protocol violation: {exc}", child)
+        self._in_flight.popleft()
+        self._answered_at = time.monotonic()
+        entry.result = entry.finish(reply)
+        entry.done = True
 
     def _ensure_child(self) -> None:
         if self._child is None:
@@ -638,54 +786,52 @@ class AdapterClient:
         :class:`AdapterError` (the request failed; the child was restarted if it misbehaved). With
         a child that attached the block window the arrays travel through it ("Block window"), else
         as sections (or base64, with a JSON child)."""
-        from qconform.harness.transport.blocks import BlockError, blob_array, block_blobs, records_bytes
+        return self.send_block(family, block, timeout_s).result()
+
+    def send_block(self, family: str, block: dict[str, Any], timeout_s: float | None = None) -> PendingReply:
+        """Send a block as :meth:`run_block` does, without waiting for its answer: its
+        :meth:`PendingReply.result` is what :meth:`run_block` returns. With a child that takes
+        pipelined requests (:attr:`depth` 2, docs/shim-protocol.md, "Pipelined requests") the call
+        returns as soon as the block is written, while the request before it may still be in
+        flight; with any other child it first reads the reply in flight, so requests stay one at a
+        time. Replies are read in the order the requests were sent, whichever caller reads them."""
+        from qconform.harness.transport.blocks import BlockError, block_blobs, records_bytes
         from qconform.harness.transport.shim_protocol import to_json_blobs
 
         if family not in self.config.capabilities.families:
-            return Unimplemented(f"{self.config.name} does not declare family {family}")
+            return PendingReply.ready(Unimplemented(f"{self.config.name} does not declare family {family}"))
         with self._lock:
             try:
+                self._make_room()
                 self._ensure_child()
             except AdapterStartError as exc:
-                return AdapterError(f"adapter restart failed: {exc}")
+                return PendingReply.ready(AdapterError(f"adapter restart failed: {exc}"))
             assert self._child is not None
             window = self._child.window
             request: dict[str, Any] = {"op": "run_block", "family": family}
-            answer = [0, 0]  # the window's answer range, [offset, length]
+            answer, span = [0, 0], None  # the window's answer range, [offset, length], and the request's bytes
             try:
                 if window is not None:
                     cases = len(next(iter(block.values()), ()))
-                    request["block"], answer = window.place(block, records_bytes(family, cases))
+                    busy = [entry.span for entry in self._in_flight if entry.span is not None]
+                    request["block"], answer = window.place(block, records_bytes(family, cases), busy)
                     request["window"] = {"bytes": window.size, "answer": answer}
+                    starts = [blob["window"][0] for blob in request["block"].values()]
+                    span = (min([*starts, answer[0]]), answer[0] + answer[1])
                 else:
                     blobs = block_blobs(block)
                     request["block"] = blobs if self.payload == BINARY_PAYLOAD else to_json_blobs(blobs)
             except (BlockError, OSError) as exc:
-                return AdapterError(f"run_block cannot send the block: {exc}")
-            try:
-                # the records in the raw form: their section's bytes, never through base64
-                reply = self._exchange(request, self.timeout_s if timeout_s is None else timeout_s, raw_blobs=True)
-            except ChildFailure as exc:
-                return AdapterError(str(exc))
-            status = reply.get("status")
-            if status == "unimplemented":
-                return Unimplemented(str(reply.get("reason", "")))
-            if status != "ok":
-                return AdapterError(f"run_block failed: {reply.get('message', quote(repr(reply)))}")
-            try:
-                records = reply.get("records")
-                if window is None or not isinstance(records, dict) or "window" not in records:
-                    return blob_array(records, "the records")
-                # in the window: only in the answer range, and copied out before the next block is placed
-                low, high = window_range(records["window"], window.size, "the records")
-                if low < answer[0] or high > answer[0] + answer[1]:
-                    raise BlockError(
-                        f"the records name window bytes [{low}, {high}), outside the answer range "
-                        f"[{answer[0]}, {answer[0] + answer[1]})"
-                    )
-                return window.copy_out(blob_array(records, "the records", window.bytes_at(0, window.size)))
-            except (BlockError, WindowError) as exc:
-                return AdapterError(f"run_block answered {exc}")
+                return PendingReply.ready(AdapterError(f"run_block cannot send the block: {exc}"))
+            # the records in the raw form: their section's bytes, never through base64
+            entry = self._send(
+                request,
+                self.timeout_s if timeout_s is None else timeout_s,
+                lambda reply: block_records(reply, window, answer),
+                raw_blobs=True,
+                span=span,
+            )
+        return PendingReply(self, entry)
 
     def _batch(self, request: dict, timeout_s: float | None, check: Callable[[dict], str | None]) -> list[Outcome]:
         """Send one batch request and return its per-input outcomes, each checked by ``check``."""
@@ -694,6 +840,7 @@ class AdapterClient:
             return []
         with self._lock:
             try:
+                self._make_room()  # with pipelined requests: the replies before it are read, in order
                 self._ensure_child()
             except AdapterStartError as exc:
                 return [AdapterError(f"adapter restart failed: {exc}")] * count
@@ -702,6 +849,35 @@ class AdapterClient:
             except ChildFailure as exc:
                 return [AdapterError(str(exc))] * count
         return outcomes_of(reply, count, check)
+
+
+def block_records(reply: dict | ChildFailure, window: BlockWindow | None, answer: list[int]) -> Any:
+    """The result of a ``run_block`` request from its reply (read as it arrives, with the channel's
+    lock held): its records copied out of the window before any later block can be placed where
+    they are, :class:`Unimplemented`, or :class:`AdapterError`."""
+    from qconform.harness.transport.blocks import BlockError, blob_array
+
+    if isinstance(reply, ChildFailure):
+        return AdapterError(str(reply))
+    status = reply.get("status")
+    if status == "unimplemented":
+        return Unimplemented(str(reply.get("reason", "")))
+    if status != "ok":
+        return AdapterError(f"run_block failed: {reply.get('message', quote(repr(reply)))}")
+    try:
+        records = reply.get("records")
+        if window is None or not isinstance(records, dict) or "window" not in records:
+            return blob_array(records, "the records")
+        # in the window: only in the answer range, and copied out before the next block is placed
+        low, high = window_range(records["window"], window.size, "the records")
+        if low < answer[0] or high > answer[0] + answer[1]:
+            raise BlockError(
+                f"the records name window bytes [{low}, {high}), outside the answer range "
+                f"[{answer[0]}, {answer[0] + answer[1]})"
+            )
+        return window.copy_out(blob_array(records, "the records", window.bytes_at(0, window.size)))
+    except (BlockError, WindowError) as exc:
+        return AdapterError(f"run_block answered {exc}")
 
 
 def outcomes_of(reply: dict, count: int, check: Callable[[dict], str | None]) -> list[Outcome]:
@@ -729,6 +905,7 @@ def open_adapter(
     arena: BlobArena | None = None,
     start_timeout_s: float | None = None,
     block_window: bool = True,
+    pipeline: bool = True,
 ) -> AdapterClient:
     """Start the adapter ``spec`` and return a client for it.
 
@@ -747,7 +924,8 @@ def open_adapter(
     ``start_timeout_s`` bounds each start (the answer to ``get_config``); when not given, it is
     the longest of ``timeout_s``, :data:`START_TIMEOUT_S` and the start a bundled shim adapter
     declares (vLLM's). ``block_window=False`` offers no block window: blocks cross the pipe as
-    sections (docs/shim-protocol.md, "Block window").
+    sections (docs/shim-protocol.md, "Block window"). ``pipeline=False`` offers no pipelined
+    requests: every child is sent one request at a time (docs/shim-protocol.md, "Pipelined requests").
     """
     from qconform.adapters.catalog import shim_adapter, shim_adapter_command, shim_adapter_start_s
 
@@ -767,5 +945,15 @@ def open_adapter(
             raise UnknownAdapter(spec, list(names))
         command = host_command(spec, device)
     return AdapterClient(
-        spec, command, device, timeout_s, strict_schema, binary_payload, raw_blobs, arena, start_timeout_s, block_window
+        spec,
+        command,
+        device,
+        timeout_s,
+        strict_schema,
+        binary_payload,
+        raw_blobs,
+        arena,
+        start_timeout_s,
+        block_window,
+        pipeline,
     )

@@ -305,6 +305,10 @@ class Host:
             answer = config_to_json(config) | ({"payload": BINARY_PAYLOAD} if self.binary else {})
             answer |= {"arena": True} if self.arena is not None else {}
             answer |= {"window": True} if self.window is not None else {}
+            # pipelined requests (docs/shim-protocol.md): this host reads a request only after it wrote
+            # the reply before it, so it takes every depth the harness offers, answering in order
+            depth = request.get("pipeline")
+            answer |= {"pipeline": depth} if type(depth) is int and depth > 1 else {}
             return encode_message({"id": request_id, "status": "ok", "config": answer}), True
         if op == "run":
             if self.families is None:

@@ -36,7 +36,10 @@ PROTOCOL_VERSION = 1
 OPS = ("get_config", "run", "run_block", "sample", "shutdown")
 ENTRY_STATUSES = ("ok", "unimplemented", "error")
 #: keys of a ``get_config`` answer's ``config``; any other key lands in ``extra``
-CONFIG_KEYS = ("name", "protocol", "capabilities", "precision", "device", "payload", "arena", "window")
+CONFIG_KEYS = ("name", "protocol", "capabilities", "precision", "device", "payload", "arena", "window", "pipeline")
+#: the most requests the harness offers to have in flight at once (docs/shim-protocol.md, "Pipelined
+#: requests"): two, the next block in the child's pipe while it computes the one before
+PIPELINE_DEPTH = 2
 #: payload forms (docs/shim-protocol.md, "Binary payloads"): every blob in base64 inside the
 #: JSON line (the default, all a hand-written shim needs), or raw sections after the line
 JSON_PAYLOAD, BINARY_PAYLOAD = "json", "binary"
@@ -509,6 +512,15 @@ def parse_arena(obj: dict, key: str = "arena") -> bool:
     return attached
 
 
+def parse_pipeline(obj: dict) -> int:
+    """A ``get_config`` answer's ``config.pipeline``: the most requests the child takes in flight
+    at once (docs/shim-protocol.md, "Pipelined requests"); 1, one at a time, when absent."""
+    depth = obj.get("pipeline", 1)
+    if type(depth) is not int or depth < 1:
+        raise ProtocolError(f"config.pipeline must be a positive integer, got {depth!r}")
+    return depth
+
+
 def parse_config(obj: Any) -> AdapterConfig:
     """Validate a ``get_config`` answer's ``config`` into an :class:`AdapterConfig`."""
     _expect(obj, dict, "config")
@@ -520,6 +532,7 @@ def parse_config(obj: Any) -> AdapterConfig:
     parse_payload(obj)
     parse_arena(obj)
     parse_arena(obj, "window")
+    parse_pipeline(obj)
     return AdapterConfig(
         name=_expect(obj["name"], str, "config.name"),
         capabilities=parse_capabilities(obj["capabilities"]),

@@ -12,8 +12,9 @@ The file is made like the shared arena's (:func:`~qconform.harness.transport.are
 ``memfd_create``, else a temporary file unlinked before any byte is written, so no name ever
 reaches it and nothing is left behind (``/dev/shm`` or the temporary directory), whoever is
 killed and however. It is passed to each child as an inherited descriptor, grown by the harness
-as blocks need (never shrunk), and reused for every block: the harness writes it only while no
-request is in flight, and copies the records out before the next one.
+as blocks need (never shrunk), and reused for every block: the harness writes a block's ranges only
+where no request in flight has its own (with pipelined requests two blocks are in the file at
+once, side by side), and copies the records out as their reply arrives.
 
 :class:`BlockWindow` is the harness's side; :class:`WindowMap` the child's (the Python adapter
 host's). Where no such file can be made, :meth:`BlockWindow.create` returns None and every block
@@ -26,7 +27,7 @@ import mmap
 import os
 import stat
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from qconform.harness.transport.arena import anonymous_file
 
@@ -61,6 +62,16 @@ def window_range(span: Any, size: int, what: str = "a blob") -> tuple[int, int]:
     return start, stop
 
 
+def clear_of(busy: Sequence[tuple[int, int]], size: int) -> int:
+    """The lowest aligned offset at which ``size`` bytes touch none of the ``busy`` spans."""
+    start = 0
+    for low, high in sorted(busy):
+        if start + size <= low:
+            break
+        start = max(start, aligned(high))
+    return start
+
+
 class BlockWindow:
     """The harness's side: the file ``fd`` (passed to every child), mapped read-write, ``size`` bytes."""
 
@@ -85,22 +96,29 @@ class BlockWindow:
         self._map = mmap.mmap(self.fd, new)  # the old mapping goes with its last view
         self.size = new
 
-    def place(self, block: dict[str, np.ndarray], answer_bytes: int) -> tuple[dict[str, dict], list[int]]:
+    def place(
+        self, block: dict[str, np.ndarray], answer_bytes: int, busy: Sequence[tuple[int, int]] = ()
+    ) -> tuple[dict[str, dict], list[int]]:
         """Copy ``block``'s arrays into the window (each at an aligned offset, one after the other)
         and set aside ``answer_bytes`` after them for the reply: the ``block`` object of the request
         (blobs naming their ``window`` ranges) and the ``[offset, length]`` of the answer range.
-        ``OSError`` if the window cannot grow to hold them."""
+        ``busy``: the spans ``(start, stop)`` of the requests still in flight (docs/shim-protocol.md,
+        "Pipelined requests"), which the block and its answer range must not touch: they go to the
+        lowest aligned offset clear of them. ``OSError`` if the window cannot grow to hold them."""
         import numpy as np
 
         from qconform.harness.transport.blocks import BLOB_DTYPES, BlockError
 
         arrays = {name: np.ascontiguousarray(array) for name, array in block.items()}
-        offsets, end = {}, 0
+        offsets, extent = {}, 0
         for name, array in arrays.items():
             if array.dtype not in BLOB_DTYPES:
                 raise BlockError(f"no blob dtype holds {array.dtype}")
-            offsets[name] = end
-            end = aligned(end + array.nbytes)
+            offsets[name] = extent
+            extent = aligned(extent + array.nbytes)
+        base = clear_of(busy, extent + answer_bytes)
+        offsets = {name: base + offset for name, offset in offsets.items()}
+        end = base + extent
         self.reserve(end + answer_bytes)
         target = self.bytes_at(0, self.size)
         blobs = {}
@@ -123,8 +141,9 @@ class BlockWindow:
         if self._pool is None:
             from qconform.generators.accumulated import MemoryPool
 
-            # the harness holds at most three batches' records at once (judged, answered, next)
-            self._pool = MemoryPool(keep=4)
+            # the harness holds at most four batches' records at once (judged, answered, and with
+            # pipelined requests the next one's, read by a request behind it; one spare)
+            self._pool = MemoryPool(keep=5)
         out = self._pool.take(array.nbytes).view(array.dtype).reshape(array.shape)
         np.copyto(out, array)
         return out

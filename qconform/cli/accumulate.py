@@ -14,6 +14,7 @@ over the ranks (docs/distributed.md) and rank 0 prints.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -168,13 +169,22 @@ def accumulate_command(
                         verdict = judge(case_vector(family, case, line, case_input), outcome, client.config)
                         return str(verdict.cls), verdict.line()
 
-                    def run_block(name: str, block: dict) -> object:
-                        answer = client.run_block(name, block)
+                    def counted(answer: object) -> object:
                         if hasattr(answer, "shape"):  # records: the block was answered (else it is asked case by case)
-                            answered[0] += len(answer)
-                            advance(len(answer))
+                            answered[0] += len(answer)  # type: ignore[arg-type]
+                            advance(len(answer))  # type: ignore[arg-type]
                         return answer
 
+                    def run_block(name: str, block: dict) -> object:
+                        return counted(client.run_block(name, block))
+
+                    def send_block(name: str, block: dict) -> Callable[[], object]:
+                        waiting = client.send_block(name, block)
+                        return lambda: counted(waiting.result())
+
+                    # a child that takes pipelined requests gets the next block while it computes one
+                    # (docs/shim-protocol.md, "Pipelined requests"); any other, one block at a time
+                    pipelined = not by_case and client.depth > 1
                     guard.install()
                     try:
                         result = accumulate(
@@ -186,7 +196,8 @@ def accumulate_command(
                             closing_at_gather(ranks, opening.close),
                             judge_case,
                             shard_cases,
-                            None if by_case else run_block,
+                            None if by_case or pipelined else run_block,
+                            send_block if pipelined else None,
                         )
                     except KeyboardInterrupt:
                         client.abort()  # the batch in flight is abandoned with its child
