@@ -304,10 +304,28 @@ class FaultProxy:
                 pump.cancel()
             for writer in (client_writer, upstream_writer):
                 writer.close()
-            for pump in pumps:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await pump
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait(pumps)
+            self.link_ended(pumps, (client_reader, upstream_reader))
             self.tasks.discard(task)
+
+    @staticmethod
+    def link_ended(pumps: list[asyncio.Task[None]], readers: tuple[asyncio.StreamReader, ...]) -> None:
+        """Let everything of an ended link be freed at once, not by the garbage collector (issue #25).
+
+        A pump's error is taken, never raised here: raised, it would keep this handler's frame, whose
+        ``pumps`` refer to it. A reader whose connection was lost keeps that error and raises the same
+        object on every read, so its traceback holds the pumps' frames, which refer to the reader: a
+        reference cycle, which CPython frees only in the collector's rare full passes, with the link and
+        the frames it held; the traceback is dropped. (The endpoint's own reader never raises its stored
+        error: ``stream.FrameReader.failure``; docs/endpoint.md, "The bound".)"""
+        for pump in pumps:
+            if pump.done() and not pump.cancelled():
+                pump.exception()  # taken: asyncio logs an error never taken
+        for reader in readers:
+            error = reader.exception()
+            if error is not None:
+                error.__traceback__ = None
 
     @staticmethod
     async def read_frame(reader: asyncio.StreamReader) -> tuple[bytes, bool]:

@@ -152,4 +152,18 @@ static struct PyModuleDef module = {
     "The verification_round engine in C and its Philox floor (accumulated_engine.py).", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__verification_engine(void) { return PyModule_Create(&module); }
+/* The digest of this module's sources and their names, defined by the build (qconform/native_build.py);
+ * the loader never calls a module whose digest differs from its sources' (qconform/native_sources.py). */
+#ifndef QCONFORM_SOURCE_DIGEST
+#define QCONFORM_SOURCE_DIGEST ""
+#define QCONFORM_SOURCE_FILES ""
+#endif
+PyMODINIT_FUNC PyInit__verification_engine(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && (PyModule_AddStringConstant(m, "source_digest", QCONFORM_SOURCE_DIGEST) < 0 ||
+                      PyModule_AddStringConstant(m, "source_files", QCONFORM_SOURCE_FILES) < 0)) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

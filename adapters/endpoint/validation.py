@@ -22,11 +22,12 @@ checked class by class. Both give the same verdict and reason on every input
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from types import ModuleType
 
 import numpy as np
+
+from qconform.native_sources import native_extension
 
 from . import layout
 from .codec import Message, Refusal
@@ -35,14 +36,10 @@ from .crc32c import crc32c_of_raw, raw
 
 def native_module() -> ModuleType | None:
     """The native one-pass check of a dense row, or None: not built (no C compiler where it was
-    installed), or switched off by ``QCONFORM_ENDPOINT_NATIVE=0``."""
-    if os.environ.get("QCONFORM_ENDPOINT_NATIVE", "1") == "0":
-        return None
-    try:
-        from . import _dense_row  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _dense_row
+    installed), switched off by ``QCONFORM_ENDPOINT_NATIVE=0``, or stale: built from other sources
+    than ``_dense_row.c`` beside it, so never called (one line on stderr says how to rebuild it;
+    docs/architecture.md, "Native extensions")."""
+    return native_extension(f"{__package__}._dense_row", "QCONFORM_ENDPOINT_NATIVE")
 
 
 #: the native module's codes (``_dense_row.c``): reason and detail, as the NumPy path words them

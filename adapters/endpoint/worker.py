@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -79,6 +79,9 @@ PRECISION = {
 ACCEPT, REJECT, DUPLICATE, IGNORE = "accept", "reject", "duplicate", "ignore"
 #: seconds ``closed`` and ``disconnect_status`` wait for a connection to end
 STATUS_WAIT_S = 5.0
+#: how many ended connections' outcomes ``closed`` and ``disconnect_status`` can still answer (the newest
+#: ones): they are asked about a connection as soon as it ended (docs/endpoint.md, "The control protocol")
+ENDED_KEPT = 64
 #: the phases of an open connection (an ended one is forgotten)
 AWAITING_ANSWER, NEGOTIATED = "awaiting_answer", "negotiated"
 #: a slot at this generation has no higher one: it is retired, never reused (R24)
@@ -97,6 +100,18 @@ class Outcome:
     frames: tuple[bytes, ...] = ()
     close: bool = False
     draws: tuple[dict, ...] = ()
+
+
+class RecentOutcomes(OrderedDict[int, Outcome]):
+    """Connection -> an outcome, for the newest :data:`ENDED_KEPT` connections recorded only: a served
+    worker accepts connections without end (a soak's target reconnects after every lost link), and an
+    outcome can hold the frames its event sent."""
+
+    def __setitem__(self, number: int, outcome: Outcome) -> None:
+        super().__setitem__(number, outcome)
+        self.move_to_end(number)
+        while len(self) > ENDED_KEPT:
+            self.popitem(last=False)
 
 
 @dataclass
@@ -503,10 +518,10 @@ class WorkerEndpoint(Endpoint):
         self.sampler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qconform-sampler")
         #: connection -> its writer, while open
         self.writers: dict[int, stream.FrameWriter] = {}
-        #: connection -> the outcome of the event on which the worker ended it (``closed``)
-        self.ended: dict[int, Outcome] = {}
-        #: connection -> the outcome of its Disconnect (``disconnect_status``)
-        self.disconnects: dict[int, Outcome] = {}
+        #: connection -> the outcome of the event on which the worker ended it (``closed``), newest only
+        self.ended = RecentOutcomes()
+        #: connection -> the outcome of its Disconnect (``disconnect_status``), newest only
+        self.disconnects = RecentOutcomes()
 
     def fresh_worker(self) -> Worker:
         from .worker_mutants import worker_class
@@ -637,13 +652,15 @@ class WorkerEndpoint(Endpoint):
         return {**outcome_json(outcome), "close": outcome.close}
 
     @staticmethod
-    async def awaited(outcomes: dict[int, Outcome], number: int) -> Outcome:
+    async def awaited(outcomes: RecentOutcomes, number: int) -> Outcome:
         """The outcome recorded for connection ``number``, once there (at most :data:`STATUS_WAIT_S`)."""
         deadline = asyncio.get_running_loop().time() + STATUS_WAIT_S
         while number not in outcomes and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.002)
         if number not in outcomes:
-            raise control.ControlError(f"connection {number} did not end")
+            raise control.ControlError(
+                f"connection {number} did not end, or ended before the newest {ENDED_KEPT}, whose outcomes are kept"
+            )
         return outcomes[number]
 
     def configure(self, request: dict) -> dict:

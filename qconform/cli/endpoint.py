@@ -227,6 +227,7 @@ def verifier(
     """The receiving side: validates every frame through its own receiver; optionally drives rounds."""
     configure_logging(log_level)
     from qconform.adapters.endpoint.deployment import hello_config
+    from qconform.adapters.endpoint.memory import return_large_buffers
     from qconform.adapters.endpoint.mutants import MUTANTS, receiver_class
     from qconform.adapters.endpoint.verifier import VerifierEndpoint
 
@@ -256,6 +257,7 @@ def verifier(
         )
         endpoint.target = target
         driver = target.run(rounds)
+    return_large_buffers()  # a received round's freed buffers leave RSS, as in the soak's target (docs/endpoint.md)
     sys.exit(asyncio.run(serve_until_signalled(endpoint, host, port, driver, exit_after_rounds)))
 
 

@@ -168,6 +168,25 @@ def test_the_worker_returns_large_buffers(monkeypatch):
     assert calls == ["pinned", "served"]
 
 
+def test_the_verifier_returns_large_buffers(monkeypatch):
+    """The verifier command pins glibc's mmap threshold before it serves, as the soak's target does: it
+    receives and frees a dense round's REPLY frames and counts rows (docs/endpoint.md, "The bound")."""
+    from qconform.adapters.endpoint import memory
+    from qconform.cli import endpoint as cli
+
+    calls: list[str] = []
+
+    async def served(endpoint, host, port, driver=None, exit_after_rounds=False):
+        calls.append("served")
+        return 0
+
+    monkeypatch.setattr(memory, "return_large_buffers", lambda: calls.append("pinned") or True)
+    monkeypatch.setattr(cli, "serve_until_signalled", served)
+    result = CliRunner().invoke(endpoint_group, ["verifier", "--port", "0", "--vocab", "32"])
+    assert result.exit_code == 0, result.output
+    assert calls == ["pinned", "served"]
+
+
 def test_usage_errors():
     runner = CliRunner()
     result = runner.invoke(endpoint_group, ["verifier", "--port", "0", "--mutant", "nope"])

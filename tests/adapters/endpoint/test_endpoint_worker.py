@@ -21,6 +21,7 @@ pytest.importorskip("torch")
 from endpoint_servers import check_committed_round  # noqa: E402
 
 from qconform.adapters.endpoint import control, layout, stream  # noqa: E402
+from qconform.adapters.endpoint import worker as worker_module  # noqa: E402
 from qconform.adapters.endpoint.codec import Decoder, encode  # noqa: E402
 from qconform.adapters.endpoint.deployment import hello_config  # noqa: E402
 from qconform.adapters.endpoint.model import DraftModel, TargetModel  # noqa: E402
@@ -204,3 +205,37 @@ def test_every_frame_is_fed_in_one_thread(monkeypatch):
     target, _, _ = asyncio.run(rounds(32, 8, 60))
     assert len(target.records) == 60
     assert len(threads) == 1 and threading.get_ident() not in threads, threads
+
+
+def test_ended_connections_leave_a_bounded_record(monkeypatch):
+    """A served worker keeps the outcomes of the newest ``ENDED_KEPT`` ended connections only, however
+    many it served (each ends here by its answer watchdog): the newest is still answered, the oldest not
+    (docs/endpoint.md, "The control protocol")."""
+    monkeypatch.setattr(worker_module, "ENDED_KEPT", 4)
+    monkeypatch.setattr(worker_module, "STATUS_WAIT_S", 0.05)
+    connections = 13
+
+    async def scenario():
+        worker = WorkerEndpoint(hello_config(vocab=16, max_support=4), DraftModel.random(16), answer_timeout_s=0.01)
+        port = await worker.start()
+        for _ in range(connections):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            while await asyncio.wait_for(reader.read(1 << 16), RUN_S):  # HELLO, then the worker ends it
+                pass
+            writer.close()
+        while len(worker.bound):  # the last connection's Disconnect
+            await asyncio.sleep(0.005)
+        kept = sorted(worker.ended), sorted(worker.disconnects)
+        newest = await worker.awaited(worker.disconnects, connections)
+        try:
+            await worker.awaited(worker.ended, 1)
+            oldest = "answered"
+        except control.ControlError as error:
+            oldest = str(error)
+        await worker.close()
+        return kept, newest, oldest
+
+    kept, newest, oldest = asyncio.run(scenario())
+    assert kept == ([10, 11, 12, 13], [10, 11, 12, 13])
+    assert newest.verdict == "ignore"  # a Disconnect after the watchdog ended the connection: nothing to end
+    assert oldest == "connection 1 did not end, or ended before the newest 4, whose outcomes are kept"
