@@ -114,6 +114,12 @@ def deployment_options(fn):
         ),
         click.option("--no-control", is_flag=True, help="Refuse test-control envelopes (production mode)."),
         click.option(
+            "--return-large-buffers",
+            is_flag=True,
+            help="Pin glibc's mmap threshold at 256 KiB, as a soak does: a freed large buffer leaves RSS at once, "
+            "at the cost of fresh pages for every one (docs/endpoint.md, 'Large buffers returned').",
+        ),
+        click.option(
             "--log-level", default="info", show_default=True, type=click.Choice(["debug", "info", "warning", "error"])
         ),
     ]
@@ -140,7 +146,18 @@ def endpoint_group() -> None:
 )
 @click.option("--mutant", default=None, metavar="NAME", help="Serve a worker with a seeded bug (docs/endpoint.md).")
 def worker(
-    host, port, vocab, dense_stride, max_support, no_control, log_level, model_seed, device, answer_timeout, mutant
+    host,
+    port,
+    vocab,
+    dense_stride,
+    max_support,
+    no_control,
+    return_large_buffers,
+    log_level,
+    model_seed,
+    device,
+    answer_timeout,
+    mutant,
 ) -> None:
     """The drafter leader: sends HELLO, samples proposals under the RNG ABI, sends dense or sparse q rows."""
     configure_logging(log_level)
@@ -148,7 +165,7 @@ def worker(
         raise click.BadParameter("the dense stride must hold the vocabulary", param_hint="--dense-stride")
     require_torch("the worker")
     from qconform.adapters.endpoint.deployment import hello_config
-    from qconform.adapters.endpoint.memory import return_large_buffers
+    from qconform.adapters.endpoint import memory
     from qconform.adapters.endpoint.model import DraftModel
     from qconform.adapters.endpoint.worker import WorkerEndpoint
     from qconform.adapters.endpoint.worker_mutants import WORKER_MUTANTS
@@ -163,7 +180,8 @@ def worker(
         mutant=mutant,
         answer_timeout_s=answer_timeout,
     )
-    return_large_buffers()  # a served round's freed buffers leave RSS, as in the soak's worker (docs/endpoint.md)
+    if return_large_buffers:  # a served round's freed buffers leave RSS, as in the soak's worker (docs/endpoint.md)
+        memory.return_large_buffers()
     sys.exit(asyncio.run(serve_until_signalled(endpoint, host, port)))
 
 
@@ -213,6 +231,7 @@ def verifier(
     dense_stride,
     max_support,
     no_control,
+    return_large_buffers,
     log_level,
     mutant,
     worker_address,
@@ -227,7 +246,7 @@ def verifier(
     """The receiving side: validates every frame through its own receiver; optionally drives rounds."""
     configure_logging(log_level)
     from qconform.adapters.endpoint.deployment import hello_config
-    from qconform.adapters.endpoint.memory import return_large_buffers
+    from qconform.adapters.endpoint import memory
     from qconform.adapters.endpoint.mutants import MUTANTS, receiver_class
     from qconform.adapters.endpoint.verifier import VerifierEndpoint
 
@@ -257,7 +276,8 @@ def verifier(
         )
         endpoint.target = target
         driver = target.run(rounds)
-    return_large_buffers()  # a received round's freed buffers leave RSS, as in the soak's target (docs/endpoint.md)
+    if return_large_buffers:  # a received round's freed buffers leave RSS, as in the soak's target (docs/endpoint.md)
+        memory.return_large_buffers()
     sys.exit(asyncio.run(serve_until_signalled(endpoint, host, port, driver, exit_after_rounds)))
 
 

@@ -148,29 +148,21 @@ def test_the_roles_that_sample_say_they_need_torch(monkeypatch):
     assert result.exit_code == 3 and "the driving target (--worker) samples with the torch candidate" in result.output
 
 
-def test_the_worker_returns_large_buffers(monkeypatch):
-    """The worker command pins glibc's mmap threshold before it serves, as the soak's worker does, so a
-    served round's freed buffers leave its RSS (docs/endpoint.md, "The bound")."""
-    pytest.importorskip("torch")
-    from qconform.adapters.endpoint import memory
-    from qconform.cli import endpoint as cli
-
-    calls: list[str] = []
-
-    async def served(endpoint, host, port):
-        calls.append("served")
-        return 0
-
-    monkeypatch.setattr(memory, "return_large_buffers", lambda: calls.append("pinned") or True)
-    monkeypatch.setattr(cli, "serve_until_signalled", served)
-    result = CliRunner().invoke(endpoint_group, ["worker", "--port", "0", "--vocab", "32"])
-    assert result.exit_code == 0, result.output
-    assert calls == ["pinned", "served"]
-
-
-def test_the_verifier_returns_large_buffers(monkeypatch):
-    """The verifier command pins glibc's mmap threshold before it serves, as the soak's target does: it
-    receives and frees a dense round's REPLY frames and counts rows (docs/endpoint.md, "The bound")."""
+@pytest.mark.parametrize(
+    ("command", "flags", "expected"),
+    [
+        ("worker", ["--return-large-buffers"], ["pinned", "served"]),
+        ("worker", [], ["served"]),
+        ("verifier", ["--return-large-buffers"], ["pinned", "served"]),
+        ("verifier", [], ["served"]),
+    ],
+)
+def test_large_buffers_returned_only_when_asked(monkeypatch, command, flags, expected):
+    """Each endpoint command pins glibc's mmap threshold before it serves when, and only when, it is given
+    --return-large-buffers, as the soak's processes always do: the pin costs fresh pages for every large
+    buffer, twice a standalone verifier's CPU a dense round (docs/endpoint.md, "Large buffers returned")."""
+    if command == "worker":
+        pytest.importorskip("torch")
     from qconform.adapters.endpoint import memory
     from qconform.cli import endpoint as cli
 
@@ -182,9 +174,9 @@ def test_the_verifier_returns_large_buffers(monkeypatch):
 
     monkeypatch.setattr(memory, "return_large_buffers", lambda: calls.append("pinned") or True)
     monkeypatch.setattr(cli, "serve_until_signalled", served)
-    result = CliRunner().invoke(endpoint_group, ["verifier", "--port", "0", "--vocab", "32"])
+    result = CliRunner().invoke(endpoint_group, [command, "--port", "0", "--vocab", "32", *flags])
     assert result.exit_code == 0, result.output
-    assert calls == ["pinned", "served"]
+    assert calls == expected
 
 
 def test_usage_errors():
