@@ -164,8 +164,8 @@ def worker(
     if dense_stride is not None and dense_stride < vocab:
         raise click.BadParameter("the dense stride must hold the vocabulary", param_hint="--dense-stride")
     require_torch("the worker")
-    from qconform.adapters.endpoint.deployment import hello_config
     from qconform.adapters.endpoint import memory
+    from qconform.adapters.endpoint.deployment import hello_config
     from qconform.adapters.endpoint.model import DraftModel
     from qconform.adapters.endpoint.worker import WorkerEndpoint
     from qconform.adapters.endpoint.worker_mutants import WORKER_MUTANTS
@@ -245,8 +245,8 @@ def verifier(
 ) -> None:
     """The receiving side: validates every frame through its own receiver; optionally drives rounds."""
     configure_logging(log_level)
-    from qconform.adapters.endpoint.deployment import hello_config
     from qconform.adapters.endpoint import memory
+    from qconform.adapters.endpoint.deployment import hello_config
     from qconform.adapters.endpoint.mutants import MUTANTS, receiver_class
     from qconform.adapters.endpoint.verifier import VerifierEndpoint
 
