@@ -17,8 +17,12 @@ from __future__ import annotations
 
 import json
 import struct
+from collections import OrderedDict
+from typing import TypeVar
 
 from . import layout
+
+_Outcome = TypeVar("_Outcome")
 
 __all__ = [
     "ANSWER",
@@ -30,7 +34,9 @@ __all__ = [
     "KINDS",
     "MAGIC",
     "MAX_BODY",
+    "ENDED_KEPT",
     "ControlError",
+    "RecentlyEnded",
     "body_length",
     "envelope",
     "json_body",
@@ -81,3 +87,26 @@ def json_body(body: layout.FrameBytes) -> dict:
     if not isinstance(obj, dict):
         raise ControlError("envelope body is not a JSON object")
     return obj
+
+
+#: how many ended connections' outcomes an endpoint's control still answers for (the newest ones): they
+#: are asked about a connection as soon as it ended (docs/endpoint.md, "The control protocol")
+ENDED_KEPT = 64
+
+
+class RecentlyEnded(OrderedDict[int, _Outcome]):
+    """Connection -> what its end did, for the newest :data:`ENDED_KEPT` connections recorded only: a
+    served endpoint accepts connections without end (a soak's target reconnects after every lost link),
+    and an outcome can hold the frames its event sent, so one entry per connection ever opened would
+    grow without bound."""
+
+    def __setitem__(self, number: int, outcome: _Outcome) -> None:
+        super().__setitem__(number, outcome)
+        self.move_to_end(number)
+        while len(self) > ENDED_KEPT:
+            self.popitem(last=False)
+
+
+def forgotten(number: int) -> str:
+    """The control answer's error for a connection whose end is not (or no longer) recorded."""
+    return f"connection {number} did not end, or ended before the newest {ENDED_KEPT}, whose outcomes are kept"

@@ -38,6 +38,7 @@ import numpy as np
 
 from . import layout
 from .codec import Decoder, Message, Refusal, Route, encode
+from .control import RecentlyEnded
 from .crc32c import crc32c_of_blocks
 from .validation import QRow, Validator
 
@@ -123,8 +124,8 @@ class Receiver:
         self.validator = self.validator_class()
         self.last_verdict: Disposition | None = None
         self.last_disconnect: Disposition | None = None
-        #: connection -> the verdict of its disconnect
-        self.disconnects: dict[int, Disposition] = {}
+        #: connection -> the verdict of its disconnect, for the newest ENDED_KEPT connections
+        self.disconnects: RecentlyEnded[Disposition] = RecentlyEnded()
         #: the connection of the event being handled
         self.connection = 0
 

@@ -163,7 +163,7 @@ class VerifierEndpoint(Endpoint):
         while other not in receiver.disconnects and time.monotonic() < deadline:
             await asyncio.sleep(0.002)
         if other not in receiver.disconnects:
-            raise control.ControlError(f"connection {other} did not end")
+            raise control.ControlError(control.forgotten(other))
         return receiver.disconnects[other]
 
     async def others_ended(self, number: int, receiver: Receiver) -> None:

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter, OrderedDict, deque
+from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -79,9 +79,6 @@ PRECISION = {
 ACCEPT, REJECT, DUPLICATE, IGNORE = "accept", "reject", "duplicate", "ignore"
 #: seconds ``closed`` and ``disconnect_status`` wait for a connection to end
 STATUS_WAIT_S = 5.0
-#: how many ended connections' outcomes ``closed`` and ``disconnect_status`` can still answer (the newest
-#: ones): they are asked about a connection as soon as it ended (docs/endpoint.md, "The control protocol")
-ENDED_KEPT = 64
 #: the phases of an open connection (an ended one is forgotten)
 AWAITING_ANSWER, NEGOTIATED = "awaiting_answer", "negotiated"
 #: a slot at this generation has no higher one: it is retired, never reused (R24)
@@ -100,18 +97,6 @@ class Outcome:
     frames: tuple[bytes, ...] = ()
     close: bool = False
     draws: tuple[dict, ...] = ()
-
-
-class RecentOutcomes(OrderedDict[int, Outcome]):
-    """Connection -> an outcome, for the newest :data:`ENDED_KEPT` connections recorded only: a served
-    worker accepts connections without end (a soak's target reconnects after every lost link), and an
-    outcome can hold the frames its event sent."""
-
-    def __setitem__(self, number: int, outcome: Outcome) -> None:
-        super().__setitem__(number, outcome)
-        self.move_to_end(number)
-        while len(self) > ENDED_KEPT:
-            self.popitem(last=False)
 
 
 @dataclass
@@ -519,9 +504,9 @@ class WorkerEndpoint(Endpoint):
         #: connection -> its writer, while open
         self.writers: dict[int, stream.FrameWriter] = {}
         #: connection -> the outcome of the event on which the worker ended it (``closed``), newest only
-        self.ended = RecentOutcomes()
+        self.ended: control.RecentlyEnded[Outcome] = control.RecentlyEnded()
         #: connection -> the outcome of its Disconnect (``disconnect_status``), newest only
-        self.disconnects = RecentOutcomes()
+        self.disconnects: control.RecentlyEnded[Outcome] = control.RecentlyEnded()
 
     def fresh_worker(self) -> Worker:
         from .worker_mutants import worker_class
@@ -652,15 +637,13 @@ class WorkerEndpoint(Endpoint):
         return {**outcome_json(outcome), "close": outcome.close}
 
     @staticmethod
-    async def awaited(outcomes: RecentOutcomes, number: int) -> Outcome:
+    async def awaited(outcomes: control.RecentlyEnded[Outcome], number: int) -> Outcome:
         """The outcome recorded for connection ``number``, once there (at most :data:`STATUS_WAIT_S`)."""
         deadline = asyncio.get_running_loop().time() + STATUS_WAIT_S
         while number not in outcomes and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.002)
         if number not in outcomes:
-            raise control.ControlError(
-                f"connection {number} did not end, or ended before the newest {ENDED_KEPT}, whose outcomes are kept"
-            )
+            raise control.ControlError(control.forgotten(number))
         return outcomes[number]
 
     def configure(self, request: dict) -> dict:

@@ -256,3 +256,24 @@ def test_oversized_control_envelope_breaks_the_stream():
         return await closed_by_peer(reader)
 
     assert with_endpoint(scenario)
+
+
+def test_a_receiver_keeps_the_disconnects_of_the_newest_connections_only(monkeypatch):
+    """A served verifier's receiver records the verdict of each connection's disconnect for the newest
+    ``control.ENDED_KEPT`` connections only, however many it served: a soak's target reconnects after
+    every lost link, so one entry per connection ever opened would grow without bound. The verifier's
+    ``disconnect_status`` names a forgotten one (docs/endpoint.md, "The control protocol")."""
+    from qconform.adapters.endpoint import verifier as verifier_module
+    from qconform.adapters.endpoint.receiver import Receiver
+
+    monkeypatch.setattr(control, "ENDED_KEPT", 4)
+    monkeypatch.setattr(verifier_module, "DISCONNECT_WAIT_S", 0.01)
+    receiver = Receiver(CONFIG)
+    for connection in range(1, 14):
+        receiver.disconnect(connection)
+    assert sorted(receiver.disconnects) == [10, 11, 12, 13]
+    endpoint = VerifierEndpoint(CONFIG)
+    newest = asyncio.run(endpoint.disconnect_of(13, receiver))
+    assert newest is receiver.last_disconnect
+    with pytest.raises(control.ControlError, match="connection 1 did not end, or ended before the newest 4"):
+        asyncio.run(endpoint.disconnect_of(1, receiver))

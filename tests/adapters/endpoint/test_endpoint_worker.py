@@ -211,7 +211,7 @@ def test_ended_connections_leave_a_bounded_record(monkeypatch):
     """A served worker keeps the outcomes of the newest ``ENDED_KEPT`` ended connections only, however
     many it served (each ends here by its answer watchdog): the newest is still answered, the oldest not
     (docs/endpoint.md, "The control protocol")."""
-    monkeypatch.setattr(worker_module, "ENDED_KEPT", 4)
+    monkeypatch.setattr(control, "ENDED_KEPT", 4)
     monkeypatch.setattr(worker_module, "STATUS_WAIT_S", 0.05)
     connections = 13
 
