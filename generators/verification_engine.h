@@ -13,7 +13,7 @@
  * 32-bit; a count is read as its low 32 bits).
  *
  * A chunk goes in passes, so that the Philox blocks of different cases are computed together (all the draws of
- * a pass at once, vectorized: philox_keyed_lanes), and no pass takes a branch that depends on one case (each
+ * a pass at once, vectorized: philox_keyed_word0), and no pass takes a branch that depends on one case (each
  * would be mispredicted about once a case, at a cost near a Philox block's):
  *   0. the records are filled with padding, then the fields a pass knows are written over it;
  *   1, 2. the acceptance draws the round consumes and their tests, in waves: wave k draws position k of every
@@ -42,10 +42,9 @@
 #define D_CORRECTION 2u
 #define D_BONUS 3u /* D_CORRECTION + 1: the record's final decision is D_CORRECTION + full */
 #define ENGINE_CHUNK 64 /* most cases of one verify_chunk */
-/* Lanes of a pass are computed in whole groups of LANE_GROUP: the vector loop of philox_keyed_lanes takes four
- * 32-bit lanes at a time (SSE2), and a pass of m lanes would leave m mod 4 to gcc's scalar remainder loop, where
- * a lane costs about what four do in the vector loop. The lanes past the draws (at most three, zero-initialized,
- * their words never read) are computed too. */
+/* Lanes of a pass are computed in whole groups of LANE_GROUP: philox_keyed_word0 takes four 32-bit lanes at a
+ * time (SSE2). The lanes past the draws (at most three, zero-initialized, their words never read) are computed
+ * too. */
 #define LANE_GROUP 4
 #define LANES_ROUND(m) (((m) + LANE_GROUP - 1) / LANE_GROUP * LANE_GROUP)
 #if ENGINE_CHUNK % LANE_GROUP != 0
@@ -64,10 +63,10 @@ typedef struct {
 enum { E_SEED, E_GENERATION, E_ROUND, E_ANCHOR, E_DEPTH, E_Q, E_P, E_DRAFTS, E_INPUTS };
 
 /* The draws of one pass (a wave's acceptance draws, or the final draws), one lane a draw: the counter's words
- * 0-2 and the key's two, laid out from the cases, word 3 (the domain) filled for the whole pass, then Philox
- * over all the lanes at once (philox_keyed_lanes, vectorized); word 0 of each block is left in c0. */
+ * 0-2 and the key's two, laid out from the cases (word 3, the domain, is the pass's own), then Philox over all the
+ * lanes at once (philox_keyed_word0, four lanes a step in registers); word 0 of each block, the draw's u32, in u. */
 typedef struct {
-    uint32_t c0[ENGINE_CHUNK], c1[ENGINE_CHUNK], c2[ENGINE_CHUNK], c3[ENGINE_CHUNK], k0[ENGINE_CHUNK], k1[ENGINE_CHUNK];
+    uint32_t c0[ENGINE_CHUNK], c1[ENGINE_CHUNK], c2[ENGINE_CHUNK], k0[ENGINE_CHUNK], k1[ENGINE_CHUNK], u[ENGINE_CHUNK];
 } Lanes;
 
 /* Lane l of a pass: the draw at (position, round, generation, the pass's domain << 24) under the key (k0, k1). */
@@ -198,13 +197,12 @@ static inline __attribute__((always_inline)) void verify_chunk(ptrdiff_t lo, ptr
         Lanes *now = &x[k & 1], *next = &x[~k & 1];
         const uint8_t *wave = active[k & 1];
         uint8_t *stay = active[~k & 1];
-        for (int l = 0; l < LANES_ROUND(m); l++) now->c3[l] = ACCEPT << 24;
-        philox_keyed_lanes(now->c0, now->c1, now->c2, now->c3, now->k0, now->k1, LANES_ROUND(m));
+        philox_keyed_word0(now->c0, now->c1, now->c2, ACCEPT << 24, now->k0, now->k1, LANES_ROUND(m), now->u);
         int kept = 0;
         for (int l = 0; l < m; l++) {
             int c = k == 0 ? l : wave[l]; /* wave 0 is every case in order (a constant in its unrolled copy) */
             ptrdiff_t i = lo + c;
-            uint32_t u32 = now->c0[l], *rec = records + c * VERIFY_WORDS, *d = rec + 4 + KMAX + 5 * k;
+            uint32_t u32 = now->u[l], *rec = records + c * VERIFY_WORDS, *d = rec + 4 + KMAX + 5 * k;
             int64_t draft = AT(drafts, int64_t, i, k, 0);
             int accept = (uint64_t)u32 * AT(q, uint64_t, i, k, draft) < AT(p, uint64_t, i, k, draft) << 32;
             rec[2 + k] = (uint32_t)draft;
@@ -242,8 +240,7 @@ static inline __attribute__((always_inline)) void verify_chunk(ptrdiff_t lo, ptr
     }
     /* 3. the final draws at anchor + accepted (mod 2^32), every case's at once */
     for (int c = 0; c < n; c++) lane(&x[0], c, anchor[c] + (uint32_t)accepted[c], rnd[c], generation[c], k0[c], k1[c]);
-    for (int c = 0; c < LANES_ROUND(n); c++) x[0].c3[c] = CORRECTION << 24;
-    philox_keyed_lanes(x[0].c0, x[0].c1, x[0].c2, x[0].c3, x[0].k0, x[0].k1, LANES_ROUND(n));
+    philox_keyed_word0(x[0].c0, x[0].c1, x[0].c2, CORRECTION << 24, x[0].k0, x[0].k1, LANES_ROUND(n), x[0].u);
     /* 4. the picks, in a pass of their own (the next case's loads need not wait for this case's record): from
        the bonus row p_{K+1} after K accepts, else the residual max(p - q, 0) at the rejection; the q row is
        read at the rejection only (row K does not exist when K = KMAX): masked to zero after K accepts (full as
@@ -261,15 +258,15 @@ static inline __attribute__((always_inline)) void verify_chunk(ptrdiff_t lo, ptr
         /* the SSE2 pick where the rows are 8 consecutive counts (the stream's always are: a constant on the fused
            path), the portable one on other strides and where there is no SSE2 */
         if (p.s[2] == sizeof(uint64_t) && q.s[2] == sizeof(uint64_t)) {
-            tokens[c] = pick_sse2(p_row, q_row_at, q_mask, x[0].c0[c]);
+            tokens[c] = pick_sse2(p_row, q_row_at, q_mask, x[0].u[c]);
             continue;
         }
 #endif
-        tokens[c] = pick_portable(p_row, q_row_at, p.s[2], q.s[2], q_mask, x[0].c0[c]);
+        tokens[c] = pick_portable(p_row, q_row_at, p.s[2], q.s[2], q_mask, x[0].u[c]);
     }
     /* 5. the record's last fields (accumulated.verification_record's layout) */
     for (int c = 0; c < n; c++) {
-        uint32_t *rec = records + c * VERIFY_WORDS, final_u32 = x[0].c0[c];
+        uint32_t *rec = records + c * VERIFY_WORDS, final_u32 = x[0].u[c];
         int full = accepted[c] == depth[c], tested = accepted[c] + 1 - full;
         uint32_t token = tokens[c], *d = rec + 4 + KMAX + 5 * tested;
         rec[0] = (uint32_t)accepted[c];
