@@ -62,22 +62,13 @@ typedef struct {
 /* The engine's inputs, in the order of verification_records' arguments. */
 enum { E_SEED, E_GENERATION, E_ROUND, E_ANCHOR, E_DEPTH, E_Q, E_P, E_DRAFTS, E_INPUTS };
 
-/* The draws of one pass (a wave's acceptance draws, or the final draws), one lane a draw: the counter's words
- * 0-2 and the key's two, laid out from the cases (word 3, the domain, is the pass's own), then Philox over all the
- * lanes at once (philox_keyed_word0, four lanes a step in registers); word 0 of each block, the draw's u32, in u. */
+/* The draws of one wave after the first, one lane a draw: the counter's words 0-2 and the key's two, laid out from
+ * the cases that stay (word 3, the domain, is the pass's own), then Philox over all the lanes at once
+ * (philox_keyed_word0, four lanes a step in registers); word 0 of each block, the draw's u32, in u. Wave 0 and
+ * the final draws take their lanes from the case arrays themselves (no copy). */
 typedef struct {
     uint32_t c0[ENGINE_CHUNK], c1[ENGINE_CHUNK], c2[ENGINE_CHUNK], k0[ENGINE_CHUNK], k1[ENGINE_CHUNK], u[ENGINE_CHUNK];
 } Lanes;
-
-/* Lane l of a pass: the draw at (position, round, generation, the pass's domain << 24) under the key (k0, k1). */
-static inline void lane(Lanes *x, int l, uint32_t position, uint32_t rnd, uint32_t generation,
-                        uint32_t k0, uint32_t k1) {
-    x->c0[l] = position;
-    x->c1[l] = rnd;
-    x->c2[l] = generation;
-    x->k0[l] = k0;
-    x->k1[l] = k1;
-}
 
 /* The pick of one case (pass 4 of verify_chunk): the token from the counts p_row (p of the row the final draw is
  * at) less q_row masked by q_mask (all ones at a rejection, zero after K accepts), and the final draw u32: the
@@ -160,10 +151,12 @@ static inline void record_prefetch(const uint32_t *rec) {
  * (the caller checks, or made them); the positions from K on are never read. Inlined where it is called, so
  * that the fused path's strides, constants there, fold into its addresses. */
 static inline __attribute__((always_inline)) void verify_chunk(ptrdiff_t lo, ptrdiff_t hi, const View *f, uint32_t *records) {
-    /* the cases, one array a field */
+    /* the cases, one array a field: anchor, round, generation and the key are also wave 0's lanes and, with the
+       final positions, the final draws' (the lanes past the last case, at most three, zero) */
     uint32_t k0[ENGINE_CHUNK], k1[ENGINE_CHUNK], generation[ENGINE_CHUNK], rnd[ENGINE_CHUNK], anchor[ENGINE_CHUNK];
+    uint32_t final_position[ENGINE_CHUNK], final_u32[ENGINE_CHUNK];
     int32_t depth[ENGINE_CHUNK], accepted[ENGINE_CHUNK];
-    Lanes x[2] = {0}; /* a wave's lanes, and the next wave's (zero past the draws: LANE_GROUP) */
+    Lanes x[2]; /* the lanes of waves 1, 2, ... (each wave's lanes written whole, in groups of LANE_GROUP) */
     uint8_t active[2][ENGINE_CHUNK] = {{0}}; /* the cases of a wave (indices in the chunk), and of the next */
     const View q = f[E_Q], p = f[E_P], drafts = f[E_DRAFTS];
     int n = (int)(hi - lo), m = n;
@@ -179,10 +172,9 @@ static inline __attribute__((always_inline)) void verify_chunk(ptrdiff_t lo, ptr
         rnd[c] = (uint32_t)AT(f[E_ROUND], uint64_t, i, 0, 0);
         anchor[c] = (uint32_t)AT(f[E_ANCHOR], uint64_t, i, 0, 0);
         depth[c] = (int32_t)AT(f[E_DEPTH], int64_t, i, 0, 0);
-        accepted[c] = 0;
         active[0][c] = (uint8_t)c;
-        lane(&x[0], c, anchor[c], rnd[c], generation[c], k0[c], k1[c]);
     }
+    for (int c = n; c < LANES_ROUND(n); c++) k0[c] = k1[c] = generation[c] = rnd[c] = anchor[c] = final_position[c] = 0;
     /* 1, 2. the acceptance draws the round consumes, and their tests, in waves: wave k draws position k of
        every case that accepted positions 0 .. k - 1 and has k < K (independent draws, all the wave's lanes at
        once), then tests them: accept iff u32 q(x) < p(x) 2^32 (both below 2^57). A case leaves at its first
@@ -197,7 +189,10 @@ static inline __attribute__((always_inline)) void verify_chunk(ptrdiff_t lo, ptr
         Lanes *now = &x[k & 1], *next = &x[~k & 1];
         const uint8_t *wave = active[k & 1];
         uint8_t *stay = active[~k & 1];
-        philox_keyed_word0(now->c0, now->c1, now->c2, ACCEPT << 24, now->k0, now->k1, LANES_ROUND(m), now->u);
+        if (k == 0) /* every case, its lanes the case arrays (a constant in wave 0's unrolled copy) */
+            philox_keyed_word0(anchor, rnd, generation, ACCEPT << 24, k0, k1, LANES_ROUND(m), now->u);
+        else
+            philox_keyed_word0(now->c0, now->c1, now->c2, ACCEPT << 24, now->k0, now->k1, LANES_ROUND(m), now->u);
         int kept = 0;
         for (int l = 0; l < m; l++) {
             int c = k == 0 ? l : wave[l]; /* wave 0 is every case in order (a constant in its unrolled copy) */
@@ -239,8 +234,8 @@ static inline __attribute__((always_inline)) void verify_chunk(ptrdiff_t lo, ptr
         m = kept;
     }
     /* 3. the final draws at anchor + accepted (mod 2^32), every case's at once */
-    for (int c = 0; c < n; c++) lane(&x[0], c, anchor[c] + (uint32_t)accepted[c], rnd[c], generation[c], k0[c], k1[c]);
-    philox_keyed_word0(x[0].c0, x[0].c1, x[0].c2, CORRECTION << 24, x[0].k0, x[0].k1, LANES_ROUND(n), x[0].u);
+    for (int c = 0; c < n; c++) final_position[c] = anchor[c] + (uint32_t)accepted[c];
+    philox_keyed_word0(final_position, rnd, generation, CORRECTION << 24, k0, k1, LANES_ROUND(n), final_u32);
     /* 4. the picks, in a pass of their own (the next case's loads need not wait for this case's record): from
        the bonus row p_{K+1} after K accepts, else the residual max(p - q, 0) at the rejection; the q row is
        read at the rejection only (row K does not exist when K = KMAX): masked to zero after K accepts (full as
@@ -258,15 +253,15 @@ static inline __attribute__((always_inline)) void verify_chunk(ptrdiff_t lo, ptr
         /* the SSE2 pick where the rows are 8 consecutive counts (the stream's always are: a constant on the fused
            path), the portable one on other strides and where there is no SSE2 */
         if (p.s[2] == sizeof(uint64_t) && q.s[2] == sizeof(uint64_t)) {
-            tokens[c] = pick_sse2(p_row, q_row_at, q_mask, x[0].u[c]);
+            tokens[c] = pick_sse2(p_row, q_row_at, q_mask, final_u32[c]);
             continue;
         }
 #endif
-        tokens[c] = pick_portable(p_row, q_row_at, p.s[2], q.s[2], q_mask, x[0].u[c]);
+        tokens[c] = pick_portable(p_row, q_row_at, p.s[2], q.s[2], q_mask, final_u32[c]);
     }
     /* 5. the record's last fields (accumulated.verification_record's layout) */
     for (int c = 0; c < n; c++) {
-        uint32_t *rec = records + c * VERIFY_WORDS, final_u32 = x[0].u[c];
+        uint32_t *rec = records + c * VERIFY_WORDS;
         int full = accepted[c] == depth[c], tested = accepted[c] + 1 - full;
         uint32_t token = tokens[c], *d = rec + 4 + KMAX + 5 * tested;
         rec[0] = (uint32_t)accepted[c];
@@ -275,7 +270,7 @@ static inline __attribute__((always_inline)) void verify_chunk(ptrdiff_t lo, ptr
         rec[3 + KMAX] = (uint32_t)tested + 1;
         d[0] = CORRECTION; /* the final draw's slot, after the tested ones */
         d[1] = anchor[c] + (uint32_t)accepted[c];
-        d[2] = final_u32;
+        d[2] = final_u32[c];
         d[3] = D_CORRECTION + (uint32_t)full; /* D_BONUS after K accepts */
         d[4] = token;
     }
