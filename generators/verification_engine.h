@@ -13,13 +13,13 @@
  * 32-bit; a count is read as its low 32 bits).
  *
  * A chunk goes in passes, so that the Philox blocks of different cases are computed together (all the draws of
- * a pass at once, vectorized: philox_keyed_word0), and no pass takes a branch that depends on one case (each
+ * a pass at once, vectorized: philox_keyed_word0 and wave_draws, four lanes at a time in registers), and no pass takes a branch that depends on one case (each
  * would be mispredicted about once a case, at a cost near a Philox block's):
  *   0. the records are filled with padding, then the fields a pass knows are written over it;
  *   1, 2. the acceptance draws the round consumes and their tests, in waves: wave k draws position k of every
  *      case still accepting (independent draws), then tests them, writes their draw slots and emitted drafts,
- *      and lays out the next wave's lanes for the cases that accept and have a next position (without a
- *      branch). Only consumed draws are computed: 2.3 a case on the stream against 3 below K (bench/RESULTS.md,
+ *      and lists the cases that accept and have a next position (without a branch): the next wave's, whose
+ *      draws gather their counters and keys from the case arrays by that list. Only consumed draws are computed: 2.3 a case on the stream against 3 below K (bench/RESULTS.md,
  *      issue #24, "The engine fused with the stream");
  *   3. the final draws at anchor + accepted;
  *   4. the picks (the first count of the residual's, or the bonus row's, above the final draw's threshold), in
@@ -42,9 +42,9 @@
 #define D_CORRECTION 2u
 #define D_BONUS 3u /* D_CORRECTION + 1: the record's final decision is D_CORRECTION + full */
 #define ENGINE_CHUNK 64 /* most cases of one verify_chunk */
-/* Lanes of a pass are computed in whole groups of LANE_GROUP: philox_keyed_word0 takes four 32-bit lanes at a
- * time (SSE2). The lanes past the draws (at most three, zero-initialized, their words never read) are computed
- * too. */
+/* Lanes of a pass are computed in whole groups of LANE_GROUP: philox_keyed_word0 and wave_draws take four 32-bit
+ * lanes at a time (SSE2). The lanes past the draws (at most three: zero, or stale cases of the chunk; their words
+ * never read) are computed too. */
 #define LANE_GROUP 4
 #define LANES_ROUND(m) (((m) + LANE_GROUP - 1) / LANE_GROUP * LANE_GROUP)
 #if ENGINE_CHUNK % LANE_GROUP != 0
@@ -62,13 +62,32 @@ typedef struct {
 /* The engine's inputs, in the order of verification_records' arguments. */
 enum { E_SEED, E_GENERATION, E_ROUND, E_ANCHOR, E_DEPTH, E_Q, E_P, E_DRAFTS, E_INPUTS };
 
-/* The draws of one wave after the first, one lane a draw: the counter's words 0-2 and the key's two, laid out from
- * the cases that stay (word 3, the domain, is the pass's own), then Philox over all the lanes at once
- * (philox_keyed_word0, four lanes a step in registers); word 0 of each block, the draw's u32, in u. Wave 0 and
- * the final draws take their lanes from the case arrays themselves (no copy). */
-typedef struct {
-    uint32_t c0[ENGINE_CHUNK], c1[ENGINE_CHUNK], c2[ENGINE_CHUNK], k0[ENGINE_CHUNK], k1[ENGINE_CHUNK], u[ENGINE_CHUNK];
-} Lanes;
+/* Word 0 of the acceptance draws of a wave after the first, into u[l]: lane l the draw of case c = wave[l] at
+ * (anchor[c] + k, rnd[c], generation[c], ACCEPT << 24) under (k0[c], k1[c]); n a multiple of 4 (the entries of
+ * wave past its cases are stale cases of the chunk, their words never read). Each group of four lanes gathered
+ * from the case arrays straight into registers (no lane arrays written and read again) and run through
+ * philox_x4; plain C, a lane at a time, where there is no SSE2. */
+static inline void wave_draws(const uint8_t *wave, int n, uint32_t k, const uint32_t *anchor, const uint32_t *rnd,
+                              const uint32_t *generation, const uint32_t *k0, const uint32_t *k1, uint32_t *u) {
+#if PHILOX_SIMD
+    const __m128i domain = _mm_set1_epi32((int)(ACCEPT << 24)), step = _mm_set1_epi32((int)k);
+    for (int l = 0; l < n; l += 4) {
+        int a = wave[l], b = wave[l + 1], c = wave[l + 2], d = wave[l + 3];
+#define GATHER(field) _mm_set_epi32((int)(field)[d], (int)(field)[c], (int)(field)[b], (int)(field)[a])
+        __m128i x[4] = {_mm_add_epi32(GATHER(anchor), step), GATHER(rnd), GATHER(generation), domain};
+        philox_x4(x, GATHER(k0), GATHER(k1), 1);
+#undef GATHER
+        _mm_storeu_si128((__m128i *)(u + l), x[0]);
+    }
+#else
+    for (int l = 0; l < n; l++) {
+        int c = wave[l];
+        uint32_t x[4] = {anchor[c] + k, rnd[c], generation[c], ACCEPT << 24};
+        philox(x, k0[c], k1[c]);
+        u[l] = x[0];
+    }
+#endif
+}
 
 /* The pick of one case (pass 4 of verify_chunk): the token from the counts p_row (p of the row the final draw is
  * at) less q_row masked by q_mask (all ones at a rejection, zero after K accepts), and the final draw u32: the
@@ -156,7 +175,7 @@ static inline __attribute__((always_inline)) void verify_chunk(ptrdiff_t lo, ptr
     uint32_t k0[ENGINE_CHUNK], k1[ENGINE_CHUNK], generation[ENGINE_CHUNK], rnd[ENGINE_CHUNK], anchor[ENGINE_CHUNK];
     uint32_t final_position[ENGINE_CHUNK], final_u32[ENGINE_CHUNK];
     int32_t depth[ENGINE_CHUNK], accepted[ENGINE_CHUNK];
-    Lanes x[2]; /* the lanes of waves 1, 2, ... (each wave's lanes written whole, in groups of LANE_GROUP) */
+    uint32_t u[ENGINE_CHUNK]; /* a wave's draws, lane by lane */
     uint8_t active[2][ENGINE_CHUNK] = {{0}}; /* the cases of a wave (indices in the chunk), and of the next */
     const View q = f[E_Q], p = f[E_P], drafts = f[E_DRAFTS];
     int n = (int)(hi - lo), m = n;
@@ -183,21 +202,20 @@ static inline __attribute__((always_inline)) void verify_chunk(ptrdiff_t lo, ptr
        over in 5) are written here */
     /* unrolled (K <= 5 waves), so that each copy has its wave's arrays and slot offsets as constants: the loop's
        pointers no longer spill to the stack (about 4% of the engine, bench/RESULTS.md, issue #24, "the engine
-       in SIMD"); the tests and the next wave's lanes in two loops (about 3%) */
+       in SIMD") */
 #pragma GCC unroll 8
     for (int k = 0; k < KMAX && m > 0; k++) {
-        Lanes *now = &x[k & 1], *next = &x[~k & 1];
         const uint8_t *wave = active[k & 1];
         uint8_t *stay = active[~k & 1];
         if (k == 0) /* every case, its lanes the case arrays (a constant in wave 0's unrolled copy) */
-            philox_keyed_word0(anchor, rnd, generation, ACCEPT << 24, k0, k1, LANES_ROUND(m), now->u);
+            philox_keyed_word0(anchor, rnd, generation, ACCEPT << 24, k0, k1, LANES_ROUND(m), u);
         else
-            philox_keyed_word0(now->c0, now->c1, now->c2, ACCEPT << 24, now->k0, now->k1, LANES_ROUND(m), now->u);
+            wave_draws(wave, LANES_ROUND(m), (uint32_t)k, anchor, rnd, generation, k0, k1, u);
         int kept = 0;
         for (int l = 0; l < m; l++) {
             int c = k == 0 ? l : wave[l]; /* wave 0 is every case in order (a constant in its unrolled copy) */
             ptrdiff_t i = lo + c;
-            uint32_t u32 = now->u[l], *rec = records + c * VERIFY_WORDS, *d = rec + 4 + KMAX + 5 * k;
+            uint32_t u32 = u[l], *rec = records + c * VERIFY_WORDS, *d = rec + 4 + KMAX + 5 * k;
             int64_t draft = AT(drafts, int64_t, i, k, 0);
             int accept = (uint64_t)u32 * AT(q, uint64_t, i, k, draft) < AT(p, uint64_t, i, k, draft) << 32;
             rec[2 + k] = (uint32_t)draft;
@@ -210,26 +228,6 @@ static inline __attribute__((always_inline)) void verify_chunk(ptrdiff_t lo, ptr
             /* the case stays (at kept) if it accepts and has a next position */
             stay[kept] = (uint8_t)c;
             kept += accept & (k + 1 < depth[c]);
-        }
-        /* the next wave's lanes, from the cases that stay, four at a time: each word array written by 16-byte
-           stores, which Philox's 16-byte loads of them take from the store buffer as they are (four 4-byte
-           stores under one load would make it wait for them to reach the cache: about 2.5% of the engine). The
-           lanes past kept take a stale case of the list (zero-initialized, so a case of the chunk) */
-        for (int l = 0; l < kept; l += LANE_GROUP) {
-            uint32_t position[LANE_GROUP], round[LANE_GROUP], gen[LANE_GROUP], key0[LANE_GROUP], key1[LANE_GROUP];
-            for (int j = 0; j < LANE_GROUP; j++) {
-                int c = stay[l + j];
-                position[j] = anchor[c] + (uint32_t)k + 1;
-                round[j] = rnd[c];
-                gen[j] = generation[c];
-                key0[j] = k0[c];
-                key1[j] = k1[c];
-            }
-            memcpy(next->c0 + l, position, sizeof position);
-            memcpy(next->c1 + l, round, sizeof round);
-            memcpy(next->c2 + l, gen, sizeof gen);
-            memcpy(next->k0 + l, key0, sizeof key0);
-            memcpy(next->k1 + l, key1, sizeof key1);
         }
         m = kept;
     }
