@@ -32,10 +32,11 @@ Philox4x32-10 over as many counters in the same technology (blocks per second), 
 * C (``_verification_engine``, where it is built): ``verification_records_native`` against the
   module's ``philox_floor``, compiled with the same flags: the goal is judged against the
   vectorized floor in registers (``philox_x4``, four lanes held in registers through the ten rounds,
-  SSE2: the kernel of the engine's own draws, and the faster vectorized form); printed to compare,
-  the vectorized floor in lanes (``philox_lanes`` over 256 counters a pass, which gcc vectorizes at
-  -O3: the goal's floor before 2026-12-04) and the scalar floor (one block after the other). Each
-  floor writes into a buffer made before the clock starts;
+  SSE2: the kernel of the engine's own draws); printed after it, to compare, the vectorized floor in
+  lanes (``philox_lanes`` over 256 counters a pass, which gcc vectorizes at -O3: the goal's floor
+  before 2026-12-04, as fast at one place in the order, but after the first floor it finds its
+  output buffer warm) and the scalar floor (one block after the other). Each floor writes into a
+  buffer made before the clock starts;
 
 each in three conditions: the whole batch of ``--engine-cases`` made before (about 760 bytes of
 inputs a case: 50 MB at 2^16, out of every cache); in pieces of ``--piece`` cases, each made just
@@ -206,11 +207,11 @@ Row = tuple[str, Callable[[Batch, int], object]]
 P = TypeVar("P")
 
 
-#: the C floors: (row name, ``philox_floor``'s form); the goal is judged against the first: the vectorized
-#: Philox in the form of the engine's own draws (four lanes held in registers through the ten rounds), the faster
-#: of the two vectorized forms over the floor's counters (bench/README.md); the others to compare: the
-#: vectorized floor before 2026-12-04 (``philox_lanes``: the rounds outside, the lanes inside) and the scalar
-#: loop (the floor before 2026-12-03's night)
+#: the C floors: (row name, ``philox_floor``'s form), in the order they run on a piece; the goal is judged against
+#: the first: the vectorized Philox in the form of the engine's own draws (four lanes held in registers through
+#: the ten rounds); the others to compare: the vectorized floor before 2026-12-04 (``philox_lanes``: the rounds
+#: outside, the lanes inside; as fast at one place, but second it finds its output buffer warm: bench/README.md)
+#: and the scalar loop (the floor before 2026-12-03's night)
 C_FLOORS = (
     ("C Philox floor (vectorized, in registers)", 2),
     ("C Philox floor (vectorized, lanes)", 0),

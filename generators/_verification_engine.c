@@ -18,7 +18,7 @@
  *   under the stream key, four uint32 words per block into out (uint32 [count, 4]): the floor the
  *   engine's rate is measured against, compiled with the same flags (bench/bench_accumulated.py). Form 2,
  *   the goal's floor: vectorized in registers (philox_x4, four lanes held in registers through the ten rounds:
- *   the kernel of the engine's own draws, and the faster vectorized form; docs/accumulated.md, "In C,
+ *   the kernel of the engine's own draws; as fast as form 0 over these counters: docs/accumulated.md, "In C,
  *   `verification_round`"). Form 0, the default: vectorized in lanes (philox_lanes over 256 lanes at a time;
  *   the goal's floor before 2026-12-04, kept to compare). Form 1: scalar, one block after the other (the floor
  *   before that; bench/RESULTS.md, issue #24).
