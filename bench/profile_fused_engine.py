@@ -1,12 +1,12 @@
 """A workload for a sampling profile of the engine fused with the stream (issue #24's stage shares).
 
     perf record -e cpu-clock -F 2000 -o fused.data .venv/bin/python bench/profile_fused_engine.py
-    perf report -i fused.data --stdio --sort sym | grep -E "fused_engine|verification_cases|philox_floor|floor_lanes"
+    perf report -i fused.data --stdio --sort sym | grep -E "fused_engine|verification_cases|philox_floor|floor_registers"
     perf annotate -i fused.data --stdio -l -s fused_engine
 
 Each piece of ``--piece`` cases is made by the native stream with its records (the harness's path:
 ``verification_arrays_native``, each group of cases verified as it is made), then the C Philox floor
-(``philox_floor``, vectorized: its passes are ``floor_lanes``) runs over as many blocks as the piece's
+(``philox_floor``, vectorized in registers, the goal's floor: its passes are ``floor_registers``) runs over as many blocks as the piece's
 decisions, into a buffer made before, one after the other in one process. The samples of the symbols
 are the stages: ``verification_cases`` (the stream's inputs), ``fused_engine`` (the engine, every draw
 it needs computed there) and the floor. Read it for the shares inside the engine, not for the engine
@@ -42,7 +42,7 @@ def main() -> int:
             batch = verification_arrays_native(NATIVE_STREAM, lo, min(lo + args.piece, args.cases))
             assert batch.records is not None
             blocks = int(batch.records[:, 3 + KMAX].sum())
-            engine.philox_floor(blocks, words[:blocks])
+            engine.philox_floor(blocks, words[:blocks], 2)
             cases, decisions = cases + batch.stop - batch.start, decisions + blocks
     print(f"{cases} cases, {decisions} decisions (floor blocks)")
     return 0

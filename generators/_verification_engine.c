@@ -14,11 +14,14 @@
  *   depth: int64 [n], 1 .. KMAX; drafts: int64 [n, KMAX], tokens below VMAX;
  *   q: uint64 [n, KMAX, VMAX]; p: uint64 [n, KMAX + 1, VMAX] (any strides: views of the stream);
  *   out: a writable C-contiguous uint32 [n, VERIFY_WORDS] buffer, written whole.
- * philox_floor(count, out[, scalar]): a plain Philox4x32-10 over counters (i mod 2^32, i >> 32, 0, 4)
+ * philox_floor(count, out[, form]): a plain Philox4x32-10 over counters (i mod 2^32, i >> 32, 0, 4)
  *   under the stream key, four uint32 words per block into out (uint32 [count, 4]): the floor the
- *   engine's rate is measured against, compiled with the same flags (bench/bench_accumulated.py). By
- *   default vectorized (philox_lanes over 256 lanes at a time, the kernel of the engine's own draws);
- *   scalar: one block after the other (the floor before, kept to compare; bench/RESULTS.md, issue #24).
+ *   engine's rate is measured against, compiled with the same flags (bench/bench_accumulated.py). Form 2,
+ *   the goal's floor: vectorized in registers (philox_x4, four lanes held in registers through the ten rounds:
+ *   the kernel of the engine's own draws; as fast as form 0 over these counters: docs/accumulated.md, "In C,
+ *   `verification_round`"). Form 0, the default: vectorized in lanes (philox_lanes over 256 lanes at a time;
+ *   the goal's floor before 2026-12-04, kept to compare). Form 1: scalar, one block after the other (the floor
+ *   before that; bench/RESULTS.md, issue #24).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -111,11 +114,45 @@ static void floor_lanes(Py_ssize_t lo, int n, uint32_t *out) {
     }
 }
 
+/* Blocks lo .. lo + n - 1 of the floor in registers (n a multiple of 4), words at out[4 (i - lo)]: philox_x4,
+ * four blocks at a time, the four words of each written out after a transpose: the goal's floor, in the form of
+ * the engine's own draws. Where there is no SSE2, floor_lanes. */
+static void floor_registers(Py_ssize_t lo, int n, uint32_t *out) {
+#if PHILOX_SIMD
+    const __m128i key0 = _mm_set1_epi32((int)STREAM_KEY0), key1 = _mm_set1_epi32((int)STREAM_KEY1);
+    for (int l = 0; l < n; l += 4) {
+        uint64_t i = (uint64_t)(lo + l);
+        __m128i x[4] = {_mm_add_epi32(_mm_set1_epi32((int)(uint32_t)i), _mm_set_epi32(3, 2, 1, 0)), _mm_setzero_si128(),
+                        _mm_setzero_si128(), _mm_set1_epi32(4)};
+        if ((uint32_t)i > 0xFFFFFFFCu) /* the four counters cross 2^32: each lane's word 1 of its own */
+            x[1] = _mm_set_epi32((int)((i + 3) >> 32), (int)((i + 2) >> 32), (int)((i + 1) >> 32), (int)(i >> 32));
+        else
+            x[1] = _mm_set1_epi32((int)(i >> 32));
+        philox_x4(x, key0, key1, 0);
+        __m128i t0 = _mm_unpacklo_epi32(x[0], x[1]), t1 = _mm_unpacklo_epi32(x[2], x[3]);
+        __m128i t2 = _mm_unpackhi_epi32(x[0], x[1]), t3 = _mm_unpackhi_epi32(x[2], x[3]);
+        _mm_storeu_si128((__m128i *)(out + 4 * l), _mm_unpacklo_epi64(t0, t1));
+        _mm_storeu_si128((__m128i *)(out + 4 * l + 4), _mm_unpackhi_epi64(t0, t1));
+        _mm_storeu_si128((__m128i *)(out + 4 * l + 8), _mm_unpacklo_epi64(t2, t3));
+        _mm_storeu_si128((__m128i *)(out + 4 * l + 12), _mm_unpackhi_epi64(t2, t3));
+    }
+#else
+    floor_lanes(lo, n, out);
+#endif
+}
+
+enum { FLOOR_LANES_FORM, FLOOR_SCALAR, FLOOR_REGISTERS }; /* philox_floor's forms */
+
 static PyObject *philox_floor(PyObject *self, PyObject *args) {
     Py_ssize_t count;
     Py_buffer out;
-    int scalar = 0;
-    if (!PyArg_ParseTuple(args, "nw*|p", &count, &out, &scalar)) return NULL;
+    int form = FLOOR_LANES_FORM;
+    if (!PyArg_ParseTuple(args, "nw*|i", &count, &out, &form)) return NULL;
+    if (form < FLOOR_LANES_FORM || form > FLOOR_REGISTERS) {
+        PyBuffer_Release(&out);
+        PyErr_SetString(PyExc_ValueError, "form: 0 (vectorized), 1 (scalar) or 2 (in registers)");
+        return NULL;
+    }
     if (count < 0 || out.len < count * 16) {
         PyBuffer_Release(&out);
         PyErr_SetString(PyExc_ValueError, "out: expected count * 4 uint32 words");
@@ -123,12 +160,17 @@ static PyObject *philox_floor(PyObject *self, PyObject *args) {
     }
     uint32_t *words = (uint32_t *)out.buf;
     Py_BEGIN_ALLOW_THREADS;
-    if (scalar) {
+    if (form == FLOOR_SCALAR) {
         for (Py_ssize_t i = 0; i < count; i++) {
             uint32_t x[4] = {(uint32_t)i, (uint32_t)((uint64_t)i >> 32), 0, 4};
             philox(x, STREAM_KEY0, STREAM_KEY1);
             memcpy(words + 4 * i, x, 16);
         }
+    } else if (form == FLOOR_REGISTERS) {
+        Py_ssize_t whole = count / 4 * 4; /* the last count mod 4 blocks by floor_lanes */
+        for (Py_ssize_t lo = 0; lo < whole; lo += FLOOR_LANES)
+            floor_registers(lo, whole - lo < FLOOR_LANES ? (int)(whole - lo) : FLOOR_LANES, words + 4 * lo);
+        if (whole < count) floor_lanes(whole, (int)(count - whole), words + 4 * whole);
     } else {
         for (Py_ssize_t lo = 0; lo < count; lo += FLOOR_LANES)
             floor_lanes(lo, count - lo < FLOOR_LANES ? (int)(count - lo) : FLOOR_LANES, words + 4 * lo);
@@ -142,8 +184,8 @@ static PyMethodDef methods[] = {
     {"verification_records", verification_records, METH_VARARGS,
      "verification_records(seed, generation, round, anchor, depth, q, p, drafts, out): the records into out."},
     {"philox_floor", philox_floor, METH_VARARGS,
-     "philox_floor(count, out[, scalar]): Philox4x32-10 over count counters under the stream key, into out "
-     "(vectorized lanes; scalar: one block after the other)."},
+     "philox_floor(count, out[, form]): Philox4x32-10 over count counters under the stream key, into out "
+     "(form 0: vectorized lanes; 1: one block after the other; 2: four lanes in registers, the goal's floor)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -13,13 +13,13 @@
  * 32-bit; a count is read as its low 32 bits).
  *
  * A chunk goes in passes, so that the Philox blocks of different cases are computed together (all the draws of
- * a pass at once, vectorized: philox_keyed_lanes), and no pass takes a branch that depends on one case (each
+ * a pass at once, vectorized: philox_keyed_word0 and wave_draws, four lanes at a time in registers), and no pass takes a branch that depends on one case (each
  * would be mispredicted about once a case, at a cost near a Philox block's):
  *   0. the records are filled with padding, then the fields a pass knows are written over it;
  *   1, 2. the acceptance draws the round consumes and their tests, in waves: wave k draws position k of every
  *      case still accepting (independent draws), then tests them, writes their draw slots and emitted drafts,
- *      and lays out the next wave's lanes for the cases that accept and have a next position (without a
- *      branch). Only consumed draws are computed: 2.3 a case on the stream against 3 below K (bench/RESULTS.md,
+ *      and lists the cases that accept and have a next position (without a branch): the next wave's, whose
+ *      draws gather their counters and keys from the case arrays by that list. Only consumed draws are computed: 2.3 a case on the stream against 3 below K (bench/RESULTS.md,
  *      issue #24, "The engine fused with the stream");
  *   3. the final draws at anchor + accepted;
  *   4. the picks (the first count of the residual's, or the bonus row's, above the final draw's threshold), in
@@ -42,10 +42,9 @@
 #define D_CORRECTION 2u
 #define D_BONUS 3u /* D_CORRECTION + 1: the record's final decision is D_CORRECTION + full */
 #define ENGINE_CHUNK 64 /* most cases of one verify_chunk */
-/* Lanes of a pass are computed in whole groups of LANE_GROUP: the vector loop of philox_keyed_lanes takes four
- * 32-bit lanes at a time (SSE2), and a pass of m lanes would leave m mod 4 to gcc's scalar remainder loop, where
- * a lane costs about what four do in the vector loop. The lanes past the draws (at most three, zero-initialized,
- * their words never read) are computed too. */
+/* Lanes of a pass are computed in whole groups of LANE_GROUP: philox_keyed_word0 and wave_draws take four 32-bit
+ * lanes at a time (SSE2). The lanes past the draws (at most three: zero, or stale cases of the chunk; their words
+ * never read) are computed too. */
 #define LANE_GROUP 4
 #define LANES_ROUND(m) (((m) + LANE_GROUP - 1) / LANE_GROUP * LANE_GROUP)
 #if ENGINE_CHUNK % LANE_GROUP != 0
@@ -63,21 +62,31 @@ typedef struct {
 /* The engine's inputs, in the order of verification_records' arguments. */
 enum { E_SEED, E_GENERATION, E_ROUND, E_ANCHOR, E_DEPTH, E_Q, E_P, E_DRAFTS, E_INPUTS };
 
-/* The draws of one pass (a wave's acceptance draws, or the final draws), one lane a draw: the counter's words
- * 0-2 and the key's two, laid out from the cases, word 3 (the domain) filled for the whole pass, then Philox
- * over all the lanes at once (philox_keyed_lanes, vectorized); word 0 of each block is left in c0. */
-typedef struct {
-    uint32_t c0[ENGINE_CHUNK], c1[ENGINE_CHUNK], c2[ENGINE_CHUNK], c3[ENGINE_CHUNK], k0[ENGINE_CHUNK], k1[ENGINE_CHUNK];
-} Lanes;
-
-/* Lane l of a pass: the draw at (position, round, generation, the pass's domain << 24) under the key (k0, k1). */
-static inline void lane(Lanes *x, int l, uint32_t position, uint32_t rnd, uint32_t generation,
-                        uint32_t k0, uint32_t k1) {
-    x->c0[l] = position;
-    x->c1[l] = rnd;
-    x->c2[l] = generation;
-    x->k0[l] = k0;
-    x->k1[l] = k1;
+/* Word 0 of the acceptance draws of a wave after the first, into u[l]: lane l the draw of case c = wave[l] at
+ * (anchor[c] + k, rnd[c], generation[c], ACCEPT << 24) under (k0[c], k1[c]); n a multiple of 4 (the entries of
+ * wave past its cases are stale cases of the chunk, their words never read). Each group of four lanes gathered
+ * from the case arrays straight into registers (no lane arrays written and read again) and run through
+ * philox_x4; plain C, a lane at a time, where there is no SSE2. */
+static inline void wave_draws(const uint8_t *wave, int n, uint32_t k, const uint32_t *anchor, const uint32_t *rnd,
+                              const uint32_t *generation, const uint32_t *k0, const uint32_t *k1, uint32_t *u) {
+#if PHILOX_SIMD
+    const __m128i domain = _mm_set1_epi32((int)(ACCEPT << 24)), step = _mm_set1_epi32((int)k);
+    for (int l = 0; l < n; l += 4) {
+        int a = wave[l], b = wave[l + 1], c = wave[l + 2], d = wave[l + 3];
+#define GATHER(field) _mm_set_epi32((int)(field)[d], (int)(field)[c], (int)(field)[b], (int)(field)[a])
+        __m128i x[4] = {_mm_add_epi32(GATHER(anchor), step), GATHER(rnd), GATHER(generation), domain};
+        philox_x4(x, GATHER(k0), GATHER(k1), 1);
+#undef GATHER
+        _mm_storeu_si128((__m128i *)(u + l), x[0]);
+    }
+#else
+    for (int l = 0; l < n; l++) {
+        int c = wave[l];
+        uint32_t x[4] = {anchor[c] + k, rnd[c], generation[c], ACCEPT << 24};
+        philox(x, k0[c], k1[c]);
+        u[l] = x[0];
+    }
+#endif
 }
 
 /* The pick of one case (pass 4 of verify_chunk): the token from the counts p_row (p of the row the final draw is
@@ -161,10 +170,12 @@ static inline void record_prefetch(const uint32_t *rec) {
  * (the caller checks, or made them); the positions from K on are never read. Inlined where it is called, so
  * that the fused path's strides, constants there, fold into its addresses. */
 static inline __attribute__((always_inline)) void verify_chunk(ptrdiff_t lo, ptrdiff_t hi, const View *f, uint32_t *records) {
-    /* the cases, one array a field */
+    /* the cases, one array a field: anchor, round, generation and the key are also wave 0's lanes and, with the
+       final positions, the final draws' (the lanes past the last case, at most three, zero) */
     uint32_t k0[ENGINE_CHUNK], k1[ENGINE_CHUNK], generation[ENGINE_CHUNK], rnd[ENGINE_CHUNK], anchor[ENGINE_CHUNK];
+    uint32_t final_position[ENGINE_CHUNK], final_u32[ENGINE_CHUNK];
     int32_t depth[ENGINE_CHUNK], accepted[ENGINE_CHUNK];
-    Lanes x[2] = {0}; /* a wave's lanes, and the next wave's (zero past the draws: LANE_GROUP) */
+    uint32_t u[ENGINE_CHUNK]; /* a wave's draws, lane by lane */
     uint8_t active[2][ENGINE_CHUNK] = {{0}}; /* the cases of a wave (indices in the chunk), and of the next */
     const View q = f[E_Q], p = f[E_P], drafts = f[E_DRAFTS];
     int n = (int)(hi - lo), m = n;
@@ -180,10 +191,9 @@ static inline __attribute__((always_inline)) void verify_chunk(ptrdiff_t lo, ptr
         rnd[c] = (uint32_t)AT(f[E_ROUND], uint64_t, i, 0, 0);
         anchor[c] = (uint32_t)AT(f[E_ANCHOR], uint64_t, i, 0, 0);
         depth[c] = (int32_t)AT(f[E_DEPTH], int64_t, i, 0, 0);
-        accepted[c] = 0;
         active[0][c] = (uint8_t)c;
-        lane(&x[0], c, anchor[c], rnd[c], generation[c], k0[c], k1[c]);
     }
+    for (int c = n; c < LANES_ROUND(n); c++) k0[c] = k1[c] = generation[c] = rnd[c] = anchor[c] = final_position[c] = 0;
     /* 1, 2. the acceptance draws the round consumes, and their tests, in waves: wave k draws position k of
        every case that accepted positions 0 .. k - 1 and has k < K (independent draws, all the wave's lanes at
        once), then tests them: accept iff u32 q(x) < p(x) 2^32 (both below 2^57). A case leaves at its first
@@ -192,19 +202,20 @@ static inline __attribute__((always_inline)) void verify_chunk(ptrdiff_t lo, ptr
        over in 5) are written here */
     /* unrolled (K <= 5 waves), so that each copy has its wave's arrays and slot offsets as constants: the loop's
        pointers no longer spill to the stack (about 4% of the engine, bench/RESULTS.md, issue #24, "the engine
-       in SIMD"); the tests and the next wave's lanes in two loops (about 3%) */
+       in SIMD") */
 #pragma GCC unroll 8
     for (int k = 0; k < KMAX && m > 0; k++) {
-        Lanes *now = &x[k & 1], *next = &x[~k & 1];
         const uint8_t *wave = active[k & 1];
         uint8_t *stay = active[~k & 1];
-        for (int l = 0; l < LANES_ROUND(m); l++) now->c3[l] = ACCEPT << 24;
-        philox_keyed_lanes(now->c0, now->c1, now->c2, now->c3, now->k0, now->k1, LANES_ROUND(m));
+        if (k == 0) /* every case, its lanes the case arrays (a constant in wave 0's unrolled copy) */
+            philox_keyed_word0(anchor, rnd, generation, ACCEPT << 24, k0, k1, LANES_ROUND(m), u);
+        else
+            wave_draws(wave, LANES_ROUND(m), (uint32_t)k, anchor, rnd, generation, k0, k1, u);
         int kept = 0;
         for (int l = 0; l < m; l++) {
             int c = k == 0 ? l : wave[l]; /* wave 0 is every case in order (a constant in its unrolled copy) */
             ptrdiff_t i = lo + c;
-            uint32_t u32 = now->c0[l], *rec = records + c * VERIFY_WORDS, *d = rec + 4 + KMAX + 5 * k;
+            uint32_t u32 = u[l], *rec = records + c * VERIFY_WORDS, *d = rec + 4 + KMAX + 5 * k;
             int64_t draft = AT(drafts, int64_t, i, k, 0);
             int accept = (uint64_t)u32 * AT(q, uint64_t, i, k, draft) < AT(p, uint64_t, i, k, draft) << 32;
             rec[2 + k] = (uint32_t)draft;
@@ -218,32 +229,11 @@ static inline __attribute__((always_inline)) void verify_chunk(ptrdiff_t lo, ptr
             stay[kept] = (uint8_t)c;
             kept += accept & (k + 1 < depth[c]);
         }
-        /* the next wave's lanes, from the cases that stay, four at a time: each word array written by 16-byte
-           stores, which Philox's 16-byte loads of them take from the store buffer as they are (four 4-byte
-           stores under one load would make it wait for them to reach the cache: about 2.5% of the engine). The
-           lanes past kept take a stale case of the list (zero-initialized, so a case of the chunk) */
-        for (int l = 0; l < kept; l += LANE_GROUP) {
-            uint32_t position[LANE_GROUP], round[LANE_GROUP], gen[LANE_GROUP], key0[LANE_GROUP], key1[LANE_GROUP];
-            for (int j = 0; j < LANE_GROUP; j++) {
-                int c = stay[l + j];
-                position[j] = anchor[c] + (uint32_t)k + 1;
-                round[j] = rnd[c];
-                gen[j] = generation[c];
-                key0[j] = k0[c];
-                key1[j] = k1[c];
-            }
-            memcpy(next->c0 + l, position, sizeof position);
-            memcpy(next->c1 + l, round, sizeof round);
-            memcpy(next->c2 + l, gen, sizeof gen);
-            memcpy(next->k0 + l, key0, sizeof key0);
-            memcpy(next->k1 + l, key1, sizeof key1);
-        }
         m = kept;
     }
     /* 3. the final draws at anchor + accepted (mod 2^32), every case's at once */
-    for (int c = 0; c < n; c++) lane(&x[0], c, anchor[c] + (uint32_t)accepted[c], rnd[c], generation[c], k0[c], k1[c]);
-    for (int c = 0; c < LANES_ROUND(n); c++) x[0].c3[c] = CORRECTION << 24;
-    philox_keyed_lanes(x[0].c0, x[0].c1, x[0].c2, x[0].c3, x[0].k0, x[0].k1, LANES_ROUND(n));
+    for (int c = 0; c < n; c++) final_position[c] = anchor[c] + (uint32_t)accepted[c];
+    philox_keyed_word0(final_position, rnd, generation, CORRECTION << 24, k0, k1, LANES_ROUND(n), final_u32);
     /* 4. the picks, in a pass of their own (the next case's loads need not wait for this case's record): from
        the bonus row p_{K+1} after K accepts, else the residual max(p - q, 0) at the rejection; the q row is
        read at the rejection only (row K does not exist when K = KMAX): masked to zero after K accepts (full as
@@ -261,15 +251,15 @@ static inline __attribute__((always_inline)) void verify_chunk(ptrdiff_t lo, ptr
         /* the SSE2 pick where the rows are 8 consecutive counts (the stream's always are: a constant on the fused
            path), the portable one on other strides and where there is no SSE2 */
         if (p.s[2] == sizeof(uint64_t) && q.s[2] == sizeof(uint64_t)) {
-            tokens[c] = pick_sse2(p_row, q_row_at, q_mask, x[0].c0[c]);
+            tokens[c] = pick_sse2(p_row, q_row_at, q_mask, final_u32[c]);
             continue;
         }
 #endif
-        tokens[c] = pick_portable(p_row, q_row_at, p.s[2], q.s[2], q_mask, x[0].c0[c]);
+        tokens[c] = pick_portable(p_row, q_row_at, p.s[2], q.s[2], q_mask, final_u32[c]);
     }
     /* 5. the record's last fields (accumulated.verification_record's layout) */
     for (int c = 0; c < n; c++) {
-        uint32_t *rec = records + c * VERIFY_WORDS, final_u32 = x[0].c0[c];
+        uint32_t *rec = records + c * VERIFY_WORDS;
         int full = accepted[c] == depth[c], tested = accepted[c] + 1 - full;
         uint32_t token = tokens[c], *d = rec + 4 + KMAX + 5 * tested;
         rec[0] = (uint32_t)accepted[c];
@@ -278,7 +268,7 @@ static inline __attribute__((always_inline)) void verify_chunk(ptrdiff_t lo, ptr
         rec[3 + KMAX] = (uint32_t)tested + 1;
         d[0] = CORRECTION; /* the final draw's slot, after the tested ones */
         d[1] = anchor[c] + (uint32_t)accepted[c];
-        d[2] = final_u32;
+        d[2] = final_u32[c];
         d[3] = D_CORRECTION + (uint32_t)full; /* D_BONUS after K accepts */
         d[4] = token;
     }

@@ -174,16 +174,18 @@ def test_native_engine_refuses_indices_out_of_bounds(field, value):
 
 
 @needs_native
-@pytest.mark.parametrize("scalar", [False, True])
-def test_the_c_floor_is_philox_at_the_stream_key(scalar):
-    """The C floors compute real blocks: Philox4x32-10 at counters (i mod 2^32, i >> 32, 0, 4) under the
-    stream key, equal to ``philox_lanes`` (the NumPy floor), so the ratio against them is honest; the
-    vectorized one over a count that is not a multiple of its 256 lanes. Shown to fail with the vectorized
-    floor's last partial pass skipped (rebuilt, run, restored)."""
+@pytest.mark.parametrize("form", [0, 1, 2])
+def test_the_c_floor_is_philox_at_the_stream_key(form):
+    """The C floors (vectorized, scalar, vectorized in registers) compute real blocks: Philox4x32-10 at
+    counters (i mod 2^32, i >> 32, 0, 4) under the stream key, equal to ``philox_lanes`` (the NumPy floor),
+    so the ratio against them is honest; the vectorized ones over a count that is neither a multiple of 256
+    (a pass) nor of 4 (the floor in registers leaves the last count mod 4 to the vectorized one). Shown to
+    fail with the vectorized floor's last partial pass skipped, and with the floor in registers writing its
+    second and third blocks' words swapped (rebuilt, run, restored)."""
     assert NATIVE is not None
-    count = 3000
+    count = 3001
     words = np.zeros((count, 4), dtype=np.uint32)
-    NATIVE.philox_floor(count, words, scalar)
+    NATIVE.philox_floor(count, words, form)
     counter = np.arange(count, dtype=U64)
     lanes = philox_lanes(counter & WORD_MASK, counter >> U64(32), U64(0), U64(4), *STREAM_KEY)
     assert all((words[:, j] == lanes[j]).all() for j in range(4))
