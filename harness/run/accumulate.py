@@ -26,14 +26,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -443,56 +441,6 @@ class Candidate:
 #: judging thread to let go of the interpreter lock (docs/accumulated.md, "Feeding")
 SWITCH_S: float = 0.0002
 
-#: the scheduling policy of the harness's threads while a run feeds the candidate (Linux; None where
-#: the platform has none): a thread of this policy that wakes (an answer read, a task queued) does
-#: not preempt the candidate's process on its core (docs/accumulated.md, "Feeding")
-FEEDING_POLICY: int | None = getattr(os, "SCHED_BATCH", None)
-
-
-def thread_policies() -> dict[int, int]:
-    """The scheduling policy of each of this process's Python threads, by native id (those whose
-    policy cannot be read are left out)."""
-    policies = {}
-    for thread in threading.enumerate():
-        if thread.native_id is not None:
-            try:
-                policies[thread.native_id] = os.sched_getscheduler(thread.native_id)
-            except OSError:  # the thread ended
-                continue
-    return policies
-
-
-def set_policy(thread: int, policy: int) -> None:
-    try:
-        os.sched_setscheduler(thread, policy, os.sched_param(0))
-    except OSError:  # the thread ended, or the policy is not ours to set
-        pass
-
-
-@contextmanager
-def candidate_first() -> Iterator[None]:
-    """While a run feeds the candidate, this process's ordinary threads (and those they start) run
-    under :data:`FEEDING_POLICY`: woken by an answer or a queued task they wait for a free core, or
-    the next tick, instead of preempting the candidate's process on the core it computes on (on a
-    machine with no core to spare, each wake-up of the harness between two blocks left the candidate
-    idle 2-10 ms: bench/RESULTS.md, "Issue #24: the light families' accumulate (branch light4)").
-    The policy keeps the ordinary weight, so the harness gets its share of the CPU. Afterwards every
-    thread is as it was, and a thread started meanwhile that is still running gets the ordinary
-    policy. A thread of another policy (real-time, idle, already batch) is left alone."""
-    if FEEDING_POLICY is None:
-        yield
-        return
-    before = thread_policies()
-    for thread, policy in before.items():
-        if policy == os.SCHED_OTHER:
-            set_policy(thread, FEEDING_POLICY)
-    try:
-        yield
-    finally:
-        for thread, policy in thread_policies().items():
-            if policy == FEEDING_POLICY and before.get(thread, os.SCHED_OTHER) != FEEDING_POLICY:
-                set_policy(thread, before.get(thread, os.SCHED_OTHER))
-
 
 def request_ranges(pieces: list[tuple[int, int]], batch: int) -> list[tuple[int, int, int]]:
     """The requests of a run over ``pieces`` (case ranges, in order), as ``(piece, start, stop)``:
@@ -520,9 +468,8 @@ def run_pieces(
     other in the order they were asked, from the run's first request to its last, across pieces.
     The inputs and records are pure functions of the case range and the requests are judged in
     case order, so the records, hashes and verdicts are those of one thread; on a machine with a
-    core to spare the harness's own work hides behind the candidate's, and on one without, its
-    threads yield their core to the candidate's process (:func:`candidate_first`;
-    docs/accumulated.md, "Blocks", Feeding)."""
+    core to spare the harness's own work hides behind the candidate's (docs/accumulated.md,
+    "Blocks", Feeding)."""
     streams = [RecordPair(keep) for _lo, _hi, keep in pieces]
     divergences: list[list[Divergence]] = [[] for _ in pieces]
     unjudged = [0] * len(pieces)
@@ -535,33 +482,30 @@ def run_pieces(
             answers, expected.result(), start, streams[piece], divergences[piece], unjudged[piece], judge
         )
 
-    with candidate_first():  # the harness's threads yield their core to the candidate's process
-        switch = sys.getswitchinterval()
-        sys.setswitchinterval(SWITCH_S)
-        try:
-            upcoming = ahead.submit(family.arrays, *requests[0][1:]) if requests else None
-            judging: list[Future] = []
-            asked: deque[tuple[int, Callable[[], Answers], Future, int]] = deque()
-            for index, (piece, start, _stop) in enumerate(requests):
-                assert upcoming is not None
-                arrays = upcoming.result()
-                expected = ahead.submit(ENGINES[family.name], arrays)
-                if index + 1 < len(requests):
-                    upcoming = ahead.submit(family.arrays, *requests[index + 1][1:])
-                asked.append((piece, candidate.ask(family, arrays), expected, start))
-                # with pipelined requests the next block is sent before this one's answer is awaited
-                while len(asked) > candidate.ahead or (asked and index + 1 == len(requests)):
-                    its_piece, answered, its_expected, its_start = asked.popleft()
-                    judging.append(ahead.submit(judged, its_piece, answered(), its_expected, its_start))
-            for done in judging:
-                done.result()  # in order; a judge that raised raises here
-        finally:
-            ahead.shutdown(cancel_futures=True)  # an interrupted run does not compute what is queued
-            sys.setswitchinterval(switch)
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_S)
+    try:
+        upcoming = ahead.submit(family.arrays, *requests[0][1:]) if requests else None
+        judging: list[Future] = []
+        asked: deque[tuple[int, Callable[[], Answers], Future, int]] = deque()
+        for index, (piece, start, _stop) in enumerate(requests):
+            assert upcoming is not None
+            arrays = upcoming.result()
+            expected = ahead.submit(ENGINES[family.name], arrays)
+            if index + 1 < len(requests):
+                upcoming = ahead.submit(family.arrays, *requests[index + 1][1:])
+            asked.append((piece, candidate.ask(family, arrays), expected, start))
+            # with pipelined requests the next block is sent before this one's answer is awaited
+            while len(asked) > candidate.ahead or (asked and index + 1 == len(requests)):
+                its_piece, answered, its_expected, its_start = asked.popleft()
+                judging.append(ahead.submit(judged, its_piece, answered(), its_expected, its_start))
+        for done in judging:
+            done.result()  # in order; a judge that raised raises here
+    finally:
+        ahead.shutdown(cancel_futures=True)  # an interrupted run does not compute what is queued
+        sys.setswitchinterval(switch)
     return [
-        Piece(
-            pair.adapter.data(), pair.engine.data(), found, count, pair.adapter.sha.digest(), pair.engine.sha.digest()
-        )
+        Piece(pair.adapter.data(), pair.engine.data(), found, count, pair.adapter.sha.digest(), pair.engine.sha.digest())
         for pair, found, count in zip(streams, divergences, unjudged)
     ]
 
