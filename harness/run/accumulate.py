@@ -505,7 +505,9 @@ def run_pieces(
         ahead.shutdown(cancel_futures=True)  # an interrupted run does not compute what is queued
         sys.setswitchinterval(switch)
     return [
-        Piece(pair.adapter.data(), pair.engine.data(), found, count, pair.adapter.sha.digest(), pair.engine.sha.digest())
+        Piece(
+            pair.adapter.data(), pair.engine.data(), found, count, pair.adapter.sha.digest(), pair.engine.sha.digest()
+        )
         for pair, found, count in zip(streams, divergences, unjudged)
     ]
 
