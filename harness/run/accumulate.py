@@ -123,6 +123,39 @@ class RecordStream:
         return b"".join(self.kept or [])
 
 
+class RecordPair:
+    """The adapter's records of a piece and the engine's (two :class:`RecordStream`), batch by
+    batch. While every batch so far is the same in both, the two streams are the same bytes, so
+    they share one SHA-256 (and, where kept, one copy of the bytes); at the first batch that
+    differs the engine's stream takes a copy of the hash state so far (``hashlib``'s ``copy``) and
+    the two go on apart. The digests are those of hashing each stream alone (issue #24: a passing
+    run hashed every record twice, and compared them case by case, on the harness's time)."""
+
+    def __init__(self, keep: bool) -> None:
+        self.adapter, self.engine = RecordStream(keep), RecordStream(keep)
+        self.engine.sha = self.adapter.sha  # one hash while the streams are the same
+        #: every batch so far the same in both streams
+        self.same = True
+
+    def add(self, records: np.ndarray, engine: np.ndarray) -> np.ndarray:
+        """Both streams' records ``[n, words]`` appended; per case, whether they differ."""
+        answered = np.ascontiguousarray(records, dtype="<u4")
+        expected = np.ascontiguousarray(engine, dtype="<u4")
+        if np.array_equal(answered, expected):  # a whole-array memcmp, far cheaper than by case
+            differs = np.zeros(len(answered), dtype=bool)
+        else:
+            differs = (answered != expected).any(axis=1)
+            if self.same:
+                self.engine.sha, self.same = self.adapter.sha.copy(), False
+        self.adapter.add(answered)
+        if self.same:
+            if self.engine.kept is not None and self.adapter.kept is not None:
+                self.engine.kept.append(self.adapter.kept[-1])
+        else:
+            self.engine.add(expected)
+        return differs
+
+
 def capped(divergences: list[Divergence], unjudged: int) -> tuple[list[Divergence], int]:
     """A shard's judged divergences in case order, cut as one pass over the shard cuts them: at
     :data:`MAX_JUDGED`, and after the first failure; what is cut counts as unjudged."""
@@ -437,7 +470,7 @@ def run_pieces(
     case order, so the records, hashes and verdicts are those of one thread; on a machine with a
     core to spare the harness's own work hides behind the candidate's (docs/accumulated.md,
     "Blocks", Feeding)."""
-    streams = [(RecordStream(keep), RecordStream(keep)) for _lo, _hi, keep in pieces]
+    streams = [RecordPair(keep) for _lo, _hi, keep in pieces]
     divergences: list[list[Divergence]] = [[] for _ in pieces]
     unjudged = [0] * len(pieces)
     requests = request_ranges([(lo, hi) for lo, hi, _keep in pieces], batch)
@@ -445,9 +478,8 @@ def run_pieces(
 
     def judged(piece: int, answers: Answers, expected: Future, start: int) -> None:
         # ``expected`` was asked of this thread before this task: it is done
-        parts, engine_parts = streams[piece]
         unjudged[piece] = judge_batch(
-            answers, expected.result(), start, parts, engine_parts, divergences[piece], unjudged[piece], judge
+            answers, expected.result(), start, streams[piece], divergences[piece], unjudged[piece], judge
         )
 
     switch = sys.getswitchinterval()
@@ -473,8 +505,10 @@ def run_pieces(
         ahead.shutdown(cancel_futures=True)  # an interrupted run does not compute what is queued
         sys.setswitchinterval(switch)
     return [
-        Piece(parts.data(), engine_parts.data(), found, count, parts.sha.digest(), engine_parts.sha.digest())
-        for (parts, engine_parts), found, count in zip(streams, divergences, unjudged)
+        Piece(
+            pair.adapter.data(), pair.engine.data(), found, count, pair.adapter.sha.digest(), pair.engine.sha.digest()
+        )
+        for pair, found, count in zip(streams, divergences, unjudged)
     ]
 
 
@@ -482,16 +516,14 @@ def judge_batch(
     answers: Answers,
     engine: np.ndarray,
     start: int,
-    parts: RecordStream,
-    engine_parts: RecordStream,
+    streams: RecordPair,
     divergences: list[Divergence],
     unjudged: int,
     judge: Judge,
 ) -> int:
-    """One request of :func:`run_pieces`: its records and the engine's appended to ``parts`` and
-    ``engine_parts``, its divergent cases judged into ``divergences``; the new unjudged count."""
-    answered, expected = parts.add(answers.records), engine_parts.add(engine)
-    differs = (answered != expected).any(axis=1)
+    """One request of :func:`run_pieces`: its records and the engine's appended to ``streams``, its
+    divergent cases judged into ``divergences``; the new unjudged count."""
+    differs = streams.add(answers.records, engine)
     divergent = int(np.count_nonzero(differs))
     if not divergent:
         return unjudged
