@@ -32,6 +32,10 @@ the columns compared alike (the reference passes, the slowest, come after). Adap
 start-up is excluded and printed apart, and so are ``--warmup`` passes (one by default: the
 first pass pays each side's first calls).
 
+The torch run in process comes right after the torch run through the harness on one family, right
+before it on the next, and the other way round on the next pass (the second run of the same
+kernels finds them warm).
+
 The verdict on the torch goal is one measure, the **paired ratio** (bench/README.md, "The
 verdict of bench_harness.py"): each pass's torch time through the harness over the torch
 families, divided by the in-process time of the same pass over the same families; its median
@@ -223,6 +227,18 @@ class InProcessTorch:
         return {family: statistics.median(times) for family, times in self.passes.items()}
 
 
+def run_order(runs: dict[str, Harnessed], own: InProcessTorch, turn: int) -> list[Harnessed | InProcessTorch]:
+    """The runs of one family, in the order of its ``turn``: the adapters' in their order, the
+    in-process torch run right after the torch run through the harness on an even turn and right
+    before it on an odd one. The second of two runs of the same kernels finds them warm in the
+    shared caches (the library's pages are the same in both processes): turn by turn, each side
+    is second as often as the other."""
+    order: list[Harnessed | InProcessTorch] = list(runs.values())
+    torch_at = order.index(runs["torch"])
+    order.insert(torch_at + 1 if turn % 2 == 0 else torch_at, own)
+    return order
+
+
 def paired_ratios(through: dict[str, list[float]], own: dict[str, list[float]], families: Sequence[str]) -> list[float]:
     """The paired ratio of each pass: its time through the harness summed over ``families``, over
     the in-process time of the same pass summed over the same families (the verdict's measure)."""
@@ -377,8 +393,8 @@ def main() -> None:
     # the runs alternate family by family (noop, torch through the harness, torch in process, ...),
     # so that a load that comes and goes on a shared machine weighs on the columns compared alike
     for index in range(args.warmup + args.repeat):
-        for family, cases in corpus.items():
-            for run in (*runs.values(), own):
+        for turn, (family, cases) in enumerate(corpus.items()):
+            for run in run_order(runs, own, index + turn):
                 run.one_family(family, cases, timed=index >= args.warmup)
     paired = paired_ratios(runs["torch"].passes, own.passes, torch_families)
     pooled = pooled_ratio(runs["torch"].passes, own.passes, torch_families)

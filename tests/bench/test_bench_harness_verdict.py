@@ -46,3 +46,15 @@ def test_the_verdict_is_the_median_of_the_paired_ratios_with_min_and_max():
     assert "misses the goal of 1.10x" in BENCH.torch_verdict([1.2, 1.11, 1.05], pooled=1.0, goal=1.1)
     # at the goal exactly it is met (at most 1.1x)
     assert "meets" in BENCH.torch_verdict([1.1], pooled=1.2, goal=1.1)
+
+
+def test_the_in_process_run_is_second_as_often_as_the_run_through_the_harness():
+    runs = {"noop": "noop", "torch": "torch", "torch json": "torch json"}
+    own = "own"
+    assert BENCH.run_order(runs, own, 0) == ["noop", "torch", "own", "torch json"]
+    assert BENCH.run_order(runs, own, 1) == ["noop", "own", "torch", "torch json"]
+    seconds = [
+        BENCH.run_order(runs, own, turn).index("own") > BENCH.run_order(runs, own, turn).index("torch")
+        for turn in range(6)
+    ]
+    assert seconds.count(True) == seconds.count(False) == 3
