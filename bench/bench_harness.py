@@ -26,13 +26,13 @@ Times are on the wall clock, or with ``--clock cpu`` on the CPU clock of this pr
 the adapter's child (its process CPU-time clock, Linux, nanoseconds), which other jobs on a
 shared machine disturb far less; torch's intra-op threads count in both torch columns alike,
 and both run as many of them (``OMP_NUM_THREADS``, inherited by the child, sets both). The
-runs alternate family by family: a family's noop run, its torch run through the harness and
-its torch run in process follow one another, so that a load that comes and goes weighs on
-the columns compared alike (the reference passes, the slowest, come after). Adapter
-start-up is excluded and printed apart, and so are ``--warmup`` passes (one by default: the
-first pass pays each side's first calls).
+runs alternate chunk by chunk (the runner's ``run_batch`` calls of 64 cases of a family): a
+chunk's noop run, its torch run through the harness and its torch run in process follow one
+another, so that a load that comes and goes weighs on the columns compared alike (the reference
+passes, the slowest, come after). Adapter start-up is excluded and printed apart, and so are
+``--warmup`` passes (one by default: the first pass pays each side's first calls).
 
-The torch run in process comes right after the torch run through the harness on one family, right
+The torch run in process comes right after the torch run through the harness on one chunk, right
 before it on the next, and the other way round on the next pass (the second run of the same
 kernels finds them warm).
 
@@ -136,6 +136,14 @@ def start_seconds(adapter: str) -> float:
     return time.perf_counter() - began
 
 
+def keep(passes: list[float], seconds: float, first: bool) -> None:
+    """Add ``seconds`` to a family's times: a new pass when ``first``, else its last."""
+    if first:
+        passes.append(seconds)
+    else:
+        passes[-1] += seconds
+
+
 class Harnessed:
     """One adapter started through the runner, timed pass by pass (:meth:`one_pass`)."""
 
@@ -173,13 +181,14 @@ class Harnessed:
         for family, cases in corpus.items():
             self.one_family(family, cases)
 
-    def one_family(self, family: str, cases: list[dict], timed: bool = True) -> None:
-        """Run one family's cases through the runner; its times are kept when ``timed``."""
+    def one_family(self, family: str, cases: list[dict], timed: bool = True, first: bool = True) -> None:
+        """Run cases of one family through the runner; when ``timed``, their times start the family's
+        next pass (``first``) or add to its last (a pass is run a chunk at a time)."""
         began, child_began = self.clock(), self.child_clock()
         verdicts = self.runner.run(cases)
         if timed:
-            self.passes[family].append(self.clock() - began)
-            self.child_passes[family].append(self.child_clock() - child_began)
+            keep(self.passes[family], self.clock() - began, first)
+            keep(self.child_passes[family], self.child_clock() - child_began, first)
         errors = [v.line() for v in verdicts if v.cls.value == "error"]
         assert len(verdicts) == len(cases) and not errors, errors[:3]
 
@@ -212,8 +221,9 @@ class InProcessTorch:
         for family in self.families:
             self.one_family(family, corpus.get(family, []))
 
-    def one_family(self, family: str, cases: list[dict], timed: bool = True) -> None:
-        """``run_batch`` on one family's cases (none for a family torch does not declare)."""
+    def one_family(self, family: str, cases: list[dict], timed: bool = True, first: bool = True) -> None:
+        """``run_batch`` on cases of one family (none for a family torch does not declare), timed as
+        :meth:`Harnessed.one_family` times them."""
         if family not in self.families:
             return
         inputs = [self.to_raw(case["input"]) for case in cases]
@@ -221,14 +231,14 @@ class InProcessTorch:
         for start in range(0, len(inputs), CHUNK):
             self.adapter.run_batch(family, inputs[start : start + CHUNK])
         if timed:
-            self.passes[family].append(self.clock() - began)
+            keep(self.passes[family], self.clock() - began, first)
 
     def result(self) -> dict[str, float]:
         return {family: statistics.median(times) for family, times in self.passes.items()}
 
 
 def run_order(runs: dict[str, Harnessed], own: InProcessTorch, turn: int) -> list[Harnessed | InProcessTorch]:
-    """The runs of one family, in the order of its ``turn``: the adapters' in their order, the
+    """The runs of one chunk, in the order of its ``turn``: the adapters' in their order, the
     in-process torch run right after the torch run through the harness on an even turn and right
     before it on an odd one. The second of two runs of the same kernels finds them warm in the
     shared caches (the library's pages are the same in both processes): turn by turn, each side
@@ -390,12 +400,14 @@ def main() -> None:
     torch_families = [f for f in corpus if f in runs["torch"].client.config.capabilities.families]
     own = InProcessTorch(torch_families, time.process_time if cpu_clock else time.perf_counter, arena)
     gc.freeze()  # as ``qconform run`` does once its cases are loaded (the adapter host too, once loaded)
-    # the runs alternate family by family (noop, torch through the harness, torch in process, ...),
-    # so that a load that comes and goes on a shared machine weighs on the columns compared alike
+    # the runs alternate chunk by chunk (noop, torch through the harness, torch in process, ...), so
+    # that a load that comes and goes on a shared machine weighs on the columns compared alike
+    # (chunk by chunk: the run_batch calls the runner makes, each side's right after the other's)
     for index in range(args.warmup + args.repeat):
         for turn, (family, cases) in enumerate(corpus.items()):
-            for run in run_order(runs, own, index + turn):
-                run.one_family(family, cases, timed=index >= args.warmup)
+            for k, start in enumerate(range(0, len(cases), CHUNK)):
+                for run in run_order(runs, own, index + turn + k):
+                    run.one_family(family, cases[start : start + CHUNK], timed=index >= args.warmup, first=k == 0)
     paired = paired_ratios(runs["torch"].passes, own.passes, torch_families)
     pooled = pooled_ratio(runs["torch"].passes, own.passes, torch_families)
     if cpu_clock:  # where the torch passes' CPU goes: this process, the adapter's, torch's own

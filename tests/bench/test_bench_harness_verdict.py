@@ -58,3 +58,10 @@ def test_the_in_process_run_is_second_as_often_as_the_run_through_the_harness():
         for turn in range(6)
     ]
     assert seconds.count(True) == seconds.count(False) == 3
+
+
+def test_a_pass_run_chunk_by_chunk_is_the_sum_of_its_chunks():
+    passes: list[float] = []
+    for first, seconds in [(True, 1.0), (False, 0.5), (False, 0.25), (True, 2.0), (False, 1.0)]:
+        BENCH.keep(passes, seconds, first)
+    assert passes == [1.75, 3.0]
