@@ -75,7 +75,7 @@ NUMPY_SUM_ITEMS = 1024
 
 
 def u32_total(view: memoryview) -> int:
-    """The exact sum of the little-endian ``u32`` items of ``data`` (flat bytes already checked by
+    """The exact sum of the little-endian ``u32`` items of ``view`` (flat bytes already checked by
     :func:`~qconform.generators.encoding.blob_view`). A long row (a vocabulary of 129,280 counts:
     about 2 ms summed item by item in Python, the most of judging ``allocation_dense``, issue #24) is
     summed in NumPy's ``uint64``, which cannot overflow below 2^32 items."""
@@ -241,10 +241,11 @@ def same_json(expected: Any, got: Any) -> bool:
     which tells ``1``, ``True`` and ``1.0`` apart. On the JSON values an ``expected`` holds (no
     float: floats are bit patterns), :func:`walk_difference` then finds no difference and nothing
     malformed (an equal string decodes as the expected one does), so :func:`first_difference`
-    need not walk. False whenever a pass cannot say (an integer beyond 64 bits): the walk decides."""
-    if got != expected:
-        return False
+    need not walk. False whenever a pass cannot say (an integer beyond 64 bits, an object whose
+    ``==`` does not answer a bool): the walk decides."""
     try:
+        if got != expected:
+            return False
         marshal.dumps(got, _MARSHAL_VERSION)
         return orjson.dumps(got, option=_CANONICAL) == orjson.dumps(expected, option=_CANONICAL)
     except (ValueError, TypeError):  # marshal's refusal; orjson's (orjson.JSONEncodeError is a TypeError)

@@ -56,6 +56,21 @@ def test_what_the_bytes_cannot_tell_is_walked_and_judged_as_before(got):
         assert outcome(EXPECTED, got) == (Malformed, exc.path)
 
 
+class Ambiguous:
+    """A value whose ``==`` answers no bool (as a NumPy array's does)."""
+
+    def __eq__(self, other: object) -> bool:
+        raise ValueError("the truth value is ambiguous")
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def test_a_value_whose_equality_raises_is_left_to_the_walk():
+    assert not same_json({"tokens": [1]}, {"tokens": [Ambiguous()]})
+    with pytest.raises(Malformed):
+        first_difference({"tokens": [1]}, {"tokens": [Ambiguous()]})
+
+
 def test_a_nan_where_null_is_expected_is_a_difference():
     expected = {"token": None, "rows": [None]}
     got = {"token": float("nan"), "rows": [float("inf")]}
