@@ -51,6 +51,7 @@ from qconform.harness.judging.value_diff import (
     may_hold_f32_nan,
     same_bytes,
     show,
+    u32_total,
 )
 from qconform.harness.verdicts import Diff, Verdict, brief, failed, passed, precision
 from qconform.spec.constants import M
@@ -186,7 +187,7 @@ def compare(case: dict, output: dict, profile: PrecisionProfile) -> Verdict:
         total = sum(got_counts.values())
     else:
         got_view = answered_view(output, "counts", "u32", shape)
-        total = sum(u32_values(got_view))
+        total = u32_total(got_view)
     if total != M:
         return failed(case_id, f"answered counts sum to {total}, not M = {M}", Diff("sum(counts)", str(M), str(total)))
     problem = sparse_problem(output) if sparse else None

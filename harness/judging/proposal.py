@@ -37,7 +37,7 @@ from qconform.harness.judging.allocation import (
     token_counts,
 )
 from qconform.harness.judging.judge import profile_margin
-from qconform.harness.judging.value_diff import Malformed, first_difference
+from qconform.harness.judging.value_diff import Malformed, first_difference, u32_total
 from qconform.harness.verdicts import Diff, Verdict, brief, failed, passed, precision
 from qconform.spec.constants import M
 from qconform.spec.sampling import sample_counts, sample_sparse
@@ -99,7 +99,7 @@ def compare(case: dict, output: dict, profile: PrecisionProfile) -> Verdict:
         if dense:
             got_view = answered_view(got_row, "counts", "u32", [vocab])
             got_dense = u32_values(got_view)
-            total = sum(got_dense)
+            total = u32_total(got_view)
         else:
             got_counts = token_counts(got_row, True)
             total = sum(got_counts.values())

@@ -91,6 +91,27 @@ def entry_json(outcome: Any, sections: list[bytes | memoryview] | None = None, r
         return json.dumps(outcome_to_entry(AdapterError(f"output is not strict JSON: {exc}")), separators=(",", ":"))
 
 
+def entries_json(outcomes: list, sections: list[bytes | memoryview] | None = None, raw: bool = False) -> str:
+    """The serialized output entries of ``outcomes``, comma-separated, as :func:`entry_json` writes
+    them one by one (``sections`` and ``raw`` as there), in one walk and one encoding of the whole
+    list where every outcome is an outcome object and strict JSON (the usual case: issue #24, the
+    host's per-case work on the answer path); else one by one, from the start, so that each
+    outcome that is not becomes its own error entry."""
+    entries = [outcome_to_entry(o) for o in outcomes if isinstance(o, (dict, Unimplemented, AdapterError))]
+    if len(entries) == len(outcomes):
+        mark = 0 if sections is None else len(sections)
+        try:
+            if sections is not None:
+                whole = to_sections(entries, sections)
+            else:
+                whole = to_json_blobs(entries) if raw else entries
+            return STRICT_JSON.encode(whole)[1:-1]  # "[e1,e2,...]": the same bytes as the entries joined
+        except (TypeError, ValueError):
+            if sections is not None:
+                del sections[mark:]
+    return ",".join(entry_json(outcome, sections, raw) for outcome in outcomes)
+
+
 def one_by_one(call: Callable[[list], Any], inputs: Sequence[dict], what: str) -> list[Any]:
     """Re-run a failed batch case by case so each exception lands on its own case."""
     outcomes: list[Any] = []
@@ -125,7 +146,7 @@ def batch_reply(
     if not isinstance(outcomes, list) or len(outcomes) != len(inputs):
         return error_reply(request_id, f"{what} returned {_count(outcomes)} for {len(inputs)} inputs")
     sections: list[bytes | memoryview] | None = [] if binary else None
-    body = ",".join(entry_json(outcome, sections, raw) for outcome in outcomes)
+    body = entries_json(outcomes, sections, raw)
     head = json.dumps(request_id)
     if not sections:
         return f'{{"id":{head},"status":"ok","outputs":[{body}]}}\n'.encode("utf-8")
