@@ -21,6 +21,8 @@ ranks (the adapter zygote)", has the rules; in short:
   whole tree when the command ends or rank 0 dies; each adapter and adapter keeper dies with its
   parent; the zygote is a child subreaper too, and kills any process re-parented to it (what an
   adapter keeper killed by a signal left).
+* **Each adapter keeper leads a session of its own**, as today's keeper does: the scheduler shares
+  the cores between sessions, so the ranks' adapters must not share the zygote's.
 * **A fork only while the zygote runs one thread**, and only for the command, environment and
   working directory the zygote was started with; any other start is refused, and the stub runs the
   command itself. Every adapter the zygote does not serve (``shim:``, ``tcp://``, a bundled shim)
@@ -249,6 +251,9 @@ def keep(conn: socket.socket, fds: list[int], targets: list[int], argv: list[str
     from qconform.harness.transport.subreaper import kill_tree
 
     die_with_parent(zygote)
+    # a session of its own, as today's start gives each adapter's keeper: the scheduler's autogroups
+    # are per session, so the ranks' adapters must not share the zygote's one share of the cores
+    os.setsid()
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     me = os.getpid()
     adapter = os.fork()
