@@ -28,7 +28,9 @@ ranks (the adapter zygote)", has the rules; in short:
   command itself. Every adapter the zygote does not serve (``shim:``, ``tcp://``, a bundled shim)
   starts as today.
 * **The zygote imports, it never runs**: no adapter is constructed in it, so no device is touched
-  before a fork (CUDA cannot be forked once initialised).
+  before a fork (CUDA cannot be forked once initialised); and if an import loaded the CUDA driver
+  (the triton adapter asks ``torch.cuda.is_available()`` at import), the zygote ends at once and
+  every rank starts its adapter as today.
 """
 
 from __future__ import annotations
@@ -378,6 +380,13 @@ def preload(adapter: str) -> None:
         found[adapter].load()
 
 
+def cuda_driver_loaded() -> bool:
+    """Whether the CUDA driver library is mapped into this process: once a module has initialised it
+    (``torch.cuda.is_available()`` can), a forked child cannot use CUDA, so the zygote must not fork."""
+    with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+        return any("libcuda.so" in line for line in maps)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=f"python -m {__name__}", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--adapter", required=True)
@@ -390,6 +399,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         preload(args.adapter)
     except Exception:  # noqa: BLE001 - no zygote: every stub starts its command itself, which says why
         return 1
+    if cuda_driver_loaded():
+        return 1  # a module asked CUDA at import (the triton adapter does): no fork from here is safe
     from qconform.harness.transport.client import host_command
 
     served = host_command(args.adapter, args.device)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 
 import pytest
@@ -80,7 +81,8 @@ def test_an_adapter_the_zygote_serves_is_forked_from_it_and_ends_with_its_client
 
 def test_each_forked_adapter_has_a_session_of_its_own_as_a_fresh_start_does(zygote_of):
     """The scheduler shares the cores between sessions (autogroups): ranks' adapters in the zygote's one
-    session would share one share of them (measured: 2 ranks 0.81x of main's on a loaded machine)."""
+    session would share one share of them (measured on a loaded machine: main's wall / the zygote's at
+    2 ranks 0.81, bench/RESULTS.md)."""
     zygote = zygote_of("reference")
     with open_adapter("reference"), open_adapter("reference"):
         served = descendants(zygote.pid)
@@ -136,6 +138,13 @@ def test_an_adapter_the_host_does_not_serve_gets_no_zygote():
     assert start_zygote("shim:./my_shim", "cpu") is None
     assert start_zygote("tcp://127.0.0.1:1", "cpu") is None
     assert zygote_module.zygote_for(host_command("reference", "cpu")) is None
+
+
+def test_a_zygote_whose_imports_loaded_the_cuda_driver_ends_without_serving(monkeypatch):
+    assert not zygote_module.cuda_driver_loaded()  # torch imported, CPU build: no driver here
+    monkeypatch.setattr(zygote_module, "cuda_driver_loaded", lambda: True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    assert zygote_module.main(["--adapter", "reference", "--listen-fd", str(listener.detach())]) == 1
 
 
 SERVED = host_command("reference", "cpu")
