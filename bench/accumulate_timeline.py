@@ -43,9 +43,9 @@ from qconform.harness.run.distributed import Ranks  # noqa: E402
 
 
 def wrapped_ranks(command_ranks):
-    def command_ranks_marked(device: str, count: int) -> Ranks:
+    def command_ranks_marked(device: str, count: int, *adapter: str | None) -> Ranks:
         mark("ranks")
-        ranks = command_ranks(device, count)
+        ranks = command_ranks(device, count, *adapter)
         RANK[0] = str(ranks.rank)
         mark("ranks ready")
         return ranks

@@ -28,7 +28,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, Pipe
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 from qconform.harness.run.distributed import SINGLE, Ranks
 
@@ -84,14 +84,17 @@ class RankProcess:
         return RankFailed(self.rank, self.reap(block=True) or 1, self.said())
 
 
-def fork_ranks(world: int) -> Ranks:
+def fork_ranks(world: int, before_fork: Callable[[], Callable[[], None]] | None = None) -> Ranks:
     """Fork ranks ``1 .. world - 1`` of this command; return this process's :class:`Ranks` (rank 0
     in the caller, rank r in the r-th fork). A forked rank runs the rest of the command and must end
-    with ``os._exit`` (:attr:`Ranks.forked`): it never returns into its caller's caller."""
+    with ``os._exit`` (:attr:`Ranks.forked`): it never returns into its caller's caller.
+    ``before_fork`` runs in rank 0 once the ranks' environment is set, before the first fork (the
+    adapter zygote's start); what it returns runs at rank 0's end, after every rank has ended."""
     if world == 1:
         return SINGLE
     for name, value in THREADS.items():
         os.environ.setdefault(name, value)  # before the fork: every rank's adapter inherits it
+    after_end = before_fork() if before_fork is not None else (lambda: None)
     sys.stdout.flush()
     sys.stderr.flush()  # nothing buffered here is written twice, once by each process
     parent = os.getpid()
@@ -120,7 +123,10 @@ def fork_ranks(world: int) -> Ranks:
         return parts
 
     def end(completed: bool) -> None:
-        _end_ranks(processes, completed)
+        try:
+            _end_ranks(processes, completed)
+        finally:
+            after_end()
 
     return Ranks(0, world, gather, end=end)
 

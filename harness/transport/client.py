@@ -272,7 +272,7 @@ class Child:
         #: ends every process the command starts when the command ends or is stopped
         self.kept = sys.platform.startswith("linux")
         status_r, status_w = os.pipe() if self.kept else (-1, -1)
-        launched = kept_command(command, status_w) if self.kept else list(command)
+        launched = kept_command(self._started(command, pass_fds), status_w) if self.kept else list(command)
         try:
             self.proc = subprocess.Popen(
                 launched,
@@ -288,7 +288,8 @@ class Child:
                 os.close(status_r)
                 os.close(status_w)
             raise AdapterStartError(f"cannot run {shlex.join(command)}: {exc}") from None
-        #: the pid of the command itself (the keeper's child), for diagnostics and tests
+        #: the pid of the command itself (the keeper's child), for diagnostics and tests; for an adapter
+        #: the zygote forks, its stub's, which stands for it (killing it kills the adapter)
         self.pid = self.proc.pid
         if self.kept:
             os.close(status_w)
@@ -322,6 +323,16 @@ class Child:
         for thread in self._threads:
             thread.start()
         self._finalizer = weakref.finalize(self, _kill_group, self.proc, self.kept)
+
+    @staticmethod
+    def _started(command: Sequence[str], pass_fds: Sequence[int]) -> list[str]:
+        """What the keeper runs for ``command``: the command itself, or, where this command's adapter
+        zygote serves it, the stub that has the zygote fork it (harness/transport/zygote.py; the stub
+        runs the command itself whenever the zygote does not)."""
+        from qconform.harness.transport.zygote import stub_command, zygote_for
+
+        name = zygote_for(command)
+        return list(command) if name is None else stub_command(name, command, pass_fds)
 
     def _command_pid(self, status_r: int, command: Sequence[str]) -> int:
         """The pid the keeper reports for the command it started; AdapterStartError when it could not."""

@@ -138,7 +138,7 @@ def accumulate_command(
     from qconform.cli.console import rounds_progress
     from qconform.harness.run.gate import SignalGuard
 
-    ranks = command_ranks(device, rank_count)  # forked here for --ranks N: options checked once, above
+    ranks = command_ranks(device, rank_count, adapter)  # forked here for --ranks N: options checked once, above
 
     def run() -> None:
         line = command_line(adapter, family, count)

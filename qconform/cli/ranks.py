@@ -37,8 +37,10 @@ class RankLineError(click.ClickException):
         vars(self)["exit_code"] = exit_code
 
 
-def command_ranks(device: str, ranks: int) -> Ranks:
-    """This process's ranks: forked ones for ``ranks`` > 1, else torchrun's (one rank without it)."""
+def command_ranks(device: str, ranks: int, adapter: str | None = None) -> Ranks:
+    """This process's ranks: forked ones for ``ranks`` > 1, else torchrun's (one rank without it).
+    Forked ranks of a registered ``adapter`` start it from one adapter zygote, which imports its
+    modules once for all of them (harness/transport/zygote.py; docs/distributed.md)."""
     from qconform.harness.run.distributed import launched_by_torchrun, torchrun_ranks
 
     if ranks == 1:
@@ -49,7 +51,15 @@ def command_ranks(device: str, ranks: int) -> Ranks:
         raise UsageLineError("--ranks needs os.fork (Linux, macOS); run the ranks under torchrun instead")
     from qconform.harness.run.forked_ranks import fork_ranks
 
-    return fork_ranks(ranks)
+    if adapter is None:
+        return fork_ranks(ranks)
+    from qconform.harness.transport.zygote import start_zygote
+
+    def zygote() -> Callable[[], None]:
+        started = start_zygote(adapter, device)
+        return started.close if started is not None else lambda: None
+
+    return fork_ranks(ranks, zygote)
 
 
 def closing_at_gather(ranks: Ranks, close: Callable[[], None]) -> Ranks:
