@@ -3,6 +3,12 @@
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_accumulate_torch.py                     # verification_round
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_accumulate_torch.py --family rng_abi --cases 262144
 
+A run is the family's :data:`RUN_CASES` unless ``--cases`` says otherwise: as many cases as take
+torch about 0.6 to 0.8 s on this machine's cores, so that a run measures the rate the goal is about.
+A run of four blocks of a light family (2^16 cases, 40 ms of torch) measures the pipeline's fill and
+drain instead: the first block's inputs made and sent before torch has anything to do, the last
+block's judging and hashing after it is done, each a fixed cost a 10^8-case run pays once.
+
 Two rows per family, alternating, ``--repeat`` times each (issue #24's goal: the first at most 1.2x
 the second):
 
@@ -36,6 +42,11 @@ from pathlib import Path
 from qconform.generators.accumulated import FAMILIES
 
 ROOT = Path(__file__).resolve().parents[1]
+#: cases per run, by family: torch's own time about 0.6 to 0.8 s a run (this machine, one thread),
+#: verification_round at about 9 us a case, the light families at 0.6 to 1 us
+RUN_CASES = {"verification_round": 1 << 16}
+#: the light families' run
+LIGHT_RUN_CASES = 1 << 20
 #: issue #24's goal: the command's time per case at most this multiple of torch's own
 GOAL = 1.2
 #: the rate the command prints, from its exact seconds (the seconds it prints have one decimal)
@@ -117,7 +128,9 @@ def spread(values: list[float]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--family", action="append", choices=sorted(FAMILIES))
-    parser.add_argument("--cases", type=int, default=1 << 16)
+    parser.add_argument(
+        "--cases", type=int, default=None, help="cases per run (default: the family's RUN_CASES, else 2^20)"
+    )
     parser.add_argument("--batch", type=int, default=16384, help="cases per block (the command's default)")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument(
@@ -135,7 +148,8 @@ def main() -> int:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op thread(s); load {load()}")
     print(f"{'family':22} {'row':44} {'cases/s median (min-max)':>32}")
     for family in args.family or ["verification_round"]:
-        ratio = measure(family, args.cases, args.batch, args.repeat, args.device, args.tree)
+        cases = args.cases or RUN_CASES.get(family, LIGHT_RUN_CASES)
+        ratio = measure(family, cases, args.batch, args.repeat, args.device, args.tree)
         rows = [("qconform accumulate --adapter torch", ratio.command), ("torch in process (run_block)", ratio.torch)]
         if ratio.other:
             rows.append((f"the command of {args.tree}"[:44], ratio.other))
