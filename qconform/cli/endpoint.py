@@ -8,9 +8,11 @@ ephemeral port; the ``listening on HOST:PORT`` log line names it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 import sys
+from dataclasses import dataclass, fields
 
 import click
 
@@ -98,8 +100,46 @@ async def serve_until_signalled(endpoint, host: str, port: int, driver=None, exi
     return status
 
 
+@dataclass(frozen=True)
+class Deployment:
+    """What both endpoints take (:func:`deployment_options`): where to listen, the HELLO shape, whether
+    control envelopes are served, glibc's mmap threshold, the log level."""
+
+    host: str
+    port: int
+    vocab: int
+    dense_stride: int | None
+    max_support: int
+    no_control: bool
+    return_large_buffers: bool
+    log_level: str
+
+    def config(self) -> dict:
+        """The HELLO fields, refused as a usage error where the design forbids them (the check a
+        receiver's ``configure`` makes: ``deployment.config_problem``)."""
+        from qconform.adapters.endpoint.deployment import config_problem, hello_config
+
+        if self.dense_stride is not None and self.dense_stride < self.vocab:
+            raise click.BadParameter("the dense stride must hold the vocabulary", param_hint="--dense-stride")
+        config = hello_config(self.vocab, self.dense_stride, self.max_support)
+        problem = config_problem(config)
+        if problem is not None:
+            raise EndpointUsageError(problem)
+        return config
+
+    def serve(self, endpoint, driver=None, exit_after_driver: bool = False) -> None:
+        """Serve ``endpoint`` until a signal (or the driver's end), with glibc's large buffers returned
+        when asked (docs/endpoint.md, "Large buffers returned"); exits with its status."""
+        if self.return_large_buffers:
+            from qconform.adapters.endpoint import memory
+
+            memory.return_large_buffers()
+        sys.exit(asyncio.run(serve_until_signalled(endpoint, self.host, self.port, driver, exit_after_driver)))
+
+
 def deployment_options(fn):
-    """Options shared by both endpoints: where to listen and the HELLO shape."""
+    """The options of :class:`Deployment`, handed to the command as one ``deployment`` argument, its
+    log level set."""
     options = [
         click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on."),
         click.option("--port", type=click.IntRange(0, 65535), required=True, help="TCP port (0: ephemeral)."),
@@ -123,9 +163,16 @@ def deployment_options(fn):
             "--log-level", default="info", show_default=True, type=click.Choice(["debug", "info", "warning", "error"])
         ),
     ]
+
+    @functools.wraps(fn)
+    def with_deployment(**kwargs):
+        deployment = Deployment(**{field.name: kwargs.pop(field.name) for field in fields(Deployment)})
+        configure_logging(deployment.log_level)
+        return fn(deployment, **kwargs)
+
     for option in reversed(options):
-        fn = option(fn)
-    return fn
+        with_deployment = option(with_deployment)
+    return with_deployment
 
 
 @click.group("endpoint")
@@ -145,27 +192,10 @@ def endpoint_group() -> None:
     help="Seconds a connection may take to answer the worker's HELLO before the worker closes it.",
 )
 @click.option("--mutant", default=None, metavar="NAME", help="Serve a worker with a seeded bug (docs/endpoint.md).")
-def worker(
-    host,
-    port,
-    vocab,
-    dense_stride,
-    max_support,
-    no_control,
-    return_large_buffers,
-    log_level,
-    model_seed,
-    device,
-    answer_timeout,
-    mutant,
-) -> None:
+def worker(deployment: Deployment, model_seed, device, answer_timeout, mutant) -> None:
     """The drafter leader: sends HELLO, samples proposals under the RNG ABI, sends dense or sparse q rows."""
-    configure_logging(log_level)
-    if dense_stride is not None and dense_stride < vocab:
-        raise click.BadParameter("the dense stride must hold the vocabulary", param_hint="--dense-stride")
+    config = deployment.config()
     require_torch("the worker")
-    from qconform.adapters.endpoint import memory
-    from qconform.adapters.endpoint.deployment import hello_config
     from qconform.adapters.endpoint.model import DraftModel
     from qconform.adapters.endpoint.worker import WorkerEndpoint
     from qconform.adapters.endpoint.worker_mutants import WORKER_MUTANTS
@@ -173,16 +203,14 @@ def worker(
     if mutant is not None and mutant not in WORKER_MUTANTS:
         raise click.BadParameter(f"unknown mutant; known: {', '.join(WORKER_MUTANTS)}", param_hint="--mutant")
     endpoint = WorkerEndpoint(
-        hello_config(vocab, dense_stride, max_support),
-        DraftModel.random(vocab, model_seed),
-        control_allowed=not no_control,
+        config,
+        DraftModel.random(deployment.vocab, model_seed),
+        control_allowed=not deployment.no_control,
         device=device,
         mutant=mutant,
         answer_timeout_s=answer_timeout,
     )
-    if return_large_buffers:  # a served round's freed buffers leave RSS, as in the soak's worker (docs/endpoint.md)
-        memory.return_large_buffers()
-    sys.exit(asyncio.run(serve_until_signalled(endpoint, host, port)))
+    deployment.serve(endpoint)
 
 
 @endpoint_group.command("verifier")
@@ -225,14 +253,7 @@ def worker(
 )
 @click.option("--target-seed", type=int, default=2, show_default=True, help="Seed of the toy target model.")
 def verifier(
-    host,
-    port,
-    vocab,
-    dense_stride,
-    max_support,
-    no_control,
-    return_large_buffers,
-    log_level,
+    deployment: Deployment,
     mutant,
     worker_address,
     rounds,
@@ -244,18 +265,15 @@ def verifier(
     target_seed,
 ) -> None:
     """The receiving side: validates every frame through its own receiver; optionally drives rounds."""
-    configure_logging(log_level)
-    from qconform.adapters.endpoint import memory
-    from qconform.adapters.endpoint.deployment import hello_config
     from qconform.adapters.endpoint.mutants import MUTANTS, receiver_class
     from qconform.adapters.endpoint.verifier import VerifierEndpoint
 
     if mutant is not None and mutant not in MUTANTS:
         raise click.BadParameter(f"unknown mutant; known: {', '.join(MUTANTS)}", param_hint="--mutant")
-    config = hello_config(vocab, dense_stride, max_support)
+    config = deployment.config()
     if slots is not None and not 1 <= slots <= config["max_slots"]:
         raise EndpointUsageError(f"--slots {slots}: the deployment has slots 1..{config['max_slots']}")
-    endpoint = VerifierEndpoint(config, mutant=mutant, control_allowed=not no_control)
+    endpoint = VerifierEndpoint(config, mutant=mutant, control_allowed=not deployment.no_control)
     driver = None
     if worker_address is not None:
         require_torch("the driving target (--worker)")
@@ -265,7 +283,7 @@ def verifier(
         worker_host, worker_port = parse_address(worker_address)
         target = Target(
             config,
-            TargetModel.random(vocab, target_seed),
+            TargetModel.random(deployment.vocab, target_seed),
             worker_host,
             worker_port,
             seed=seed,
@@ -276,9 +294,7 @@ def verifier(
         )
         endpoint.target = target
         driver = target.run(rounds)
-    if return_large_buffers:  # a received round's freed buffers leave RSS, as in the soak's target (docs/endpoint.md)
-        memory.return_large_buffers()
-    sys.exit(asyncio.run(serve_until_signalled(endpoint, host, port, driver, exit_after_rounds)))
+    deployment.serve(endpoint, driver, exit_after_rounds)
 
 
 def parse_kinds(text: str) -> tuple[str, ...]:

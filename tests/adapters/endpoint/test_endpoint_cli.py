@@ -179,12 +179,19 @@ def test_large_buffers_returned_only_when_asked(monkeypatch, command, flags, exp
     assert calls == expected
 
 
-def test_usage_errors():
+def test_usage_errors(monkeypatch):
     runner = CliRunner()
     result = runner.invoke(endpoint_group, ["verifier", "--port", "0", "--mutant", "nope"])
     assert result.exit_code == 2 and "unknown mutant" in result.output
-    result = runner.invoke(endpoint_group, ["worker", "--port", "0", "--vocab", "64", "--dense-stride", "60"])
-    assert result.exit_code == 2 and "dense stride" in result.output
+    from qconform.cli import endpoint as cli
+
+    async def served(*args, **kwargs):  # a command that wrongly serves fails here instead of hanging
+        return 0
+
+    monkeypatch.setattr(cli, "serve_until_signalled", served)
+    for command in ("worker", "verifier"):  # one Deployment check for both (a verifier served such a HELLO)
+        result = runner.invoke(endpoint_group, [command, "--port", "0", "--vocab", "64", "--dense-stride", "60"])
+        assert result.exit_code == 2 and "dense stride must hold the vocabulary" in result.output
     if importlib.util.find_spec("torch") is not None:  # the worker's mutants are looked up once torch is there
         result = runner.invoke(endpoint_group, ["worker", "--port", "0", "--mutant", "nope"])
         assert result.exit_code == 2 and "unknown mutant; known: serves-before-acceptance" in result.output
