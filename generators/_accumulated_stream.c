@@ -35,6 +35,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "native_module.h"
 #include "philox4x32.h"
 #include "verification_engine.h"
 
@@ -496,18 +497,5 @@ static struct PyModuleDef module = {
     methods,
 };
 
-/* The digest of this module's sources and their names, defined by the build (qconform/native_build.py);
- * the loader never calls a module whose digest differs from its sources' (qconform/native_sources.py). */
-#ifndef QCONFORM_SOURCE_DIGEST
-#define QCONFORM_SOURCE_DIGEST ""
-#define QCONFORM_SOURCE_FILES ""
-#endif
-PyMODINIT_FUNC PyInit__accumulated_stream(void) {
-    PyObject *m = PyModule_Create(&module);
-    if (m != NULL && (PyModule_AddStringConstant(m, "source_digest", QCONFORM_SOURCE_DIGEST) < 0 ||
-                      PyModule_AddStringConstant(m, "source_files", QCONFORM_SOURCE_FILES) < 0)) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
-}
+/* the module, with the digest of its sources (qconform/native_module.h) */
+PyMODINIT_FUNC PyInit__accumulated_stream(void) { return native_module_create(&module); }

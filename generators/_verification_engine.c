@@ -28,6 +28,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "native_module.h"
 #include "philox4x32.h"
 #include "verification_engine.h"
 
@@ -194,18 +195,5 @@ static struct PyModuleDef module = {
     "The verification_round engine in C and its Philox floor (accumulated_engine.py).", -1, methods,
 };
 
-/* The digest of this module's sources and their names, defined by the build (qconform/native_build.py);
- * the loader never calls a module whose digest differs from its sources' (qconform/native_sources.py). */
-#ifndef QCONFORM_SOURCE_DIGEST
-#define QCONFORM_SOURCE_DIGEST ""
-#define QCONFORM_SOURCE_FILES ""
-#endif
-PyMODINIT_FUNC PyInit__verification_engine(void) {
-    PyObject *m = PyModule_Create(&module);
-    if (m != NULL && (PyModule_AddStringConstant(m, "source_digest", QCONFORM_SOURCE_DIGEST) < 0 ||
-                      PyModule_AddStringConstant(m, "source_files", QCONFORM_SOURCE_FILES) < 0)) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
-}
+/* the module, with the digest of its sources (qconform/native_module.h) */
+PyMODINIT_FUNC PyInit__verification_engine(void) { return native_module_create(&module); }

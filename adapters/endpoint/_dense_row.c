@@ -26,6 +26,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "native_module.h"
+
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the wire is little-endian; on another host the NumPy path runs instead"
 #endif
@@ -167,12 +169,6 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_dense_row", "One native pass over a dense q row (validation.py).", -1, methods,
 };
 
-/* The digest of this module's sources and their names, defined by the build (qconform/native_build.py);
- * the loader never calls a module whose digest differs from its sources' (qconform/native_sources.py). */
-#ifndef QCONFORM_SOURCE_DIGEST
-#define QCONFORM_SOURCE_DIGEST ""
-#define QCONFORM_SOURCE_FILES ""
-#endif
 PyMODINIT_FUNC PyInit__dense_row(void) {
 #ifdef HAVE_AVX2_BUILD
     __builtin_cpu_init();
@@ -181,10 +177,8 @@ PyMODINIT_FUNC PyInit__dense_row(void) {
         best_name = "avx2";
     }
 #endif
-    PyObject *m = PyModule_Create(&module);
-    if (m != NULL && (PyModule_AddStringConstant(m, "build", best_name) < 0 ||
-                      PyModule_AddStringConstant(m, "source_digest", QCONFORM_SOURCE_DIGEST) < 0 ||
-                      PyModule_AddStringConstant(m, "source_files", QCONFORM_SOURCE_FILES) < 0)) {
+    PyObject *m = native_module_create(&module); /* with the digest of its sources (qconform/native_module.h) */
+    if (m != NULL && PyModule_AddStringConstant(m, "build", best_name) < 0) {
         Py_DECREF(m);
         return NULL;
     }
