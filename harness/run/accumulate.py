@@ -122,20 +122,36 @@ class RecordStream:
     def data(self) -> bytes:
         return b"".join(self.kept or [])
 
+    def fork(self) -> RecordStream:
+        """A stream of the same records so far that goes on apart (the hash state copied)."""
+        other = RecordStream(self.kept is not None)
+        other.sha = self.sha.copy()
+        if self.kept is not None:
+            other.kept = list(self.kept)
+        return other
+
 
 class RecordPair:
     """The adapter's records of a piece and the engine's (two :class:`RecordStream`), batch by
     batch. While every batch so far is the same in both, the two streams are the same bytes, so
-    they share one SHA-256 (and, where kept, one copy of the bytes); at the first batch that
-    differs the engine's stream takes a copy of the hash state so far (``hashlib``'s ``copy``) and
-    the two go on apart. The digests are those of hashing each stream alone (issue #24: a passing
-    run hashed every record twice, and compared them case by case, on the harness's time)."""
+    they are one stream (one SHA-256 and, where kept, one copy of the bytes); at the first batch
+    that differs the engine's stream is forked from it (:meth:`RecordStream.fork`) and the two go
+    on apart. The digests are those of hashing each stream alone (issue #24: a passing run hashed
+    every record twice, and compared them case by case, on the harness's time)."""
 
     def __init__(self, keep: bool) -> None:
-        self.adapter, self.engine = RecordStream(keep), RecordStream(keep)
-        self.engine.sha = self.adapter.sha  # one hash while the streams are the same
-        #: every batch so far the same in both streams
-        self.same = True
+        self.adapter = RecordStream(keep)
+        #: the engine's own stream once the two parted; None while it is the adapter's
+        self.parted: RecordStream | None = None
+
+    @property
+    def engine(self) -> RecordStream:
+        return self.adapter if self.parted is None else self.parted
+
+    @property
+    def same(self) -> bool:
+        """Every batch so far the same in both streams."""
+        return self.parted is None
 
     def add(self, records: np.ndarray, engine: np.ndarray) -> np.ndarray:
         """Both streams' records ``[n, words]`` appended; per case, whether they differ."""
@@ -145,14 +161,11 @@ class RecordPair:
             differs = np.zeros(len(answered), dtype=bool)
         else:
             differs = (answered != expected).any(axis=1)
-            if self.same:
-                self.engine.sha, self.same = self.adapter.sha.copy(), False
+            if self.parted is None:
+                self.parted = self.adapter.fork()
         self.adapter.add(answered)
-        if self.same:
-            if self.engine.kept is not None and self.adapter.kept is not None:
-                self.engine.kept.append(self.adapter.kept[-1])
-        else:
-            self.engine.add(expected)
+        if self.parted is not None:
+            self.parted.add(expected)
         return differs
 
 

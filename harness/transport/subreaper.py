@@ -68,15 +68,17 @@ def descendants(root: int) -> list[int]:
     return found
 
 
-def reap() -> None:
-    """Collect every child that has ended (orphans re-parented here included)."""
+def reap() -> list[int]:
+    """Collect every child that has ended (orphans re-parented here included); their pids."""
+    reaped: list[int] = []
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return reaped
         if pid == 0:
-            return
+            return reaped
+        reaped.append(pid)
 
 
 def kill_tree() -> None:

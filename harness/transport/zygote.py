@@ -341,16 +341,9 @@ def serve_one(
 def sweep(keepers: set[int]) -> None:
     """Reap the adapter keepers that ended, and kill every process re-parented to the zygote that is
     not one of its keepers (what a keeper killed by a signal left), with all it started."""
-    from qconform.harness.transport.subreaper import descendants
+    from qconform.harness.transport.subreaper import descendants, reap
 
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            break
-        if pid == 0:
-            break
-        keepers.discard(pid)
+    keepers.difference_update(reap())
     me = os.getpid()
     for pid in descendants(me):
         if pid not in keepers and parent_of(pid) == me:  # re-parented here; what it started comes next
