@@ -15,7 +15,9 @@ least 3x, and the same hash at every world size. A rank takes a contiguous 1/W o
   ``forked`` (``--ranks 2``: the command forks its second rank, no torch in the harness,
   docs/distributed.md "Without torchrun"), ``torchrun`` (``torchrun --standalone
   --nproc-per-node 2``, each rank with its own torch child and a gloo process group), and
-  ``proxy4`` (``--ranks 2 --count N/2``, the simulation below). For each: the wall clock of the
+  ``proxy4`` (``--ranks 2 --count N/2``, the simulation below), and ``4`` (``--ranks 4``: only
+  meaningful on a machine with 4 cores for it, e.g. a lent device machine under ``taskset -c 0-3``;
+  bench/README.md). For each: the wall clock of the
   whole command, the command's own seconds (first block to verdict, as it prints them), start-up
   and end (the difference), the CPU seconds of the whole process tree (the ranks, their keepers
   and adapters; ``RUSAGE_CHILDREN``, every process of the command being waited for by its parent)
@@ -74,12 +76,14 @@ SECONDS = re.compile(r": \d+ cases in ([0-9.]+) s")
 HASH = re.compile(r"^hash\s+([0-9a-f]{64})", re.MULTILINE)
 
 
-#: the measured rows: (label, ranks, count divisor)
+#: the measured rows: (label, ranks, count divisor); the world size a row stands for, whose goal it
+#: is judged by (:data:`GOALS`), is ranks x divisor
 MODES = {
     "1": ("1 rank", 1, 1),
     "forked": ("2 ranks, --ranks 2 (forked)", 2, 1),
     "torchrun": ("2 ranks, torchrun", 2, 1),
     "proxy4": ("4 ranks on 4 cores, SIMULATED: --ranks 2 at N/2", 2, 2),
+    "4": ("4 ranks, --ranks 4 (forked)", 4, 1),
 }
 TIMELINE = ROOT / "bench" / "accumulate_timeline.py"
 #: the timeline's marks, in order (bench/accumulate_timeline.py)
@@ -187,7 +191,7 @@ def report(runs: dict[tuple[str, str], list[Run]], phases: bool) -> None:
             continue
         ratios = [a.wall / b.wall for a, b in zip(one, results)]
         own_ratios = [a.own / b.own for a, b in zip(one, results)]
-        goal = GOALS[4] if mode == "proxy4" else GOALS[2]
+        goal = GOALS[MODES[mode][1] * MODES[mode][2]]
         wall = statistics.median(r.wall for r in one) / statistics.median(r.wall for r in results)
         extra = statistics.median(b.cpu - a.cpu for a, b in zip(one, results))
         print(

@@ -53,6 +53,11 @@ GOAL = 1.2
 RATE = re.compile(r"\(([0-9,]+) cases/s")
 
 
+def run_cases(family: str) -> int:
+    """A run's cases for ``family`` when no count is asked for: :data:`RUN_CASES`, else the light run."""
+    return RUN_CASES.get(family, LIGHT_RUN_CASES)
+
+
 def command_rate(
     family: str, count: int, batch: int, device: str = "cpu", tree: Path | None = None
 ) -> tuple[float, str]:
@@ -86,6 +91,8 @@ class Ratio:
     other: list[float] = field(default_factory=list)
     verdicts: set[str] = field(default_factory=set)
     load: tuple[str, str] = ("", "")
+    #: cases of each run
+    cases: int = 0
 
     @property
     def value(self) -> float:
@@ -104,7 +111,7 @@ def measure(family: str, cases: int, batch: int, repeat: int, device: str = "cpu
     fam = FAMILIES[family]
     blocks = [fam.block(fam.arrays(lo, min(lo + batch, cases))) for lo in range(0, cases, batch)]
     adapter.run_block(family, blocks[0])  # warm
-    ratio = Ratio(family, device, load=(load(), ""))
+    ratio = Ratio(family, device, load=(load(), ""), cases=cases)
     for _ in range(repeat):
         rate, verdict = command_rate(family, cases, batch, device)
         ratio.command.append(rate)
@@ -148,7 +155,7 @@ def main() -> int:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op thread(s); load {load()}")
     print(f"{'family':22} {'row':44} {'cases/s median (min-max)':>32}")
     for family in args.family or ["verification_round"]:
-        cases = args.cases or RUN_CASES.get(family, LIGHT_RUN_CASES)
+        cases = args.cases or run_cases(family)
         ratio = measure(family, cases, args.batch, args.repeat, args.device, args.tree)
         rows = [("qconform accumulate --adapter torch", ratio.command), ("torch in process (run_block)", ratio.torch)]
         if ratio.other:

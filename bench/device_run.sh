@@ -6,6 +6,7 @@
 #
 #   bash bench/device_run.sh            # on the device machine
 #   bash bench/device_run.sh --smoke    # rehearsal on a CPU machine (gpu_check --smoke)
+#   GPU_CHECK_LIMIT_S=470 bash bench/device_run.sh --accumulate-ratio   # the script's limit (default 295 s)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-bench/results}"
@@ -15,6 +16,6 @@ if compgen -G '.whl/*.whl' >/dev/null; then   # wheels from bench/device_wheels.
   export PYTHONPATH="/tmp/qconform-site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e .
-python3 -c 'import jsonschema, google_crc32c, qconform.harness' || { echo "device_run: the install is incomplete (see above)"; exit 2; }
+python3 -c 'import jsonschema, google_crc32c, orjson, qconform.harness.transport.shim_protocol' || { echo "device_run: the install is incomplete (see above)"; exit 2; }
 set -o pipefail
-PYTHONUNBUFFERED=1 timeout 295 python3 bench/gpu_check.py --out-dir "$out" "$@" 2>&1 | tee "$out/gpu_check.log"
+PYTHONUNBUFFERED=1 timeout "${GPU_CHECK_LIMIT_S:-295}" python3 bench/gpu_check.py --out-dir "$out" "$@" 2>&1 | tee "$out/gpu_check.log"

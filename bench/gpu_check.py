@@ -35,11 +35,13 @@ It does, in one run:
    device), each with its own time limit (``--accumulated-limit``); a run cut at its
    limit is listed with the rate it reached;
 5. with ``--accumulate-ratio``, issue #24's ratio on the device: for every accumulated family,
-   ``qconform accumulate --adapter torch --device cuda`` (one rank, ``--ratio-cases`` cases, its
-   own printed rate) against torch's own time on the same block inputs (the torch adapter's
-   ``run_block`` on the device, in this process), alternating, ``--ratio-repeat`` times each:
-   bench/bench_accumulate_torch.py's measurement, whose CPU figures are in bench/RESULTS.md
-   (goal 1.2x); on a machine without a CUDA device it is skipped with a line that says so;
+   ``qconform accumulate --adapter torch --device cuda`` (one rank, its own printed rate) against
+   torch's own time on the same block inputs (the torch adapter's ``run_block`` on the device, in
+   this process), alternating, ``--ratio-repeat`` times each, each run the family's cases in
+   bench/bench_accumulate_torch.py (2^16 for ``verification_round``, 2^20 for a light family) unless
+   ``--ratio-cases`` says otherwise: that script's measurement, whose CPU figures are in
+   bench/RESULTS.md (goal 1.2x); on a machine without a CUDA device it is skipped with a line that
+   says so;
 6. a markdown table in ``bench/results/gpu-<date>-<device>.md`` (``--out`` or
    ``--out-dir`` to choose), rewritten after every part so that a run cut short
    still leaves what it measured.
@@ -335,39 +337,45 @@ def bench_module(name: str):
 
 
 def accumulate_ratios(
-    device: str, families: tuple[str, ...], cases: int, batch: int, repeat: int, report: Callable[[object], None]
+    device: str,
+    families: tuple[str, ...],
+    cases: int | None,
+    batch: int,
+    repeat: int,
+    report: Callable[[object], None],
 ) -> None:
-    """Part 5: bench_accumulate_torch's :func:`measure` of each family on ``device``, reported one by
-    one; a family whose command fails is reported as its error, and the others still run."""
-    measure = bench_module("bench_accumulate_torch").measure
+    """Part 5: bench_accumulate_torch's :func:`measure` of each family on ``device``, ``cases`` cases a
+    run (None: the family's own, that script's ``run_cases``), reported one by one; a family whose
+    command fails is reported as its error, and the others still run."""
+    bench = bench_module("bench_accumulate_torch")
     for family in families:
         try:
-            report(measure(family, cases, batch, repeat, device))
+            report(bench.measure(family, cases or bench.run_cases(family), batch, repeat, device))
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - the command's failure, kept in the table
             report((family, failure(exc) if isinstance(exc, Exception) else str(exc)[-300:]))
 
 
-def ratio_markdown(ratios: list, cases: int) -> list[str]:
+def ratio_markdown(ratios: list) -> list[str]:
     """The accumulate ratio's table: a row per family, or its error."""
     if not ratios:
         return []
     lines = [
         "",
-        f"## Accumulate ratio (issue #24; {cases:,} cases, one rank)",
+        "## Accumulate ratio (issue #24, one rank)",
         "",
         "`qconform accumulate --adapter torch` (its own rate) against the torch adapter's `run_block` "
         f"on the same blocks, on the device, alternating; medians (min-max). Goal {RATIO_GOAL}x.",
         "",
-        "| family | command cases/s | torch in process cases/s | ratio | verdicts | load |",
-        "|---|---:|---:|---:|---|---|",
+        "| family | cases a run | command cases/s | torch in process cases/s | ratio | verdicts | load |",
+        "|---|---:|---:|---:|---:|---|---|",
     ]
     spread = bench_module("bench_accumulate_torch").spread
     for r in ratios:
         if isinstance(r, tuple):
-            lines.append(f"| {r[0]} | error | - | - | {r[1].replace('|', '/')} | - |")
+            lines.append(f"| {r[0]} | - | error | - | - | {r[1].replace('|', '/')} | - |")
             continue
         lines.append(
-            f"| {r.family} | {spread(r.command)} | {spread(r.torch)} | **{r.value:.2f}x** | "
+            f"| {r.family} | {r.cases:,} | {spread(r.command)} | {spread(r.torch)} | **{r.value:.2f}x** | "
             f"{', '.join(sorted(r.verdicts))} | {r.load[0]} / {r.load[1]} |"
         )
     return lines
@@ -604,7 +612,7 @@ def markdown(
     timings: list[Timing],
     notes: list[str],
     accumulated: list[Accumulated] | None = None,
-    ratios: tuple[list, int] = ([], 0),
+    ratios: list | None = None,
 ) -> str:
     lines = [
         f"# GPU check, {datetime.date.today().isoformat()}, {label}",
@@ -651,7 +659,7 @@ def markdown(
             f"{ratio(t.torch_us)} | {t.agree} |"
         )
     lines += accumulated_markdown(accumulated or [])
-    lines += ratio_markdown(*ratios)
+    lines += ratio_markdown(ratios or [])
     errors = [f"- {t.stage.name}: {e}" for t in timings for e in t.errors]
     if errors or notes:
         lines += ["", "## Errors and notes", ""] + errors + [f"- {n}" for n in notes]
@@ -695,8 +703,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="also run part 5: qconform accumulate --adapter torch against torch's own time, every family",
     )
-    parser.add_argument("--ratio-cases", type=int, default=1 << 16, help="cases of each ratio run (default 65536)")
-    parser.add_argument("--ratio-repeat", type=int, default=3, help="runs of each ratio row (default 3; 1 in --smoke)")
+    parser.add_argument(
+        "--ratio-cases",
+        type=int,
+        default=None,
+        help="cases of each ratio run (default: the family's, as bench_accumulate_torch.py runs it)",
+    )
+    parser.add_argument("--ratio-repeat", type=int, default=5, help="runs of each ratio row (default 5; 1 in --smoke)")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--out", help="markdown file (default bench/results/gpu-<date>-<device>.md)")
     where.add_argument("--out-dir", help="folder for gpu-<date>-<device>.md")
@@ -705,7 +718,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--repeat must be at least 1, not {args.repeat}")
     if args.accumulated < 0 or args.ranks < 1:
         parser.error("--accumulated must be at least 0 and --ranks at least 1")
-    if args.ratio_cases < 1 or args.ratio_repeat < 1:
+    if (args.ratio_cases is not None and args.ratio_cases < 1) or args.ratio_repeat < 1:
         parser.error("--ratio-cases and --ratio-repeat must be at least 1")
     return args
 
@@ -758,7 +771,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def write() -> None:
         out.write_text(
-            markdown(label, env, vocab, bandwidth, runs, skipped, timings, notes, accumulated, (ratios, ratio_cases)),
+            markdown(label, env, vocab, bandwidth, runs, skipped, timings, notes, accumulated, ratios),
             encoding="utf-8",
         )
 

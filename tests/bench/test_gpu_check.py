@@ -181,8 +181,8 @@ def test_the_accumulate_ratio_runs_the_command_against_torch_in_process():
     assert ratio.family == "rng_abi" and ratio.verdicts == {"PASS"}
     assert len(ratio.command) == len(ratio.torch) == 1 and min(ratio.command + ratio.torch) > 0
     assert ratio.value == ratio.torch[0] / ratio.command[0]
-    (row,) = table_rows("\n".join(gpu_check.ratio_markdown(ratios, 2048)), "## Accumulate ratio")
-    assert row[0] == "rng_abi" and row[3] == f"**{ratio.value:.2f}x**" and row[4] == "PASS"
+    (row,) = table_rows("\n".join(gpu_check.ratio_markdown(ratios)), "## Accumulate ratio")
+    assert row[:2] == ["rng_abi", "2,048"] and row[4] == f"**{ratio.value:.2f}x**" and row[5] == "PASS"
 
 
 def test_a_failed_accumulate_ratio_run_is_an_error_row_and_the_others_run(monkeypatch):
@@ -195,12 +195,25 @@ def test_a_failed_accumulate_ratio_run_is_an_error_row_and_the_others_run(monkey
         measured.append(family)
         if family == "rng_abi":
             raise SystemExit("qconform accumulate failed (exit 1): the adapter cannot start")
-        return bench.Ratio(family, device, [10.0], [12.0], {"PASS"}, ("1.0", "1.0"))
+        return bench.Ratio(family, device, [10.0], [12.0], verdicts={"PASS"}, load=("1.0", "1.0"), cases=cases)
 
     monkeypatch.setattr(bench, "measure", measure)
     ratios = []
     gpu_check.accumulate_ratios("cuda", ("rng_abi", "allocation_dense"), 9, 9, 1, ratios.append)
     assert measured == ["rng_abi", "allocation_dense"]
-    rows = table_rows("\n".join(gpu_check.ratio_markdown(ratios, 9)), "## Accumulate ratio")
-    assert rows[0][:2] == ["rng_abi", "error"] and "cannot start" in rows[0][4]
-    assert rows[1][0] == "allocation_dense" and rows[1][3] == "**1.20x**"
+    rows = table_rows("\n".join(gpu_check.ratio_markdown(ratios)), "## Accumulate ratio")
+    assert rows[0][:3] == ["rng_abi", "-", "error"] and "cannot start" in rows[0][5]
+    assert rows[1][:2] == ["allocation_dense", "9"] and rows[1][4] == "**1.20x**"
+
+
+def test_the_accumulate_ratio_runs_each_family_at_its_own_size_unless_told(monkeypatch):
+    """Without ``--ratio-cases`` a family runs at bench_accumulate_torch's size for it (a light family's
+    four blocks would time the pipeline's fill and drain); with it, every family runs that many."""
+    bench = gpu_check.bench_module("bench_accumulate_torch")
+    sizes = {}
+    monkeypatch.setattr(bench, "measure", lambda family, cases, *rest: sizes.setdefault(family, cases))
+    gpu_check.accumulate_ratios("cuda", ("rng_abi", "verification_round"), None, 9, 1, lambda r: None)
+    assert sizes == {"rng_abi": bench.LIGHT_RUN_CASES, "verification_round": bench.RUN_CASES["verification_round"]}
+    sizes.clear()
+    gpu_check.accumulate_ratios("cuda", ("rng_abi", "verification_round"), 4096, 9, 1, lambda r: None)
+    assert sizes == {"rng_abi": 4096, "verification_round": 4096}
