@@ -31,7 +31,9 @@ least 3x, and the same hash at every world size. A rank takes a contiguous 1/W o
   ready (torchrun: torch imported and the process group up), its adapter answered ``get_config``,
   its first block was answered, it entered the gather, the gather, the adapter closed; the latest
   rank's time at each mark is printed, medians over the repeats, and the first rank's arrival at
-  the gather (the first rank waits there for the last).
+  the gather (the first rank waits there for the last); and, for a row with forked ranks, what the
+  adapter zygote decided (its trace, ``QCONFORM_ZYGOTE_TRACE``: ready and with how many threads, or
+  why it did not serve, then ``forked`` or ``refused: REASON`` per start; docs/distributed.md).
 * ``--tree DIR``: every row also runs with the command of the source tree DIR (first on
   ``PYTHONPATH``, e.g. ``git archive`` of the commit before a change with its built extensions
   copied in), each row of the two trees back to back in the same rotation; ratios within each
@@ -69,6 +71,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qconform.generators.accumulated import FAMILIES
+from qconform.harness.transport.zygote import TRACE_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 GOALS = {2: 1.6, 4: 3.0}
@@ -110,6 +113,7 @@ class Run:
     load: float
     marks: dict[str, float]  # the latest rank's seconds at each mark (--phases)
     cpu: float = 0.0  # CPU seconds of the whole process tree: the ranks, their adapters and keepers
+    zygote: tuple[str, ...] = ()  # the adapter zygote's decisions (--phases), times and pids left out
 
 
 def cpu_of_children() -> float:
@@ -135,7 +139,8 @@ def command(mode: str, family: str, count: int, batch: int, phases: bool, tree: 
         line = [*qconform, *accumulate, *(["--ranks", str(ranks)] if ranks > 1 else [])]
     with tempfile.TemporaryDirectory() as scratch:
         timeline = Path(scratch) / "marks"
-        env = {**os.environ, "BENCH_TIMELINE": str(timeline)}
+        decisions = Path(scratch) / "zygote"
+        env = {**os.environ, "BENCH_TIMELINE": str(timeline), TRACE_ENV: str(decisions)}
         if tree is not None:
             env["PYTHONPATH"] = str(tree)
         cpu = cpu_of_children()
@@ -152,11 +157,26 @@ def command(mode: str, family: str, count: int, batch: int, phases: bool, tree: 
                 if what == "at gather":  # the ranks' spread: the first one waits for the last
                     first = f"{what} (first rank)"
                     marks[first] = min(marks.get(first, float(seconds)), float(seconds))
+        zygote = zygote_decisions(decisions.read_text()) if decisions.exists() else ()
     own, digest = SECONDS.search(done.stdout), HASH.search(done.stdout)
     if own is None or digest is None or done.returncode != 0:
         raise SystemExit(f"{' '.join(line)} failed (exit {done.returncode}):\n{done.stdout}\n{done.stderr}")
     marks["end"] = wall
-    return Run(wall, float(own.group(1)), digest.group(1), os.getloadavg()[0], marks, cpu)
+    return Run(wall, float(own.group(1)), digest.group(1), os.getloadavg()[0], marks, cpu, zygote)
+
+
+def zygote_decisions(trace: str) -> tuple[str, ...]:
+    """The adapter zygote's decisions in its trace (docs/distributed.md, "the adapter zygote", rule 7),
+    with the pids and the import's seconds left out, so that runs compare."""
+    decisions = []
+    for line in trace.splitlines():
+        decision = line.split(": ", 1)[-1]
+        if decision.startswith("forked "):
+            decision = "forked"
+        elif decision.startswith("ready: imports "):
+            decision = "ready, " + decision.rsplit(", ", 1)[-1]
+        decisions.append(decision)
+    return tuple(decisions)
 
 
 def spread(values: list[float], digits: int = 1) -> str:
@@ -185,6 +205,9 @@ def report(runs: dict[tuple[str, str], list[Run]], phases: bool) -> None:
                 if at:
                     steps.append(f"{name} {statistics.median(at):.2f}")
             print("    timeline, the latest rank, median s since the command began: " + ", ".join(steps))
+            kinds = statistics.multimode(r.zygote for r in results)  # a row's zygote decides alike run to run
+            if any(kinds[0]):
+                print("    adapter zygote: " + "; ".join(kinds[0]) + ("" if len(kinds) == 1 else " (runs differ)"))
     for (tree, mode), results in runs.items():
         one = runs.get((tree, "1"))
         if mode == "1" or one is None:

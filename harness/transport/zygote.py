@@ -47,6 +47,7 @@ import socket
 import struct
 import subprocess
 import sys
+import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -57,6 +58,8 @@ HELLO = b"hello\n"
 MAX_FDS = 16
 #: the stub, run by a rank's keeper in place of a command the zygote serves
 STUB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote_stub.py")
+#: the variable that names a file the zygote appends its decisions to (docs/distributed.md, rule 7)
+TRACE_ENV = "QCONFORM_ZYGOTE_TRACE"
 #: seconds a connected stub may take to send its request before the zygote drops it
 REQUEST_S = 10.0
 #: seconds between two looks of an adapter keeper without a pidfd
@@ -172,6 +175,23 @@ def die_with_parent(parent: int) -> None:
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:
         os._exit(1)
+
+
+def trace(decision: str) -> None:
+    """Append ``decision`` (one line: ready, not serving, forked, refused) to the file that
+    :data:`TRACE_ENV` names, if any, with the wall-clock time and this zygote's pid; a file that
+    cannot be written loses the line, never the start."""
+    path = os.environ.get(TRACE_ENV)
+    if not path:
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{time.time():.3f} zygote {os.getpid()}: {decision}\n".encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
 
 
 def threads() -> int:
@@ -315,6 +335,7 @@ def serve_one(
         if why is None and len(targets) != len(fds):
             why = f"{len(fds)} descriptors came for {len(targets)} named"
         if why is not None:
+            trace(f"refused: {why}")
             conn.sendall(f"refused {why}\n".encode())
             return
         conn.settimeout(None)
@@ -329,6 +350,7 @@ def serve_one(
             finally:
                 os._exit(1)  # a fork never returns into the zygote's loop
         keepers.add(pid)
+        trace(f"forked {pid}")
         conn.sendall(f"forked {pid}\n".encode())
     except OSError:
         pass
@@ -388,12 +410,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     environ, cwd = dict(os.environ), os.getcwd()  # as the command left them: a start must match
     listener = socket.socket(fileno=args.listen_fd)
+    began = time.perf_counter()
     try:
         preload(args.adapter)
-    except Exception:  # noqa: BLE001 - no zygote: every stub starts its command itself, which says why
+    except Exception as exc:  # noqa: BLE001 - no zygote: every stub starts its command itself, which says why
+        trace(f"not serving: importing {args.adapter} failed ({type(exc).__name__}: {' '.join(str(exc).split())})")
         return 1
     if cuda_driver_loaded():
+        trace("not serving: the imports loaded the CUDA driver")
         return 1  # a module asked CUDA at import (the triton adapter does): no fork from here is safe
+    trace(f"ready: imports {time.perf_counter() - began:.2f} s, {threads()} thread(s)")
     from qconform.harness.transport.client import host_command
 
     served = host_command(args.adapter, args.device)

@@ -134,17 +134,61 @@ def test_a_start_the_zygote_does_not_serve_runs_the_command_itself(zygote_of, mo
         assert wait_until(lambda: descendants(zygote.pid) == [])  # nothing was forked
 
 
+def traced(path) -> list[str]:
+    """The decisions in a zygote's trace file, without their times and pids."""
+    return [line.split(": ", 1)[1] for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_the_zygote_traces_why_it_serves_or_refuses_each_start(zygote_of, monkeypatch, tmp_path):
+    """Rule 7: with QCONFORM_ZYGOTE_TRACE set, the zygote appends its readiness and each start's fork or
+    refusal with the reason, so a run whose ranks each imported torch says why (a lent H200 showed it)."""
+    trace = tmp_path / "zygote.trace"
+    monkeypatch.setenv(zygote_module.TRACE_ENV, str(trace))
+    zygote_of("reference")
+    with open_adapter("reference"):
+        pass
+    monkeypatch.setenv("QCONFORM_ZYGOTE_TEST", "another environment")
+    with open_adapter("reference"):
+        pass
+    decisions = traced(trace)
+    assert len(decisions) == 3 and decisions[0].startswith("ready: imports ") and decisions[0].endswith(" 1 thread(s)")
+    assert decisions[1].startswith("forked ") and decisions[1].split()[1].isdigit()
+    assert decisions[2] == "refused: the environment differs from the zygote's"
+
+
+def test_a_trace_file_that_cannot_be_written_loses_the_line_not_the_start(zygote_of, monkeypatch, tmp_path):
+    monkeypatch.setenv(zygote_module.TRACE_ENV, str(tmp_path / "no such folder" / "zygote.trace"))
+    zygote = zygote_of("reference")
+    with open_adapter("reference") as client:
+        assert client._child is not None and len(descendants(zygote.pid)) == 2  # forked all the same
+
+
 def test_an_adapter_the_host_does_not_serve_gets_no_zygote():
     assert start_zygote("shim:./my_shim", "cpu") is None
     assert start_zygote("tcp://127.0.0.1:1", "cpu") is None
     assert zygote_module.zygote_for(host_command("reference", "cpu")) is None
 
 
-def test_a_zygote_whose_imports_loaded_the_cuda_driver_ends_without_serving(monkeypatch):
+def test_a_zygote_whose_imports_loaded_the_cuda_driver_ends_without_serving(monkeypatch, tmp_path):
     assert not zygote_module.cuda_driver_loaded()  # torch imported, CPU build: no driver here
     monkeypatch.setattr(zygote_module, "cuda_driver_loaded", lambda: True)
+    monkeypatch.setenv(zygote_module.TRACE_ENV, str(tmp_path / "zygote.trace"))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     assert zygote_module.main(["--adapter", "reference", "--listen-fd", str(listener.detach())]) == 1
+    assert traced(tmp_path / "zygote.trace") == ["not serving: the imports loaded the CUDA driver"]
+
+
+def test_a_zygote_whose_imports_fail_ends_without_serving_and_says_why_on_one_line(monkeypatch, tmp_path):
+    def preload(adapter: str) -> None:
+        raise ImportError(f"{adapter}: no module named\n  torch")
+
+    monkeypatch.setattr(zygote_module, "preload", preload)
+    monkeypatch.setenv(zygote_module.TRACE_ENV, str(tmp_path / "zygote.trace"))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    assert zygote_module.main(["--adapter", "reference", "--listen-fd", str(listener.detach())]) == 1
+    assert traced(tmp_path / "zygote.trace") == [
+        "not serving: importing reference failed (ImportError: reference: no module named torch)"
+    ]
 
 
 SERVED = host_command("reference", "cpu")
