@@ -46,6 +46,7 @@ class Process:
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
+        assert self.proc.stderr is not None  # opened as a pipe above
         for line in self.proc.stderr:
             self.lines.put(line)
         self.lines.put(None)
