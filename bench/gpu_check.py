@@ -346,13 +346,29 @@ def accumulate_ratios(
 ) -> None:
     """Part 5: bench_accumulate_torch's :func:`measure` of each family on ``device``, ``cases`` cases a
     run (None: the family's own, that script's ``run_cases``), reported one by one; a family whose
-    command fails is reported as its error, and the others still run."""
+    command fails is reported as its error, and the others still run. Both rows run with one intra-op
+    thread, as that script's CPU figures do (``OMP_NUM_THREADS=1``, which the command inherits, and
+    ``torch.set_num_threads(1)`` here): at the default of one per core, the command's torch child
+    and this process's torch spin threads against the harness (bench/README.md); both are restored
+    after."""
+    import torch
+
     bench = bench_module("bench_accumulate_torch")
-    for family in families:
-        try:
-            report(bench.measure(family, cases or bench.run_cases(family), batch, repeat, device))
-        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the command's failure, kept in the table
-            report((family, failure(exc) if isinstance(exc, Exception) else str(exc)[-300:]))
+    threads, omp = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+    torch.set_num_threads(1)
+    os.environ["OMP_NUM_THREADS"] = "1"
+    try:
+        for family in families:
+            try:
+                report(bench.measure(family, cases or bench.run_cases(family), batch, repeat, device))
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - the command's failure, kept in the table
+                report((family, failure(exc) if isinstance(exc, Exception) else str(exc)[-300:]))
+    finally:
+        torch.set_num_threads(threads)
+        if omp is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = omp
 
 
 def ratio_markdown(ratios: list) -> list[str]:
@@ -364,7 +380,8 @@ def ratio_markdown(ratios: list) -> list[str]:
         "## Accumulate ratio (issue #24, one rank)",
         "",
         "`qconform accumulate --adapter torch` (its own rate) against the torch adapter's `run_block` "
-        f"on the same blocks, on the device, alternating; medians (min-max). Goal {RATIO_GOAL}x.",
+        "on the same blocks, on the device, alternating, one intra-op thread each; medians (min-max). "
+        f"Goal {RATIO_GOAL}x.",
         "",
         "| family | cases a run | command cases/s | torch in process cases/s | ratio | verdicts | load |",
         "|---|---:|---:|---:|---:|---|---|",

@@ -7,6 +7,7 @@ every part runs on the CPU, Triton in its interpreter."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -217,3 +218,22 @@ def test_the_accumulate_ratio_runs_each_family_at_its_own_size_unless_told(monke
     sizes.clear()
     gpu_check.accumulate_ratios("cuda", ("rng_abi", "verification_round"), 4096, 9, 1, lambda r: None)
     assert sizes == {"rng_abi": 4096, "verification_round": 4096}
+
+
+def test_the_accumulate_ratio_runs_both_rows_at_one_thread_and_restores_the_settings(monkeypatch):
+    """As bench_accumulate_torch's CPU figures: OMP_NUM_THREADS=1 for the command (inherited) and one
+    torch thread in process, during part 5 only (the H200's first run had torch's default, 16)."""
+    bench = gpu_check.bench_module("bench_accumulate_torch")
+    seen = []
+    monkeypatch.setattr(
+        bench, "measure", lambda *args: seen.append((os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads()))
+    )
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        gpu_check.accumulate_ratios("cuda", ("rng_abi", "verification_round"), 9, 9, 1, lambda r: None)
+        assert seen == [("1", 1), ("1", 1)]
+        assert os.environ["OMP_NUM_THREADS"] == "3" and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
