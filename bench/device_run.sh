@@ -11,11 +11,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-bench/results}"
 mkdir -p "$out"
-if compgen -G '.whl/*.whl' >/dev/null; then   # wheels from bench/device_wheels.sh
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/qconform-site .whl/*.whl
-  export PYTHONPATH="/tmp/qconform-site${PYTHONPATH:+:$PYTHONPATH}"
-fi
-python3 -m pip install -q --no-index --no-deps --no-build-isolation -e .
-python3 -c 'import jsonschema, google_crc32c, orjson, qconform.harness.transport.shim_protocol' || { echo "device_run: the install is incomplete (see above)"; exit 2; }
+source bench/device_install.sh
 set -o pipefail
 PYTHONUNBUFFERED=1 timeout "${GPU_CHECK_LIMIT_S:-295}" python3 bench/gpu_check.py --out-dir "$out" "$@" 2>&1 | tee "$out/gpu_check.log"
