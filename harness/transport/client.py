@@ -315,6 +315,12 @@ class Child:
         self._writer: threading.Thread | None = None
         self._stderr: deque[bytes] = deque()
         self._stderr_size = 0
+        #: every byte read from the child's stderr so far (marks count from it: :meth:`stderr_since`)
+        self._stderr_total = 0
+        #: the stderr pipe, read without blocking and only with the lock held, None once it ended
+        self._stderr_fd: int | None = self.proc.stderr.fileno() if self.proc.stderr is not None else None
+        if self._stderr_fd is not None:
+            os.set_blocking(self._stderr_fd, False)
         self._stderr_lock = threading.Lock()
         self._threads = [
             threading.Thread(target=self._read_stdout, daemon=True),
@@ -357,16 +363,58 @@ class Child:
         self.proc.stdout.close()
 
     def _read_stderr(self) -> None:
+        """Keep the child's stderr as it comes: wait until the pipe holds something, then read it out
+        with the lock held (:meth:`_take_stderr`), until its end of file."""
+        fd = self._stderr_fd
         try:
-            while chunk := self.proc.stderr.read1(65536):
+            waiting = select.poll()  # not select(): no limit on the descriptor's number
+            if fd is not None:
+                waiting.register(fd, select.POLLIN)
+            while fd is not None:
+                waiting.poll()
                 with self._stderr_lock:
-                    self._stderr.append(chunk)
-                    self._stderr_size += len(chunk)
-                    while self._stderr_size - len(self._stderr[0]) >= STDERR_KEEP:
-                        self._stderr_size -= len(self._stderr.popleft())
+                    if not self._take_stderr():
+                        self._stderr_fd = fd = None
         except (OSError, ValueError):
-            pass
+            with self._stderr_lock:
+                self._stderr_fd = None
         self.proc.stderr.close()
+
+    def _take_stderr(self) -> bool:
+        """Read what the stderr pipe holds now into the kept tail (the lock held: reads happen only
+        so, so that :meth:`stderr_since` can read the pipe out itself); False at its end of file."""
+        for _ in range(STDERR_KEEP // 65536 + 1):  # a child that writes on and on cannot hold us here
+            if self._stderr_fd is None:
+                return False
+            try:
+                chunk = os.read(self._stderr_fd, 65536)
+            except BlockingIOError:
+                return True
+            if not chunk:
+                return False
+            self._stderr.append(chunk)
+            self._stderr_size += len(chunk)
+            self._stderr_total += len(chunk)
+            while self._stderr_size - len(self._stderr[0]) >= STDERR_KEEP:
+                self._stderr_size -= len(self._stderr.popleft())
+        return True
+
+    def stderr_mark(self) -> int:
+        """Where the child's stderr is now, for :meth:`stderr_since`."""
+        with self._stderr_lock:
+            return self._stderr_total
+
+    def stderr_since(self, mark: int, limit: int = STDERR_QUOTE) -> str:
+        """What the child wrote to stderr after ``mark`` (as far as the kept 64 KiB still hold it),
+        its last ``limit`` characters, "" if nothing. The pipe is read out first, so everything the
+        child wrote before the reply just read is in (docs/shim-protocol.md, "Errors")."""
+        with self._stderr_lock:
+            if self._stderr_fd is not None and not self._take_stderr():
+                self._stderr_fd = None  # its end of file: the reader thread closes it
+            new = self._stderr_total - mark
+            data = b"".join(self._stderr)[-new:] if new > 0 else b""
+        text = data.decode("utf-8", "replace").strip()
+        return text if len(text) <= limit else "..." + text[-limit:]
 
     def _with_sections(self, line: bytes) -> Any:
         """A binary reply read whole, as ``(decoded message, section bytes or None, line)``: None for a
@@ -855,11 +903,21 @@ class AdapterClient:
                 self._ensure_child()
             except AdapterStartError as exc:
                 return [AdapterError(f"adapter restart failed: {exc}")] * count
+            child = self._child
+            mark = child.stderr_mark() if child is not None else 0
             try:
                 reply = self._exchange(request, self.timeout_s if timeout_s is None else timeout_s)
             except ChildFailure as exc:
                 return [AdapterError(str(exc))] * count
-        return outcomes_of(reply, count, check)
+        outcomes = outcomes_of(reply, count, check)
+        if child is not None and any(isinstance(outcome, AdapterError) for outcome in outcomes):
+            said = child.stderr_since(mark)  # e.g. a kernel compiler's diagnostic behind a one-line error
+            if said:
+                outcomes = [
+                    AdapterError(f"{outcome.message}; stderr: {said}") if isinstance(outcome, AdapterError) else outcome
+                    for outcome in outcomes
+                ]
+        return outcomes
 
 
 def block_records(reply: dict | ChildFailure, window: BlockWindow | None, answer: list[int]) -> Any:

@@ -19,7 +19,7 @@ from qconform.adapters.noop import NoopAdapter
 from qconform.generators.encoding import encode_blob
 from qconform.harness.adapter import AdapterError, Unimplemented
 from qconform.harness.transport.arena import BlobArena
-from qconform.harness.transport.client import START_TIMEOUT_S, AdapterStartError, host_command, open_adapter
+from qconform.harness.transport.client import START_TIMEOUT_S, AdapterStartError, Child, host_command, open_adapter
 from qconform.harness.transport.shim_protocol import to_json_blobs
 
 pytestmark = pytest.mark.rules()
@@ -86,6 +86,9 @@ def test_per_case_faults_become_errors_of_exactly_the_affected_cases(
     for case, hit, outcome in zip(INPUTS, HIT, outcomes):
         if hit:
             assert isinstance(outcome, AdapterError) and fragment in outcome.message, outcome
+            # what the child wrote to stderr during the request is quoted (docs/shim-protocol.md, "Errors")
+            said = outcome.message.split("; stderr: ", 1)[1]
+            assert f"faulty adapter: mode {mode} triggered" in said.splitlines(), outcome
         else:
             assert to_json_blobs(outcome) == echoed(case)
             assert raw_blobs == ("raw" in repr(outcome))
@@ -404,3 +407,47 @@ def test_every_command_that_starts_an_adapter_takes_a_start_timeout(command, mon
     assert result.exit_code == 3, result.output
     assert seen == [900.0]
     assert result.output.strip().splitlines() == ["Error: adapter 'shim:./engine' did not start: timed out after 900s"]
+
+
+def test_an_error_of_a_child_that_wrote_nothing_to_stderr_during_its_request_quotes_nothing():
+    """Only what the child wrote during the request is quoted: a quiet child's messages are as they were,
+    and what an earlier request made it write is not quoted again."""
+    with open_adapter("faulty:raise", timeout_s=30) as client:
+        first = client.run_batch(ECHO_FAMILY, INPUTS)
+        assert any(isinstance(o, AdapterError) and o.message.endswith("mode raise triggered") for o in first)
+        quiet = client.run_batch("verification_round", [{}])  # refused by the reference code: no stderr
+    assert quiet == [AdapterError("adapter reported: spec could not solve this input: KeyError: 'requests'")]
+
+
+ECHO_WITH_STDERR = """
+import sys
+sys.stderr.write("at start\\n"); sys.stderr.flush()
+for n, line in enumerate(sys.stdin):
+    sys.stderr.write(f"during request {n}, line 1\\nduring request {n}, line 2\\n"); sys.stderr.flush()
+    sys.stdout.write(line); sys.stdout.flush()
+"""
+
+
+def test_what_a_child_writes_to_stderr_before_its_reply_is_all_there_when_the_reply_is():
+    """Child.stderr_since reads the pipe out itself (reads happen only under the lock), so the lines a
+    child wrote just before its reply are never still in the pipe: 200 requests in a row, each quoted
+    whole, and nothing from before its mark."""
+    child = Child([sys.executable, "-c", ECHO_WITH_STDERR])
+    try:
+        deadline = time.monotonic() + 20
+        while child.stderr_tail() != "at start" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert child.stderr_tail() == "at start"
+        for n in range(200):
+            mark = child.stderr_mark()
+            child.send(b"ping\n")
+            assert child.lines.get(timeout=20) == b"ping\n"
+            assert child.stderr_since(mark) == f"during request {n}, line 1\nduring request {n}, line 2"
+        assert child.stderr_since(child.stderr_mark()) == ""
+        assert child.stderr_since(child.stderr_mark(), limit=5) == ""
+        mark = child.stderr_mark()
+        child.send(b"ping\n")
+        child.lines.get(timeout=20)
+        assert child.stderr_since(mark, limit=10) == "...00, line 2"
+    finally:
+        child.close(b"")
