@@ -86,9 +86,11 @@ FORBIDDEN = {
 }
 #: PTX a kernel must contain (it does that step natively, correctly rounded)
 REQUIRED = {
-    "logits_weights_kernel": (r"div\.rn\.f32", r"cvt\.rn\.f32\.f64", r"mul\.rn\.f32"),
+    "logits_weights_kernel": (r"div\.rn\.f32", r"cvt\.rn\.f32\.f64"),
     "quota_kernel": (r"div\.rn\.f64",),
 }
+#: PTX a kernel must contain when a constexpr switch is on: (kernel, switch) -> patterns
+REQUIRED_WHEN = {("logits_weights_kernel", "HAS_BIAS"): (r"mul\.rn\.f32",)}  # the Markov bias f32(a * b)
 
 
 @dataclass(frozen=True)
@@ -102,16 +104,34 @@ def signature(kernel, types: tuple[str, ...], constants: dict) -> dict[str, str]
     return {name: "constexpr" if name in constants else next(runtime) for name in kernel.arg_names}
 
 
-def audit_kernel(kernel, types: tuple[str, ...], constants: dict, target: GPUTarget) -> KernelAudit:
-    """Compile one kernel for ``target`` and list what its PTX gets wrong."""
+def audit_kernel(
+    kernel,
+    types: tuple[str, ...],
+    constants: dict,
+    target: GPUTarget,
+    options: dict | None = None,
+    attrs: dict[str, list] | None = None,
+) -> KernelAudit:
+    """Compile one kernel for ``target`` and list what its PTX gets wrong. ``options``: the
+    launch options (default :data:`LAUNCH`); ``attrs``: argument name -> Triton attributes
+    (``[["tt.divisibility", 16]]``), as the native launcher specializes them."""
     name = kernel.__name__ + (f"[ROWS={constants['ROWS']}]" if constants.get("ROWS", 1) > 1 else "")
-    source = triton.compiler.ASTSource(fn=kernel, signature=signature(kernel, types, constants), constexprs=constants)
+    arg_attrs = {(kernel.arg_names.index(arg),): value for arg, value in (attrs or {}).items()}
+    source = triton.compiler.ASTSource(
+        fn=kernel, signature=signature(kernel, types, constants), constexprs=constants, attrs=arg_attrs
+    )
     try:
-        ptx = triton.compile(source, target=target, options=dict(LAUNCH)).asm["ptx"]
+        ptx = triton.compile(source, target=target, options=dict(LAUNCH if options is None else options)).asm["ptx"]
     except Exception as exc:  # noqa: BLE001 - a compile error is a finding, reported with its text
         return KernelAudit(name, (f"does not compile: {str(exc)[:400]}",))
     problems = [f"{why} ({pattern})" for pattern, why in FORBIDDEN.items() if re.search(pattern, ptx)]
-    problems += [f"missing {pattern}" for pattern in REQUIRED.get(kernel.__name__, ()) if not re.search(pattern, ptx)]
+    required = REQUIRED.get(kernel.__name__, ()) + tuple(
+        pattern
+        for (kernel_name, switch), patterns in REQUIRED_WHEN.items()
+        if kernel_name == kernel.__name__ and constants.get(switch)
+        for pattern in patterns
+    )
+    problems += [f"missing {pattern}" for pattern in required if not re.search(pattern, ptx)]
     return KernelAudit(name, tuple(problems))
 
 

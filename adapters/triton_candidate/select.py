@@ -137,7 +137,9 @@ def compact_kernel(
         taken = taken & (rank < want)
         slot = out + rank
         if HAS_IDS:
-            gid = tl.load(ids_ptr + start[:, None] + i, mask=taken, other=0)
+            # every live ID is read, as take_block reads every live key: masked by ``taken``,
+            # Triton 3.6 fails to compile small tiles (docs/triton.md, "Native CUDA")
+            gid = tl.load(ids_ptr + start[:, None] + i, mask=i < length[:, None], other=0)
         else:
             gid = id_base + i
         tl.store(out_keys_ptr + slot, raw, mask=taken)

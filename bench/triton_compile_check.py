@@ -1,0 +1,201 @@
+"""Compile every kernel specialization the Triton candidate launches over the corpus, natively, without a GPU.
+
+Run from the repository root (any machine; no device is used)::
+
+    python bench/triton_compile_check.py                  # sm_90, every case of the adapter's families
+    python bench/triton_compile_check.py --sm 90 --sm 80  # also sm_80
+    python bench/triton_compile_check.py --case 'allocation_sparse/*'
+
+Under the interpreter the candidate never compiles a kernel, and natively it picks
+other constexprs (``launch.block_for``, ``launch.row_tile``: a block of 1024 for long
+rows, a tile of the row rounded up to a power of two for short ones), so a kernel that
+Triton's compiler rejects for one block shape only shows on a device. This script finds
+those before a device does, in two steps:
+
+1. record (a child process): every case of the corpus (``--case`` globs narrow it), one at
+   a time through the adapter's family functions and then in same-shape groups through its
+   batched path (``triton_batched.run_many``), in the interpreter but with the candidate's
+   *native* host logic (``launch.interpreting()`` false: native blocks, tiles and shard
+   widths); every launch is recorded as Triton's native launcher would specialize it:
+   argument types, 16-divisibility of pointers and integers, integers equal to 1 made
+   constexpr (``do_not_specialize`` honoured), the constexprs, the launch options;
+2. compile (this process, ``TRITON_INTERPRET`` unset): each distinct specialization with
+   ``triton.compile`` for ``GPUTarget("cuda", sm, 32)`` (Triton's bundled ``ptxas`` needs no
+   device), through ``ptx_audit.audit_kernel``, so the PTX audit applies to every one.
+
+It prints one line per failing specialization (kernel, constexprs, the first cases that
+launch it; the MLIR diagnostics are on stderr) and a summary, and exits 1 if any
+specialization fails to compile or fails the audit, or any case raised anything but a
+refusal in the interpreter (its later launches would go unchecked), 0 otherwise; 2 when the installed
+Triton has no NVIDIA backend (nothing can be compiled). The check runs with the
+installed Triton: the one pinned (3.9.0) in the development venv; for a device image's
+Triton (3.6.0 on the lent H200), run it with a Python that has that Triton
+(bench/README.md). docs/triton.md, "Native CUDA".
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import inspect
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+#: cases named per specialization in the report
+SHOWN_CASES = 3
+
+
+def record(out: Path, patterns: list[str]) -> None:
+    """Run the cases in the interpreter with native host logic; write the launches' specializations."""
+    os.environ["TRITON_INTERPRET"] = "1"
+    import triton  # noqa: F401  (read TRITON_INTERPRET=1: kernels defined from now on are interpreted)
+    from triton import knobs
+
+    knobs.runtime.interpret = True  # kept when the environment says otherwise below
+    os.environ["TRITON_INTERPRET"] = "0"  # the candidate's launch.interpreting(): native host logic
+    import numpy as np
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+    from triton.runtime.interpreter import InterpretedFunction
+
+    seen: dict[str, set[str]] = {}
+    current = ["-"]
+    interpret_run = InterpretedFunction.run
+
+    def recording_run(self, *args, grid, warmup, **kwargs):
+        params = inspect.signature(self.fn).parameters
+        bound = inspect.signature(self.fn).bind(*args, **{k: v for k, v in kwargs.items() if k in params})
+        bound.apply_defaults()
+        fixed = set(self.kwargs.get("do_not_specialize") or ())
+        signature, constexprs, attrs = {}, {}, {}
+        for index, (name, param) in enumerate(params.items()):
+            value = bound.arguments[name]
+            if "constexpr" in str(param.annotation):
+                signature[name], constexprs[name] = "constexpr", getattr(value, "value", value)
+                continue
+            kind, key = native_specialize_impl(BaseBackend, value, False, not {name, index} & fixed, True)
+            signature[name] = kind
+            if kind == "constexpr":
+                constexprs[name] = value
+            elif key:
+                attrs[name] = key
+        spec = {
+            "module": self.fn.__module__,
+            "kernel": self.fn.__name__,
+            "signature": signature,
+            "constexprs": constexprs,
+            "attrs": attrs,
+            "options": {k: v for k, v in kwargs.items() if k not in params},
+        }
+        seen.setdefault(json.dumps(spec, sort_keys=True), set()).add(current[0])
+        return interpret_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    InterpretedFunction.run = recording_run
+
+    from qconform.adapters import triton_batched
+    from qconform.adapters.triton_adapter import FAMILIES
+    from qconform.adapters.triton_candidate import TritonCandidateError, launch
+    from qconform.generators.validation import iter_cases
+
+    assert not launch.interpreting(), "the host logic must be the native one"
+    by_family: dict[str, list] = {}
+    for case in iter_cases(ROOT / "vectors", sorted(FAMILIES)):
+        if not patterns or any(fnmatch.fnmatch(case.id, p) for p in patterns):
+            by_family.setdefault(case.family, []).append(case)
+    crashed = []
+    with np.errstate(all="ignore"):
+        for family, cases in by_family.items():
+            for case in cases:
+                current[0] = case.id
+                try:
+                    FAMILIES[family](case.input, "cpu")
+                except TritonCandidateError:
+                    pass  # a refusal: the launches before it are recorded
+                except Exception as exc:  # noqa: BLE001 - listed; the corpus run judges the answers
+                    crashed.append(f"{case.id}: {type(exc).__name__}: {exc}")
+            current[0] = f"batched:{family}"
+            try:
+                triton_batched.run_many(family, [case.input for case in cases], "cpu")
+            except Exception as exc:  # noqa: BLE001
+                crashed.append(f"batched {family}: {type(exc).__name__}: {exc}")
+    specs = [{**json.loads(key), "cases": sorted(cases)} for key, cases in seen.items()]
+    out.write_text(json.dumps({"specializations": specs, "crashed": crashed}))
+
+
+def label(spec: dict) -> str:
+    return f"{spec['kernel']}[{', '.join(f'{k}={v}' for k, v in sorted(spec['constexprs'].items()))}]"
+
+
+def compile_all(specs: list[dict], capabilities: list[int]) -> list[str]:
+    """One line per specialization that does not compile or fails the PTX audit, per target."""
+    import importlib
+
+    from triton.backends.compiler import BaseBackend, GPUTarget
+
+    from qconform.adapters.triton_candidate import ptx_audit
+
+    failures = []
+    for sm in capabilities:
+        target = GPUTarget("cuda", sm, 32)
+        for spec in specs:
+            kernel = getattr(importlib.import_module(spec["module"]), spec["kernel"])
+            kinds = [spec["signature"][name] for name in kernel.arg_names]  # the record's keys are sorted
+            types = tuple(kind for kind in kinds if kind != "constexpr")
+            attrs = {name: BaseBackend.parse_attr(key) for name, key in spec["attrs"].items()}
+            audit = ptx_audit.audit_kernel(kernel, types, spec["constexprs"], target, spec["options"], attrs)
+            if audit.problems:
+                cases = ", ".join(spec["cases"][:SHOWN_CASES]) + (" ..." if len(spec["cases"]) > SHOWN_CASES else "")
+                failures.append(f"sm_{sm} {label(spec)}: {'; '.join(audit.problems)} (cases: {cases})")
+    return failures
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description="Compile every kernel specialization the Triton candidate launches.")
+    parser.add_argument("--sm", type=int, action="append", help="CUDA compute capability (repeatable; default 90)")
+    parser.add_argument("--case", action="append", default=[], help="fnmatch glob of case ids (repeatable)")
+    parser.add_argument("--record", type=Path, help=argparse.SUPPRESS)  # the child's step 1
+    args = parser.parse_args(argv)
+    if args.record is not None:
+        record(args.record, args.case)
+        return 0
+    os.environ.pop("TRITON_INTERPRET", None)
+    import triton
+    from triton.backends import backends
+
+    if "nvidia" not in backends:
+        print(f"skipped: Triton {triton.__version__} has no NVIDIA backend, nothing can be compiled for CUDA")
+        return 2
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        recorded = Path(tmp) / "specializations.json"
+        child = [sys.executable, __file__, "--record", str(recorded), *(f"--case={p}" for p in args.case)]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        subprocess.run(child, check=True, env=env, cwd=ROOT)
+        data = json.loads(recorded.read_text())
+    specs, crashed = data["specializations"], data["crashed"]
+    recorded_s = time.perf_counter() - started
+    for line in crashed:
+        print(f"raised in the interpreter: {line}")
+    capabilities = args.sm or [90]
+    failures = compile_all(specs, capabilities)
+    for line in failures:
+        print(line)
+    targets = ", ".join(f"sm_{sm}" for sm in capabilities)
+    print(
+        f"Triton {triton.__version__}: {len(specs)} specializations from "
+        f"{'the selected cases' if args.case else 'the corpus'}, compiled for {targets}: "
+        f"{len(failures)} failed (recorded in {recorded_s:.0f} s, compiled in {time.perf_counter() - started - recorded_s:.0f} s)"
+    )
+    if crashed:
+        print(f"FAILED: {len(crashed)} cases raised in the interpreter, so their later launches are not checked")
+    return 1 if failures or crashed or not specs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
