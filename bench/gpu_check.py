@@ -18,7 +18,9 @@ It does, in one run:
    per rank, so on one GPU that run is listed as skipped, not failed); and every engine
    whose environment exists on the machine (``vllm:triton``, ``transformers``;
    adapters/engine_env.py), its JSON report kept in ``<table>-engines/`` for the engine
-   matrix (docs/engines/README.md), the others listed as skipped with the place looked;
+   matrix (docs/engines/README.md), the others listed as skipped with the place looked; the
+   bundled candidates' JSON reports kept in ``<table>-reports/`` (every message whole: the table
+   shows the first 120 characters of three);
 2. the device-to-device copy bandwidth (``torch`` copy of a 1 GiB buffer: bytes
    read plus bytes written over the median time);
 3. every stage of a round at batch 4 x depth 5 x V = 129280, Triton and torch, timed
@@ -219,7 +221,8 @@ def finish_conformance(adapter: str, child: subprocess.Popen, began: float, repo
     if not report.is_file():
         return Conformance(adapter, False, {}, wall, f"exit {child.returncode}: {output[-300:].strip()}")
     data = json.loads(report.read_text())
-    bad = [f"{c['id']}: {c['class']} {c['message'][:120]}" for c in data["cases"] if c["unexpected"]]
+    # one line a case in the table (a message may quote the adapter's stderr; the kept report has it whole)
+    bad = [f"{c['id']}: {c['class']} {' '.join(c['message'].split())[:120]}" for c in data["cases"] if c["unexpected"]]
     return Conformance(adapter, bool(data["ok"]), data["counts"], wall, "; ".join(bad[:3]))
 
 
@@ -238,11 +241,17 @@ def engine_missing(engine: str) -> str | None:
 
 
 def conformance_runs(
-    device: str, gpus: int, families: tuple[str, ...] = (), engine_reports: Path | None = None
+    device: str,
+    gpus: int,
+    families: tuple[str, ...] = (),
+    engine_reports: Path | None = None,
+    run_reports: Path | None = None,
 ) -> tuple[list[Conformance], list[str]]:
     """The conformance runs (every family, or ``families``), side by side; and the runs skipped, with why.
     The engines' JSON reports are kept in ``engine_reports``, the engine matrix's input
-    (``python -m qconform.adapters.engine_matrix``; docs/engines/README.md)."""
+    (``python -m qconform.adapters.engine_matrix``; docs/engines/README.md), the bundled candidates'
+    in ``run_reports`` (``run-<adapter>-<device>.json``: every case's message whole, with the
+    adapter's stderr where an error quotes it, e.g. a kernel compiler's diagnostic)."""
     adapters = ["torch", "triton"] + (["torch-tp2"] if gpus >= 2 else [])
     skipped = (
         []
@@ -260,10 +269,11 @@ def conformance_runs(
         reports = {a: Path(tmp) / f"{a}.json" for a in adapters}
         started = {a: start_conformance(a, device, reports[a], families) for a in adapters}
         runs = [finish_conformance(a, *started[a], reports[a]) for a in adapters]
-        for adapter in ENGINE_ADAPTERS:
-            if engine_reports is not None and adapter in reports and reports[adapter].is_file():
-                engine_reports.mkdir(parents=True, exist_ok=True)
-                shutil.copy(reports[adapter], engine_reports / f"run-{adapter.replace(':', '-')}-{device}.json")
+        for adapter in adapters:
+            kept = engine_reports if adapter in ENGINE_ADAPTERS else run_reports
+            if kept is not None and reports[adapter].is_file():
+                kept.mkdir(parents=True, exist_ok=True)
+                shutil.copy(reports[adapter], kept / f"run-{adapter.replace(':', '-')}-{device}.json")
         return runs, skipped
 
 
@@ -797,7 +807,11 @@ def main(argv: list[str] | None = None) -> int:
         write()
         gpus = torch.cuda.device_count() if device == "cuda" else 0
         runs, skipped = conformance_runs(
-            device, gpus, () if device == "cuda" else SMOKE_FAMILIES, out.parent / f"{out.stem}-engines"
+            device,
+            gpus,
+            () if device == "cuda" else SMOKE_FAMILIES,
+            out.parent / f"{out.stem}-engines",
+            out.parent / f"{out.stem}-reports",
         )
         for run in runs:
             print(f"conformance {run.adapter}: ok={run.ok} {run.counts} {run.wall_s:.1f} s {run.note}", flush=True)

@@ -7,9 +7,11 @@ every part runs on the CPU, Triton in its interpreter."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -59,6 +61,9 @@ def test_smoke_rehearses_every_part_and_the_candidates_agree(tmp_path):
         ["vLLM Triton kernels", "skipped"],
         ["transformers _speculative_sampling", "skipped"],
     ]
+    for adapter in ("torch", "triton"):  # the reports come back whole, beside the table
+        report = json.loads((tmp_path / "gpu-reports" / f"run-{adapter}-cpu.json").read_text())
+        assert report["adapter"] == adapter and report["ok"] and report["cases"]
     stages = table_rows(text, "## Stages")
     assert len(stages) == 7
     for row in stages:
@@ -237,3 +242,24 @@ def test_the_accumulate_ratio_runs_both_rows_at_one_thread_and_restores_the_sett
         assert os.environ["OMP_NUM_THREADS"] == "3" and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_conformance_message_that_quotes_stderr_stays_on_one_table_line(tmp_path):
+    """An error may quote the adapter's stderr over several lines (docs/shim-protocol.md, "Errors"): the
+    table's cell takes its first 120 characters on one line; the kept report has it whole."""
+
+    class Done:
+        returncode = 1
+
+        def communicate(self, timeout=None):
+            return "", None
+
+    message = "adapter reported: RuntimeError: PassManager::run failed; stderr: select.py:140:26: error:\n  operand"
+    report = tmp_path / "triton.json"
+    case = {"id": "allocation_sparse/x", "class": "error", "message": message, "unexpected": True}
+    report.write_text(json.dumps({"ok": False, "counts": {"error": 1}, "cases": [case]}))
+    run = gpu_check.finish_conformance("triton", Done(), time.perf_counter(), report)
+    assert "\n" not in run.note and run.note.startswith("allocation_sparse/x: error adapter reported: RuntimeError")
+    assert run.note.endswith(" ".join(message.split())[:120]) and not run.ok
+    (row,) = table_rows(gpu_check.markdown("dev", "env", gpu_check.VOCAB, 1e9, [run], [], [], []), "## Conformance")
+    assert row[0] == "triton" and "PassManager::run failed; stderr: select.py" in row[4]
