@@ -264,6 +264,12 @@ def forks_die_with_parent() -> None:
         os.register_at_fork(before=_remember_forking_pid, after_in_child=lambda: die_with_parent(_forking_pid))
 
 
+def quoted(stderr: bytes, limit: int) -> str:
+    """Stderr bytes as a message quotes them: decoded, stripped, their last ``limit`` characters."""
+    text = stderr.decode("utf-8", "replace").strip()
+    return text if len(text) <= limit else "..." + text[-limit:]
+
+
 class Child:
     """One running child: a reader thread per output pipe, a bounded stderr tail."""
 
@@ -373,31 +379,32 @@ class Child:
             while fd is not None:
                 waiting.poll()
                 with self._stderr_lock:
-                    if not self._take_stderr():
-                        self._stderr_fd = fd = None
+                    self._take_stderr()
+                    fd = self._stderr_fd
         except (OSError, ValueError):
             with self._stderr_lock:
                 self._stderr_fd = None
         self.proc.stderr.close()
 
-    def _take_stderr(self) -> bool:
+    def _take_stderr(self) -> None:
         """Read what the stderr pipe holds now into the kept tail (the lock held: reads happen only
-        so, so that :meth:`stderr_since` can read the pipe out itself); False at its end of file."""
+        so, so that :meth:`stderr_since` can read the pipe out itself); at its end of file the pipe
+        is let go (``_stderr_fd`` None; the reader thread closes it)."""
         for _ in range(STDERR_KEEP // 65536 + 1):  # a child that writes on and on cannot hold us here
             if self._stderr_fd is None:
-                return False
+                return
             try:
                 chunk = os.read(self._stderr_fd, 65536)
             except BlockingIOError:
-                return True
+                return
             if not chunk:
-                return False
+                self._stderr_fd = None
+                return
             self._stderr.append(chunk)
             self._stderr_size += len(chunk)
             self._stderr_total += len(chunk)
             while self._stderr_size - len(self._stderr[0]) >= STDERR_KEEP:
                 self._stderr_size -= len(self._stderr.popleft())
-        return True
 
     def stderr_mark(self) -> int:
         """Where the child's stderr is now, for :meth:`stderr_since`."""
@@ -409,12 +416,10 @@ class Child:
         its last ``limit`` characters, "" if nothing. The pipe is read out first, so everything the
         child wrote before the reply just read is in (docs/shim-protocol.md, "Errors")."""
         with self._stderr_lock:
-            if self._stderr_fd is not None and not self._take_stderr():
-                self._stderr_fd = None  # its end of file: the reader thread closes it
+            self._take_stderr()
             new = self._stderr_total - mark
             data = b"".join(self._stderr)[-new:] if new > 0 else b""
-        text = data.decode("utf-8", "replace").strip()
-        return text if len(text) <= limit else "..." + text[-limit:]
+        return quoted(data, limit)
 
     def _with_sections(self, line: bytes) -> Any:
         """A binary reply read whole, as ``(decoded message, section bytes or None, line)``: None for a
@@ -435,8 +440,7 @@ class Child:
     def stderr_tail(self, limit: int = STDERR_QUOTE) -> str:
         with self._stderr_lock:
             data = b"".join(self._stderr)
-        text = data.decode("utf-8", "replace").strip()
-        return text if len(text) <= limit else "..." + text[-limit:]
+        return quoted(data, limit)
 
     def send(self, data: bytes | Sequence[bytes | memoryview]) -> None:
         """Write ``data`` (bytes, or parts written one after the other: a binary message's line and
