@@ -119,8 +119,6 @@ class Deployment:
         receiver's ``configure`` makes: ``deployment.config_problem``)."""
         from qconform.adapters.endpoint.deployment import config_problem, hello_config
 
-        if self.dense_stride is not None and self.dense_stride < self.vocab:
-            raise click.BadParameter("the dense stride must hold the vocabulary", param_hint="--dense-stride")
         config = hello_config(self.vocab, self.dense_stride, self.max_support)
         problem = config_problem(config)
         if problem is not None:
