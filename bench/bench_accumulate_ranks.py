@@ -174,7 +174,7 @@ def zygote_decisions(trace: str) -> tuple[str, ...]:
         if decision.startswith("forked "):
             decision = "forked"
         elif decision.startswith("ready: imports "):
-            decision = "ready, " + decision.rsplit(", ", 1)[-1]
+            decision = "ready, " + decision.split(", ", 1)[-1]  # the threads, and the CUDA driver's state
         decisions.append(decision)
     return tuple(decisions)
 

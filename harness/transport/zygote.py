@@ -28,15 +28,17 @@ ranks (the adapter zygote)", has the rules; in short:
   command itself. Every adapter the zygote does not serve (``shim:``, ``tcp://``, a bundled shim)
   starts as today.
 * **The zygote imports, it never runs**: no adapter is constructed in it, so no device is touched
-  before a fork (CUDA cannot be forked once initialised); and if an import loaded the CUDA driver
-  (the triton adapter asks ``torch.cuda.is_available()`` at import), the zygote ends at once and
-  every rank starts its adapter as today.
+  before a fork (CUDA cannot be forked once initialised); and if an import initialised the CUDA
+  driver (the triton adapter asks ``torch.cuda.is_available()`` at import), the zygote ends at once
+  and every rank starts its adapter as today. A driver only mapped (a CUDA build of torch maps it at
+  import) is asked whether it was initialised, and answers without initialising.
 """
 
 from __future__ import annotations
 
 import argparse
 import atexit
+import ctypes
 import fcntl
 import json
 import os
@@ -395,11 +397,53 @@ def preload(adapter: str) -> None:
         found[adapter].load()
 
 
-def cuda_driver_loaded() -> bool:
-    """Whether the CUDA driver library is mapped into this process: once a module has initialised it
-    (``torch.cuda.is_available()`` can), a forked child cannot use CUDA, so the zygote must not fork."""
+#: what every CUDA driver call returns before ``cuInit`` (cuda.h, ``CUDA_ERROR_NOT_INITIALIZED``)
+CUDA_ERROR_NOT_INITIALIZED = 3
+
+
+def cuda_driver_mapped() -> str | None:
+    """The path of the CUDA driver library where it is mapped into this process, else None."""
     with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-        return any("libcuda.so" in line for line in maps)
+        for line in maps:
+            fields = line.split(maxsplit=5)  # address, perms, offset, device, inode[, path]
+            if len(fields) == 6 and "libcuda.so" in os.path.basename(fields[5].strip()):
+                return fields[5].strip()
+    return None
+
+
+def cuda_driver_initialised(path: str) -> str | None:
+    """Why the CUDA driver mapped from ``path`` may have been initialised (then no fork is safe), or
+    None where it says it has not: ``cuDeviceGetCount`` returns ``CUDA_ERROR_NOT_INITIALIZED``
+    before ``cuInit`` and initialises nothing. A CUDA build of torch may map the driver at import
+    without initialising it; ``torch.cuda.is_available()`` initialises it (docs/distributed.md,
+    rule 5). Any other answer, or a driver that cannot be asked, counts as initialised."""
+    try:
+        driver = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)  # the mapped copy; loads nothing
+        count = ctypes.c_int(0)
+        status = driver.cuDeviceGetCount(ctypes.byref(count))
+    except (OSError, AttributeError) as exc:
+        return f"it cannot be asked ({type(exc).__name__}: {' '.join(str(exc).split())})"
+    if status != CUDA_ERROR_NOT_INITIALIZED:
+        return f"cuDeviceGetCount returned {status}, not {CUDA_ERROR_NOT_INITIALIZED} (not initialised)"
+    return None
+
+
+def prepared(adapter: str) -> bool:
+    """Import what ``adapter`` needs (:func:`preload`) and decide whether this zygote may fork from
+    the state that leaves, tracing the decision (docs/distributed.md, rules 5 and 7)."""
+    began = time.perf_counter()
+    try:
+        preload(adapter)
+    except Exception as exc:  # noqa: BLE001 - no zygote: every stub starts its command itself, which says why
+        trace(f"not serving: importing {adapter} failed ({type(exc).__name__}: {' '.join(str(exc).split())})")
+        return False
+    driver = cuda_driver_mapped()
+    if driver is not None and (why := cuda_driver_initialised(driver)) is not None:
+        trace(f"not serving: the imports initialised the CUDA driver: {why}")
+        return False  # a module asked CUDA at import (the triton adapter does): no fork from here is safe
+    mapped = "" if driver is None else ", the CUDA driver mapped, not initialised"
+    trace(f"ready: imports {time.perf_counter() - began:.2f} s, {threads()} thread(s){mapped}")
+    return True
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -410,16 +454,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     environ, cwd = dict(os.environ), os.getcwd()  # as the command left them: a start must match
     listener = socket.socket(fileno=args.listen_fd)
-    began = time.perf_counter()
-    try:
-        preload(args.adapter)
-    except Exception as exc:  # noqa: BLE001 - no zygote: every stub starts its command itself, which says why
-        trace(f"not serving: importing {args.adapter} failed ({type(exc).__name__}: {' '.join(str(exc).split())})")
+    if not prepared(args.adapter):
         return 1
-    if cuda_driver_loaded():
-        trace("not serving: the imports loaded the CUDA driver")
-        return 1  # a module asked CUDA at import (the triton adapter does): no fork from here is safe
-    trace(f"ready: imports {time.perf_counter() - began:.2f} s, {threads()} thread(s)")
     from qconform.harness.transport.client import host_command
 
     served = host_command(args.adapter, args.device)

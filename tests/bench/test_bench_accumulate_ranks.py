@@ -41,9 +41,12 @@ def test_the_zygotes_trace_reads_as_its_decisions_without_times_and_pids():
         "forked",
         "refused: the environment differs from the zygote's",
     )
-    assert BENCH.zygote_decisions("9.0 zygote 1: not serving: the imports loaded the CUDA driver\n") == (
-        "not serving: the imports loaded the CUDA driver",
-    )
+    assert BENCH.zygote_decisions(
+        "9.0 zygote 1: not serving: the imports initialised the CUDA driver: cuDeviceGetCount returned 0, not 3 (not initialised)\n"
+    ) == ("not serving: the imports initialised the CUDA driver: cuDeviceGetCount returned 0, not 3 (not initialised)",)
+    assert BENCH.zygote_decisions(
+        "9.0 zygote 1: ready: imports 5.31 s, 1 thread(s), the CUDA driver mapped, not initialised\n"
+    ) == ("ready, 1 thread(s), the CUDA driver mapped, not initialised",)
     assert BENCH.zygote_decisions("") == ()
 
 

@@ -7,8 +7,11 @@ killed, no process is left."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -169,13 +172,66 @@ def test_an_adapter_the_host_does_not_serve_gets_no_zygote():
     assert zygote_module.zygote_for(host_command("reference", "cpu")) is None
 
 
-def test_a_zygote_whose_imports_loaded_the_cuda_driver_ends_without_serving(monkeypatch, tmp_path):
-    assert not zygote_module.cuda_driver_loaded()  # torch imported, CPU build: no driver here
-    monkeypatch.setattr(zygote_module, "cuda_driver_loaded", lambda: True)
-    monkeypatch.setenv(zygote_module.TRACE_ENV, str(tmp_path / "zygote.trace"))
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    assert zygote_module.main(["--adapter", "reference", "--listen-fd", str(listener.detach())]) == 1
-    assert traced(tmp_path / "zygote.trace") == ["not serving: the imports loaded the CUDA driver"]
+#: a stand-in for the CUDA driver: cuDeviceGetCount answers STATUS (3: not initialised, as before cuInit)
+STUB_DRIVER = "int cuDeviceGetCount(int *count) { *count = 0; return STATUS; }\n"
+
+
+def stub_driver(tmp_path, status: int | None) -> str:
+    """A ``libcuda.so.1`` whose cuDeviceGetCount returns ``status`` (None: it lacks the function)."""
+    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if compiler is None:
+        pytest.skip("no C compiler")
+    folder = tmp_path / f"driver-{status}"
+    folder.mkdir()
+    (folder / "driver.c").write_text(STUB_DRIVER if status is not None else "int cuInit(int flags) { return 0; }\n")
+    library = folder / "libcuda.so.1"
+    subprocess.run(
+        [compiler, "-shared", "-fPIC", f"-DSTATUS={status}", "-o", str(library), str(folder / "driver.c")], check=True
+    )
+    return str(library)
+
+
+def prepared_with_driver(library: str | None, tmp_path) -> tuple[bool, list[str]]:
+    """The zygote's decision (:func:`prepared`) in a fresh Python that has ``library`` mapped, as an
+    import would map it, and the trace line it wrote."""
+    trace = tmp_path / "zygote.trace"
+    code = (
+        "import ctypes, sys\n"
+        "from qconform.harness.transport import zygote\n"
+        f"{library!r} and ctypes.CDLL({library!r})\n"
+        "sys.exit(0 if zygote.prepared('reference') else 1)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, zygote_module.TRACE_ENV: str(trace)}, timeout=60
+    )
+    assert done.returncode in (0, 1)
+    return done.returncode == 0, traced(trace)
+
+
+def test_a_zygote_forks_where_the_cuda_driver_is_mapped_but_not_initialised(tmp_path):
+    served, decisions = prepared_with_driver(stub_driver(tmp_path, zygote_module.CUDA_ERROR_NOT_INITIALIZED), tmp_path)
+    assert served and len(decisions) == 1
+    assert decisions[0].startswith("ready: imports ") and decisions[0].endswith(
+        " 1 thread(s), the CUDA driver mapped, not initialised"
+    )
+
+
+@pytest.mark.parametrize("status", [0, 100, None], ids=["initialised", "no-device", "cannot-be-asked"])
+def test_a_zygote_whose_imports_initialised_the_cuda_driver_ends_without_serving(tmp_path, status):
+    served, decisions = prepared_with_driver(stub_driver(tmp_path, status), tmp_path)
+    why = (
+        f"cuDeviceGetCount returned {status}, not 3 (not initialised)"
+        if status is not None
+        else "it cannot be asked (AttributeError: "
+    )
+    assert not served and len(decisions) == 1
+    assert decisions[0].startswith(f"not serving: the imports initialised the CUDA driver: {why}")
+
+
+def test_a_zygote_without_the_cuda_driver_serves_and_says_nothing_of_it(tmp_path):
+    assert zygote_module.cuda_driver_mapped() is None  # torch imported, CPU build: no driver here
+    served, decisions = prepared_with_driver(None, tmp_path)
+    assert served and len(decisions) == 1 and decisions[0].endswith(" 1 thread(s)")
 
 
 def test_a_zygote_whose_imports_fail_ends_without_serving_and_says_why_on_one_line(monkeypatch, tmp_path):
