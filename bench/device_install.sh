@@ -6,9 +6,11 @@ if compgen -G '.whl/*.whl' >/dev/null; then   # wheels from bench/device_wheels.
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/qconform-site .whl/*.whl
   export PYTHONPATH="/tmp/qconform-site${PYTHONPATH:+:$PYTHONPATH}"
 fi
-# installed already from this very checkout (bench/device_run.sh earlier in the same warm machine): kept
-if ! python3 -c "import sys, qconform; sys.exit(not qconform.__file__.startswith('$PWD/'))" 2>/dev/null; then
+# installed already from this very checkout (bench/device_run.sh earlier in the same warm machine): kept.
+# Both checks run from / : from the checkout, its own qconform/ folder would import without any install.
+here="$PWD"
+if ! (cd / && python3 -c "import sys, qconform; sys.exit(not qconform.__file__.startswith('$here/'))") 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-build-isolation -e .
 fi
-python3 -c 'import jsonschema, google_crc32c, orjson, qconform.harness.transport.shim_protocol' ||
+(cd / && python3 -c 'import jsonschema, google_crc32c, orjson, qconform.harness.transport.shim_protocol') ||
   { echo "device: the install is incomplete (see above)"; exit 2; }
