@@ -355,7 +355,7 @@ def accumulate_ratios(
     report: Callable[[object], None],
 ) -> None:
     """Part 5: bench_accumulate_torch's :func:`measure` of each family on ``device``, ``cases`` cases a
-    run (None: the family's own, that script's ``run_cases``), reported one by one; a family whose
+    run (None: the family's own on ``device``, that script's ``run_cases``), reported one by one; a family whose
     command fails is reported as its error, and the others still run. Both rows run with one intra-op
     thread, as that script's CPU figures do (``OMP_NUM_THREADS=1``, which the command inherits, and
     ``torch.set_num_threads(1)`` here): at the default of one per core, the command's torch child
@@ -370,7 +370,7 @@ def accumulate_ratios(
     try:
         for family in families:
             try:
-                report(bench.measure(family, cases or bench.run_cases(family), batch, repeat, device))
+                report(bench.measure(family, cases or bench.run_cases(family, device), batch, repeat, device))
             except (Exception, SystemExit) as exc:  # noqa: BLE001 - the command's failure, kept in the table
                 report((family, failure(exc) if isinstance(exc, Exception) else str(exc)[-300:]))
     finally:
