@@ -213,12 +213,17 @@ def test_a_failed_accumulate_ratio_run_is_an_error_row_and_the_others_run(monkey
 
 
 def test_the_accumulate_ratio_runs_each_family_at_its_own_size_unless_told(monkeypatch):
-    """Without ``--ratio-cases`` a family runs at bench_accumulate_torch's size for it (a light family's
-    four blocks would time the pipeline's fill and drain); with it, every family runs that many."""
+    """Without ``--ratio-cases`` a family runs at bench_accumulate_torch's size for it on the device (a
+    light family's four blocks would time the pipeline's fill and drain; on CUDA verification_round runs
+    longer, past the child's first use of the device); with it, every family runs that many."""
     bench = gpu_check.bench_module("bench_accumulate_torch")
     sizes = {}
     monkeypatch.setattr(bench, "measure", lambda family, cases, *rest: sizes.setdefault(family, cases))
     gpu_check.accumulate_ratios("cuda", ("rng_abi", "verification_round"), None, 9, 1, lambda r: None)
+    assert sizes == {"rng_abi": bench.LIGHT_RUN_CASES, "verification_round": bench.CUDA_RUN_CASES["verification_round"]}
+    assert bench.CUDA_RUN_CASES["verification_round"] > bench.RUN_CASES["verification_round"]
+    sizes.clear()
+    gpu_check.accumulate_ratios("cpu", ("rng_abi", "verification_round"), None, 9, 1, lambda r: None)
     assert sizes == {"rng_abi": bench.LIGHT_RUN_CASES, "verification_round": bench.RUN_CASES["verification_round"]}
     sizes.clear()
     gpu_check.accumulate_ratios("cuda", ("rng_abi", "verification_round"), 4096, 9, 1, lambda r: None)
