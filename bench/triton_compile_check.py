@@ -14,7 +14,10 @@ those before a device does, in two steps:
 
 1. record (a child process): every case of the corpus (``--case`` globs narrow it), one at
    a time through the adapter's family functions and then in same-shape groups through its
-   batched path (``triton_batched.run_many``), in the interpreter but with the candidate's
+   batched path (``triton_batched.run_many``); then each accumulated stream the adapter
+   declares (``qconform accumulate --adapter triton``), :data:`STREAM_SIZES` cases from case
+   0 in one request each, named ``accumulated/FAMILY/SIZE`` (the tiles of thousands of rows
+   of V <= 8 that only a stream fills); all in the interpreter but with the candidate's
    *native* host logic (``launch.interpreting()`` false: native blocks, tiles and shard
    widths); every launch is recorded as Triton's native launcher would specialize it:
    argument types, 16-divisibility of pointers and integers, integers equal to 1 made
@@ -49,6 +52,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 #: cases named per specialization in the report
 SHOWN_CASES = 3
+#: the cases of each accumulated stream recorded, from case 0, in one run_batch each, as `qconform
+#: accumulate --adapter triton` sends them: one case (a count of 1 is specialized as a constant), an
+#: odd count, a multiple of 16 (divisibility is specialized), and a whole request of the default
+#: --batch (16384)
+STREAM_SIZES = (1, 3, 16, 16384)
 
 
 def record(out: Path, patterns: list[str]) -> None:
@@ -101,6 +109,7 @@ def record(out: Path, patterns: list[str]) -> None:
     from qconform.adapters import triton_batched
     from qconform.adapters.triton_adapter import FAMILIES
     from qconform.adapters.triton_candidate import TritonCandidateError, launch
+    from qconform.generators.accumulated import FAMILIES as ACCUMULATED
     from qconform.generators.validation import iter_cases
 
     assert not launch.interpreting(), "the host logic must be the native one"
@@ -124,6 +133,21 @@ def record(out: Path, patterns: list[str]) -> None:
                 triton_batched.run_many(family, [case.input for case in cases], "cpu")
             except Exception as exc:  # noqa: BLE001
                 crashed.append(f"batched {family}: {type(exc).__name__}: {exc}")
+        for family in sorted(set(ACCUMULATED) & set(FAMILIES)):
+            for size in STREAM_SIZES:
+                current[0] = f"accumulated/{family}/{size}"
+                if patterns and not any(fnmatch.fnmatch(current[0], p) for p in patterns):
+                    continue
+                stream = ACCUMULATED[family]
+                batch = stream.arrays(0, size)
+                inputs = [stream.case_input(batch, k) for k in range(size)]
+                try:  # as `qconform accumulate --adapter triton` asks: one run_batch (TritonAdapter's path)
+                    answers = triton_batched.run_many(family, inputs, "cpu") if size > 1 else [None]
+                    for inp, answer in zip(inputs, answers):
+                        if answer is None:  # a case the batched path leaves to the family's function
+                            FAMILIES[family](inp, "cpu")
+                except Exception as exc:  # noqa: BLE001
+                    crashed.append(f"{current[0]}: {type(exc).__name__}: {exc}")
     specs = [{**json.loads(key), "cases": sorted(cases)} for key, cases in seen.items()]
     out.write_text(json.dumps({"specializations": specs, "crashed": crashed}))
 
@@ -187,9 +211,11 @@ def main(argv: list[str]) -> int:
     for line in failures:
         print(line)
     targets = ", ".join(f"sm_{sm}" for sm in capabilities)
+    streams_only = sum(all(case.startswith("accumulated/") for case in spec["cases"]) for spec in specs)
     print(
         f"Triton {triton.__version__}: {len(specs)} specializations from "
-        f"{'the selected cases' if args.case else 'the corpus'}, compiled for {targets}: "
+        f"{'the selected cases' if args.case else 'the corpus'} ({streams_only} only from the accumulated streams), "
+        f"compiled for {targets}: "
         f"{len(failures)} failed (recorded in {recorded_s:.0f} s, compiled in {time.perf_counter() - started - recorded_s:.0f} s)"
     )
     if crashed:
