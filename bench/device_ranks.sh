@@ -6,10 +6,12 @@
 #
 #   bash bench/device_ranks.sh            # --repeat 5 (about 115 s a core set on the H200, 70 s at 3)
 #   bash bench/device_ranks.sh 3          # fewer repeats
+#   bash bench/device_ranks.sh 2 4        # 2 repeats, the 4-core set only
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-bench/results}"
 repeat="${1:-5}"
+sets="${2:-2 4}"   # the core sets to run: 2 (2 forked ranks) and 4 (4 ranks)
 mkdir -p "$out"
 source bench/device_install.sh
 export OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
@@ -29,8 +31,8 @@ physical_cpus() {
   (IFS=,; echo "${found[*]:0:$want}")
 }
 # file names under $OUT: letters, digits, '.', '_' and '-' only, or the device tool leaves them behind
-for set in "2:forked" "4:4"; do
-  IFS=: read -r cores mode <<<"$set"
+for cores in $sets; do
+  case $cores in 2) mode=forked ;; 4) mode=4 ;; *) echo "device: no core set $cores (2 or 4)"; status=1; continue ;; esac
   cpus=$(physical_cpus "$cores") || { status=1; continue; }
   echo "ranks on $cores physical cores: CPUs $cpus (siblings: $(for c in ${cpus//,/ }; do printf '%s ' "$(cat "${QCONFORM_SYS_CPU:-/sys/devices/system/cpu}/cpu$c/topology/thread_siblings_list")"; done))" | tee "$out/cpus-${cores}cores.log"
   timeout "$((45 * repeat + 30))" taskset -c "$cpus" python3 bench/bench_accumulate_ranks.py \
