@@ -62,7 +62,7 @@ def matches_committed(built: corpus.Plan) -> bool:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--repeat", type=int, default=1, help="full builds (the median total is reported)")
     parser.add_argument("--clock", choices=tuple(CLOCKS), default="wall", help="wall time or process CPU time")
     args = parser.parse_args()

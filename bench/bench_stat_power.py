@@ -178,6 +178,8 @@ def simulate_stat(case, mutant: str, samples: int, reps: int, seed: int) -> floa
     outcomes = adapter.sample_batch(case.family, [case.input] * reps, samples, seed)
     rejected = 0
     for output in outcomes:
+        if not isinstance(output, dict):  # an error or Unimplemented: no rate can be taken from it
+            raise SystemExit(f"the native adapter did not answer {case.id}: {output}")
         statistic, df = 0.0, 0
         for law, histogram in zip(case.laws, output["requests"]):
             observed = {(o["accepted"], tuple(o["emitted"])): o["count"] for o in histogram["outcomes"]}
@@ -213,7 +215,7 @@ def confirm(cases: dict, best_cases: dict, laws10: dict, reps: int, seed: int) -
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=200, help="Simulated runs per confirmation (default 200).")
     parser.add_argument("--seed", type=int, default=20261130)
     parser.add_argument("--quick", action="store_true", help="Skip the confirmations by simulation.")

@@ -51,7 +51,7 @@ def run_once(adapter: str, names: list[str]) -> tuple[float, float, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs per adapter (median)")
     parser.add_argument("--markdown", action="store_true", help="also print a RESULTS.md section")
     args = parser.parse_args(argv)

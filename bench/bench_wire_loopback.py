@@ -328,7 +328,7 @@ async def round_trips(
     return times
 
 
-def crc_work(frames: list[bytes]) -> Callable[[], None]:
+def crc_work(frames: list[bytes]) -> Callable[[], object]:
     """The checksum work of one side: one pass over each REPLY tail (its raw register then extends
     into the q checksum, the frame checksum and the completion checksum without reading bytes again)."""
     tails = [f[layout.HEADER_SIZE + layout.REPLY_FIXED :] for f in frames if len(f) > 200]
@@ -340,7 +340,7 @@ def median_ms(values: list[float]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--vocab", type=int, default=129280)
     parser.add_argument("--requests", type=int, default=4)

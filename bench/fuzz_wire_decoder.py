@@ -26,12 +26,14 @@ import sys
 import time
 
 try:
-    import atheris
+    import atheris  # pyright: ignore[reportMissingModuleSource] - the optional [fuzz] extra
 except ImportError:  # the random engine needs nothing beyond the project
     atheris = None
 
 if atheris is not None:
-    with atheris.instrument_imports(include=["qconform.spec.wire"]):
+    # typeshed's atheris stubs declare neither this nor FuzzedDataProvider at the package's top level,
+    # where atheris exports both
+    with atheris.instrument_imports(include=["qconform.spec.wire"]):  # pyright: ignore[reportAttributeAccessIssue]
         from qconform.spec.wire import codec, header, receiver, validation  # noqa: F401
 
 from qconform.generators.wire_fuzz import (
@@ -80,7 +82,7 @@ def report(tally: Tally, engine: str, seconds: float) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=1_000_000)
     parser.add_argument("--engine", choices=("auto", "atheris", "random"), default="auto")
     parser.add_argument("--seed", type=int, default=1)
@@ -105,7 +107,8 @@ def main() -> int:
     atexit.register(final_report)
 
     def one_input(data: bytes) -> None:
-        run_input(make_input(ProviderChooser(atheris.FuzzedDataProvider(data))), tally)
+        provider = atheris.FuzzedDataProvider(data)  # pyright: ignore[reportAttributeAccessIssue, reportOptionalMemberAccess]
+        run_input(make_input(ProviderChooser(provider)), tally)
         if tally.inputs % 100_000 == 0:
             print(f"... {tally.inputs} inputs, {len(tally.findings)} findings", flush=True)
         if tally.inputs >= args.runs:

@@ -102,7 +102,7 @@ class Stage:
     floor_bytes: int
     triton: Callable[[], object]
     torch: Callable[[], object]
-    agree: Callable[[object, object], str]
+    agree: Callable[[Any, Any], str]  # the two outputs, whatever each implementation returns
 
 
 @dataclass
@@ -481,7 +481,8 @@ def stages(device: str, vocab: int) -> list[Stage]:
         return ids, xc.allocate_rows(support, flags)
 
     def top_k_agree(x, t):
-        return rows_differ(sparse_rows(*x, vocab), sparse_rows(t.ids, t.counts, vocab))
+        ids, counts = x
+        return rows_differ(sparse_rows(ids, counts, vocab), sparse_rows(t.ids, t.counts, vocab))
 
     def chain_agree(x, t):
         tokens, draws = rows_differ(x.tokens, t.tokens), rows_differ(x.u24, t.u24)
@@ -701,7 +702,7 @@ def out_path(args: argparse.Namespace, label: str) -> Path:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="run the timing part on CPU at V = 4096 (no GPU)")
     parser.add_argument("--repeat", type=int, default=20, help="timed repeats per stage (default 20; 2 in --smoke)")
     parser.add_argument("--no-conformance", action="store_true", help="skip part 1 (the corpus runs)")
