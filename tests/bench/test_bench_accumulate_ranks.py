@@ -61,4 +61,17 @@ def test_a_row_prints_what_its_zygote_decided_and_is_judged_by_the_world_it_stan
     assert out.count("goal 3.0x: met") == 2 and "goal 1.6x" not in out
     BENCH.report({("", "1"): [run(12.0)], ("", "forked"): [run(8.0)]}, phases=True)
     out = capsys.readouterr().out
-    assert "adapter zygote" not in out and "wall 1.50x" in out and "goal 1.6x: NOT met" in out
+    assert "adapter zygote" not in out and "wall 1.50x" in out and "goal 1.6x: NOT met\n" in out
+    assert "at most 1.85x with 1 rank's start-up and end and its own seconds / 2" in out  # 12 / (1 + 11 / 2)
+
+
+def test_a_goal_above_the_start_up_bound_is_said_to_be_out_of_reach(capsys):
+    """1 rank: 8.1 s, 1.2 of them start-up and end (the numbers of 2026-12-04's 2-core runs): shared
+    perfectly, 2 ranks take 1.2 + 6.9 / 2 = 4.65 s, 1.74x; 4 ranks 2.93 s, 2.77x, below 3x."""
+    one = [BENCH.Run(8.1, 6.9, "ab" * 32, 1.0, {}, 8.8, ())]
+    BENCH.report({("", "1"): one, ("", "forked"): [BENCH.Run(5.2, 3.9, "ab" * 32, 1.0, {}, 9.2, ())]}, phases=False)
+    out = capsys.readouterr().out
+    assert "at most 1.74x" in out and "goal 1.6x: NOT met\n" in out  # within reach: the ranks' own cost
+    BENCH.report({("", "1"): one, ("", "proxy4"): [BENCH.Run(3.4, 2.2, "ab" * 32, 1.0, {}, 5.0, ())]}, phases=False)
+    out = capsys.readouterr().out
+    assert "at most 2.77x" in out and "goal 3.0x: NOT met (out of reach: above the bound)" in out
