@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pytest
@@ -21,7 +22,7 @@ from qconform.generators.registry import load_family
 from qconform.harness.adapter import AdapterError
 from qconform.harness.run.accumulate import accumulate, case_vector, load_expected
 from qconform.spec import sampling
-from qconform.spec.philox import KNOWN_ANSWERS, philox4x32
+from qconform.spec.philox import KNOWN_ANSWERS, Words2, Words4, philox4x32
 
 pytestmark = pytest.mark.rules("R06", "R08", "R11", "R22", "R23")
 
@@ -41,6 +42,7 @@ DIFFERENTIAL = {
 def spec_records(family: str, start: int, stop: int) -> np.ndarray:
     """The records of the spec's ``solve`` answers to stream cases ``[start, stop)``."""
     fam, solve = FAMILIES[family], load_family(family).solve
+    assert solve is not None, family
     batch = fam.arrays(start, stop)
     rows = []
     for k in range(stop - start):
@@ -70,9 +72,9 @@ def test_philox_lanes_are_the_spec_philox():
     words = rng.integers(0, 1 << 32, size=(6, 200), dtype=np.uint64)
     lanes = accumulated.philox_lanes(*words)
     for n in range(200):
-        assert tuple(int(w[n]) for w in lanes) == philox4x32(
-            tuple(int(w) for w in words[:4, n]), tuple(int(w) for w in words[4:, n])
-        )
+        counter = cast(Words4, tuple(int(w) for w in words[:4, n]))
+        key = cast(Words2, tuple(int(w) for w in words[4:, n]))
+        assert tuple(int(w[n]) for w in lanes) == philox4x32(counter, key)
 
 
 @pytest.mark.parametrize("family", sorted(DIFFERENTIAL))
@@ -154,8 +156,10 @@ def test_inputs_are_valid_family_inputs():
     """Every stream case is a valid input of its family (the spec answers, never refuses)."""
     for name, fam in FAMILIES.items():
         batch = fam.arrays(10**9, 10**9 + 50)  # any case index, beyond 2^32 too
+        solve = load_family(name).solve
+        assert solve is not None, name
         for k in range(50):
-            assert "error" not in load_family(name).solve(fam.case_input(batch, k)), name
+            assert "error" not in solve(fam.case_input(batch, k)), name
     wide = FAMILIES["rng_abi"].arrays((1 << 32) - 1, (1 << 32) + 1)
     assert wide.fields["seed"][0] != wide.fields["seed"][1]
 

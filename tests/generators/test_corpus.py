@@ -245,7 +245,7 @@ def test_default_vectors_dir_is_the_package_dir_unless_overridden(monkeypatch, t
 def test_registry_is_patched_to_fakes():
     # guards the fixture: every test above runs on the fakes, never on the real families
     assert registry.family_names() == ("fake_alpha", "fake_beta")
-    assert isinstance(registry.load_family("fake_beta").build().__next__().tests[0], Case)
+    assert isinstance(next(iter(registry.load_family("fake_beta").build())).tests[0], Case)
 
 
 def _opt_in_slow(request) -> None:

@@ -33,6 +33,7 @@ def example_problems(text: str, family: str) -> list[str]:
     if len(reply["outputs"]) != len(request["inputs"]):
         return ["the reply has not one output per input"]
     solve = load_family(family).solve
+    assert solve is not None, family
     return [
         f"input {i}: the spec answers otherwise"
         for i, (given, entry) in enumerate(zip(request["inputs"], reply["outputs"]))
