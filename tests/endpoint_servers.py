@@ -73,6 +73,7 @@ def check_committed_round(model: DraftModel, target: TargetModel, record: RoundR
     """A committed round consumed exactly the spec's q rows and tokens, and committed the spec's verdict."""
     chain, verdict = spec_round(model, target, record, support)
     assert record.tokens == chain.tokens, (record.round, record.tokens, chain.tokens)
+    assert record.rows is not None, record.round  # a committed round still holds its rows
     for got, want in zip(record.rows, chain.rows, strict=True):
         assert (None if got.ids is None else got.ids.tolist()) == (None if want.q.ids is None else list(want.q.ids))
         assert got.counts.tolist() == list(want.q.counts)

@@ -14,7 +14,7 @@ import json
 import threading
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from qconform.generators.corpus import assemble_file, default_vectors_dir, generate
 from qconform.generators.encoding import canonical_json
@@ -80,7 +80,8 @@ def case(name: str, case_id: str) -> dict:
     return next(c for c in family_cases(name) if c["id"] == case_id)
 
 
-def adapter_config(families: Sequence[str], name: str = "stub", **profile: object) -> AdapterConfig:
+def adapter_config(families: Sequence[str], name: str = "stub", **profile: Any) -> AdapterConfig:
+    """A config of ``families`` whose precision profile has the fields ``profile`` names (the rest default)."""
     return AdapterConfig(name, Capabilities(tuple(families)), PrecisionProfile(**profile))
 
 

@@ -27,6 +27,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "gpu_check.py"
 
 def load_script():
     spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    assert spec is not None and spec.loader is not None, SCRIPT
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)

@@ -104,7 +104,8 @@ def test_default_expectations_come_from_the_checkout():
     assert checkout_expectations("adapter-without-a-file") is None
     shipped = sorted(p.stem for p in (Path(__file__).parents[2] / "expectations").glob("*.toml"))
     for name in shipped:
-        assert checkout_expectations(name).name == f"{name}.toml"
+        path = checkout_expectations(name)
+        assert path is not None and path.name == f"{name}.toml"
 
 
 def stub(monkeypatch, cases, overrides=None):
