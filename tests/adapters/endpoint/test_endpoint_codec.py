@@ -34,6 +34,7 @@ from qconform.spec.qrow import QRow
 from qconform.spec.wire import checksum
 from qconform.spec.wire.codec import encode_frame, reply_from_row
 from qconform.spec.wire.header import seal
+from qconform.spec.wire.messages import Completion, Reply
 from qconform.spec.wire.negotiation import example_config
 from qconform.spec.wire.receiver import check_frame
 
@@ -247,13 +248,17 @@ def test_endpoint_replies_are_the_spec_replies(row_and_token, index):
     theirs = encode_frame(reply_from_row(DEV.session_id, 1, 3, 9, 4100 + index, token, row, DEV.dense_stride))
     assert ours == theirs
     message, spec_row = check_frame(ours, DEV, DEV)
+    assert isinstance(message, Reply)
     assert spec_row == row and message.token == token
     receiver = Receiver(DEV_FIELDS)
     receiver.negotiated = DEV_FIELDS
     _, our_row = receiver.check(theirs)
+    assert our_row is not None
     assert our_row.counts.tolist() == list(row.counts)
     completion = completion_frame(step, [sealed])
-    assert check_frame(completion, DEV, DEV)[0].reply_bytes == len(ours)
+    spec_completion = check_frame(completion, DEV, DEV)[0]
+    assert isinstance(spec_completion, Completion)
+    assert spec_completion.reply_bytes == len(ours)
 
 
 def test_hello_round_trip_and_negotiation():

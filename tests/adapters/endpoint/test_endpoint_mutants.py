@@ -31,6 +31,7 @@ from qconform.adapters.fault_proxy import COMPLETION, Fault, FaultProxy  # noqa:
 from qconform.generators.corpus import default_vectors_dir  # noqa: E402
 from qconform.harness.judging.judge import judge  # noqa: E402
 from qconform.harness.transport.tcp_adapter import TcpAdapter  # noqa: E402
+from qconform.harness.verdicts import Verdict  # noqa: E402
 
 pytestmark = pytest.mark.rules("R02", "R03", "R16", "R18", "R19", "R28")
 
@@ -77,11 +78,11 @@ def all_cases() -> dict[str, list[dict]]:
 CASES = all_cases()
 
 
-def judged(url: str, cases: list[dict]) -> dict[str, object]:
+def judged(url: str, cases: list[dict]) -> dict[str, Verdict]:
     """case id -> verdict, through the transport adapter."""
     adapter = TcpAdapter(url)
     config = adapter.config()
-    out = {}
+    out: dict[str, Verdict] = {}
     for family in FAMILIES:
         selected = [case for case in cases if case["family"] == family]
         outcomes = adapter.run_batch(family, [case["input"] for case in selected]) if selected else []

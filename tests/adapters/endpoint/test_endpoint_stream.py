@@ -20,6 +20,7 @@ import gc
 import socket
 import struct
 import weakref
+from typing import Awaitable, Callable, TypeVar
 
 import numpy as np
 import pytest
@@ -29,6 +30,8 @@ from qconform.adapters.endpoint.codec import Decoder, Refusal
 from qconform.adapters.endpoint.validation import Validator, scaled_f32
 
 ONE = 0x3F800000
+
+T = TypeVar("T")
 
 
 class AnyLength(Decoder):
@@ -92,7 +95,14 @@ def test_frame_reader_reads_what_a_stream_reader_reads(cut):
         assert ours[-1][0] == stream.BROKEN and b"".join(data for _, data in ours) == payload
 
 
-def serve_and_read(payload: bytes, work) -> object:
+async def present_item(reader: stream.Reader) -> stream.Item:
+    """The next item of a stream the test knows holds one (a clean end, None, fails the test)."""
+    item = await stream.read_item(reader, AnyLength(), None, False)
+    assert item is not None
+    return item
+
+
+def serve_and_read(payload: bytes, work: Callable[[stream.FrameReader], Awaitable[T]]) -> T:
     """Serve ``payload`` on loopback, then run ``work(reader)`` on the endpoint's reader of it."""
 
     async def scenario():
@@ -147,7 +157,7 @@ def test_small_frames_are_bytes():
     frames = [hello_like(size, 1) for size in (4, 400, stream.VIEW_BYTES - layout.V1_HEADER_SIZE - 1)]
 
     async def work(reader):
-        return [(await stream.read_item(reader, AnyLength(), None, False)).data for _ in frames]
+        return [(await present_item(reader)).data for _ in frames]
 
     got = serve_and_read(b"".join(frames), work)
     assert [type(data) for data in got] == [bytes, bytes, bytes] and got == frames
@@ -170,6 +180,7 @@ def test_a_length_over_the_bounds_makes_no_room(decoder):
 
     async def work(reader):
         item = await stream.read_item(reader, decoder(), None, False)
+        assert item is not None
         return item.kind, len(item.data), max(len(chunk) for chunk in reader.chunks)
 
     kind, length, largest = serve_and_read(head + bytes(3_000_000), work)
@@ -184,7 +195,7 @@ def test_a_reader_nobody_reads_stops_at_one_chunk():
     leaves the rest to TCP."""
 
     async def work(reader):
-        assert (await stream.read_item(reader, AnyLength(), None, False)).kind == stream.FRAME
+        assert (await present_item(reader)).kind == stream.FRAME
         for _ in range(200):
             await asyncio.sleep(0.01)
             if reader.paused:

@@ -75,6 +75,7 @@ async def ask_rounds(port: int) -> dict:
     await stream.send(writer, control.json_envelope(control.COMMAND, {"op": "rounds"}))
     item = await asyncio.wait_for(stream.read_item(reader, Decoder(), None), RUN_S)
     writer.close()
+    assert item is not None
     return control.json_body(item.data)
 
 
@@ -188,6 +189,7 @@ def test_a_discarded_round_is_target_only_on_that_slot_alone():
     u32, token = expected_target_only(
         faulted.seed, faulted.generation, faulted.round, faulted.anchor, faulted_run.target_model.weights[0]
     )
+    assert faulted.draw is not None  # a target-only round holds the draw its token came from
     assert (faulted.draw.domain, faulted.draw.position, faulted.draw.draw_counter) == (0x03, faulted.anchor, 1)
     assert (faulted.draw.u32, faulted.draw.token, faulted.token) == (u32, token, token)
     assert faulted.new_committed == faulted.anchor + 1

@@ -59,6 +59,7 @@ async def ask(reader, writer, kind: int, body: bytes) -> dict:
     await stream.send(writer, control.envelope(kind, body))
     while True:
         item = await asyncio.wait_for(stream.read_item(reader, Decoder(), CONFIG), WAIT_S)
+        assert item is not None
         if not (item.kind == stream.FRAME and Decoder().decode(item.data, CONFIG).type == layout.HELLO_ANSWER):
             break
     assert item.kind == stream.ENVELOPE and item.envelope_kind == control.ANSWER
@@ -68,6 +69,7 @@ async def ask(reader, writer, kind: int, body: bytes) -> dict:
 async def hello_answer(reader) -> tuple[int, int, str]:
     """(session ID, status, reason) of the next frame, which must be a HELLO_ANSWER."""
     item = await asyncio.wait_for(stream.read_item(reader, Decoder(), CONFIG), WAIT_S)
+    assert item is not None
     answer = Decoder().decode(item.data, CONFIG)
     assert answer.type == layout.HELLO_ANSWER
     return answer["session_id"], answer["status"], answer["reason"].rstrip(b"\0").decode("ascii")

@@ -55,10 +55,13 @@ def test_rounds_equal_the_spec_draw_for_draw(vocab, policy):
     assert [r.outcome for r in target.records] == ["committed"] * 4
     for before, after in itertools.pairwise(target.records):
         assert after.anchor == before.new_committed and after.previous == before.token
+    accepted = 0
     for record in target.records:
         check_committed_round(model, target_model, record, support)
+        assert record.rows is not None and record.accepted is not None  # a committed round holds both
         assert all((row.ids is None) == (policy == 0) for row in record.rows)
-    assert sum(r.accepted for r in target.records) > 0  # the near target accepts some drafts
+        accepted += record.accepted
+    assert accepted > 0  # the near target accepts some drafts
 
 
 class CountsSpy(Target):
@@ -85,10 +88,12 @@ def test_a_dense_round_is_verified_from_the_counts_its_rows_were_validated_into(
     if policy:
         assert given == [None] * 3  # sparse rows: their dense views, stacked
         return
-    uncopied = [
-        q is not None and q.shape == (layout_depth(target), vocab) and all(row.counts.base is q for row in r.rows)
-        for q, r in zip(given, target.records)
-    ]
+    uncopied = []
+    for q, r in zip(given, target.records):
+        assert r.rows is not None  # 3 rounds: none released yet
+        uncopied.append(
+            q is not None and q.shape == (layout_depth(target), vocab) and all(row.counts.base is q for row in r.rows)
+        )
     assert uncopied == [target_class is CountsSpy] * 3
 
 
@@ -101,6 +106,7 @@ async def raw_link(worker: WorkerEndpoint, answer: bool = True):
     """A bare connection to the worker, its HELLO read and (``answer``) accepted: (reader, writer, session)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", await worker.start())
     item = await stream.read_item(reader, Decoder(), worker.hello)
+    assert item is not None
     hello = Decoder().decode(item.data, None)
     if answer:
         accepted = {"session_id": hello["session_id"], "status": layout.HELLO_ACCEPTED, "reason": bytes(32)}
@@ -108,9 +114,13 @@ async def raw_link(worker: WorkerEndpoint, answer: bool = True):
     return reader, writer, hello["session_id"]
 
 
-async def read_frames(reader, params, count: int) -> list[bytes]:
-    items = [await asyncio.wait_for(stream.read_item(reader, Decoder(), params), RUN_S) for _ in range(count)]
-    return [item.data for item in items]
+async def read_frames(reader, params, count: int) -> list[layout.FrameBytes]:
+    frames = []
+    for _ in range(count):
+        item = await asyncio.wait_for(stream.read_item(reader, Decoder(), params), RUN_S)
+        assert item is not None
+        frames.append(item.data)
+    return frames
 
 
 def test_retried_step_gets_identical_frames_and_a_bad_step_fails():
@@ -167,6 +177,7 @@ def test_worker_control_configure_model_and_trace():
         async def ask(obj):
             await stream.send(writer, control.json_envelope(control.COMMAND, obj))
             item = await stream.read_item(reader, Decoder(), None)
+            assert item is not None
             return control.json_body(item.data)
 
         model = DraftModel.random(24, seed=5)

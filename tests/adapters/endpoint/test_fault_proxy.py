@@ -41,6 +41,7 @@ from qconform.adapters.fault_proxy import (  # noqa: E402
 from qconform.spec.proposal import SupportPolicy  # noqa: E402
 from qconform.spec.qrow import QRow  # noqa: E402
 from qconform.spec.wire.codec import decode_frame, encode_frame, reply_from_row  # noqa: E402
+from qconform.spec.wire.messages import Reply  # noqa: E402
 from qconform.spec.wire.negotiation import example_config  # noqa: E402
 
 pytestmark = pytest.mark.rules("R16", "R19", "R24", "R25", "R28")
@@ -123,6 +124,7 @@ def test_fault_discards_the_whole_proposal(kind):
     # 1. no partial commit: nothing of the proposal is committed, only the one target-only token (R25)
     assert (faulted.outcome, faulted.reason, faulted.accepted, faulted.tokens) == ("target-only", reason, None, [])
     assert FAULTED_ROUND not in [entry["round"] for entry in consumed(target)]
+    assert faulted.draw is not None  # a target-only round holds the draw its token came from
     assert faulted.token == faulted.draw.token and target.records[FAULTED_ROUND].anchor == faulted.anchor + 1
     # 2. no stale q consumed: only whole, validated rounds of a live generation, each the spec's
     check_recovered_and_exact(target, model, target_model, SupportPolicy.dense())
@@ -167,6 +169,7 @@ def test_redrawn_copy_is_a_valid_frame_with_another_token():
     row = QRow.sparse(16, (2, 5, 9), (1 << 23, 1 << 22, 1 << 22))
     frame = encode_frame(reply_from_row(config.session_id, 0, 1, 1, 7, 5, row, 16))
     copy = decode_frame(redrawn(frame), config)
+    assert isinstance(copy, Reply)
     assert copy.token == 2 and copy.ids == (2, 5, 9)
 
 
@@ -241,16 +244,17 @@ def test_a_mix_faults_only_rounds_stepped_after_the_last_fault_resolved():
     from qconform.adapters.endpoint import layout
     from qconform.adapters.fault_proxy import Link
 
-    proxy = FaultProxy(
-        "127.0.0.1", 1, mix=ScriptedMix({(0, 1): ("corrupt", 0), (1, 2): ("duplicate", 0), (1, 3): ("duplicate", 0)})
-    )
+    mix = ScriptedMix({(0, 1): ("corrupt", 0), (1, 2): ("duplicate", 0), (1, 3): ("duplicate", 0)})
+    proxy = FaultProxy("127.0.0.1", 1, mix=mix)
     link = Link(client=None)  # type: ignore[arg-type]  # nothing is held, nothing written
     step = functools.partial(frame_of, layout.STEP, generation=1)
     reply = functools.partial(frame_of, layout.REPLY, generation=1)
     proxy.seen_upstream(step(slot=0, round=1), link)
-    assert proxy.take_fault(reply(slot=0, round=1), link).kind == "corrupt"
+    fault = proxy.take_fault(reply(slot=0, round=1), link)
+    assert fault is not None and fault.kind == "corrupt"
     proxy.seen_upstream(step(slot=1, round=2), link)  # sent before the target read the corrupt frame, maybe
     proxy.seen_upstream(frame_of(layout.RESET, slot=0, generation=2), link)  # the corrupt fault resolved
-    assert proxy.take_fault(reply(slot=1, round=2), link) is None and proxy.mix.skipped == 1
+    assert proxy.take_fault(reply(slot=1, round=2), link) is None and mix.skipped == 1
     proxy.seen_upstream(step(slot=1, round=3), link)
-    assert proxy.take_fault(reply(slot=1, round=3), link).kind == "duplicate"
+    fault = proxy.take_fault(reply(slot=1, round=3), link)
+    assert fault is not None and fault.kind == "duplicate"

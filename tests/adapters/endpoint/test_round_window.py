@@ -32,6 +32,7 @@ async def ask(port: int, request: dict) -> dict:
     await stream.send(writer, control.json_envelope(control.COMMAND, request))
     item = await asyncio.wait_for(stream.read_item(reader, Decoder(), None), RUN_S)
     writer.close()
+    assert item is not None
     return control.json_body(item.data)
 
 

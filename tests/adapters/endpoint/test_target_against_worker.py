@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from typing import Callable
+from typing import Callable, TypeVar
 
 import pytest
 
@@ -46,6 +46,8 @@ pytestmark = pytest.mark.rules("R01", "R12", "R13", "R24", "R25")
 VOCAB = 32
 #: what the fake worker does with a STEP on connection n: the frames to send, or None to close the connection
 Respond = Callable[[Step, int], "list[bytes] | None"]
+#: a message class the fake worker's record is filtered by
+MessageT = TypeVar("MessageT")
 
 
 def failed(step_message: Step) -> list[bytes]:
@@ -99,7 +101,7 @@ class FakeWorker:
         self.server.close()
         await self.server.wait_closed()
 
-    def of_type(self, cls: type) -> list[tuple[int, object]]:
+    def of_type(self, cls: type[MessageT]) -> list[tuple[int, MessageT]]:
         return [(n, m) for n, m in self.received if isinstance(m, cls)]
 
 

@@ -120,7 +120,7 @@ def test_the_url_is_an_adapter_name_everywhere(verifier_url):
     with open_adapter(verifier_url, timeout_s=60) as client:
         assert client.config.name == verifier_url
         outcomes = client.run_batch("wire_sessions", [family_cases("wire_sessions")[0]["input"]])
-        assert "verdicts" in outcomes[0]
+        assert isinstance(outcomes[0], dict) and "verdicts" in outcomes[0], outcomes[0]
 
 
 def test_an_endpoint_that_is_not_there_cannot_start():

@@ -30,7 +30,9 @@ class WorkerConnection:
 
     def __init__(self, port: int) -> None:
         self.link = EndpointLink("127.0.0.1", port)
-        self.hello: Hello = decode_frame(self.link.read_frame(), None)
+        hello = decode_frame(self.link.read_frame(), None)
+        assert isinstance(hello, Hello), hello  # a worker speaks first, with its HELLO
+        self.hello = hello
         self.session = self.hello.session_id
 
     def send(self, *messages) -> None:
