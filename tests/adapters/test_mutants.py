@@ -27,10 +27,11 @@ from click.testing import CliRunner  # noqa: E402
 
 from qconform.adapters import torch_mutants  # noqa: E402
 from qconform.adapters.catalog import BUILTIN_ADAPTERS, TORCH_MUTANTS, load_adapter  # noqa: E402
-from qconform.adapters.torch_mutants import ADAPTERS_PACKAGE, MUTANTS, adapter_modules  # noqa: E402
+from qconform.adapters.torch_mutants import ADAPTERS_PACKAGE, MUTANTS, MutantTorchAdapter, adapter_modules  # noqa: E402
 from qconform.cli import mutants as mutants_command  # noqa: E402
 from qconform.cli.mutants import MutantJob, family_cases, run_jobs, run_mutant, select_jobs  # noqa: E402
 from qconform.generators.corpus import default_vectors_dir  # noqa: E402
+from qconform.harness.adapter import Adapter  # noqa: E402
 from qconform.harness.run.case_runner import CaseRunner, open_client  # noqa: E402
 from qconform.harness.verdicts import VerdictClass  # noqa: E402
 
@@ -118,16 +119,24 @@ def test_a_module_binding_is_found_in_every_importer():
     assert proposal.sample_counts is sampling.sample_counts is original
 
 
+def proposal_of(adapter: Adapter, case: dict) -> list[dict]:
+    """The ``proposal`` of ``adapter``'s answer to the rng_abi ``case``."""
+    outcome = adapter.run_batch("rng_abi", [case["input"]])[0]
+    assert isinstance(outcome, dict), outcome
+    return outcome["proposal"]
+
+
 def test_mutant_adapter_applies_its_bug_when_constructed():
     """In the host process, constructing ``torch-mutant:<name>`` applies the patch (undone here)."""
     case = next(c for c in family_cases(str(VECTORS), "rng_abi") if "proposal" in c["expected"])
     adapter = load_adapter("torch-mutant:u24-low-bits")
+    assert isinstance(adapter, MutantTorchAdapter), adapter
     try:
         assert adapter.name == "torch-mutant:u24-low-bits"
-        buggy = adapter.run_batch("rng_abi", [case["input"]])[0]["proposal"]
+        buggy = proposal_of(adapter, case)
     finally:
         adapter.undo()
-    plain = load_adapter("torch").run_batch("rng_abi", [case["input"]])[0]["proposal"]
+    plain = proposal_of(load_adapter("torch"), case)
     assert [d["value"] for d in plain] == [d["value"] for d in case["expected"]["proposal"]]
     tops = [d["value"] for d in plain]  # bits 8..31 of each word 0; the mutant's are bits 0..23
     assert [d["value"] for d in buggy] != tops
@@ -142,6 +151,7 @@ def test_fast_subset_is_killed_by_its_documented_case(name):
     family, first_case = FAST_KILLS[name]
     result = run_mutant(MutantJob(name, f"torch-mutant:{name}", (family,), str(VECTORS)))
     assert result.killed and not result.error_only, result
+    assert result.first_kill is not None  # killed: some case failed
     assert result.first_kill.cls is VerdictClass.FAIL
     assert result.first_kill.case_id.startswith(first_case), result.first_kill.line()
 
@@ -222,6 +232,7 @@ def test_plain_torch_still_passes_after_a_mutant_ran():
     family = "categorical_sampling"
     killed = run_mutant(MutantJob("cumulative-ge", "torch-mutant:cumulative-ge", (family,), str(VECTORS)))
     assert killed.fails > 0 and not killed.errors
+    assert killed.first_kill is not None  # some case failed
     assert killed.first_kill.case_id.startswith("categorical_sampling/boundaries/")
     runner = CaseRunner(lambda: open_client("torch", "cpu", None))
     try:

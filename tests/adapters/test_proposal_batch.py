@@ -51,7 +51,7 @@ def test_the_comparator_judges_each_request_as_its_own_chain():
     wrong = copy.deepcopy(c["expected"])
     wrong["requests"][2]["draws"][1]["u24"] ^= 1
     verdict = judge(c, wrong, config)
-    assert verdict.cls is FAIL and verdict.diff.path.startswith("requests[2].draws[1]")
+    assert verdict.cls is FAIL and verdict.diff is not None and verdict.diff.path.startswith("requests[2].draws[1]")
     swapped = copy.deepcopy(c["expected"])
     swapped["requests"][1], swapped["requests"][3] = swapped["requests"][3], swapped["requests"][1]
     assert judge(c, swapped, config).cls is FAIL

@@ -26,6 +26,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sdk" / "numpy_engi
 
 def load_example():
     spec = importlib.util.spec_from_file_location("numpy_engine", EXAMPLE)
+    assert spec is not None and spec.loader is not None, EXAMPLE
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -55,6 +56,7 @@ def test_the_example_engine_passes_its_families_through_the_shim():
     try:
         sampling = runner.run(cases("categorical_sampling"))
         rng = runner.run(cases("rng_abi"))
+        assert runner.config is not None
         assert runner.config.name == "numpy-engine"
         assert sorted(runner.config.capabilities.families) == ["categorical_sampling", "rng_abi"]
     finally:

@@ -146,7 +146,9 @@ def random_case(rng: random.Random, batch: int, depth: int, vocab: int):
             row = [float(np.float32(rng.random() ** 3)) if rng.random() < 0.8 else 0.0 for _ in range(vocab)]
             row[rng.randrange(vocab)] = 0.5
             rows.append(row)
-        q.append(q_req), drafts.append(d_req), p.append(rows)
+        q.append(q_req)
+        drafts.append(d_req)
+        p.append(rows)
     return seeds, gens, rounds, anchors, drafts, q, p
 
 
@@ -542,8 +544,10 @@ def test_proposal_chain_matches_reference(device, top_k):
         assert prop.tokens[b].tolist() == tokens
         for i, (support, counts) in enumerate(rows):
             if top_k is None:
+                assert prop.counts is not None
                 assert prop.counts[b, i].tolist() == counts
             else:
+                assert prop.sparse is not None
                 assert prop.sparse.ids[b, i].tolist() == support
                 assert prop.sparse.counts[b, i].tolist() == counts
             position = anchors[b] + i

@@ -162,7 +162,8 @@ def test_a_dead_or_hung_rank_is_an_adapter_error_not_a_hang(tp2):
     case = next(case for case in corpus("sharding") if case["result"] == "valid" and shards_of(case) == 2)
     try:
         for how, within in ((signal.SIGKILL, 2.5), (signal.SIGSTOP, 20.0)):
-            assert "shards" in group.run("sharding", [case["input"]])[0]  # (re)started, healthy
+            outcome = group.run("sharding", [case["input"]])[0]
+            assert isinstance(outcome, dict) and "shards" in outcome, outcome  # (re)started, healthy
             dist.broadcast_object_list([("run", "sharding", [case["input"]], None)], src=0)
             os.kill(group.workers[0].pid, how)
             began = time.monotonic()

@@ -16,8 +16,13 @@ import subprocess
 import sys
 from collections import Counter
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:  # the modules themselves are imported below, each skipping the file when absent
+    from numpy.typing import NDArray
+    from torch import Tensor
 
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
@@ -84,10 +89,11 @@ def top_k_ref(weights: list[float], k: int) -> list[int]:
     return sorted(sorted(range(len(weights)), key=lambda v: (-weights[v], v))[:k])
 
 
-def f32_weights_ref(logits, temperature, left=None, right=None, prev=None) -> np.ndarray:
+def f32_weights_ref(logits, temperature, left=None, right=None, prev=None) -> NDArray:
     """FP32 weights in the design's order with numpy FP32 scalars (exp in FP64, rounded once)."""
     z = np.asarray(logits, dtype=np.float32)
     if left is not None:
+        assert right is not None  # the factors come as a pair
         bias = np.zeros_like(z)
         for j in range(left.shape[1]):
             bias = (bias + (np.float32(left[prev, j]) * right[j]).astype(np.float32)).astype(np.float32)
@@ -126,7 +132,7 @@ def verify_ref(ident: xc.Identity, drafts, q_dense, p_weights, stops=(), budget=
     return j, emitted + [token], draws, margin
 
 
-def on_device(values, dtype) -> torch.Tensor:
+def on_device(values, dtype) -> Tensor:
     return torch.as_tensor(np.asarray(values), dtype=dtype).to(DEVICE)
 
 
@@ -391,12 +397,10 @@ def test_sparse_lookup_by_global_id_answers_every_token():
         ids = sorted(rng.sample(range(vocab), size))
         rows.append((ids, [rng.randrange(1, 100) for _ in ids]))
     dense = [rng.randrange(0, 9) for _ in range(vocab)]
-    q = xc.QRows.build(
-        vocab,
-        [(on_device(i, torch.int64), on_device(c, torch.int64)) for i, c in rows]
-        + [(None, on_device(dense, torch.int64))],
-        DEVICE,
-    )
+    q_rows: list[tuple[Tensor | None, Tensor]] = [
+        (on_device(i, torch.int64), on_device(c, torch.int64)) for i, c in rows
+    ]
+    q = xc.QRows.build(vocab, q_rows + [(None, on_device(dense, torch.int64))], DEVICE)
     queries = [(r, v) for r in range(len(rows) + 1) for v in [-1, *range(vocab), vocab]]
     counts, flags = xc.lookup_counts(
         q, on_device([r for r, _ in queries], torch.int64), on_device([v for _, v in queries], torch.int64)
@@ -583,7 +587,9 @@ def test_the_adapter_passes_the_corpus_through_the_harness():
     runner = CaseRunner(lambda: open_client("triton", DEVICE, 300.0), Expectations.load(path) if path else None)
     verdicts, seen = [], Counter()
     try:
-        families = runner.client().config.capabilities.families
+        client = runner.client()
+        assert client is not None, runner.start_failure
+        families = client.config.capabilities.families
         for family in families:
             cases = []
             for c in iter_cases(default_vectors_dir(), [family]):
