@@ -167,6 +167,7 @@ def test_a_json_only_shim_is_never_sent_binary_payloads():
 
 def test_close_ends_the_child_and_is_idempotent():
     client = open_adapter("noop")
+    assert client._child is not None
     pid = client._child.proc.pid
     client.close()
     client.close()

@@ -46,6 +46,13 @@ def verdicts(report: Path) -> dict[str, dict]:
     return {case["id"]: case for case in json.loads(report.read_text())["cases"]}
 
 
+def printed_hash(output: str) -> str:
+    """The engine hash that accumulate printed on its ``hash`` line."""
+    found = re.search(r"^hash\s+([0-9a-f]{64})", output, re.M)
+    assert found is not None, output
+    return found.group(1)
+
+
 def single_rank(tmp_path: Path) -> tuple[str, dict]:
     runner = CliRunner()
     acc = runner.invoke(cli, ["accumulate", *ACCUMULATE])
@@ -68,7 +75,7 @@ def single_rank(tmp_path: Path) -> tuple[str, dict]:
         ],
     )
     assert stat.exit_code == 0, stat.output
-    return re.search(r"^hash\s+([0-9a-f]{64})", acc.output, re.M).group(1), verdicts(report)
+    return printed_hash(acc.output), verdicts(report)
 
 
 def multi_rank(tmp_path: Path, world: int) -> tuple[str, dict]:
@@ -90,7 +97,7 @@ def multi_rank(tmp_path: Path, world: int) -> tuple[str, dict]:
     )
     assert "exit codes [0, 0]" in done.stdout, done.stdout + done.stderr
     assert f"{world} rank(s)" in done.stdout
-    return re.search(r"^hash\s+([0-9a-f]{64})", done.stdout, re.M).group(1), verdicts(report)
+    return printed_hash(done.stdout), verdicts(report)
 
 
 def test_world_sizes_1_2_4_agree(tmp_path):

@@ -21,10 +21,11 @@ from qconform.harness.verdicts import VerdictClass
 pytestmark = pytest.mark.rules("R11", "R23", "R33")
 
 PARTIAL = Capabilities(families=("verification_round",), injected_domains=(("verification_round", ("ACCEPT",)),))
+EXACT = PrecisionProfile()
 
 
-def config(capabilities: Capabilities = PARTIAL, **profile: str) -> AdapterConfig:
-    return AdapterConfig("partial-stub", capabilities, PrecisionProfile(**profile))
+def config(capabilities: Capabilities = PARTIAL, profile: PrecisionProfile = EXACT) -> AdapterConfig:
+    return AdapterConfig("partial-stub", capabilities, profile)
 
 
 def own_answer(case: dict) -> dict:
@@ -96,7 +97,10 @@ def test_a_flipped_acceptance_is_precision_only_within_the_declared_ratio_margin
     bonus = next(v for v, p in enumerate(spec_request["p_rows"]["probabilities"][1]) if p != "0")
     request["emitted"][-1] = bonus
     assert judge(boundary, answer, config()).cls is VerdictClass.FAIL
-    assert judge(boundary, answer, config(ratio_margin="1/1048576")).cls is VerdictClass.PRECISION
+    assert (
+        judge(boundary, answer, config(profile=PrecisionProfile(ratio_margin="1/1048576"))).cls
+        is VerdictClass.PRECISION
+    )
 
 
 def test_full_injection_is_unchanged_without_the_declaration():

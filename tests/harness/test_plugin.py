@@ -13,7 +13,7 @@ from qconform.harness.adapter import AdapterError, Unimplemented
 from qconform.harness.run import plugin
 from qconform.harness.run.case_runner import CHUNK
 from qconform.harness.run.plugin import PLUGIN_ARGS
-from qconform.harness.transport.arena import case_blobs
+from qconform.harness.transport.arena import BlobArena, case_blobs
 
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.rules()
@@ -29,7 +29,7 @@ def corpus(tmp_path_factory):
     return root, corpus_cases(root)
 
 
-def run(pytester, monkeypatch, corpus, adapter, *args):
+def run(pytester, monkeypatch, corpus, adapter, *args) -> tuple[pytest.RunResult, dict]:
     monkeypatch.setattr(plugin, "open_client", adapter.open)
     out = pytester.path / "run.json"
     result = pytester.runpytest_inprocess(
@@ -40,8 +40,8 @@ def run(pytester, monkeypatch, corpus, adapter, *args):
         f"--junitxml={pytester.path / 'run.xml'}",
         *args,
     )
-    report = json.loads(out.read_text()) if out.exists() else None
-    return result, report
+    assert out.exists(), f"no --qconform-json report; pytest said:\n{result.stdout.str()}"
+    return result, json.loads(out.read_text())
 
 
 def by_class(report):
@@ -66,7 +66,7 @@ def test_a_perfect_adapter_passes_every_case_in_chunked_batches(pytester, monkey
     (client,) = adapter.clients
     assert client.closed
     (arena,) = adapter.arenas  # the collected cases' blobs, decoded once, offered to the adapter
-    assert arena is not None and len(arena.index) == len(set(case_blobs(corpus[1])))
+    assert isinstance(arena, BlobArena) and len(arena.index) == len(set(case_blobs(corpus[1])))
     assert all(n <= CHUNK for _, n in client.batches)
     for family in FAMILIES:  # each family's cases went in as few batches as the chunk size allows
         count = sum(1 for c in corpus[1] if c["family"] == family)
@@ -98,8 +98,8 @@ def test_verdicts_map_onto_pytest_outcomes_and_fail_the_run(pytester, monkeypatc
     assert "segfault in kernel" in text and f"FAIL {wrong['id']}" in text
     suites = ET.parse(pytester.path / "run.xml").getroot()
     suite = suites if suites.tag == "testsuite" else suites[0]
-    assert int(suite.get("failures")) == 2
-    assert int(suite.get("skipped")) == sum(1 for c in corpus[1] if c["family"] == "rng_abi")
+    assert int(suite.attrib["failures"]) == 2
+    assert int(suite.attrib["skipped"]) == sum(1 for c in corpus[1] if c["family"] == "rng_abi")
 
 
 def test_expectations_xfail_xpass_disabled_and_stale(pytester, monkeypatch, corpus):

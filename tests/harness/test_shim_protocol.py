@@ -257,24 +257,30 @@ def test_outputs_are_checked_against_the_family_schema(toy_registry):
     def check(output: dict) -> str | None:
         return check_output("toy", output, strict_schema=True)
 
+    def problem(output: dict) -> str:
+        found = check(output)
+        assert found is not None, f"{output!r} passed the check"
+        return found
+
     assert check({"tokens": [0, 3]}) is None
     assert check({"error": "ANY_CODE"}) is None  # a refusal is well-formed
     assert check({"tokens": [-1]}) == (
         "output['tokens'][0] does not match the toy output format: -1 is less than the minimum of 0"
     )
-    assert "'extra' was unexpected" in check({"tokens": [], "extra": 1})
-    assert check({"error": ""}).startswith("output['error'] does not match")
+    assert "'extra' was unexpected" in problem({"tokens": [], "extra": 1})
+    assert problem({"error": ""}).startswith("output['error'] does not match")
     for not_a_refusal in ({"error": 5}, {"error": "CODE", "detail": "x"}, {"error": None}):
         assert check(not_a_refusal) is not None, not_a_refusal
     blob = {**encode_blob("u32", [5]), "shape": [2]}
-    assert check({"tokens": [], "counts": blob}).startswith("blob at output.counts holds 4 bytes")
+    assert problem({"tokens": [], "counts": blob}).startswith("blob at output.counts holds 4 bytes")
     assert check_output("not_registered", {"anything": [1]}, strict_schema=True) is None  # only encoding checks
 
 
 def test_the_structure_only_path_checks_encodings_and_leaves_the_structure_to_the_comparator(toy_registry):
     assert check_output("toy", {"tokens": [-1], "extra": 1}) is None  # the comparator's to find
     blob = {**encode_blob("u32", [5]), "shape": [2]}
-    assert check_output("toy", {"tokens": [], "counts": blob}).startswith("blob at output.counts holds 4 bytes")
+    unchecked_length = check_output("toy", {"tokens": [], "counts": blob})
+    assert unchecked_length is not None and unchecked_length.startswith("blob at output.counts holds 4 bytes")
     assert check_output("toy", {"tokens": [NonFinite("NaN")]}) == "output.tokens[0] is NaN, which JSON does not allow"
 
 

@@ -38,7 +38,7 @@ from qconform.harness.transport.host import Host
 from qconform.harness.transport.shim_protocol import check_sample_output, encode_message
 from qconform.spec.constants import M
 from qconform.spec.distribution import round_law, total_variation
-from qconform.spec.outcome_law import request_outcome_law
+from qconform.spec.outcome_law import RoundOutcome, request_outcome_law
 from qconform.spec.qrow import QRow
 from qconform.spec.rng_abi import RngIdentity
 from qconform.spec.verification import RoundInput
@@ -90,7 +90,9 @@ def test_the_noise_reuse_mutant_fails_where_the_correction_law_changes(cases):
     # a one-token residual or a draw that is always rejected in full leaves the law unchanged
     assert verdicts == {**{c.id: PASS for c in cases}, CASES[0]: FAIL, CASES[4]: FAIL, CASES[6]: FAIL}
     failed = next(r for r in run.results if r.id == CASES[0])
-    assert failed.adjusted_p <= 1e-3 and "differs from the exact law" in failed.message
+    assert (
+        failed.adjusted_p is not None and failed.adjusted_p <= 1e-3 and "differs from the exact law" in failed.message
+    )
 
 
 def test_the_one_percent_residual_tilt_fails(cases):
@@ -230,7 +232,7 @@ def test_the_tilt_moves_one_percent(weights):
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(1, 50), min_size=1, max_size=30), st.integers(1, 2000))
 def test_merged_bins_partition_the_law_with_expected_counts_of_five(weights, samples):
-    law = {(0, (v,)): Fraction(w, sum(weights)) for v, w in enumerate(weights)}
+    law: dict[RoundOutcome, Fraction] = {(0, (v,)): Fraction(w, sum(weights)) for v, w in enumerate(weights)}
     bins = merge_bins(law, samples)
     pooled = [o for b in bins for o in b.outcomes]
     assert sorted(pooled) == sorted(law) and len(pooled) == len(set(pooled))
@@ -245,20 +247,21 @@ def test_merged_bins_partition_the_law_with_expected_counts_of_five(weights, sam
 
 
 def test_merging_pools_the_rarest_outcomes_first():
+    a, b, c, d, e = ((0, (token,)) for token in range(5))  # five outcomes in ascending order
     law = {
-        "a": Fraction(90, 100),
-        "b": Fraction(6, 100),
-        "c": Fraction(2, 100),
-        "d": Fraction(1, 100),
-        "e": Fraction(1, 100),
+        a: Fraction(90, 100),
+        b: Fraction(6, 100),
+        c: Fraction(2, 100),
+        d: Fraction(1, 100),
+        e: Fraction(1, 100),
     }
     assert merge_bins(law, 200) == [
-        Bin(("a",), Fraction(9, 10)),
-        Bin(("b",), Fraction(6, 100)),
-        Bin(("d", "e", "c"), Fraction(4, 100)),
+        Bin((a,), Fraction(9, 10)),
+        Bin((b,), Fraction(6, 100)),
+        Bin((d, e, c), Fraction(4, 100)),
     ]
     # too few rare outcomes to fill a pool: they join the least likely frequent one
-    assert merge_bins(law, 100) == [Bin(("a",), Fraction(9, 10)), Bin(("b", "d", "e", "c"), Fraction(1, 10))]
+    assert merge_bins(law, 100) == [Bin((a,), Fraction(9, 10)), Bin((b, d, e, c), Fraction(1, 10))]
     assert merge_bins(law, 1000) == [Bin((o,), p) for o, p in law.items()]
 
 
@@ -393,23 +396,29 @@ def test_the_host_answers_sample_requests():
     assert replies[3]["outputs"][0]["status"] == "error" and "unlucky seed" in replies[3]["outputs"][0]["message"]
 
 
+def problem_with(family: str, output: dict, samples: int) -> str:
+    """check_sample_output() where the test expects a problem: None fails the test here."""
+    problem = check_sample_output(family, output, samples)
+    assert problem is not None, f"{output!r} passed the check"
+    return problem
+
+
 def test_sample_outputs_are_checked():
     good = {"requests": [{"outcomes": [{"accepted": 0, "emitted": [3], "count": 4}]}]}
     assert check_sample_output("verification_round", good, 4) is None
     assert check_sample_output("verification_round", {"error": "BAD_SHAPE"}, 4) is None
-    assert "counts 4 rounds, not the 5" in check_sample_output("verification_round", good, 5)
-    assert "exactly the keys" in check_sample_output("distribution", {"outcomes": [{"emitted": [3], "n": 4}]}, 4)
-    assert "nonnegative integer" in check_sample_output(
-        "distribution", {"outcomes": [{"emitted": [-1], "count": 4}]}, 4
-    )
-    assert "must be positive" in check_sample_output("distribution", {"outcomes": [{"emitted": [], "count": 0}]}, 0)
+    assert "counts 4 rounds, not the 5" in problem_with("verification_round", good, 5)
+    assert "exactly the keys" in problem_with("distribution", {"outcomes": [{"emitted": [3], "n": 4}]}, 4)
+    assert "nonnegative integer" in problem_with("distribution", {"outcomes": [{"emitted": [-1], "count": 4}]}, 4)
+    assert "must be positive" in problem_with("distribution", {"outcomes": [{"emitted": [], "count": 0}]}, 0)
 
 
 def test_in_process_sampling_checks_and_declares_like_the_client():
     sampler = InProcess(Histograms())
     assert isinstance(sampler.sample_batch("verification_round", [{}], 3, 0)[0], Unimplemented)
     assert sampler.sample_batch("distribution", [{}], 3, 0) == [{"outcomes": [{"emitted": [1], "count": 3}]}]
-    assert "unlucky seed" in sampler.sample_batch("distribution", [{}], 3, 13)[0].message
+    unlucky = sampler.sample_batch("distribution", [{}], 3, 13)[0]
+    assert isinstance(unlucky, AdapterError) and "unlucky seed" in unlucky.message
     broken = Histograms()
     broken.sample_batch = lambda family, inputs, samples, seed: [{"outcomes": [{"emitted": [1], "count": 1}]}]
     assert isinstance(InProcess(broken).sample_batch("distribution", [{}], 3, 0)[0], AdapterError)

@@ -243,8 +243,10 @@ def test_fast_paths_refuse_as_the_plain_path(bits):
 @given(f32_rows)
 @settings(max_examples=150, deadline=None)
 def test_certified_path_is_the_plain_path(bits):
+    assert numpy is not None  # needs_numpy
     assert allocate_dense_f32_certified(bits) == plain(bits)
-    assert allocate_dense_f32_certified(numpy.array(bits, dtype=numpy.uint32)) == plain(bits)
+    array = numpy.array(bits, dtype=numpy.uint32)
+    assert allocate_dense_f32_certified(array) == plain(bits)  # pyright: ignore[reportArgumentType]  # documented to take a NumPy array, annotated Sequence[int]
 
 
 @needs_numpy
@@ -263,6 +265,7 @@ def test_certified_path_on_large_rows_with_many_ties(levels, size, seed):
 def test_certified_quotas_floors_and_fractional_parts_are_within_their_bounds(bits):
     """Steps 1-3 against Fractions: the exact total, quotas within 2^-51 Q_hat and 2^-27,
     exact floors, and fractional parts within 2^-27."""
+    assert numpy is not None  # needs_numpy
     weights = weights_from_f32(bits)
     total = sum(weights)
     row = numpy.array(bits, dtype=numpy.uint32) & numpy.uint32(0x7FFFFFFF)

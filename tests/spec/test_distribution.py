@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from qconform.generators.families.distribution import FAMILY, decode_law_input
 from qconform.spec.constants import M
 from qconform.spec.distribution import (
+    Prefix,
     first_token_deviation_bound,
     first_token_law,
     first_token_law_real_uniform,
@@ -117,7 +118,7 @@ def test_depth2_second_token_follows_p_of_the_first(case):
 
 def test_poor_q_with_zeros_where_p_is_positive():
     q = {(): QRow.dense([0, 0, 0, M])}
-    p = {(): [Fraction(1, 3), Fraction(1, 3), Fraction(1, 3), Fraction(0)]}
+    p: dict[Prefix, list[Fraction]] = {(): [Fraction(1, 3), Fraction(1, 3), Fraction(1, 3), Fraction(0)]}
     p.update({(v,): [Fraction(1, 4)] * 4 for v in range(4)})
     assert first_token_law_real_uniform(4, 1, q, p) == p[()]
     law = round_law(4, 1, q, p)
@@ -128,8 +129,8 @@ def test_poor_q_with_zeros_where_p_is_positive():
 
 def test_q_equal_to_dyadic_p_has_no_deviation():
     q = {(): QRow.dense([M // 2, M // 4, M // 4])}
-    p = {(): [Fraction(1, 2), Fraction(1, 4), Fraction(1, 4)]}
-    p.update({(v,): [Fraction(1, 2), Fraction(1, 2), 0] for v in range(3)})
+    p: dict[Prefix, list[Fraction]] = {(): [Fraction(1, 2), Fraction(1, 4), Fraction(1, 4)]}
+    p.update({(v,): [Fraction(1, 2), Fraction(1, 2), Fraction(0)] for v in range(3)})
     assert quantization_deviation(3, 1, q, p).tv == 0
     assert first_token_deviation_bound(p[()], q[()]) == 0
     assert round_law(3, 1, q, p) == round_law_real_uniform(3, 1, q, p)
@@ -172,6 +173,7 @@ def test_law_matches_sampled_rounds_of_the_verifier():
 
 @pytest.mark.rules("R01", "R08", "R09", "R11")
 def test_distribution_vectors():
+    assert FAMILY.solve is not None
     for group in FAMILY.build():
         for case in group.tests:
             expected = case.expected

@@ -134,6 +134,7 @@ except ImportError:  # numpy is optional (the bench / torch extras)
 @settings(max_examples=400, deadline=None)
 def test_f32_ops_match_numpy_float32(a, b):
     np = numpy
+    assert np is not None  # the skipif above
     x = np.array([a], dtype=np.uint32).view(np.float32)
     y = np.array([b], dtype=np.uint32).view(np.float32)
     with np.errstate(all="ignore"):
@@ -153,6 +154,7 @@ def test_f32_ops_are_the_rounded_exact_result(a, b):
     """Independent of numpy: finite results equal RN(exact), checked by Fractions."""
     x, y = decode_f32(a), decode_f32(b)
     assume(not isinstance(x, Special) and not isinstance(y, Special))
+    assert isinstance(x, Fraction) and isinstance(y, Fraction)
     assert decode_f32(f32_add(a, b)) == decode_f32(round_to_f32(x + y)) or (x + y == 0)
     assert decode_f32(f32_sub(a, b)) == decode_f32(round_to_f32(x - y)) or (x - y == 0)
     assert decode_f32(f32_mul(a, b)) == decode_f32(round_to_f32(x * y)) or (x * y == 0)
@@ -179,6 +181,7 @@ def test_f32_exp_agrees_with_libm_when_margin_is_large(d):
     if d == 0:
         assert rounded.bits == F32_ONE and rounded.margin_ulp is None
         return
+    assert rounded.margin_ulp is not None
     assert 0 <= rounded.margin_ulp < Fraction(1, 2)
     assert rounded.margin_ulp.denominator <= EXP_MARGIN_DENOMINATOR
     # float64 exp errs by < 1 FP64 ulp, far below 2^-20 FP32 ulps.
@@ -194,6 +197,7 @@ def test_f32_exp_margin_is_the_floored_distance():
     with mpmath.workdps(200):
         exact = Fraction(mpmath.exp(-1).man) * Fraction(2) ** int(mpmath.exp(-1).exp)
         w = decode_f32(rounded.bits)
+        assert isinstance(w, Fraction)
         ulp = Fraction(1, 2**25)  # w is in [0.25, 0.5)
         distance = min(exact - (w - ulp / 2), (w + ulp / 2) - exact) / ulp
         assert abs(w - exact) <= ulp / 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import struct
+from fractions import Fraction
 from itertools import accumulate
 
 import pytest
@@ -64,6 +65,7 @@ def test_chain_draws_are_keyed_and_sampled_as_the_abi_says(seed, vocab, rank, de
         assert row.token == next(v for v, c in enumerate(accumulate(dense)) if c > u24)
         assert dense[row.token] > 0
         if sparse:
+            assert row.q.ids is not None and support.k is not None
             assert len(row.q.ids) <= support.k
 
 
@@ -188,11 +190,16 @@ def fma_markov_bias(prev_token: int, left_bits, right_bits) -> list[int]:
     per step instead of two (what ``--fmad=true`` or ``fma.rn.f32`` computes)."""
     from qconform.spec.floats import decode_f32, f32_add, f32_mul, round_to_f32
 
+    def value(bits: int) -> Fraction:
+        decoded = decode_f32(bits)
+        assert isinstance(decoded, Fraction), f"{bits:#010x} is not finite"
+        return decoded
+
     bias = []
     for v in range(len(right_bits[0])):
         acc = 0
         for j, coefficient in enumerate(left_bits[prev_token]):
-            exact = decode_f32(acc) + decode_f32(coefficient) * decode_f32(right_bits[j][v])
+            exact = value(acc) + value(coefficient) * value(right_bits[j][v])
             acc = round_to_f32(exact) if exact != 0 else f32_add(acc, f32_mul(coefficient, right_bits[j][v]))
         bias.append(acc)
     return bias
@@ -229,6 +236,7 @@ def test_an_fma_evaluation_of_the_markov_bias_changes_committed_q_rows(monkeypat
         for case in group["tests"]:
             if "rows" not in case["expected"]:
                 continue  # a refused chain: FMA is about the bias of an accepted one
+            assert family.solve is not None
             got = family.solve(case["input"])
             if got.get("rows") != case["expected"]["rows"]:
                 caught.append(case["id"])
@@ -248,5 +256,5 @@ def test_flush_to_zero_of_subnormal_weights_is_caught():
     bits, _ = decode_blob(case["input"]["weights"], "f32")
     assert all(0 < b < 0x00800000 for b in bits if b)  # every positive weight is subnormal
     with pytest.raises(SpecError) as err:
-        allocate_dense([0 for _ in bits])  # FTZ: every weight flushed
+        allocate_dense([Fraction(0) for _ in bits])  # FTZ: every weight flushed
     assert err.value.code == "ZERO_MASS"

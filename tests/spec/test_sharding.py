@@ -211,7 +211,7 @@ def test_tickets_are_global_not_a_rounding_of_each_shard_share():
     """Fractional parts 0.1, 0.1, 0.1 on shard 0 and 0.9, 0.4, 0.4 on shard 1: both tickets go to
     shard 1 (0.9 and the lower-ID 0.4), although shard 1's share of the tickets is only 1.7."""
     quotas = [5 + Fraction(n, 10) for n in (1, 1, 1, 9, 4, 4)]
-    quotas.append(M - sum(quotas))  # a whole quota: f = 0
+    quotas.append(M - sum(quotas, Fraction(0)))  # a whole quota: f = 0
     row = [q / M for q in quotas]  # W = 1, so Q_v = M w_v
     ranges = [ShardRange(0, 3), ShardRange(3, 7)]
     sharded = allocate_sharded([shard_entries(w, r) for w, r in zip(split_row(row, ranges), ranges)])

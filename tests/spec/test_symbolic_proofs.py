@@ -7,7 +7,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
-from sympy import Rational, Symbol, expand, factor
+from sympy import Basic, Rational, Symbol, expand, factor
 
 from qconform.spec.admission import (
     DSPARK_A1,
@@ -82,6 +82,7 @@ def test_toy_closed_form_matches_the_auditor(share):
     )
     law = audit_policy(toy_selection_policy, scenario, 1).first_token_law
     expected = toy_selection_closed_form().token0.subs(Symbol("theta"), Rational(share.numerator, share.denominator))
+    assert isinstance(expected, Rational)  # a polynomial at a rational theta
     assert law[0] == Fraction(int(expected.p), int(expected.q))
 
 
@@ -91,7 +92,7 @@ def test_dspark_closed_forms_match_the_auditor():
     below, above = dspark_closed_forms()
     assert expand(below.token0 - p0 * (2 - q0)) == 0 and expand(below.bias - p0 * (1 - q0)) == 0
     assert expand(above.token0 - (q0 + (1 - q0) * p0)) == 0 and expand(above.bias - q0 * (1 - p0)) == 0
-    reconstructed = {p0: Rational(3, 10), q0: Rational(1, 2)}  # p0 < q0
+    reconstructed: dict[Basic | complex, Basic | complex] = {p0: Rational(3, 10), q0: Rational(1, 2)}  # p0 < q0
     assert below.token0.subs(reconstructed) == Rational(9, 20)
     assert below.bias.subs(reconstructed) == Rational(3, 20)
     audit = audit_policy(dspark_appendix_a_scheduler(), dspark_appendix_a_scenario(), 1)
@@ -99,10 +100,17 @@ def test_dspark_closed_forms_match_the_auditor():
     assert audit.first_token_law[0] - audit.first_token_target[0] == Fraction(3, 20)
 
 
+def rational(x: Fraction) -> Rational:
+    """``x`` as a SymPy Rational (the constructor is typed to give NaN or zoo too, for a zero denominator)."""
+    value = Rational(x.numerator, x.denominator)
+    assert isinstance(value, Rational)
+    return value
+
+
 @pytest.mark.rules("R37")
 def test_dspark_admission_threshold():
     """Depth 2 beats target-only iff c2 > 19/36: 0.9 is above it, 0 below."""
-    sps = [Rational(s.numerator, s.denominator) for s in DSPARK_SPS]
-    threshold = dspark_admission_threshold(Rational(DSPARK_A1.numerator, DSPARK_A1.denominator), sps)
+    sps = [rational(s) for s in DSPARK_SPS]
+    threshold = dspark_admission_threshold(rational(DSPARK_A1), sps)
     assert threshold == Rational(19, 36)
     assert Rational(9, 10) > threshold > 0

@@ -18,7 +18,7 @@ from qconform.spec.wire.checks import q_value_class
 from qconform.spec.wire.checksum import crc32c
 from qconform.spec.wire.codec import completion_for, decode_frame, encode_frame, encode_v1, reply_from_row
 from qconform.spec.wire.header import seal
-from qconform.spec.wire.messages import MESSAGE_CLASSES, Hello, Reply, Step, V1Greedy, reply_tail
+from qconform.spec.wire.messages import MESSAGE_CLASSES, Hello, Message, Reply, Step, V1Greedy, reply_tail
 from qconform.spec.wire.negotiation import check_hello, example_config
 from qconform.spec.wire.reasons import REASONS, WireReject
 from qconform.spec.wire.receiver import check_frame
@@ -92,7 +92,7 @@ def test_reply_round_trip_recovers_exact_counts(data):
     entries = len(row.counts) if sparse else config.dense_stride
     assert len(frame) == 20 + 36 + (8 if sparse else 4) * entries
     decoded = decode_frame(frame, config)
-    assert decoded == reply
+    assert decoded == reply and isinstance(decoded, Reply)
     # independent: each FP32 value read by the struct module is exactly count / M
     floats = struct.unpack_from(f"<{len(reply.values)}f", frame, 20 + 36 + 4 * len(reply.ids))
     assert [Fraction(x) * M for x in floats[: len(row.counts)]] == list(row.counts)
@@ -180,9 +180,16 @@ def sparse_frame(ids, values, token=5, config=PROD) -> bytes:
     return encode_frame(dataclasses.replace(reply, q_checksum=crc32c(reply_tail(reply))))
 
 
+def decoded_v2(data: bytes, config: Hello) -> Message:
+    """decode_frame() of a frame the test built as a v2 message (never a v1 greedy frame)."""
+    message = decode_frame(data, config)
+    assert not isinstance(message, V1Greedy)
+    return message
+
+
 def reason(data: bytes, config: Hello = PROD) -> str:
     with pytest.raises(WireReject) as info:
-        validate_message(decode_frame(data, config), config)
+        validate_message(decoded_v2(data, config), config)
     return info.value.code
 
 
@@ -206,7 +213,7 @@ def test_sparse_support_precedence():
     assert reason(sparse_frame([5, 6, 7], [HALF, QUARTER, 0x3E7FFFFC])) == "WRONG_TOTAL_MASS"
     assert reason(sparse_frame([5, 6, 7], [HALF, QUARTER, QUARTER], token=8)) == "ZERO_Q_AT_TOKEN"
     good = sparse_frame([5, 6, 7], [HALF, QUARTER, QUARTER])
-    assert validate_message(decode_frame(good, PROD), PROD) == QRow.sparse(
+    assert validate_message(decoded_v2(good, PROD), PROD) == QRow.sparse(
         PROD.vocab, [5, 6, 7], [M // 2, M // 4, M // 4]
     )
     corrupt = bytearray(good)
@@ -236,7 +243,7 @@ def test_completion_for_covers_the_reply_frames():
     completion = completion_for(step, frames)
     assert completion.reply_bytes == sum(map(len, frames)) and completion.reply_checksum == crc32c(b"".join(frames))
     assert (completion.row_count, completion.anchor, completion.prefix_digest) == (5, 10, bytes(range(32)))
-    assert validate_message(decode_frame(encode_frame(completion), PROD), PROD) is None
+    assert validate_message(decoded_v2(encode_frame(completion), PROD), PROD) is None
 
 
 def test_every_reason_has_a_rule():

@@ -75,7 +75,7 @@ def test_consumed_rows_are_the_q_rows_that_sampled_each_token(support_policy):
     assert all(v.kind == "accept" for v in verdicts)
     rows = consumable_rows(state, 0)
     sent = [s.row(r1, i) for i in range(5)]
-    assert rows == tuple(row for row, _ in sent)
+    assert rows is not None and rows == tuple(row for row, _ in sent)
     assert len(set(rows)) == 5  # distinct rows: a receiver that reorders or repeats one fails above
 
 

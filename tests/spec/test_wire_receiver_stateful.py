@@ -245,6 +245,7 @@ class ReceiverMachine(RuleBasedStateMachine):
             if mine.open is None:
                 assert theirs.open is None
             else:
+                assert theirs.open is not None
                 assert theirs.open.step == mine.open.step and list(theirs.open.replies) == mine.open.rows
                 assert theirs.open.completion == mine.open.done
         assert counter(self.state, "discarded_proposals") == self.discards

@@ -14,7 +14,7 @@ from qconform.harness.adapter import AdapterError, Unimplemented
 from qconform.harness.judging.judge import judge
 from qconform.harness.judging.value_diff import Malformed, first_difference
 from qconform.harness.transport.shim_protocol import check_output, entry_to_outcome, to_raw_blobs
-from qconform.harness.verdicts import VerdictClass
+from qconform.harness.verdicts import Diff, VerdictClass
 from qconform.spec.allocation_fp64 import allocate_dense_fp64
 from qconform.spec.sampling import sample_sparse
 
@@ -26,6 +26,13 @@ PASS, FAIL, PRECISION, ERROR, UNSUPPORTED = (
     VerdictClass.ERROR,
     VerdictClass.UNSUPPORTED,
 )
+
+
+def differs(expected: object, got: object) -> Diff:
+    """first_difference() where the test expects a difference: None fails the test here."""
+    diff = first_difference(expected, got)
+    assert diff is not None, f"no difference between {expected!r} and {got!r}"
+    return diff
 
 
 def first_case(family: str, result: str) -> dict:
@@ -62,6 +69,7 @@ def test_refusing_a_valid_case_fails(family):
     case = first_case(family, "valid")
     verdict = judge(case, {"error": "ZERO_MASS"}, adapter_config([family]))
     assert verdict.cls is FAIL and "refused a valid case with ZERO_MASS" in verdict.message
+    assert verdict.diff is not None
     assert (verdict.diff.path, verdict.diff.got) == ("error", "ZERO_MASS")
 
 
@@ -73,7 +81,11 @@ def test_invalid_case_branches_on_result_first(family):
     config = adapter_config([family])
     assert judge(case, {"error": code}, config).cls is PASS
     wrong = judge(case, {"error": "SOME_OTHER_CODE"}, config)
-    assert wrong.cls is FAIL and (wrong.diff.expected, wrong.diff.got) == (code, "SOME_OTHER_CODE")
+    assert (
+        wrong.cls is FAIL
+        and wrong.diff is not None
+        and (wrong.diff.expected, wrong.diff.got) == (code, "SOME_OTHER_CODE")
+    )
     # a normal output for an invalid input is a fail, whatever it holds (never compared)
     answered = judge(case, {"counts": encode_blob("u32", [1 << 24])}, config)
     assert answered.cls is FAIL and f"expected refusal {code}" in answered.message
@@ -112,7 +124,7 @@ def test_missing_and_extra_fields_are_errors(family, strict_schema):
 @pytest.mark.rules()
 def test_rationals_compare_as_fractions_not_text():
     assert first_difference({"p": "1/2"}, {"p": "2/4"}) is None
-    diff = first_difference({"p": "1/2"}, {"p": "3/4"})
+    diff = differs({"p": "1/2"}, {"p": "3/4"})
     assert (diff.path, diff.expected, diff.got) == ("p", "1/2", "3/4")
     with pytest.raises(Malformed):
         first_difference({"p": "1/2"}, {"p": 0.5})
@@ -121,11 +133,8 @@ def test_rationals_compare_as_fractions_not_text():
 @pytest.mark.rules()
 def test_words_and_u64_compare_as_integers():
     assert first_difference(["0x0000000a"], ["0x0000000A"]) is None
-    assert first_difference(["0x0000000a"], ["0x0000000b"]).path == "[0]"
-    assert (
-        first_difference({"seed": "18446744073709551615"}, {"seed": "18446744073709551614"}).got
-        == "18446744073709551614"
-    )
+    assert differs(["0x0000000a"], ["0x0000000b"]).path == "[0]"
+    assert differs({"seed": "18446744073709551615"}, {"seed": "18446744073709551614"}).got == "18446744073709551614"
     with pytest.raises(Malformed):
         first_difference({"seed": "5"}, {"seed": 5})
 
@@ -133,7 +142,7 @@ def test_words_and_u64_compare_as_integers():
 @pytest.mark.rules()
 def test_blobs_compare_decoded_values_at_the_first_index():
     want = encode_blob("u32", [1, 2, 3, 4, 5, 6], [2, 3])
-    diff = first_difference({"c": want}, {"c": encode_blob("u32", [1, 2, 3, 4, 9, 6], [2, 3])})
+    diff = differs({"c": want}, {"c": encode_blob("u32", [1, 2, 3, 4, 9, 6], [2, 3])})
     assert (diff.path, diff.expected, diff.got) == ("c[1,1]", "5", "9")
     raw_diff = first_difference({"c": want}, to_raw_blobs({"c": encode_blob("u32", [1, 2, 3, 4, 9, 6], [2, 3])}))
     assert raw_diff == diff
@@ -154,8 +163,8 @@ def test_blobs_compare_decoded_values_at_the_first_index():
 @pytest.mark.rules()
 def test_one_ulp_is_a_difference_and_nan_is_garbage():
     one, next_up, nan = 0x3F800000, 0x3F800001, 0x7FC00000
-    assert first_difference(encode_f32(one), encode_f32(next_up)).got == "0x3f800001"
-    assert first_difference(encode_blob("f32", [one]), encode_blob("f32", [next_up])).path == "[0]"
+    assert differs(encode_f32(one), encode_f32(next_up)).got == "0x3f800001"
+    assert differs(encode_blob("f32", [one]), encode_blob("f32", [next_up])).path == "[0]"
     with pytest.raises(Malformed, match="NaN"):
         first_difference(encode_blob("f32", [one, one]), encode_blob("f32", [one, nan]))
     with pytest.raises(Malformed, match="NaN"):
@@ -166,8 +175,8 @@ def test_one_ulp_is_a_difference_and_nan_is_garbage():
 
 @pytest.mark.rules()
 def test_list_length_difference_is_reported_after_common_prefix():
-    assert first_difference([1, 2], [1, 3, 4]).path == "[1]"
-    diff = first_difference([1, 2], [1, 2, 4])
+    assert differs([1, 2], [1, 3, 4]).path == "[1]"
+    diff = differs([1, 2], [1, 2, 4])
     assert (diff.path, diff.expected, diff.got) == ("len()", "2", "3")
 
 
@@ -226,6 +235,7 @@ def test_acceptance_flip_is_precision_only_inside_both_margins(decision):
     above, equal, below = margin * 2, margin, margin / 2
     inside = judge(case, answer, adapter_config([VR], ratio_margin=encode_rational(above)))
     assert inside.cls is PRECISION
+    assert inside.diff is not None
     assert inside.diff.path == "requests[0].draws[0].decision" and "ratio_margin" in inside.message
     for limit in (equal, below, Fraction(0)):  # strict: a margin equal to the profile's is not inside
         verdict = judge(case, answer, adapter_config([VR], ratio_margin=encode_rational(limit)))
@@ -241,7 +251,7 @@ def test_a_flip_inconsistent_with_its_own_draws_fails_even_inside_the_margin():
     answer = copy.deepcopy(case["expected"])
     answer["requests"][0]["draws"][0]["decision"] = "reject"  # accepted count and emission unchanged
     verdict = judge(case, answer, adapter_config([VR], ratio_margin="1/1"))
-    assert verdict.cls is FAIL and verdict.diff.path == "requests[0].draws[0].decision"
+    assert verdict.cls is FAIL and verdict.diff is not None and verdict.diff.path == "requests[0].draws[0].decision"
 
 
 @needs_vr
@@ -255,7 +265,7 @@ def test_correction_token_divergence_uses_the_residual_margin():
     request["draws"][1]["token"] = other
     request["emitted"][-1] = other
     inside = judge(case, answer, adapter_config([VR], residual_margin=encode_rational(margin * 2)))
-    assert inside.cls is PRECISION and inside.diff.path == "requests[0].draws[1].token"
+    assert inside.cls is PRECISION and inside.diff is not None and inside.diff.path == "requests[0].draws[1].token"
     assert judge(case, answer, adapter_config([VR], residual_margin=encode_rational(margin))).cls is FAIL
     assert judge(case, answer, adapter_config([VR], ratio_margin="1/1")).cls is FAIL
 
@@ -269,7 +279,7 @@ def test_a_wrong_draw_key_is_always_a_fail(field):
     draw = answer["requests"][0]["draws"][0]
     draw[field] = "CORRECTION" if field == "domain" else draw[field] + 1
     verdict = judge(case, answer, adapter_config([VR], ratio_margin="1/1", residual_margin="1/1"))
-    assert verdict.cls is FAIL and verdict.diff.path == f"requests[0].draws[0].{field}"
+    assert verdict.cls is FAIL and verdict.diff is not None and verdict.diff.path == f"requests[0].draws[0].{field}"
 
 
 @needs_vr
@@ -279,7 +289,7 @@ def test_emitted_and_accepted_must_match_when_the_draws_do():
     answer = copy.deepcopy(case["expected"])
     answer["requests"][0]["emitted"][-1] = (answer["requests"][0]["emitted"][-1] + 1) % case["input"]["vocab"]
     verdict = judge(case, answer, adapter_config([VR], residual_margin="1/1"))
-    assert verdict.cls is FAIL and verdict.diff.path == "requests[0].emitted[1]"
+    assert verdict.cls is FAIL and verdict.diff is not None and verdict.diff.path == "requests[0].emitted[1]"
 
 
 @needs_vr
@@ -342,7 +352,7 @@ def test_the_fp64_recipe_answer_is_precision_only_for_an_fp64_profile():
     fp64_counts = allocate_dense_fp64(decode_blob(weights)[0], weights["dtype"])
     answer = dict(copy.deepcopy(case["expected"]), counts=encode_blob("u32", fp64_counts))
     exact = judge(case, answer, adapter_config([AD]))
-    assert exact.cls is FAIL and exact.diff.path.startswith("counts[")
+    assert exact.cls is FAIL and exact.diff is not None and exact.diff.path.startswith("counts[")
     fp64 = judge(case, answer, adapter_config([AD], fp64_allocation=True))
     assert fp64.cls is PRECISION and fp64.diff == exact.diff and "fp64_may_differ" in fp64.message
 
@@ -352,7 +362,7 @@ def test_the_fp64_recipe_answer_is_precision_only_for_an_fp64_profile():
 def test_a_wrong_allocation_far_from_a_tie_fails_even_for_an_fp64_profile():
     case = next(c for c in family_cases(AD) if not c["expected"]["fp64_may_differ"] and "logits" not in c["input"])
     verdict = judge(case, moved_ticket(case["expected"]), adapter_config([AD], fp64_allocation=True))
-    assert verdict.cls is FAIL and verdict.diff.path.startswith("counts[")
+    assert verdict.cls is FAIL and verdict.diff is not None and verdict.diff.path.startswith("counts[")
 
 
 @needs_alloc
@@ -363,7 +373,7 @@ def test_counts_that_do_not_sum_to_m_fail_and_case_margins_are_not_compared():
     counts[0] += 1
     answer = dict(copy.deepcopy(case["expected"]), counts=encode_blob("u32", counts, shape))
     verdict = judge(case, answer, adapter_config([AD], fp64_allocation=True))
-    assert verdict.cls is FAIL and verdict.diff.path == "sum(counts)"
+    assert verdict.cls is FAIL and verdict.diff is not None and verdict.diff.path == "sum(counts)"
     slim = {k: v for k, v in case["expected"].items() if k in ("counts", "remaining")}
     assert judge(case, slim, adapter_config([AD])).cls is PASS
     assert judge(case, dict(slim, tie_gap="5/1"), adapter_config([AD])).cls is PASS
@@ -399,7 +409,7 @@ def test_an_exp_weight_one_ulp_off_is_precision_only_inside_the_exp_margin(famil
         weights=encode_blob("f32", weights[:index] + [weights[index] + 1] + weights[index + 1 :], shape),
     )
     inside = judge(case, one_ulp, adapter_config([family], exp_ulp=encode_rational(margin * 2)))
-    assert inside.cls is PRECISION and inside.diff.path == f"weights[{index}]"
+    assert inside.cls is PRECISION and inside.diff is not None and inside.diff.path == f"weights[{index}]"
     assert judge(case, one_ulp, adapter_config([family], exp_ulp=encode_rational(margin))).cls is FAIL
     assert judge(case, one_ulp, adapter_config([family], fp64_allocation=True)).cls is FAIL
     two_ulp = dict(
@@ -468,10 +478,11 @@ def test_sparse_answers_are_compared_token_by_token():
     moved[0], moved[1] = moved[0] - 1, moved[1] + 1
     if moved[0] > 0:
         diff = judge(case, dict(copy.deepcopy(expected), counts=encode_blob("u32", moved)), config).diff
-        assert diff.path == f"counts[token {ids[0]}]"
+        assert diff is not None and diff.path == f"counts[token {ids[0]}]"
     support = decode_blob(expected["support"])[0]
     other = dict(copy.deepcopy(expected), support=encode_blob("i32", support[:-1] + [support[-1] + 1]))
-    assert judge(case, other, config).diff.path == "support"
+    other_support = judge(case, other, config).diff
+    assert other_support is not None and other_support.path == "support"
 
 
 # --- proposal_chain: row by row ------------------------------------------------------------------
@@ -506,7 +517,7 @@ def test_a_row_inside_its_exp_margin_is_precision(policy):
     margin = Fraction(case["expected"]["exp_margin_ulp"][0])
     answer = perturbed_first_row(case)
     inside = judge(case, answer, adapter_config([PC], exp_ulp=encode_rational(margin * 2)))
-    assert inside.cls is PRECISION and inside.diff.path.startswith("rows[0].counts[")
+    assert inside.cls is PRECISION and inside.diff is not None and inside.diff.path.startswith("rows[0].counts[")
     assert judge(case, answer, adapter_config([PC], exp_ulp=encode_rational(margin))).cls is FAIL
     assert judge(case, answer, adapter_config([PC], fp64_allocation=True)).cls is FAIL
 
@@ -559,7 +570,7 @@ def test_a_wrong_order_of_an_exact_tie_between_equal_weights_fails_an_fp64_profi
     assert case["expected"]["fp64_may_differ"][i] is False
     answer = tie_order_reversed(case, i)
     verdict = judge(case, answer, adapter_config([PC], fp64_allocation=True))
-    assert verdict.cls is FAIL and verdict.diff.path.startswith(f"rows[{i}].counts[")
+    assert verdict.cls is FAIL and verdict.diff is not None and verdict.diff.path.startswith(f"rows[{i}].counts[")
 
 
 @needs_pc
@@ -570,11 +581,16 @@ def test_chain_draws_and_sampling_are_exact():
     wrong_draw = copy.deepcopy(case["expected"])
     wrong_draw["draws"][2]["u24"] ^= 1
     verdict = judge(case, wrong_draw, config)
-    assert verdict.cls is FAIL and verdict.diff.path == "draws[2].u24"
+    assert verdict.cls is FAIL and verdict.diff is not None and verdict.diff.path == "draws[2].u24"
     resampled = copy.deepcopy(case["expected"])
     resampled["tokens"][1] = (resampled["tokens"][1] + 1) % decode_blob(case["input"]["base_logits"])[1][1]
     verdict = judge(case, resampled, config)
-    assert verdict.cls is FAIL and verdict.diff.path == "tokens[1]" and "R08" in verdict.message
+    assert (
+        verdict.cls is FAIL
+        and verdict.diff is not None
+        and verdict.diff.path == "tokens[1]"
+        and "R08" in verdict.message
+    )
     short = copy.deepcopy(case["expected"])
     short["tokens"].pop()
     assert judge(case, short, config).cls is ERROR
@@ -619,7 +635,7 @@ def garbage_answers(expected: dict, margins: tuple[str, ...] = ()) -> list[tuple
     value of every other JSON type, and its first blob with a NaN, another dtype or shape.
     The family's ``margins`` are left alone: an answer may omit them, and no comparator
     reads them (only ``--strict-schema`` types them when present)."""
-    variants = [("surplus key", dict(expected, surplus=1))]
+    variants: list[tuple[str, dict]] = [("surplus key", dict(expected, surplus=1))]
     for key in sorted(set(expected) - set(margins)):
         variants.append((f"missing {key}", {k: v for k, v in expected.items() if k != key}))
         for other in OTHER_TYPES:

@@ -46,7 +46,7 @@ def test_a_sum_off_in_its_last_bits_is_precision_only_where_declared(kind):
     answer["merged"][field] = nudged(answer["merged"][field], Fraction(1, 1 << 50))
     assert judge(case, copy.deepcopy(case["expected"]), config(FP64_REDUCTION)).cls is PASS
     inside = judge(case, answer, config(FP64_REDUCTION))
-    assert inside.cls is PRECISION and inside.diff.path == f"merged.{field}"
+    assert inside.cls is PRECISION and inside.diff is not None and inside.diff.path == f"merged.{field}"
     exact_profile = judge(case, answer, config())
     assert exact_profile.cls is FAIL and "beyond the profile's sum_rel" in exact_profile.message
 
@@ -58,7 +58,7 @@ def test_a_sum_beyond_the_declared_margin_fails(kind):
     field = next(k for k in SUM_FIELDS if k in answer["shards"][0])
     answer["shards"][0][field] = nudged(answer["shards"][0][field], Fraction(1, 1 << 30))
     verdict = judge(case, answer, config(FP64_REDUCTION))
-    assert verdict.cls is FAIL and verdict.diff.path == f"shards[0].{field}"
+    assert verdict.cls is FAIL and verdict.diff is not None and verdict.diff.path == f"shards[0].{field}"
 
 
 def test_a_wrong_decision_fails_even_with_every_sum_inside_the_margin():
@@ -67,7 +67,7 @@ def test_a_wrong_decision_fails_even_with_every_sum_inside_the_margin():
     answer["merged"]["shifted_sum"] = nudged(answer["merged"]["shifted_sum"], Fraction(1, 1 << 50))
     answer["shards"][0]["tickets"] += 1
     verdict = judge(case, answer, config("1/1"))
-    assert verdict.cls is FAIL and verdict.diff.path == "shards[0].tickets"
+    assert verdict.cls is FAIL and verdict.diff is not None and verdict.diff.path == "shards[0].tickets"
     draw = copy.deepcopy(case["expected"])
     draw["draws"][0]["shard"] ^= 1
     assert judge(case, draw, config("1/1")).cls is FAIL

@@ -28,7 +28,7 @@ def test_an_accept_where_a_reject_is_expected_fails_at_the_verdict():
     rejected = case("wire_frames", "wire_frames/reason_classes/unsorted_support-descending-pair")
     accepted = case("wire_frames", "wire_frames/valid_frames/reply_sparse")
     verdict = judge(rejected, copy.deepcopy(accepted["expected"]), CONFIG)
-    assert verdict.cls.value == "fail" and verdict.diff.path == "verdict"
+    assert verdict.cls.value == "fail" and verdict.diff is not None and verdict.diff.path == "verdict"
     assert judge(rejected, copy.deepcopy(rejected["expected"]), CONFIG).cls.value == "pass"
 
 
@@ -39,7 +39,7 @@ def test_a_session_with_other_counters_fails_at_the_first_verdict_that_differs()
     answer["counters"]["accepted"] += 1
     del answer["counters"]["CONSUMED_BEFORE_COMPLETION"]
     verdict = judge(session, answer, CONFIG)
-    assert verdict.cls.value == "fail" and verdict.diff.path == "verdicts[8].verdict"
+    assert verdict.cls.value == "fail" and verdict.diff is not None and verdict.diff.path == "verdicts[8].verdict"
 
 
 def test_garbage_is_still_an_error():
@@ -50,9 +50,13 @@ def test_garbage_is_still_an_error():
 
 def test_structural_difference_paths():
     assert structural_difference({"a": [1, {"b": None}]}, {"a": [1, {"b": None}]}) is None
-    assert structural_difference({"a": [1, {"b": None}]}, {"a": [1, {"b": 3}]}).path == "a[1].b"
-    assert structural_difference({"a": 1}, {"a": 1, "z": 2}).path == "z"
-    assert structural_difference([1], [1, 2]).path == "len()"
+    for expected, got, path in (
+        ({"a": [1, {"b": None}]}, {"a": [1, {"b": 3}]}, "a[1].b"),
+        ({"a": 1}, {"a": 1, "z": 2}, "z"),
+        ([1], [1, 2], "len()"),
+    ):
+        diff = structural_difference(expected, got)
+        assert diff is not None and diff.path == path, (expected, got)
 
 
 def test_of_several_extra_fields_the_first_in_answer_order_is_named():
