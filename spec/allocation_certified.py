@@ -248,7 +248,7 @@ def certified_tickets(
 
 
 @defines("R03", "R04", "R06", "R09")
-def allocate_dense_f32_certified(bits: Sequence[int]) -> DenseAllocation:
+def allocate_dense_f32_certified(bits: Sequence[int] | numpy.ndarray) -> DenseAllocation:
     """``allocate_dense(weights_from_f32(bits))``, evaluated in FP64 with NumPy where that is provably exact.
 
     ``bits`` is a sequence or a NumPy array of FP32 bit patterns. NumPy is an

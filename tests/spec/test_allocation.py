@@ -246,7 +246,7 @@ def test_certified_path_is_the_plain_path(bits):
     assert numpy is not None  # needs_numpy
     assert allocate_dense_f32_certified(bits) == plain(bits)
     array = numpy.array(bits, dtype=numpy.uint32)
-    assert allocate_dense_f32_certified(array) == plain(bits)  # pyright: ignore[reportArgumentType]  # documented to take a NumPy array, annotated Sequence[int]
+    assert allocate_dense_f32_certified(array) == plain(bits)
 
 
 @needs_numpy
