@@ -196,6 +196,11 @@ def trace(decision: str) -> None:
         pass
 
 
+def one_line(exc: BaseException) -> str:
+    """``Type: message`` on one line, as a trace line quotes an exception."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+
+
 def threads() -> int:
     """The threads this process runs (the kernel's count, not only Python's)."""
     return len(os.listdir("/proc/self/task"))
@@ -406,8 +411,9 @@ def cuda_driver_mapped() -> str | None:
     with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
         for line in maps:
             fields = line.split(maxsplit=5)  # address, perms, offset, device, inode[, path]
-            if len(fields) == 6 and "libcuda.so" in os.path.basename(fields[5].strip()):
-                return fields[5].strip()
+            path = fields[5].strip() if len(fields) == 6 else ""
+            if "libcuda.so" in os.path.basename(path):
+                return path
     return None
 
 
@@ -422,7 +428,7 @@ def cuda_driver_initialised(path: str) -> str | None:
         count = ctypes.c_int(0)
         status = driver.cuDeviceGetCount(ctypes.byref(count))
     except (OSError, AttributeError) as exc:
-        return f"it cannot be asked ({type(exc).__name__}: {' '.join(str(exc).split())})"
+        return f"it cannot be asked ({one_line(exc)})"
     if status != CUDA_ERROR_NOT_INITIALIZED:
         return f"cuDeviceGetCount returned {status}, not {CUDA_ERROR_NOT_INITIALIZED} (not initialised)"
     return None
@@ -435,7 +441,7 @@ def prepared(adapter: str) -> bool:
     try:
         preload(adapter)
     except Exception as exc:  # noqa: BLE001 - no zygote: every stub starts its command itself, which says why
-        trace(f"not serving: importing {adapter} failed ({type(exc).__name__}: {' '.join(str(exc).split())})")
+        trace(f"not serving: importing {adapter} failed ({one_line(exc)})")
         return False
     driver = cuda_driver_mapped()
     if driver is not None and (why := cuda_driver_initialised(driver)) is not None:
