@@ -27,9 +27,10 @@ least 3x, and the same hash at every world size. A rank takes a contiguous 1/W o
   shared with other work, two ranks and their two torch children compete with that work for the
   cores: the speedup then measures the queue as much as the code.
 * ``--phases``: each command runs through bench/accumulate_timeline.py, which marks when each
-  rank's interpreter is up (torchrun's own launch before it), its imports are done, its ranks are
-  ready (torchrun: torch imported and the process group up), its adapter answered ``get_config``,
-  its first block was answered, it entered the gather, the gather, the adapter closed; the latest
+  rank's interpreter is up (torchrun's own launch before it), its adapter's start began, its
+  imports are done, its ranks are ready (torchrun: torch imported and the process group up), its
+  adapter answered ``get_config``, its first block was answered, it entered the gather, the
+  gather, the adapter closed; the latest
   rank's time at each mark is printed, medians over the repeats, and the first rank's arrival at
   the gather (the first rank waits there for the last); and, for a row with forked ranks, what the
   adapter zygote decided (its trace, ``QCONFORM_ZYGOTE_TRACE``: ready and with how many threads, or
@@ -92,6 +93,7 @@ TIMELINE = ROOT / "bench" / "accumulate_timeline.py"
 #: the timeline's marks, in order (bench/accumulate_timeline.py)
 MARKS = (
     "up",
+    "started",
     "ranks",
     "ranks ready",
     "adapter ready",

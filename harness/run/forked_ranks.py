@@ -84,17 +84,22 @@ class RankProcess:
         return RankFailed(self.rank, self.reap(block=True) or 1, self.said())
 
 
-def fork_ranks(world: int, before_fork: Callable[[], Callable[[], None]] | None = None) -> Ranks:
+def set_rank_environment() -> None:
+    """The environment every forked rank's adapter inherits (:data:`THREADS`, where the caller set
+    none): set before the first fork, and before anything that starts an adapter for the ranks (the
+    adapter zygote)."""
+    for name, value in THREADS.items():
+        os.environ.setdefault(name, value)
+
+
+def fork_ranks(world: int, after_end: Callable[[], None] = lambda: None) -> Ranks:
     """Fork ranks ``1 .. world - 1`` of this command; return this process's :class:`Ranks` (rank 0
     in the caller, rank r in the r-th fork). A forked rank runs the rest of the command and must end
     with ``os._exit`` (:attr:`Ranks.forked`): it never returns into its caller's caller.
-    ``before_fork`` runs in rank 0 once the ranks' environment is set, before the first fork (the
-    adapter zygote's start); what it returns runs at rank 0's end, after every rank has ended."""
+    ``after_end`` runs at rank 0's end, after every rank has ended (the adapter zygote's close)."""
     if world == 1:
         return SINGLE
-    for name, value in THREADS.items():
-        os.environ.setdefault(name, value)  # before the fork: every rank's adapter inherits it
-    after_end = before_fork() if before_fork is not None else (lambda: None)
+    set_rank_environment()  # before the fork: every rank's adapter inherits it
     sys.stdout.flush()
     sys.stderr.flush()  # nothing buffered here is written twice, once by each process
     parent = os.getpid()

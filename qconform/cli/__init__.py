@@ -17,8 +17,6 @@ import importlib
 
 import click
 
-from qconform import __version__
-
 #: command name -> ``module:attribute`` of its click command, the module relative to this package
 COMMANDS: dict[str, str] = {
     "generate": "generate:generate",
@@ -54,8 +52,26 @@ class LazyGroup(click.Group):
         return command
 
 
+def show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``--version``: as click's ``version_option`` prints it, the version read only when asked
+    (:mod:`qconform`: reading it at import would cost every command's start)."""
+    if not value or ctx.resilient_parsing:
+        return
+    from qconform import __version__
+
+    click.echo(f"qconform, version {__version__}")
+    ctx.exit()
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="qconform")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=show_version,
+    help="Show the version and exit.",
+)
 def cli() -> None:
     """qconform: exact conformance kit for sampled-draft (q) speculative decoding."""
 

@@ -117,28 +117,40 @@ def accumulate_command(
     start_timeout: float | None = None,
 ) -> None:
     """Run N accumulated cases through an adapter and compare the hash of its answers."""
-    from qconform.cli.arguments import OpeningAdapter, refuse_beyond_a_day
-    from qconform.cli.fuzz import check_found_files, record_finding
-    from qconform.cli.ranks import closing_at_gather, command_ranks, run_as_rank
-    from qconform.generators.corpus import default_vectors_dir
-    from qconform.harness.judging.judge import family_module, judge
-    from qconform.harness.run.accumulate import (
-        AccumulatedFileError,
-        accumulate,
-        case_vector,
-        load_expected,
-    )
-    from qconform.harness.run.distributed import finish
+    from qconform.cli.arguments import OpeningAdapter, check_adapter, refuse_beyond_a_day
+    from qconform.cli.ranks import command_ranks, prepare_ranks
 
     refuse_beyond_a_day(count, FASTEST_CASES, "--count", "ten cores of block feeding and a GPU", "lower --count")
+    check_adapter(adapter)
+    # the adapter starts first (one rank: its child; forked ranks: their zygote), and its import runs
+    # beside the command's own imports and checks (docs/accumulated.md, "Start-up")
+    prepared = prepare_ranks(device, rank_count, adapter)
+    early = OpeningAdapter(adapter, device, timeout, start_timeout) if rank_count == 1 else None
     try:
-        expected = load_expected(vectors or default_vectors_dir())
-    except AccumulatedFileError as exc:
-        raise UsageLineError(str(exc)) from None
-    from qconform.cli.console import rounds_progress
-    from qconform.harness.run.gate import SignalGuard
+        from qconform.cli.console import rounds_progress
+        from qconform.cli.fuzz import check_found_files, record_finding
+        from qconform.cli.ranks import closing_at_gather, run_as_rank
+        from qconform.generators.corpus import default_vectors_dir
+        from qconform.harness.judging.judge import family_module, judge
+        from qconform.harness.run.accumulate import (
+            AccumulatedFileError,
+            accumulate,
+            case_vector,
+            load_expected,
+        )
+        from qconform.harness.run.distributed import finish
+        from qconform.harness.run.gate import SignalGuard
 
-    ranks = command_ranks(device, rank_count, adapter)  # forked here for --ranks N: options checked once, above
+        try:
+            expected = load_expected(vectors or default_vectors_dir())
+        except AccumulatedFileError as exc:
+            raise UsageLineError(str(exc)) from None
+        ranks = command_ranks(prepared)  # forked here for --ranks N: options checked once, above
+    except BaseException:
+        if early is not None:
+            early.close()
+        prepared.close()
+        raise
 
     def run() -> None:
         line = command_line(adapter, family, count)
@@ -146,7 +158,7 @@ def accumulate_command(
         guard = SignalGuard()  # SIGINT and SIGTERM end the run; how far it got is still reported
         answered = [0]
         try:
-            with OpeningAdapter(adapter, device, timeout, start_timeout) as opening:
+            with early if early is not None else OpeningAdapter(adapter, device, timeout, start_timeout) as opening:
                 if record:
                     check_found_files((family,))
                 # while the adapter starts: the family's spec (its solve) and comparator, loaded as start-up,

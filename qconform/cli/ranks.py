@@ -1,6 +1,7 @@
 """The ranks of a command: torchrun's, or those ``--ranks N`` forks (docs/distributed.md).
 
-:func:`command_ranks` picks them; :func:`run_as_rank` runs the rest of the command in a rank,
+:func:`prepare_ranks` checks them and starts what they share, :func:`command_ranks` starts them;
+:func:`run_as_rank` runs the rest of the command in a rank,
 where a forked rank ends with the command's status (it never returns into what called the
 command) and a rank that ended before the gather becomes one line on rank 0 with that rank's
 status.
@@ -37,29 +38,53 @@ class RankLineError(click.ClickException):
         vars(self)["exit_code"] = exit_code
 
 
-def command_ranks(device: str, ranks: int, adapter: str | None = None) -> Ranks:
-    """This process's ranks: forked ones for ``ranks`` > 1, else torchrun's (one rank without it).
-    Forked ranks of a registered ``adapter`` start it from one adapter zygote, which imports its
-    modules once for all of them (harness/transport/zygote.py; docs/distributed.md)."""
-    from qconform.harness.run.distributed import launched_by_torchrun, torchrun_ranks
+@dataclasses.dataclass
+class PreparedRanks:
+    """A command's ranks, checked and with what they share already started, not yet themselves
+    (:func:`prepare_ranks`, then :func:`command_ranks`)."""
+
+    device: str
+    #: the ``--ranks`` count: 1 for torchrun's ranks or one rank alone
+    count: int
+    #: ends what :func:`prepare_ranks` started (the adapter zygote); at rank 0's end, or at once
+    #: when the command stops before its ranks start
+    close: Callable[[], None] = lambda: None
+
+
+def prepare_ranks(device: str, ranks: int, adapter: str | None = None) -> PreparedRanks:
+    """Check ``--ranks`` (a usage error under torchrun, or without ``os.fork``) and, for forked
+    ranks of a registered ``adapter``, start the one adapter zygote that will fork every rank's
+    adapter, which imports the adapter's modules once for all of them (harness/transport/zygote.py;
+    docs/distributed.md). The command calls this before its own imports and checks, so that the
+    zygote's import (torch's, most of a run's start-up) runs beside them (docs/accumulated.md,
+    "Start-up")."""
+    from qconform.harness.run.distributed import launched_by_torchrun
 
     if ranks == 1:
-        return torchrun_ranks(device)
+        return PreparedRanks(device, 1)
     if launched_by_torchrun():
         raise UsageLineError("--ranks starts its own ranks; under torchrun leave it out (torchrun sets the ranks)")
     if not hasattr(os, "fork"):
         raise UsageLineError("--ranks needs os.fork (Linux, macOS); run the ranks under torchrun instead")
-    from qconform.harness.run.forked_ranks import fork_ranks
-
     if adapter is None:
-        return fork_ranks(ranks)
+        return PreparedRanks(device, ranks)
+    from qconform.harness.run.forked_ranks import set_rank_environment
     from qconform.harness.transport.zygote import start_zygote
 
-    def zygote() -> Callable[[], None]:
-        started = start_zygote(adapter, device)
-        return started.close if started is not None else lambda: None
+    set_rank_environment()  # before the zygote: the ranks' adapters are its forks
+    started = start_zygote(adapter, device)
+    return PreparedRanks(device, ranks, started.close if started is not None else lambda: None)
 
-    return fork_ranks(ranks, zygote)
+
+def command_ranks(prepared: PreparedRanks) -> Ranks:
+    """This process's ranks: forked ones for ``--ranks`` > 1, else torchrun's (one rank without it)."""
+    from qconform.harness.run.distributed import torchrun_ranks
+
+    if prepared.count == 1:
+        return torchrun_ranks(prepared.device)
+    from qconform.harness.run.forked_ranks import fork_ranks
+
+    return fork_ranks(prepared.count, prepared.close)
 
 
 def closing_at_gather(ranks: Ranks, close: Callable[[], None]) -> Ranks:
