@@ -46,7 +46,7 @@ from qconform.harness.run.distributed import Ranks  # noqa: E402
 
 
 def wrapped_prepare(prepare_ranks):
-    def prepare_marked(*args: Any, **kwargs: Any) -> ranks_module.PreparedRanks:
+    def prepare_marked(*args: Any, **kwargs: Any) -> Any:
         prepared = prepare_ranks(*args, **kwargs)
         mark("started")
         return prepared
@@ -55,9 +55,9 @@ def wrapped_prepare(prepare_ranks):
 
 
 def wrapped_ranks(command_ranks):
-    def command_ranks_marked(prepared: ranks_module.PreparedRanks) -> Ranks:
+    def command_ranks_marked(*args: Any, **kwargs: Any) -> Ranks:
         mark("ranks")
-        ranks = command_ranks(prepared)
+        ranks = command_ranks(*args, **kwargs)
         RANK[0] = str(ranks.rank)
         mark("ranks ready")
         return ranks
@@ -108,7 +108,8 @@ def wrapped_accumulate(accumulate):
     return accumulate_marked
 
 
-ranks_module.prepare_ranks = wrapped_prepare(ranks_module.prepare_ranks)
+if hasattr(ranks_module, "prepare_ranks"):  # a tree before the adapter started first (--tree) has none
+    ranks_module.prepare_ranks = wrapped_prepare(ranks_module.prepare_ranks)
 ranks_module.command_ranks = wrapped_ranks(ranks_module.command_ranks)
 arguments.open_checked = wrapped_open(arguments.open_checked)
 run_accumulate.accumulate = wrapped_accumulate(run_accumulate.accumulate)
