@@ -324,6 +324,29 @@ FAMILIES: dict[str, Callable[[dict, str], dict]] = {
 }
 
 
+def answers(family: str, inputs: Sequence[dict], device: str) -> list[Outcome]:
+    """The candidate's answers to a batch (:meth:`TritonAdapter.run_batch`): same-shape cases in one
+    launch (docs/accumulated.md), the cases the batched path leaves, one by one. Here once, so that
+    bench/triton_compile_check.py records the launches of this very path."""
+    from qconform.adapters import triton_batched
+
+    batched = triton_batched.run_many(family, inputs, device) if len(inputs) > 1 else [None] * len(inputs)
+    return [
+        outcome(FAMILIES[family], inp, device) if answer is None else answer for inp, answer in zip(inputs, batched)
+    ]
+
+
+def outcome(solve: Callable[[dict, str], dict], inp: dict, device: str) -> Outcome:
+    """One answer: the encoded output, a refusal, or an error for a crash of the candidate."""
+    try:
+        with np.errstate(all="ignore"):  # the interpreter's numpy follows IEEE: overflow to inf is meant
+            return solve(inp, device)
+    except TritonCandidateError as refusal:
+        return {"error": refusal.code}
+    except (KeyError, ValueError, IndexError, RuntimeError) as exc:
+        return AdapterError(f"triton candidate could not run the case: {type(exc).__name__}: {exc}")
+
+
 class TritonAdapter(Adapter):
     """The Triton candidate: FP64 allocation, FP64 exp rounded to FP32, FP64 ratios and
     residuals, ``tl.philox`` draws; natively on CUDA, in the interpreter on CPU."""
@@ -351,19 +374,4 @@ class TritonAdapter(Adapter):
         )
 
     def run_batch(self, family: str, inputs: Sequence[dict]) -> list[Outcome]:
-        from qconform.adapters import triton_batched  # same-shape cases in one launch (docs/accumulated.md)
-
-        batched = triton_batched.run_many(family, inputs, self.device) if len(inputs) > 1 else [None] * len(inputs)
-        return [
-            self.outcome(FAMILIES[family], inp) if answer is None else answer for inp, answer in zip(inputs, batched)
-        ]
-
-    def outcome(self, solve: Callable[[dict, str], dict], inp: dict) -> Outcome:
-        """One answer: the encoded output, a refusal, or an error for a crash of the candidate."""
-        try:
-            with np.errstate(all="ignore"):  # the interpreter's numpy follows IEEE: overflow to inf is meant
-                return solve(inp, self.device)
-        except TritonCandidateError as refusal:
-            return {"error": refusal.code}
-        except (KeyError, ValueError, IndexError, RuntimeError) as exc:
-            return AdapterError(f"triton candidate could not run the case: {type(exc).__name__}: {exc}")
+        return answers(family, inputs, self.device)

@@ -13,8 +13,9 @@ Triton's compiler rejects for one block shape only shows on a device. This scrip
 those before a device does, in two steps:
 
 1. record (a child process): every case of the corpus (``--case`` globs narrow it), one at
-   a time through the adapter's family functions and then in same-shape groups through its
-   batched path (``triton_batched.run_many``); then each accumulated stream the adapter
+   a time and then all of a family in one request, each through the adapter's own answer path
+   (``triton_adapter.answers``, its ``run_batch``: same-shape groups in one launch, the rest
+   by the family's function); then each accumulated stream the adapter
    declares (``qconform accumulate --adapter triton``), :data:`STREAM_SIZES` cases from case
    0 in one request each, named ``accumulated/FAMILY/SIZE`` (the tiles of thousands of rows
    of V <= 8 that only a stream fills); all in the interpreter but with the candidate's
@@ -67,7 +68,6 @@ def record(out: Path, patterns: list[str]) -> None:
 
     knobs.runtime.interpret = True  # kept when the environment says otherwise below
     os.environ["TRITON_INTERPRET"] = "0"  # the candidate's launch.interpreting(): native host logic
-    import numpy as np
     from triton._C.libtriton import native_specialize_impl
     from triton.backends.compiler import BaseBackend
     from triton.runtime.interpreter import InterpretedFunction
@@ -106,11 +106,11 @@ def record(out: Path, patterns: list[str]) -> None:
 
     InterpretedFunction.run = recording_run
 
-    from qconform.adapters import triton_batched
-    from qconform.adapters.triton_adapter import FAMILIES
-    from qconform.adapters.triton_candidate import TritonCandidateError, launch
+    from qconform.adapters.triton_adapter import FAMILIES, answers
+    from qconform.adapters.triton_candidate import launch
     from qconform.generators.accumulated import FAMILIES as ACCUMULATED
     from qconform.generators.validation import iter_cases
+    from qconform.harness.adapter import AdapterError
 
     assert not launch.interpreting(), "the host logic must be the native one"
     by_family: dict[str, list] = {}
@@ -118,39 +118,31 @@ def record(out: Path, patterns: list[str]) -> None:
         if not patterns or any(fnmatch.fnmatch(case.id, p) for p in patterns):
             by_family.setdefault(case.family, []).append(case)
     crashed = []
-    with np.errstate(all="ignore"):
-        for family, cases in by_family.items():
-            for case in cases:
-                current[0] = case.id
-                try:
-                    FAMILIES[family](case.input, "cpu")
-                except TritonCandidateError:
-                    pass  # a refusal: the launches before it are recorded
-                except Exception as exc:  # noqa: BLE001 - listed; the corpus run judges the answers
-                    crashed.append(f"{case.id}: {type(exc).__name__}: {exc}")
-            current[0] = f"batched:{family}"
-            try:
-                triton_batched.run_many(family, [case.input for case in cases], "cpu")
-            except Exception as exc:  # noqa: BLE001
-                crashed.append(f"batched {family}: {type(exc).__name__}: {exc}")
-        for family in sorted(set(ACCUMULATED) & set(FAMILIES)):
-            for size in STREAM_SIZES:
-                current[0] = f"accumulated/{family}/{size}"
-                if patterns and not any(fnmatch.fnmatch(current[0], p) for p in patterns):
-                    continue
-                stream = ACCUMULATED[family]
-                batch = stream.arrays(0, size)
-                inputs = [stream.case_input(batch, k) for k in range(size)]
-                try:  # as `qconform accumulate --adapter triton` asks: one run_batch (TritonAdapter's path)
-                    answers = triton_batched.run_many(family, inputs, "cpu") if size > 1 else [None]
-                    for inp, answer in zip(inputs, answers):
-                        if answer is None:  # a case the batched path leaves to the family's function
-                            try:
-                                FAMILIES[family](inp, "cpu")
-                            except TritonCandidateError:
-                                pass  # a refusal, as the adapter answers it (as for the corpus above)
-                except Exception as exc:  # noqa: BLE001
-                    crashed.append(f"{current[0]}: {type(exc).__name__}: {exc}")
+
+    def ask(name: str, family: str, inputs: list[dict]) -> None:
+        """``inputs`` as the adapter answers them (``answers``, its ``run_batch``): a refusal is an
+        answer and its launches before it are recorded; a crash is listed (its later launches would
+        go unchecked; the corpus run judges the answers)."""
+        current[0] = name
+        try:
+            outcomes = answers(family, inputs, "cpu")
+        except Exception as exc:  # noqa: BLE001 - listed
+            crashed.append(f"{name}: {type(exc).__name__}: {exc}")
+            return
+        crashed.extend(f"{name}: {o.message}" for o in outcomes if isinstance(o, AdapterError))
+
+    for family, cases in by_family.items():
+        for case in cases:  # one case a request: the family's own function
+            ask(case.id, family, [case.input])
+        ask(f"batched:{family}", family, [case.input for case in cases])  # same-shape groups in one launch
+    for family in sorted(set(ACCUMULATED) & set(FAMILIES)):
+        for size in STREAM_SIZES:  # as `qconform accumulate --adapter triton` asks: one run_batch a request
+            name = f"accumulated/{family}/{size}"
+            if patterns and not any(fnmatch.fnmatch(name, p) for p in patterns):
+                continue
+            stream = ACCUMULATED[family]
+            batch = stream.arrays(0, size)
+            ask(name, family, [stream.case_input(batch, k) for k in range(size)])
     specs = [{**json.loads(key), "cases": sorted(cases)} for key, cases in seen.items()]
     out.write_text(json.dumps({"specializations": specs, "crashed": crashed}))
 
