@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from robustness.processes import alive, recorded, survivors
+from robustness.processes import alive, recorded, recording_shim, survivors, wait_until
 
 import qconform.harness.run.accumulate as run_accumulate
 from qconform.cli import cli
@@ -29,23 +27,6 @@ pytestmark = pytest.mark.rules("R11")
 SMALL = ["--family", "verification_round", "--count", "300", "--shard-cases", "100", "--batch", "50"]
 #: how long the file's loading waits for the adapter before it gives up (the test then fails)
 WAIT_S = 60.0
-
-#: a shim that records its pid, then serves the reference adapter
-RECORDS_ITS_PID = """
-import os, sys
-open(sys.argv[1], "a").write(f"{os.getpid()}\\n")
-os.execv(sys.executable, [sys.executable, "-m", "qconform.harness.transport.host", "--adapter", "reference"])
-"""
-
-
-def appears(found, wait_s: float = WAIT_S) -> bool:
-    """Whether ``found()`` becomes true within ``wait_s`` seconds."""
-    deadline = time.monotonic() + wait_s
-    while not found():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def zygote_pids(trace: Path) -> list[int]:
@@ -60,11 +41,11 @@ def test_one_rank_starts_its_adapter_before_it_reads_the_accumulated_file(tmp_pa
     seen: list[bool] = []
 
     def waiting(folder):
-        seen.append(appears(lambda: bool(recorded(pids))))
+        seen.append(wait_until(lambda: bool(recorded(pids))))
         return load_expected(folder)
 
     monkeypatch.setattr(run_accumulate, "load_expected", waiting)
-    shim = "shim:" + shlex.join([sys.executable, "-c", RECORDS_ITS_PID, str(pids)])
+    shim = recording_shim(pids)
     result = CliRunner().invoke(cli, ["accumulate", "--adapter", shim, *SMALL])
     assert result.exit_code == 0, result.output
     assert "PASS" in result.output
@@ -127,11 +108,11 @@ def test_one_rank_that_stops_at_the_accumulated_file_closes_its_adapter(tmp_path
     load_expected = run_accumulate.load_expected
 
     def waiting(folder):
-        appears(lambda: bool(recorded(pids)))  # the adapter is up when the file turns out malformed
+        wait_until(lambda: bool(recorded(pids)))  # the adapter is up when the file turns out malformed
         return load_expected(folder)
 
     monkeypatch.setattr(run_accumulate, "load_expected", waiting)
-    shim = "shim:" + shlex.join([sys.executable, "-c", RECORDS_ITS_PID, str(pids)])
+    shim = recording_shim(pids)
     vectors = corrupt_accumulated(tmp_path)
     result = CliRunner().invoke(cli, ["accumulate", "--adapter", shim, *SMALL, "--vectors", str(vectors)])
     assert result.exit_code == 2, result.output
@@ -149,7 +130,7 @@ def test_forked_ranks_that_stop_at_the_accumulated_file_close_their_zygote(tmp_p
     load_expected = run_accumulate.load_expected
 
     def waiting(folder):
-        appears(lambda: bool(zygote_pids(trace)))
+        wait_until(lambda: bool(zygote_pids(trace)))
         return load_expected(folder)
 
     monkeypatch.setattr(run_accumulate, "load_expected", waiting)
@@ -161,4 +142,4 @@ def test_forked_ranks_that_stop_at_the_accumulated_file_close_their_zygote(tmp_p
     assert len(result.output.strip().splitlines()) == 1, result.output
     zygotes = zygote_pids(trace)
     assert len(zygotes) == 1
-    assert appears(lambda: not alive(zygotes[0]), wait_s=30.0), "the zygote outlived the command"
+    assert wait_until(lambda: not alive(zygotes[0]), wait_s=30.0), "the zygote outlived the command"

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-from robustness.processes import qconform, recorded, survivors
+from robustness.processes import qconform, recorded, recording_shim, survivors
 
 from qconform.cli import cli
 from qconform.generators.accumulated_engine import engine_hash
@@ -71,19 +71,12 @@ def test_a_rank_that_cannot_start_is_one_line_with_its_status(tmp_path, failing)
 
 
 #: a shim that records its pid, then serves the reference adapter as that process
-RECORDS_ITS_PID = """
-import os, sys
-open(sys.argv[1], "a").write(f"{os.getpid()}\\n")
-os.execv(sys.executable, [sys.executable, "-m", "qconform.harness.transport.host", "--adapter", "reference"])
-"""
-
-
 def test_a_rank_closes_its_adapter_while_it_gathers(tmp_path, monkeypatch):
     """The rank's adapter is shut down while the rank is in the gather (its shutdown overlaps the
     wait for the other ranks): a gather that waits for the adapter to end sees it end, and the run
     still passes."""
     pids = tmp_path / "pids"
-    shim = [sys.executable, "-c", RECORDS_ITS_PID, str(pids)]
+    shim = recording_shim(pids)
     running_at_gather: list[list[int]] = []
 
     def gather(obj):
@@ -91,7 +84,7 @@ def test_a_rank_closes_its_adapter_while_it_gathers(tmp_path, monkeypatch):
         return [obj]
 
     monkeypatch.setattr("qconform.cli.ranks.command_ranks", lambda _prepared: Ranks(0, 1, gather))
-    result = CliRunner().invoke(cli, ["accumulate", "--adapter", "shim:" + shlex.join(shim), *SMALL])
+    result = CliRunner().invoke(cli, ["accumulate", "--adapter", shim, *SMALL])
     assert result.exit_code == 0, result.output
     assert "PASS" in result.output
     assert len(recorded(pids)) == 1

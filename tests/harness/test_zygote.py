@@ -12,10 +12,9 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
-from robustness.processes import alive, qconform
+from robustness.processes import alive, qconform, wait_until
 
 from qconform.adapters.faulty import ECHO_FAMILY, affected
 from qconform.generators.encoding import encode_blob
@@ -28,15 +27,6 @@ from qconform.harness.transport.zygote import Zygote, refusal, start_zygote
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="the zygote is Linux's")
 
 INPUTS = [{"i": i, "counts": encode_blob("u32", [i, i + 1, i + 2])} for i in range(10)]
-
-
-def wait_until(condition, wait_s: float = 20.0) -> bool:
-    deadline = time.monotonic() + wait_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def cmdline(pid: int) -> str:

@@ -47,6 +47,30 @@ def survivors(pidfile: Path, wait_s: float = 10.0) -> list[int]:
     return left
 
 
+def wait_until(condition, wait_s: float = 20.0) -> bool:
+    """Whether ``condition()`` becomes true within ``wait_s`` seconds (polled every 20 ms)."""
+    deadline = time.monotonic() + wait_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+#: a shim (``python -c RECORDS_ITS_PID PIDFILE``) that appends its pid to PIDFILE, then serves the
+#: reference adapter as that same process
+RECORDS_ITS_PID = """
+import os, sys
+open(sys.argv[1], "a").write(f"{os.getpid()}\\n")
+os.execv(sys.executable, [sys.executable, "-m", "qconform.harness.transport.host", "--adapter", "reference"])
+"""
+
+
+def recording_shim(pidfile: Path) -> str:
+    """The ``shim:`` spec of :data:`RECORDS_ITS_PID` recording into ``pidfile``."""
+    return "shim:" + shlex.join([sys.executable, "-c", RECORDS_ITS_PID, str(pidfile)])
+
+
 def wait_for_helpers(pidfile: Path, count: int, proc: subprocess.Popen, wait_s: float = 120.0) -> None:
     """Wait until ``count`` helpers have recorded their pids (the adapters have started)."""
     deadline = time.monotonic() + wait_s
