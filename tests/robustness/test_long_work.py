@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from qconform.cli import cli
-from robustness.processes import qconform, survivors, tree_shim, wait_until_asked
+from robustness.processes import qconform, survivors, tree_shim, wait_for_helpers, wait_until_asked
 
 
 def test_an_absurd_sample_count_is_refused_before_anything_starts():
@@ -138,6 +138,24 @@ def test_an_interrupted_fuzz_or_accumulate_says_how_far_it_got(tmp_path, command
     args, expected = PARTIAL[command]
     proc = qconform(*args, "--adapter", tree_shim(pids, "hang"), cwd=tmp_path)
     wait_until_asked(pids, proc)
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signum, out[-2000:] + err[-2000:]
+    assert expected.format(name=signal.Signals(signum).name) in out, out[-2000:]
+    assert "Traceback" not in err and "Aborted" not in err, err[-2000:]
+    assert survivors(pids) == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_an_accumulate_interrupted_while_its_adapter_starts_says_so(tmp_path, ranks, signum):
+    """Before the first case (each rank's adapter never answers ``get_config``): the same report and
+    status as an interrupted run, 0 cases answered, never click's ``Aborted!`` and exit 1 (a FAIL's
+    status), and nothing left running (docs/harness.md, "Exit codes")."""
+    pids = tmp_path / "pids"
+    args, expected = PARTIAL["accumulate"]
+    proc = qconform(*args, "--adapter", tree_shim(pids, "mute"), "--ranks", str(ranks), cwd=tmp_path)
+    wait_for_helpers(pids, 2 * ranks, proc)  # every rank's adapter is up and silent
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signum, out[-2000:] + err[-2000:]

@@ -6,7 +6,8 @@ of the helper that does the same; both append their pid to PIDFILE. Then, by MOD
 ``serve`` becomes examples/shim/python_shim.py (``rng_abi``, ``categorical_sampling``);
 ``crash`` writes a line to stderr and exits with status 1 before answering anything;
 ``hang`` answers ``get_config`` (every family a command may need, sampling included) and then
-never answers again, so a command is still running when a test signals it.
+never answers again, so a command is still running when a test signals it; ``mute`` never
+answers anything, ``get_config`` included, so a command is still starting its adapter.
 """
 
 from __future__ import annotations
@@ -85,6 +86,9 @@ def main() -> None:
         os._exit(1)
     if mode == "hang":
         hang(pidfile)
+        return
+    if mode == "mute":
+        time.sleep(3600)
         return
     os.execv(sys.executable, [sys.executable, str(EXAMPLE_SHIM)])
 
