@@ -152,7 +152,7 @@ def fuzz(
     """Fuzz ``client`` (an open adapter) on ``families``; the report holds any finding,
     shrunk to a minimal case unless ``shrink`` is false (the first failing case as found).
     ``progress`` is told each example tried. A KeyboardInterrupt (SIGINT, or SIGTERM under
-    :class:`~qconform.harness.run.gate.SignalGuard`) ends the run: the report is partial
+    :class:`~qconform.harness.run.signals.SignalGuard`) ends the run: the report is partial
     (``interrupted``), with what was tried so far."""
     report = FuzzReport(adapter, tuple(families), seed_value, max_examples, shrink)
     phases = (Phase.explicit, Phase.generate) + ((Phase.shrink,) if shrink else ())

@@ -2,8 +2,8 @@
 
 :class:`RunExit` is the one exit-status table of ``qconform run`` (docs/harness.md,
 "Exit codes"); :func:`exit_code` is the only place a run's status is decided.
-:class:`SignalGuard` turns SIGTERM into the same clean stop as SIGINT (a
-partial report, the adapter killed). :func:`coverage_problems` is the
+:class:`~qconform.harness.run.signals.SignalGuard`, in a module of its own, turns SIGTERM into
+the same clean stop as SIGINT (a partial report, the adapter killed). :func:`coverage_problems` is the
 ``--require FAMILY`` / ``--max-unsupported N`` gate and :func:`supported_share`
 the coverage figure of the summary line.
 """
@@ -11,11 +11,9 @@ the coverage figure of the summary line.
 from __future__ import annotations
 
 import signal
-import threading
 from dataclasses import dataclass
 from enum import IntEnum
 from fractions import Fraction
-from types import FrameType
 from typing import Iterable, Sequence
 
 from qconform.harness.run.summary import RunSummary
@@ -78,40 +76,6 @@ def exit_code(state: RunState) -> int:
     if not state.judged and state.ok:
         return RunExit.NO_CASES
     return RunExit.OK if state.ok else RunExit.FAILED
-
-
-class SignalGuard:
-    """While installed (main thread only), SIGINT and SIGTERM raise KeyboardInterrupt and are remembered.
-
-    pytest handles the KeyboardInterrupt as an interruption: the session still
-    finishes, so the partial report is written and the adapter is stopped.
-    """
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self._previous: dict[int, object] = {}
-
-    def _handle(self, signum: int, _frame: FrameType | None) -> None:
-        if self.signum is None:
-            self.signum = signum
-            raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    def install(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for signum in self.SIGNALS:
-            self._previous[signum] = signal.signal(signum, self._handle)
-
-    def restore(self) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)  # type: ignore[arg-type]
-        self._previous.clear()
-
-    @property
-    def name(self) -> str:
-        return signal.Signals(self.signum).name if self.signum is not None else ""
 
 
 def supported_share(summary: RunSummary) -> tuple[int, int]:

@@ -32,7 +32,8 @@ import pytest
 
 from qconform.harness.expectations import Expectations, ExpectationsError
 from qconform.harness.run.case_runner import CHUNK, CaseRunner, open_client
-from qconform.harness.run.gate import RunExit, RunState, SignalGuard, coverage_problems, exit_code
+from qconform.harness.run.gate import RunExit, RunState, coverage_problems, exit_code
+from qconform.harness.run.signals import SignalGuard
 from qconform.harness.run.summary import STOPPED, RunHeader, RunSummary, account
 from qconform.harness.run.triage import CaseInfo, LastFailed, RerunContext
 from qconform.harness.verdicts import Verdict, VerdictClass

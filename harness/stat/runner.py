@@ -498,6 +498,6 @@ def run_stat(
 ) -> StatRun:
     """Sample and judge ``cases`` (see the module docstring), this rank's share under torchrun;
     ``progress`` is told the rounds of each answered request. A KeyboardInterrupt (SIGINT, or
-    SIGTERM under :class:`~qconform.harness.run.gate.SignalGuard`) ends the sampling: the
+    SIGTERM under :class:`~qconform.harness.run.signals.SignalGuard`) ends the sampling: the
     run returned is partial (``interrupted``), its unfinished cases :data:`INTERRUPTED`."""
     return StatRunner(sampler, cases, options, ranks, progress).run()

@@ -70,14 +70,29 @@ def batch_invariance(
     start_timeout: float | None = None,
 ) -> None:
     """Re-batch the corpus's verification requests; each must keep its draws and tokens."""
+    from qconform.cli.errors import interrupted_line
     from qconform.generators.corpus import default_vectors_dir
+    from qconform.harness.run.signals import SignalGuard
 
     root = Path(vectors).expanduser().resolve() if vectors else default_vectors_dir()
     requests = load_requests(root, patterns)
-    with open_checked(adapter, device, timeout, start_timeout) as client:
-        if FAMILY not in client.config.capabilities.families:
-            raise UsageLineError(f"adapter {adapter!r} does not declare {FAMILY}")
-        report = check_batch_invariance(client, requests, seed)
+    guard = SignalGuard()  # SIGINT and SIGTERM: one line and 130 or 143 (docs/harness.md, "Exit codes")
+    guard.install()
+    try:
+        try:
+            opened = open_checked(adapter, device, timeout, start_timeout)
+        except KeyboardInterrupt:
+            interrupted_line(guard, "while the adapter started; nothing checked")
+        with opened as client:
+            if FAMILY not in client.config.capabilities.families:
+                raise UsageLineError(f"adapter {adapter!r} does not declare {FAMILY}")
+            try:
+                report = check_batch_invariance(client, requests, seed)
+            except KeyboardInterrupt:
+                client.abort()  # the batch in flight is abandoned with its child
+                interrupted_line(guard, f"before the {len(requests)} requests were all checked; nothing compared")
+    finally:
+        guard.restore()
     click.echo(f"batch invariance: adapter {adapter} on {device}, {len(requests)} distinct requests of {root}")
     for result in report.results:
         click.echo(result.line())

@@ -17,9 +17,12 @@ import contextlib
 import errno
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator, NoReturn
 
 import click
+
+if TYPE_CHECKING:
+    from qconform.harness.run.signals import SignalGuard
 
 __all__ = [
     "UsageLineError",
@@ -59,6 +62,14 @@ class WriteLineError(click.ClickException):
     """An output cannot be written: permission denied, a file in the way, a full disk (exit status 4)."""
 
     exit_code = 4
+
+
+def interrupted_line(guard: SignalGuard, when: str) -> NoReturn:
+    """End a command that SIGINT or SIGTERM stopped (``guard`` caught it) before it had a partial
+    report to give: one ``Error:`` line saying ``when``, and 128 + the signal's number
+    (docs/harness.md, "Exit codes"; click's own answer, ``Aborted!`` and 1, is a failure's status)."""
+    click.echo(f"Error: interrupted by {guard.name or 'SIGINT'} {when}", err=True)
+    raise SystemExit(128 + (guard.signum or 2))
 
 
 def broken_optional_module(exc: ImportError) -> str:

@@ -158,12 +158,20 @@ def fuzz(
 ) -> None:
     """Differential fuzzing: random valid inputs, the spec's answer vs the adapter's."""
     from qconform.cli.console import rounds_progress
+    from qconform.cli.errors import interrupted_line
     from qconform.harness.fuzz.driver import fuzz as run_fuzz
-    from qconform.harness.run.gate import SignalGuard
+    from qconform.harness.run.signals import SignalGuard
 
     refuse_beyond_a_day(examples, FASTEST_EXAMPLES, "--examples", "the spec solving every example", "lower --examples")
     guard = SignalGuard()  # SIGINT and SIGTERM end the run; what was tried is still reported
-    with open_checked(adapter, device, timeout, start_timeout) as client:
+    guard.install()
+    try:
+        opened = open_checked(adapter, device, timeout, start_timeout)
+    except KeyboardInterrupt:  # before the adapter answered: nothing was tried
+        interrupted_line(guard, "while the adapter started; nothing fuzzed")
+    finally:
+        guard.restore()
+    with opened as client:
         chosen = fuzz_families(families, client.config.capabilities.families)
         if record:
             check_found_files(chosen)

@@ -208,7 +208,8 @@ def stat_command(
         samples=samples, alpha=alpha, power=power, seed=seed, sequential=sequential, looks=looks, chunk=chunk
     )
     from qconform.cli.console import rounds_progress
-    from qconform.harness.run.gate import SignalGuard
+    from qconform.cli.errors import interrupted_line
+    from qconform.harness.run.signals import SignalGuard
 
     guard = SignalGuard()  # SIGINT and SIGTERM end the sampling; the partial run is still reported
     guard.install()
@@ -219,10 +220,7 @@ def stat_command(
 
         raise StartLineError(str(exc)) from None
     except KeyboardInterrupt:  # before the adapter answered: nothing was sampled, nothing to report
-        click.echo(
-            f"Error: interrupted by {guard.name or 'SIGINT'} while the adapter started; nothing sampled", err=True
-        )
-        raise SystemExit(128 + (guard.signum or 2)) from None
+        interrupted_line(guard, "while the adapter started; nothing sampled")
     finally:
         guard.restore()
     ranks = torchrun_ranks(device)  # under torchrun: this rank's share of the cases (docs/distributed.md)

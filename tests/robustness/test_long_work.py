@@ -146,19 +146,42 @@ def test_an_interrupted_fuzz_or_accumulate_says_how_far_it_got(tmp_path, command
     assert survivors(pids) == []
 
 
+#: commands that stop with one line while their adapter starts: the line's end
+STARTING = {
+    "stat": (["stat"], "nothing sampled"),
+    "fuzz": (["fuzz", "--family", "rng_abi", "--examples", "100"], "nothing fuzzed"),
+    "batch-invariance": (["batch-invariance"], "nothing checked"),
+}
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-@pytest.mark.parametrize("ranks", [1, 2])
-def test_an_accumulate_interrupted_while_its_adapter_starts_says_so(tmp_path, ranks, signum):
-    """Before the first case (each rank's adapter never answers ``get_config``): the same report and
-    status as an interrupted run, 0 cases answered, never click's ``Aborted!`` and exit 1 (a FAIL's
-    status), and nothing left running (docs/harness.md, "Exit codes")."""
+@pytest.mark.parametrize("command", list(STARTING))
+def test_a_command_interrupted_while_its_adapter_starts_says_so(tmp_path, command, signum):
+    """One ``Error:`` line and 128 + the signal (docs/harness.md, "Exit codes"), never click's
+    ``Aborted!`` and 1, and nothing left running."""
     pids = tmp_path / "pids"
-    args, expected = PARTIAL["accumulate"]
-    proc = qconform(*args, "--adapter", tree_shim(pids, "mute"), "--ranks", str(ranks), cwd=tmp_path)
-    wait_for_helpers(pids, 2 * ranks, proc)  # every rank's adapter is up and silent
+    args, nothing = STARTING[command]
+    proc = qconform(*args, "--adapter", tree_shim(pids, "mute"), cwd=tmp_path)
+    wait_for_helpers(pids, 2, proc)
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signum, out[-2000:] + err[-2000:]
-    assert expected.format(name=signal.Signals(signum).name) in out, out[-2000:]
-    assert "Traceback" not in err and "Aborted" not in err, err[-2000:]
+    name = signal.Signals(signum).name
+    assert err.strip().splitlines() == [f"Error: interrupted by {name} while the adapter started; {nothing}"], err
+    assert survivors(pids) == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_batch_invariance_interrupted_while_it_checks_says_so(tmp_path, signum):
+    pids = tmp_path / "pids"
+    proc = qconform("batch-invariance", "--adapter", tree_shim(pids, "hang"), cwd=tmp_path)
+    wait_until_asked(pids, proc)  # the first re-batched request hangs
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signum, out[-2000:] + err[-2000:]
+    line = err.strip().splitlines()
+    assert len(line) == 1 and line[0].startswith(f"Error: interrupted by {signal.Signals(signum).name} before the "), (
+        err
+    )
+    assert line[0].endswith("requests were all checked; nothing compared"), err
     assert survivors(pids) == []
