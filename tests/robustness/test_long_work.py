@@ -131,6 +131,16 @@ PARTIAL = {
 }
 
 
+def signalled(proc: subprocess.Popen, signum: int) -> tuple[str, str]:
+    """Send ``signum`` to the command; its output, once it has ended with 128 + the signal's number,
+    with neither a traceback nor click's ``Aborted!``."""
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signum, out[-2000:] + err[-2000:]
+    assert "Traceback" not in err and "Aborted" not in err, err[-2000:]
+    return out, err
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 @pytest.mark.parametrize("command", list(PARTIAL))
 def test_an_interrupted_fuzz_or_accumulate_says_how_far_it_got(tmp_path, command, signum):
@@ -138,11 +148,8 @@ def test_an_interrupted_fuzz_or_accumulate_says_how_far_it_got(tmp_path, command
     args, expected = PARTIAL[command]
     proc = qconform(*args, "--adapter", tree_shim(pids, "hang"), cwd=tmp_path)
     wait_until_asked(pids, proc)
-    proc.send_signal(signum)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signum, out[-2000:] + err[-2000:]
+    out, _err = signalled(proc, signum)
     assert expected.format(name=signal.Signals(signum).name) in out, out[-2000:]
-    assert "Traceback" not in err and "Aborted" not in err, err[-2000:]
     assert survivors(pids) == []
 
 
@@ -156,11 +163,8 @@ def test_an_accumulate_interrupted_while_its_adapter_starts_says_so(tmp_path, ra
     args, expected = PARTIAL["accumulate"]
     proc = qconform(*args, "--adapter", tree_shim(pids, "mute"), "--ranks", str(ranks), cwd=tmp_path)
     wait_for_helpers(pids, 2 * ranks, proc)  # every rank's adapter is up and silent
-    proc.send_signal(signum)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signum, out[-2000:] + err[-2000:]
+    out, _err = signalled(proc, signum)
     assert expected.format(name=signal.Signals(signum).name) in out, out[-2000:]
-    assert "Traceback" not in err and "Aborted" not in err, err[-2000:]
     assert survivors(pids) == []
 
 
@@ -181,9 +185,7 @@ def test_a_command_interrupted_while_its_adapter_starts_says_so(tmp_path, comman
     args, nothing = STARTING[command]
     proc = qconform(*args, "--adapter", tree_shim(pids, "mute"), cwd=tmp_path)
     wait_for_helpers(pids, 2, proc)
-    proc.send_signal(signum)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signum, out[-2000:] + err[-2000:]
+    _out, err = signalled(proc, signum)
     name = signal.Signals(signum).name
     assert err.strip().splitlines() == [f"Error: interrupted by {name} while the adapter started; {nothing}"], err
     assert survivors(pids) == []
@@ -194,9 +196,7 @@ def test_batch_invariance_interrupted_while_it_checks_says_so(tmp_path, signum):
     pids = tmp_path / "pids"
     proc = qconform("batch-invariance", "--adapter", tree_shim(pids, "hang"), cwd=tmp_path)
     wait_until_asked(pids, proc)  # the first re-batched request hangs
-    proc.send_signal(signum)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signum, out[-2000:] + err[-2000:]
+    _out, err = signalled(proc, signum)
     line = err.strip().splitlines()
     assert len(line) == 1 and line[0].startswith(f"Error: interrupted by {signal.Signals(signum).name} before the "), (
         err
