@@ -16,6 +16,7 @@ from enum import IntEnum
 from fractions import Fraction
 from typing import Iterable, Sequence
 
+from qconform.harness.run.signals import interrupted_exit
 from qconform.harness.run.summary import RunSummary
 from qconform.harness.verdicts import VerdictClass
 
@@ -45,10 +46,6 @@ class RunExit(IntEnum):
     SIGINT = 128 + signal.SIGINT
     #: stopped by SIGTERM (``timeout``, a CI runner cancelling the job)
     SIGTERM = 128 + signal.SIGTERM
-
-
-def interrupted_exit(signum: int) -> int:
-    return 128 + signum
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,12 @@ from contextlib import contextmanager
 from types import FrameType
 
 
+def interrupted_exit(signum: int) -> int:
+    """The status of a command a signal stopped: 128 + its number, as a shell reports it
+    (docs/harness.md, "Exit codes")."""
+    return 128 + signum
+
+
 class SignalGuard:
     """While installed (main thread only), SIGINT and SIGTERM raise KeyboardInterrupt and are remembered.
 
@@ -63,3 +69,9 @@ class SignalGuard:
     @property
     def name(self) -> str:
         return signal.Signals(self.signum).name if self.signum is not None else ""
+
+    @property
+    def status(self) -> int:
+        """The command's status once stopped: :func:`interrupted_exit` of the signal caught (SIGINT's
+        when the KeyboardInterrupt came from Python's own handler, before the guard was installed)."""
+        return interrupted_exit(self.signum or signal.SIGINT)

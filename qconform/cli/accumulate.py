@@ -42,7 +42,7 @@ def interrupted(
         f"INTERRUPTED by {guard.name or 'SIGINT'}: {family}: {answered} of {count} cases answered on this rank; "
         f"the hash covers all {count}, so nothing was compared. Rerun: {command_line(adapter, family, count)}"
     )
-    ctx.exit(128 + (guard.signum or 2))
+    ctx.exit(guard.status)
 
 
 def command_line(adapter: str, family: str, count: int) -> str:

@@ -69,7 +69,7 @@ def interrupted_line(guard: SignalGuard, when: str) -> NoReturn:
     report to give: one ``Error:`` line saying ``when``, and 128 + the signal's number
     (docs/harness.md, "Exit codes"; click's own answer, ``Aborted!`` and 1, is a failure's status)."""
     click.echo(f"Error: interrupted by {guard.name or 'SIGINT'} {when}", err=True)
-    raise SystemExit(128 + (guard.signum or 2))
+    raise SystemExit(guard.status)
 
 
 def broken_optional_module(exc: ImportError) -> str:

@@ -191,5 +191,5 @@ def fuzz(
         click.echo(f"finding: the adapter is nondeterministic: {report.flaky}")
     click.echo(report.summary())
     if guard.signum is not None:
-        ctx.exit(128 + guard.signum)
+        ctx.exit(guard.status)
     ctx.exit(0 if report.finding is None and report.flaky is None else 1)

@@ -276,5 +276,5 @@ def stat_command(
     for error in errors:  # after the summary, one line each (docs/harness.md, "Exit codes")
         click.echo(f"Error: {error}", err=True)
     if guard.signum is not None:  # the partial report is out: the status of the interruption
-        raise SystemExit(128 + guard.signum)
+        raise SystemExit(guard.status)
     raise SystemExit(4 if errors else 0 if run.ok else 1)
