@@ -7,7 +7,8 @@ and appends one line per mark to the file ``BENCH_TIMELINE``: ``RANK SECONDS MAR
 ``BENCH_T0`` (wall clock, so the marks of several processes line up). The marks, in order: ``up``
 (this interpreter runs), ``started`` (the options are checked and the adapter's start begun: the
 zygote for ``--ranks``, else the child's start on its thread; docs/accumulated.md, "Start-up"),
-``ranks`` (the command asks for its ranks: its imports and the accumulated file are done), ``ranks ready`` (under torchrun: torch imported and the process group up; with ``--ranks``:
+``ranks`` (the command asks for its ranks: its imports and the accumulated file are done),
+``ranks ready`` (under torchrun: torch imported and the process group up; with ``--ranks``:
 forked), ``adapter ready`` (its child started and answered ``get_config``), ``begin`` (the timed run
 starts), ``block 1`` (the first block answered), ``at gather`` (this rank's share computed: it enters
 the gather), ``gathered`` (every rank's results merged),

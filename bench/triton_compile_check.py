@@ -113,9 +113,13 @@ def record(out: Path, patterns: list[str]) -> None:
     from qconform.harness.adapter import AdapterError
 
     assert not launch.interpreting(), "the host logic must be the native one"
+
+    def selected(name: str) -> bool:
+        return not patterns or any(fnmatch.fnmatch(name, p) for p in patterns)
+
     by_family: dict[str, list] = {}
     for case in iter_cases(ROOT / "vectors", sorted(FAMILIES)):
-        if not patterns or any(fnmatch.fnmatch(case.id, p) for p in patterns):
+        if selected(case.id):
             by_family.setdefault(case.family, []).append(case)
     crashed = []
 
@@ -138,7 +142,7 @@ def record(out: Path, patterns: list[str]) -> None:
     for family in sorted(set(ACCUMULATED) & set(FAMILIES)):
         for size in STREAM_SIZES:  # as `qconform accumulate --adapter triton` asks: one run_batch a request
             name = f"accumulated/{family}/{size}"
-            if patterns and not any(fnmatch.fnmatch(name, p) for p in patterns):
+            if not selected(name):
                 continue
             stream = ACCUMULATED[family]
             batch = stream.arrays(0, size)
