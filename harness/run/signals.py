@@ -1,13 +1,16 @@
 """SIGINT and SIGTERM as one clean stop: :class:`SignalGuard`.
 
-A module of its own, with nothing but the standard library: a command installs its guard without
-importing the run gate's summary and reports (harness/run/gate.py).
+A module of its own, with nothing but the standard library, so that a command installs its guard
+before it starts anything (``qconform accumulate`` starts its adapter first, docs/accumulated.md
+"Start-up"), without first importing the run gate's summary and reports (harness/run/gate.py).
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 
 
@@ -29,10 +32,27 @@ class SignalGuard:
     def __init__(self) -> None:
         self.signum: int | None = None
         self._previous: dict[int, object] = {}
+        self._deferring = 0
 
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
         if self.signum is None:
             self.signum = signum
+            if not self._deferring:
+                raise KeyboardInterrupt(self.name)
+
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """A signal inside the block is remembered and raised as KeyboardInterrupt when the block
+        ends, not where it lands: around imports. CPython 3.11 marks a KeyboardInterrupt that
+        escapes an ``exec`` of a string (``dataclasses`` builds its methods so, as a module is
+        imported) as unhandled even when a caller catches it, and then ends the process by SIGINT
+        at exit instead of with the command's status (seen as exit -2 in place of 130)."""
+        self._deferring += 1
+        try:
+            yield
+        finally:
+            self._deferring -= 1
+        if self.signum is not None and not self._deferring:
             raise KeyboardInterrupt(self.name)
 
     def install(self) -> None:

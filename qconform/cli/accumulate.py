@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -23,11 +24,25 @@ from qconform.cli.arguments import start_timeout_option
 from qconform.cli.errors import UsageLineError
 from qconform.cli.ranks import RANKS_HELP
 from qconform.generators.accumulated import FAMILIES, SHARD_CASES
+from qconform.harness.run.signals import SignalGuard
 
 #: the fastest cases a second a run could be fed and answered at: the harness's block path feeds
 #: about 10^6 a core (bench/RESULTS.md), so ten cores and a GPU; more than a day of it is refused
 #: before anything starts (docs/accumulated.md)
 FASTEST_CASES = 10**7
+
+
+def interrupted(
+    ctx: click.Context, guard: SignalGuard, adapter: str, family: str, count: int, answered: int
+) -> NoReturn:
+    """End the command stopped by SIGINT or SIGTERM (``guard`` caught it): how far this rank got, and
+    128 + the signal's number (docs/harness.md, "Exit codes"). The hash covers all the cases, so
+    nothing can be compared."""
+    click.echo(
+        f"INTERRUPTED by {guard.name or 'SIGINT'}: {family}: {answered} of {count} cases answered on this rank; "
+        f"the hash covers all {count}, so nothing was compared. Rerun: {command_line(adapter, family, count)}"
+    )
+    ctx.exit(guard.status)
 
 
 def command_line(adapter: str, family: str, count: int) -> str:
@@ -118,53 +133,63 @@ def accumulate_command(
 ) -> None:
     """Run N accumulated cases through an adapter and compare the hash of its answers."""
     from qconform.cli.arguments import OpeningAdapter, check_adapter, refuse_beyond_a_day
-    from qconform.cli.ranks import command_ranks, prepare_ranks
+    from qconform.cli.ranks import PreparedRanks, command_ranks, prepare_ranks
 
     refuse_beyond_a_day(count, FASTEST_CASES, "--count", "ten cores of block feeding and a GPU", "lower --count")
     check_adapter(adapter)
-    # the adapter starts first (one rank: its child; forked ranks: their zygote), and its import runs
-    # beside the command's own imports and checks (docs/accumulated.md, "Start-up")
-    prepared = prepare_ranks(device, rank_count, adapter)
-    early = OpeningAdapter(adapter, device, timeout, start_timeout) if rank_count == 1 else None
+    # SIGINT and SIGTERM, from before the adapter starts to the verdict, end the command with how far it
+    # got and 130 or 143 (docs/harness.md, "Exit codes"); click's own answer would be 1, a FAIL's status
+    guard = SignalGuard()
+    guard.install()
+    early = None
+    prepared = PreparedRanks(device, rank_count)
     try:
-        from qconform.cli.console import rounds_progress
-        from qconform.cli.fuzz import check_found_files, record_finding
-        from qconform.cli.ranks import closing_at_gather, run_as_rank
-        from qconform.generators.corpus import default_vectors_dir
-        from qconform.harness.judging.judge import family_module, judge
-        from qconform.harness.run.accumulate import (
-            AccumulatedFileError,
-            accumulate,
-            case_vector,
-            load_expected,
-        )
-        from qconform.harness.run.distributed import finish
-        from qconform.harness.run.signals import SignalGuard
+        with guard.deferred():  # imports: a signal is raised once they are done (SignalGuard.deferred)
+            # the adapter starts first (one rank: its child; forked ranks: their zygote), and its import
+            # runs beside the command's own imports and checks (docs/accumulated.md, "Start-up")
+            prepared = prepare_ranks(device, rank_count, adapter)
+            early = OpeningAdapter(adapter, device, timeout, start_timeout) if rank_count == 1 else None
+            from qconform.cli.console import rounds_progress
+            from qconform.cli.fuzz import check_found_files, record_finding
+            from qconform.cli.ranks import closing_at_gather, run_as_rank
+            from qconform.generators.corpus import default_vectors_dir
+            from qconform.harness.judging.judge import family_module, judge
+            from qconform.harness.run.accumulate import (
+                AccumulatedFileError,
+                accumulate,
+                case_vector,
+                load_expected,
+            )
+            from qconform.harness.run.distributed import finish
 
         try:
             expected = load_expected(vectors or default_vectors_dir())
         except AccumulatedFileError as exc:
             raise UsageLineError(str(exc)) from None
         ranks = command_ranks(prepared)  # forked here for --ranks N: options checked once, above
-    except BaseException:
+    except BaseException as exc:
         if early is not None:
             early.close()
         prepared.close()
+        guard.restore()
+        if isinstance(exc, KeyboardInterrupt):
+            interrupted(ctx, guard, adapter, family, count, 0)
         raise
 
     def run() -> None:
         line = command_line(adapter, family, count)
         completed = False
-        guard = SignalGuard()  # SIGINT and SIGTERM end the run; how far it got is still reported
         answered = [0]
+        result = None
         try:
             with early if early is not None else OpeningAdapter(adapter, device, timeout, start_timeout) as opening:
-                if record:
-                    check_found_files((family,))
-                # while the adapter starts: the family's spec (its solve) and comparator, loaded as start-up,
-                # not when the first divergent case is judged inside the timed run (docs/accumulated.md,
-                # "Feeding")
-                family_module(family)
+                with guard.deferred():
+                    if record:
+                        check_found_files((family,))
+                    # while the adapter starts: the family's spec (its solve) and comparator, loaded as
+                    # start-up, not when the first divergent case is judged inside the timed run
+                    # (docs/accumulated.md, "Feeding")
+                    family_module(family)
                 client = opening.client()
                 if family not in client.config.capabilities.families:
                     raise UsageLineError(f"the adapter does not declare family {family}")
@@ -197,7 +222,6 @@ def accumulate_command(
                     # a child that takes pipelined requests gets the next block while it computes one
                     # (docs/shim-protocol.md, "Pipelined requests"); any other, one block at a time
                     pipelined = not by_case and client.depth > 1
-                    guard.install()
                     try:
                         result = accumulate(
                             run_batch,
@@ -213,18 +237,13 @@ def accumulate_command(
                         )
                     except KeyboardInterrupt:
                         client.abort()  # the batch in flight is abandoned with its child
-                        result = None
-                    finally:
-                        guard.restore()
             completed = result is not None
+        except KeyboardInterrupt:  # before the first case: the adapter was starting (its start is abandoned)
+            pass
         finally:
             finish(ranks, completed)
-        if result is None:  # interrupted: the hash covers all N cases, so nothing can be compared
-            click.echo(
-                f"INTERRUPTED by {guard.name or 'SIGINT'}: {family}: {answered[0]} of {count} cases answered "
-                f"on this rank; the hash covers all {count}, so nothing was compared. Rerun: {line}"
-            )
-            ctx.exit(guard.status)
+        if result is None:
+            interrupted(ctx, guard, adapter, family, count, answered[0])
         if ranks.rank != 0:
             ctx.exit(0 if result.verdict != "fail" else 1)
         rate = count / result.seconds if result.seconds > 0 else float("inf")
@@ -289,4 +308,7 @@ def accumulate_command(
             )
         ctx.exit(1)
 
-    run_as_rank(ranks, run)
+    try:
+        run_as_rank(ranks, run)
+    finally:
+        guard.restore()

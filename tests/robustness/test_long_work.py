@@ -153,6 +153,21 @@ def test_an_interrupted_fuzz_or_accumulate_says_how_far_it_got(tmp_path, command
     assert survivors(pids) == []
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_an_accumulate_interrupted_while_its_adapter_starts_says_so(tmp_path, ranks, signum):
+    """Before the first case (each rank's adapter never answers ``get_config``): the same report and
+    status as an interrupted run, 0 cases answered, never click's ``Aborted!`` and exit 1 (a FAIL's
+    status), and nothing left running (docs/harness.md, "Exit codes")."""
+    pids = tmp_path / "pids"
+    args, expected = PARTIAL["accumulate"]
+    proc = qconform(*args, "--adapter", tree_shim(pids, "mute"), "--ranks", str(ranks), cwd=tmp_path)
+    wait_for_helpers(pids, 2 * ranks, proc)  # every rank's adapter is up and silent
+    out, _err = signalled(proc, signum)
+    assert expected.format(name=signal.Signals(signum).name) in out, out[-2000:]
+    assert survivors(pids) == []
+
+
 #: commands that stop with one line while their adapter starts: the line's end
 STARTING = {
     "stat": (["stat"], "nothing sampled"),
