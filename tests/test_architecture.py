@@ -172,7 +172,7 @@ NOT_FOR_RUN = (
 
 RUN_PROBE = """
 import json, sys
-from qconform.cli import cli
+from qconform.cli.group import cli
 try:
     cli.main(args=sys.argv[1:], prog_name="qconform", standalone_mode=False)
 except SystemExit:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from qconform.cli import cli
+from qconform.cli.group import cli
 
 
 def run(args: list[str]) -> int:

@@ -162,6 +162,6 @@ def install(monkeypatch=None) -> None:
 
 if __name__ == "__main__":
     install()
-    from qconform.cli import cli
+    from qconform.cli.group import cli
 
     cli.main(args=sys.argv[1:], prog_name="qconform")

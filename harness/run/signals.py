@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from types import FrameType
 
 
@@ -20,40 +18,55 @@ def interrupted_exit(signum: int) -> int:
     return 128 + signum
 
 
-class SignalGuard:
-    """While installed (main thread only), SIGINT and SIGTERM raise KeyboardInterrupt and are remembered.
+def forget_escaped_interrupt() -> None:
+    """Let the process end with the status it chose after a KeyboardInterrupt was caught.
 
-    pytest handles the KeyboardInterrupt as an interruption: the session still
-    finishes, so the partial report is written and the adapter is stopped.
+    CPython (3.11 at least) remembers a KeyboardInterrupt that escaped an ``exec`` of a string
+    (``dataclasses`` builds a class's methods so, while a module is imported) as unhandled even
+    when a caller caught it, and then ends a ``python -m`` process by SIGINT at exit instead of
+    with its status (-2, not 130). It forgets it at the start of the next ``exec`` of a string;
+    this is one, of nothing. A KeyboardInterrupt that really goes unhandled is remembered again
+    by the interpreter's own main, after this."""
+    exec("None")  # noqa: S102 - a constant string: the exec is the point (above)
+
+
+class SignalGuard:
+    """While installed (main thread only), SIGINT and SIGTERM are remembered, and stop the command
+    as one KeyboardInterrupt (docs/harness.md, "Stopping cleanly"). Where it is raised depends on
+    the guard:
+
+    - ``SignalGuard()`` raises it where the signal lands. pytest handles it as an interruption:
+      the session still finishes, so the partial report is written and the adapter is stopped.
+    - ``SignalGuard(at_checkpoints=True)`` raises it only at :meth:`checkpoint`, or inside
+      :meth:`interrupting`. A command's start-up runs so: its steps import modules, and CPython
+      3.11 marks a KeyboardInterrupt that escapes an ``exec`` of a string (``dataclasses`` builds a
+      class's methods so, while a module is imported) as unhandled even when a caller catches it,
+      and then ends the process by SIGINT at exit, whatever status the command chose (-2 in place
+      of 130). Nor can a signal land in the few lines between two handlers.
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self) -> None:
+    def __init__(self, at_checkpoints: bool = False) -> None:
         self.signum: int | None = None
         self._previous: dict[int, object] = {}
-        self._deferring = 0
+        self._interrupting = 0 if at_checkpoints else 1
 
-    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.signum is None:
             self.signum = signum
-            if not self._deferring:
+            if self._interrupting and (frame is None or frame.f_code is not _LEAVING):
                 raise KeyboardInterrupt(self.name)
 
-    @contextmanager
-    def deferred(self) -> Iterator[None]:
-        """A signal inside the block is remembered and raised as KeyboardInterrupt when the block
-        ends, not where it lands: around imports. CPython 3.11 marks a KeyboardInterrupt that
-        escapes an ``exec`` of a string (``dataclasses`` builds its methods so, as a module is
-        imported) as unhandled even when a caller catches it, and then ends the process by SIGINT
-        at exit instead of with the command's status (seen as exit -2 in place of 130)."""
-        self._deferring += 1
-        try:
-            yield
-        finally:
-            self._deferring -= 1
-        if self.signum is not None and not self._deferring:
+    def checkpoint(self) -> None:
+        """Raise the KeyboardInterrupt of a signal remembered since the guard was installed, if any."""
+        if self.signum is not None:
             raise KeyboardInterrupt(self.name)
+
+    def interrupting(self) -> Interrupting:
+        """A block inside which a signal interrupts where it lands (the run itself: a request that
+        never returns is interrupted); one remembered before the block is raised as it begins."""
+        return Interrupting(self)
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -75,3 +88,23 @@ class SignalGuard:
         """The command's status once stopped: :func:`interrupted_exit` of the signal caught (SIGINT's
         when the KeyboardInterrupt came from Python's own handler, before the guard was installed)."""
         return interrupted_exit(self.signum or signal.SIGINT)
+
+
+class Interrupting:
+    """:meth:`SignalGuard.interrupting`. A class, not a generator: a signal handled as the block is
+    left (in :meth:`__exit__`, whose code the guard recognizes) is remembered, not raised after the
+    block's work is done."""
+
+    def __init__(self, guard: SignalGuard) -> None:
+        self.guard = guard
+
+    def __enter__(self) -> None:
+        self.guard.checkpoint()
+        self.guard._interrupting += 1  # noqa: SLF001 - the guard's own block
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.guard._interrupting -= 1  # noqa: SLF001 - the guard's own block
+
+
+#: the code a signal may land in as an :class:`Interrupting` block is left
+_LEAVING = Interrupting.__exit__.__code__

@@ -1,85 +1,34 @@
-"""The `qconform` command line: one module per command under ``qconform.cli``.
+"""The `qconform` command line: :func:`main`, the entry point (``qconform`` and ``python -m
+qconform``), and one module per command under ``qconform.cli``, gathered by the click group of
+:mod:`qconform.cli.group`.
 
-A command's module is imported only when that command runs (or when ``--help``
-lists the commands), so ``qconform run`` loads no statistical, fuzzing or
-endpoint code. Each command parses its options and delegates to the harness or
-the generators; user mistakes (unknown names, malformed or unwritable files) end
-in one ``Error:`` line and a nonzero exit status, never a traceback
-(:mod:`qconform.cli.errors`).
-
-Add a command by writing ``qconform/cli/<name>.py`` with one click command and
-listing it in :data:`COMMANDS` (docs/architecture.md).
+This module imports nothing but the standard library before :func:`main` has installed its
+start guard: until then a signal would be raised inside an import, as a traceback
+(docs/harness.md, "Stopping cleanly").
 """
 
 from __future__ import annotations
 
-import importlib
-
-import click
-
-#: command name -> ``module:attribute`` of its click command, the module relative to this package
-COMMANDS: dict[str, str] = {
-    "generate": "generate:generate",
-    "rules": "rules:rules",
-    "sizes": "sizes:sizes",
-    "accumulate": "accumulate:accumulate_command",
-    "adequacy": "adequacy:adequacy",
-    "run": "run:run",
-    "show": "show:show_command",
-    "stat": "stat:stat_command",
-    "mutants": "mutants:mutants",
-    "audit-policy": "audit_policy:audit_policy_command",
-    "fuzz": "fuzz:fuzz",
-    "batch-invariance": "batch_invariance:batch_invariance",
-    "endpoint": "endpoint:endpoint_group",
-}
-
-
-class LazyGroup(click.Group):
-    """A click group whose commands are imported on first use (click's documented pattern)."""
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(COMMANDS)
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        target = COMMANDS.get(cmd_name)
-        if target is None:
-            return None
-        module, _, attribute = target.partition(":")
-        command = getattr(importlib.import_module(f"{__name__}.{module}"), attribute)
-        if not isinstance(command, click.Command):
-            raise TypeError(f"{target} is not a click command")
-        return command
-
-
-def show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
-    """``--version``: as click's ``version_option`` prints it, the version read only when asked
-    (:mod:`qconform`: reading it at import would cost every command's start)."""
-    if not value or ctx.resilient_parsing:
-        return
-    from qconform import __version__
-
-    click.echo(f"qconform, version {__version__}")
-    ctx.exit()
-
-
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--version",
-    is_flag=True,
-    expose_value=False,
-    is_eager=True,
-    callback=show_version,
-    help="Show the version and exit.",
-)
-def cli() -> None:
-    """qconform: exact conformance kit for sampled-draft (q) speculative decoding."""
-
 
 def main() -> None:
-    from qconform.cli.errors import environment_errors
-    from qconform.harness.transport.client import forks_die_with_parent
+    from qconform.harness.run.signals import SignalGuard, forget_escaped_interrupt
 
-    forks_die_with_parent()  # a command's forked workers never outlive it (docs/harness.md, "Stopping cleanly")
-    with environment_errors():  # an OS error or a missing optional module: one line and its status
-        cli()
+    # the kit's own start (its imports, about 0.1 s) raises a signal only at its end, never inside an
+    # import (harness/run/signals.py); from there on, LazyGroup.invoke and each command's guard
+    starting = SignalGuard(at_checkpoints=True)
+    starting.install()
+    try:
+        from qconform.cli.errors import environment_errors, interrupted_line
+        from qconform.cli.group import cli
+        from qconform.harness.transport.client import forks_die_with_parent
+
+        forks_die_with_parent()  # a command's forked workers never outlive it (docs/harness.md, "Stopping cleanly")
+    finally:
+        starting.restore()
+    try:
+        if starting.signum is not None:
+            interrupted_line(starting, "as it started; nothing done")
+        with environment_errors():  # an OS error or a missing optional module: one line and its status
+            cli()
+    finally:
+        forget_escaped_interrupt()  # an interrupted command ends with its own status (130, 143)

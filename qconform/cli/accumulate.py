@@ -16,15 +16,17 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
 from qconform.cli.arguments import start_timeout_option
-from qconform.cli.errors import UsageLineError
+from qconform.cli.errors import UsageLineError, command_guard
 from qconform.cli.ranks import RANKS_HELP
 from qconform.generators.accumulated import FAMILIES, SHARD_CASES
-from qconform.harness.run.signals import SignalGuard
+
+if TYPE_CHECKING:
+    from qconform.harness.run.signals import SignalGuard
 
 #: the fastest cases a second a run could be fed and answered at: the harness's block path feeds
 #: about 10^6 a core (bench/RESULTS.md), so ten cores and a GPU; more than a day of it is refused
@@ -137,41 +139,40 @@ def accumulate_command(
 
     refuse_beyond_a_day(count, FASTEST_CASES, "--count", "ten cores of block feeding and a GPU", "lower --count")
     check_adapter(adapter)
-    # SIGINT and SIGTERM, from before the adapter starts to the verdict, end the command with how far it
-    # got and 130 or 143 (docs/harness.md, "Exit codes"); click's own answer would be 1, a FAIL's status
-    guard = SignalGuard()
-    guard.install()
+    # SIGINT and SIGTERM, from before the adapter starts to the last case, end the command with how far it
+    # got and 130 or 143 (docs/harness.md, "Exit codes"); click's own answer would be 1, a FAIL's status.
+    # Until the run begins, a signal is raised only at the checkpoints below (command_guard)
+    guard = command_guard()
     early = None
     prepared = PreparedRanks(device, rank_count)
     try:
-        with guard.deferred():  # imports: a signal is raised once they are done (SignalGuard.deferred)
-            # the adapter starts first (one rank: its child; forked ranks: their zygote), and its import
-            # runs beside the command's own imports and checks (docs/accumulated.md, "Start-up")
-            prepared = prepare_ranks(device, rank_count, adapter)
-            early = OpeningAdapter(adapter, device, timeout, start_timeout) if rank_count == 1 else None
-            from qconform.cli.console import rounds_progress
-            from qconform.cli.fuzz import check_found_files, record_finding
-            from qconform.cli.ranks import closing_at_gather, run_as_rank
-            from qconform.generators.corpus import default_vectors_dir
-            from qconform.harness.judging.judge import family_module, judge
-            from qconform.harness.run.accumulate import (
-                AccumulatedFileError,
-                accumulate,
-                case_vector,
-                load_expected,
-            )
-            from qconform.harness.run.distributed import finish
+        # the adapter starts first (one rank: its child; forked ranks: their zygote), and its import runs
+        # beside the command's own imports and checks (docs/accumulated.md, "Start-up")
+        prepared = prepare_ranks(device, rank_count, adapter)
+        early = OpeningAdapter(adapter, device, timeout, start_timeout) if rank_count == 1 else None
+        from qconform.cli.console import rounds_progress
+        from qconform.cli.fuzz import check_found_files, record_finding
+        from qconform.cli.ranks import closing_at_gather, run_as_rank
+        from qconform.generators.corpus import default_vectors_dir
+        from qconform.harness.judging.judge import family_module, judge
+        from qconform.harness.run.accumulate import (
+            AccumulatedFileError,
+            accumulate,
+            case_vector,
+            load_expected,
+        )
+        from qconform.harness.run.distributed import finish
 
         try:
             expected = load_expected(vectors or default_vectors_dir())
         except AccumulatedFileError as exc:
             raise UsageLineError(str(exc)) from None
+        guard.checkpoint()
         ranks = command_ranks(prepared)  # forked here for --ranks N: options checked once, above
     except BaseException as exc:
         if early is not None:
             early.close()
         prepared.close()
-        guard.restore()
         if isinstance(exc, KeyboardInterrupt):
             interrupted(ctx, guard, adapter, family, count, 0)
         raise
@@ -183,14 +184,13 @@ def accumulate_command(
         result = None
         try:
             with early if early is not None else OpeningAdapter(adapter, device, timeout, start_timeout) as opening:
-                with guard.deferred():
-                    if record:
-                        check_found_files((family,))
-                    # while the adapter starts: the family's spec (its solve) and comparator, loaded as
-                    # start-up, not when the first divergent case is judged inside the timed run
-                    # (docs/accumulated.md, "Feeding")
-                    family_module(family)
-                client = opening.client()
+                if record:
+                    check_found_files((family,))
+                # while the adapter starts: the family's spec (its solve) and comparator, loaded as start-up,
+                # not when the first divergent case is judged inside the timed run (docs/accumulated.md,
+                # "Feeding")
+                family_module(family)
+                client = opening.client(guard)
                 if family not in client.config.capabilities.families:
                     raise UsageLineError(f"the adapter does not declare family {family}")
 
@@ -223,23 +223,25 @@ def accumulate_command(
                     # (docs/shim-protocol.md, "Pipelined requests"); any other, one block at a time
                     pipelined = not by_case and client.depth > 1
                     try:
-                        result = accumulate(
-                            run_batch,
-                            family,
-                            count,
-                            expected,
-                            batch,
-                            closing_at_gather(ranks, opening.close),
-                            judge_case,
-                            shard_cases,
-                            None if by_case or pipelined else run_block,
-                            send_block if pipelined else None,
-                        )
+                        with guard.interrupting():  # the run: a signal stops it where it lands
+                            result = accumulate(
+                                run_batch,
+                                family,
+                                count,
+                                expected,
+                                batch,
+                                closing_at_gather(ranks, opening.close),
+                                judge_case,
+                                shard_cases,
+                                None if by_case or pipelined else run_block,
+                                send_block if pipelined else None,
+                            )
                     except KeyboardInterrupt:
                         client.abort()  # the batch in flight is abandoned with its child
+                        result = None
             completed = result is not None
         except KeyboardInterrupt:  # before the first case: the adapter was starting (its start is abandoned)
-            pass
+            result = None
         finally:
             finish(ranks, completed)
         if result is None:
@@ -310,5 +312,7 @@ def accumulate_command(
 
     try:
         run_as_rank(ranks, run)
-    finally:
-        guard.restore()
+    except click.exceptions.Exit as done:
+        if guard.signum is not None and done.exit_code != guard.status:  # a signal is never lost: once
+            ctx.exit(guard.status)  # the verdict is out, the status is the signal's (docs/harness.md)
+        raise

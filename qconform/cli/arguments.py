@@ -9,11 +9,17 @@ import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from qconform.cli.errors import UsageLineError
+
+if TYPE_CHECKING:
+    from qconform.harness.run.signals import SignalGuard
+
+#: how often a command waiting for its adapter's start looks for a signal (OpeningAdapter.client)
+CHECKPOINT_S = 0.05
 
 #: name of the expectations folder at the root of a checkout
 EXPECTATIONS_DIR = "expectations"
@@ -206,6 +212,23 @@ def open_checked(adapter: str, device: str, timeout: float, start_timeout: float
         raise StartLineError(str(exc)) from None
 
 
+def start_adapter(
+    adapter: str, device: str, timeout: float, start_timeout: float | None, guard: SignalGuard, nothing: str
+) -> Any:
+    """The started adapter client of a command that has nothing to report before its adapter answers
+    (stat, fuzz, batch-invariance), ``guard`` raising at checkpoints: a signal while it starts ends
+    the command with one line, ``... while the adapter started; {nothing}``, and 128 + its number
+    (docs/harness.md, "Exit codes"); an adapter still starting is closed once it has."""
+    from qconform.cli.errors import interrupted_line
+
+    opening = OpeningAdapter(adapter, device, timeout, start_timeout)
+    try:
+        return opening.client(guard)
+    except KeyboardInterrupt:
+        opening.close()
+        interrupted_line(guard, f"while the adapter started; {nothing}")
+
+
 class OpeningAdapter:
     """:func:`open_checked` on a thread of its own, so that the adapter's child starts (loads its
     engine: torch's import is most of a torch rank's start-up) while the command prepares the rest
@@ -238,9 +261,14 @@ class OpeningAdapter:
             if self._closed:
                 client.close()
 
-    def client(self) -> Any:
-        """The started client (an ``AdapterClient``)."""
-        self._thread.join()
+    def client(self, guard: SignalGuard | None = None) -> Any:
+        """The started client (an ``AdapterClient``). While it waits, a signal that ``guard`` has
+        remembered is raised every :data:`CHECKPOINT_S` seconds (:meth:`SignalGuard.checkpoint`):
+        a start that never ends can still be interrupted, though the guard raises nowhere else."""
+        while self._thread.is_alive():
+            self._thread.join(CHECKPOINT_S)
+            if guard is not None:
+                guard.checkpoint()
         if self._error is not None:
             raise self._error
         return self._client

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from qconform.cli.arguments import open_checked, start_timeout_option
+from qconform.cli.arguments import start_adapter, start_timeout_option
 from qconform.cli.errors import UsageLineError
 from qconform.harness.run.batch_invariance import FAMILY, Request, check_batch_invariance, corpus_requests
 
@@ -70,29 +70,21 @@ def batch_invariance(
     start_timeout: float | None = None,
 ) -> None:
     """Re-batch the corpus's verification requests; each must keep its draws and tokens."""
-    from qconform.cli.errors import interrupted_line
+    from qconform.cli.errors import command_guard, interrupted_line
     from qconform.generators.corpus import default_vectors_dir
-    from qconform.harness.run.signals import SignalGuard
 
     root = Path(vectors).expanduser().resolve() if vectors else default_vectors_dir()
     requests = load_requests(root, patterns)
-    guard = SignalGuard()  # SIGINT and SIGTERM: one line and 130 or 143 (docs/harness.md, "Exit codes")
-    guard.install()
-    try:
+    guard = command_guard()  # a signal: one line and 130 or 143 (docs/harness.md, "Exit codes")
+    with start_adapter(adapter, device, timeout, start_timeout, guard, "nothing checked") as client:
+        if FAMILY not in client.config.capabilities.families:
+            raise UsageLineError(f"adapter {adapter!r} does not declare {FAMILY}")
         try:
-            opened = open_checked(adapter, device, timeout, start_timeout)
-        except KeyboardInterrupt:
-            interrupted_line(guard, "while the adapter started; nothing checked")
-        with opened as client:
-            if FAMILY not in client.config.capabilities.families:
-                raise UsageLineError(f"adapter {adapter!r} does not declare {FAMILY}")
-            try:
+            with guard.interrupting():
                 report = check_batch_invariance(client, requests, seed)
-            except KeyboardInterrupt:
-                client.abort()  # the batch in flight is abandoned with its child
-                interrupted_line(guard, f"before the {len(requests)} requests were all checked; nothing compared")
-    finally:
-        guard.restore()
+        except KeyboardInterrupt:
+            client.abort()  # the batch in flight is abandoned with its child
+            interrupted_line(guard, f"before the {len(requests)} requests were all checked; nothing compared")
     click.echo(f"batch invariance: adapter {adapter} on {device}, {len(requests)} distinct requests of {root}")
     for result in report.results:
         click.echo(result.line())
@@ -101,4 +93,6 @@ def batch_invariance(
         click.echo(f"DIVERGENT {divergence.line()}")
     verdict = "OK: every request kept its answer" if report.ok else f"FAILED: {len(report.divergences)} divergence(s)"
     click.echo(verdict)
+    if guard.signum is not None:  # a signal is never lost: once the report is out, its status
+        ctx.exit(guard.status)
     ctx.exit(0 if report.ok else 1)

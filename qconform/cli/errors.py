@@ -64,12 +64,34 @@ class WriteLineError(click.ClickException):
     exit_code = 4
 
 
+def command_guard() -> SignalGuard:
+    """SIGINT and SIGTERM for the rest of the running command: a guard raising at checkpoints (and
+    inside its ``interrupting`` blocks, harness/run/signals.py), installed now and restored as
+    click closes the command's context (docs/harness.md, "Stopping cleanly")."""
+    from qconform.harness.run.signals import SignalGuard
+
+    guard = SignalGuard(at_checkpoints=True)
+    guard.install()
+    click.get_current_context().call_on_close(guard.restore)
+    return guard
+
+
+def interrupted_by(name: str, when: str = "") -> NoReturn:
+    """End a command that the signal ``name`` stopped before it had a partial report to give: one
+    ``Error:`` line, saying ``when`` if given, and 128 + the signal's number (docs/harness.md, "Exit
+    codes"; click's own answer, ``Aborted!`` and 1, is a failure's status)."""
+    import signal
+
+    from qconform.harness.run.signals import interrupted_exit
+
+    click.echo(f"Error: interrupted by {name}" + (f" {when}" if when else ""), err=True)
+    raise SystemExit(interrupted_exit(signal.Signals[name]))
+
+
 def interrupted_line(guard: SignalGuard, when: str) -> NoReturn:
-    """End a command that SIGINT or SIGTERM stopped (``guard`` caught it) before it had a partial
-    report to give: one ``Error:`` line saying ``when``, and 128 + the signal's number
-    (docs/harness.md, "Exit codes"; click's own answer, ``Aborted!`` and 1, is a failure's status)."""
-    click.echo(f"Error: interrupted by {guard.name or 'SIGINT'} {when}", err=True)
-    raise SystemExit(guard.status)
+    """:func:`interrupted_by` the signal ``guard`` caught (SIGINT's, when the KeyboardInterrupt came
+    from Python's own handler)."""
+    interrupted_by(guard.name or "SIGINT", when)
 
 
 def broken_optional_module(exc: ImportError) -> str:

@@ -13,7 +13,7 @@ import json
 
 import click
 
-from qconform.cli.arguments import open_checked, refuse_beyond_a_day, start_timeout_option
+from qconform.cli.arguments import refuse_beyond_a_day, start_adapter, start_timeout_option
 from qconform.cli.errors import UsageLineError
 
 #: the fastest examples a second the fuzzer could try: hypothesis draws and the spec solves each one in
@@ -158,29 +158,21 @@ def fuzz(
 ) -> None:
     """Differential fuzzing: random valid inputs, the spec's answer vs the adapter's."""
     from qconform.cli.console import rounds_progress
-    from qconform.cli.errors import interrupted_line
+    from qconform.cli.errors import command_guard, interrupted_line
     from qconform.harness.fuzz.driver import fuzz as run_fuzz
-    from qconform.harness.run.signals import SignalGuard
 
     refuse_beyond_a_day(examples, FASTEST_EXAMPLES, "--examples", "the spec solving every example", "lower --examples")
-    guard = SignalGuard()  # SIGINT and SIGTERM end the run; what was tried is still reported
-    guard.install()
-    try:
-        opened = open_checked(adapter, device, timeout, start_timeout)
-    except KeyboardInterrupt:  # before the adapter answered: nothing was tried
-        interrupted_line(guard, "while the adapter started; nothing fuzzed")
-    finally:
-        guard.restore()
-    with opened as client:
+    guard = command_guard()  # a signal: what was tried, and 130 or 143 (docs/harness.md, "Exit codes")
+    with start_adapter(adapter, device, timeout, start_timeout, guard, "nothing fuzzed") as client:
         chosen = fuzz_families(families, client.config.capabilities.families)
         if record:
             check_found_files(chosen)
-        guard.install()
-        try:
-            with rounds_progress(examples, "fuzzing", "examples") as advance:
-                report = run_fuzz(client, adapter, chosen, examples, seed_value, not no_shrink, advance)
-        finally:
-            guard.restore()
+        with rounds_progress(examples, "fuzzing", "examples") as advance:
+            try:
+                with guard.interrupting():
+                    report = run_fuzz(client, adapter, chosen, examples, seed_value, not no_shrink, advance)
+            except KeyboardInterrupt:  # remembered before the run began
+                interrupted_line(guard, "before the first example; nothing fuzzed")
         if report.interrupted:
             client.abort()  # the batch in flight is abandoned with its child
     if report.finding is not None:
@@ -190,6 +182,6 @@ def fuzz(
     elif report.flaky is not None:
         click.echo(f"finding: the adapter is nondeterministic: {report.flaky}")
     click.echo(report.summary())
-    if guard.signum is not None:
+    if guard.signum is not None:  # a signal is never lost: once the report is out, its status
         ctx.exit(guard.status)
     ctx.exit(0 if report.finding is None and report.flaky is None else 1)

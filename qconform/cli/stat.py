@@ -24,6 +24,7 @@ from qconform.cli.arguments import (
     check_adapter,
     check_corpus,
     refuse_beyond_a_day,
+    start_adapter,
     start_timeout_option,
     usable_corpus,
 )
@@ -182,7 +183,6 @@ def stat_command(
     from qconform.generators.corpus import default_vectors_dir
     from qconform.harness.run.distributed import finish, torchrun_ranks
     from qconform.harness.stat.report import render, write_json, write_plots
-    from qconform.harness.transport.client import AdapterStartError, open_adapter
 
     check_adapter(adapter)
     root = vectors or default_vectors_dir()
@@ -208,21 +208,10 @@ def stat_command(
         samples=samples, alpha=alpha, power=power, seed=seed, sequential=sequential, looks=looks, chunk=chunk
     )
     from qconform.cli.console import rounds_progress
-    from qconform.cli.errors import interrupted_line
-    from qconform.harness.run.signals import SignalGuard
+    from qconform.cli.errors import command_guard, interrupted_line
 
-    guard = SignalGuard()  # SIGINT and SIGTERM end the sampling; the partial run is still reported
-    guard.install()
-    try:
-        client = open_adapter(adapter, device, timeout_s, start_timeout_s=start_timeout)
-    except AdapterStartError as exc:
-        from qconform.cli.errors import StartLineError
-
-        raise StartLineError(str(exc)) from None
-    except KeyboardInterrupt:  # before the adapter answered: nothing was sampled, nothing to report
-        interrupted_line(guard, "while the adapter started; nothing sampled")
-    finally:
-        guard.restore()
+    guard = command_guard()  # a signal: the partial run is still reported, and 130 or 143
+    client = start_adapter(adapter, device, timeout_s, start_timeout, guard, "nothing sampled")
     ranks = torchrun_ranks(device)  # under torchrun: this rank's share of the cases (docs/distributed.md)
     try:
         with client:
@@ -233,12 +222,12 @@ def stat_command(
                     f"(capabilities.sampling is {list(client.config.capabilities.sampling)}); "
                     "statistical mode needs the sample op (docs/stat-mode.md)"
                 )
-            guard.install()
-            try:
-                with rounds_progress(rounds, "sampling") as advance:
-                    run = run_stat(client, cases, options, ranks, advance)
-            finally:
-                guard.restore()
+            with rounds_progress(rounds, "sampling") as advance:
+                try:
+                    with guard.interrupting():
+                        run = run_stat(client, cases, options, ranks, advance)
+                except KeyboardInterrupt:  # remembered before the sampling began
+                    interrupted_line(guard, "before the first round; nothing sampled")
             if run.interrupted:
                 client.abort()  # the request in flight is abandoned with its child
     finally:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,7 @@ from click.testing import CliRunner
 from robustness.processes import alive, recorded, recording_shim, survivors, wait_until
 
 import qconform.harness.run.accumulate as run_accumulate
-from qconform.cli import cli
+from qconform.cli.group import cli
 from qconform.harness.transport.zygote import TRACE_ENV
 
 pytestmark = pytest.mark.rules("R11")
@@ -51,6 +53,29 @@ def test_one_rank_starts_its_adapter_before_it_reads_the_accumulated_file(tmp_pa
     assert "PASS" in result.output
     assert seen == [True], "the adapter started only after the accumulated file was read"
     assert len(recorded(pids)) == 1  # one adapter: the one started early is the one the run used
+    assert survivors(pids) == []
+
+
+def test_a_signal_landing_in_its_start_up_is_raised_only_at_the_next_checkpoint(tmp_path, monkeypatch):
+    """A SIGTERM that lands in the command's own start-up code (here, as it reads the accumulated
+    file) is not raised there, where an import between two handlers once let it escape as click's
+    ``Aborted!`` and 1: the command stops at its next checkpoint with the report of an interrupted
+    run and 143, and closes the adapter it started (docs/harness.md, "Stopping cleanly")."""
+    pids = tmp_path / "pids"
+    load_expected = run_accumulate.load_expected
+    survived: list[bool] = []
+
+    def signalled(folder):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)  # the handler runs here, in the main thread
+        survived.append(True)
+        return load_expected(folder)
+
+    monkeypatch.setattr(run_accumulate, "load_expected", signalled)
+    result = CliRunner().invoke(cli, ["accumulate", "--adapter", recording_shim(pids), *SMALL])
+    assert result.exit_code == 128 + signal.SIGTERM, result.output
+    assert "INTERRUPTED by SIGTERM: verification_round: 0 of 300 cases answered" in result.output
+    assert survived == [True], "the signal was raised inside the start-up's own code"
     assert survivors(pids) == []
 
 

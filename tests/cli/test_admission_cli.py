@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from qconform.cli import cli
+from qconform.cli.group import cli
 
 REPO = Path(__file__).resolve().parents[2]
 POLICIES = REPO / "examples" / "policies"

@@ -9,7 +9,7 @@ import pytest
 import vector_fakes
 from click.testing import CliRunner
 
-from qconform.cli import cli
+from qconform.cli.group import cli
 from qconform.generators.corpus import serialize
 
 pytestmark = pytest.mark.rules()

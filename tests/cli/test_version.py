@@ -10,7 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 import pytest
 from click.testing import CliRunner
 
-from qconform.cli import cli
+from qconform.cli.group import cli
 
 pytestmark = pytest.mark.rules()
 

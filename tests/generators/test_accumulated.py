@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from harness_stubs import on_ranks, spec_run_batch
 
-from qconform.cli import cli
+from qconform.cli.group import cli
 from qconform.generators import accumulated, accumulated_engine
 from qconform.generators.accumulated import FAMILIES, AccumulatedError, record_of
 from qconform.generators.accumulated_engine import engine_hash, engine_records

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from qconform.cli import cli
+from qconform.cli.group import cli
 from qconform.generators import registry
 from qconform.generators.adequacy import analysis, equivalents, imports, oracle, runner
 from qconform.generators.adequacy.analysis import MutantReport

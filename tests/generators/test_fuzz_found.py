@@ -145,7 +145,7 @@ def test_a_family_without_solve_cannot_have_found_inputs(found_dir):
 
 
 def test_a_malformed_file_stops_generation_with_one_line(found_dir, tmp_path):
-    from qconform.cli import cli
+    from qconform.cli.group import cli
 
     write_found(found_dir, mutated(lambda e: e[0]["flags"].append("NOPE")))
     result = CliRunner().invoke(

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 from harness_stubs import spec_run_batch
 
-from qconform.cli import cli
+from qconform.cli.group import cli
 from qconform.generators.accumulated import FAMILIES, KMAX, PAD, Batch
 from qconform.generators.accumulated_engine import ENGINES, engine_hash
 from qconform.generators.encoding import decode_blob, decode_u64

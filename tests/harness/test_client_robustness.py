@@ -394,7 +394,7 @@ def test_every_command_that_starts_an_adapter_takes_a_start_timeout(command, mon
     (docs/harness.md, "Exit codes": the same status as ``run``'s)."""
     from click.testing import CliRunner
 
-    from qconform.cli import cli
+    from qconform.cli.group import cli
     from qconform.harness.transport import client
 
     seen: list[float | None] = []

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from qconform.cli import cli
+from qconform.cli.group import cli
 from qconform.generators.accumulated_engine import engine_hash
 
 pytestmark = pytest.mark.rules("R11")

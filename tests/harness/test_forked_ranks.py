@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 from robustness.processes import qconform, recorded, recording_shim, survivors
 
-from qconform.cli import cli
+from qconform.cli.group import cli
 from qconform.generators.accumulated_engine import engine_hash
 from qconform.harness.run.distributed import Ranks
 

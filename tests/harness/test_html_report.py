@@ -183,7 +183,7 @@ def test_the_stat_page_embeds_an_svg_plot_per_failing_case(tmp_path):
 def test_the_stat_command_writes_its_page(tmp_path):
     """Through the shim protocol: a mutant's failing case gets its plot in the page."""
     pytest.importorskip("torch")
-    from qconform.cli import cli
+    from qconform.cli.group import cli
 
     page = tmp_path / "deep" / "stat.html"
     result = CliRunner().invoke(
@@ -231,7 +231,7 @@ def test_a_mutant_run_page_in_headless_chromium():
     browser = chromium()
     if browser is None:
         pytest.skip("Chromium is not installed (Debian: apt-get install -y chromium); .ci/run installs it")
-    from qconform.cli import cli
+    from qconform.cli.group import cli
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page, report = ARTIFACTS / "mutant-run.html", ARTIFACTS / "mutant-run.json"

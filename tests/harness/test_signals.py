@@ -1,10 +1,12 @@
-"""harness/run/signals.py: SIGINT and SIGTERM as one clean stop, and signals deferred past imports.
+"""harness/run/signals.py: SIGINT and SIGTERM as one clean stop, raised where they land or only at
+checkpoints (docs/harness.md, "Stopping cleanly").
 
-``SignalGuard.deferred`` exists for one CPython 3.11 behaviour: a KeyboardInterrupt that escapes an
-``exec`` of a string (as ``dataclasses`` builds a class's methods while a module is imported) is
-remembered as unhandled even when a caller catches it, and the process then ends by SIGINT at exit,
-whatever status the command chose (``qconform accumulate`` interrupted during its imports ended -2,
-not 130)."""
+``SignalGuard(at_checkpoints=True)`` exists for two reasons. A signal raised where it lands can land
+between two handlers (``qconform accumulate`` interrupted as it imported a module between its
+start-up and its run answered click's ``Aborted!`` and 1). And CPython 3.11 remembers a
+KeyboardInterrupt that escaped an ``exec`` of a string (as ``dataclasses`` builds a class's methods
+while a module is imported) as unhandled even when a caller catches it, and then ends the process
+by SIGINT at exit, whatever status the command chose (-2, not 130)."""
 
 from __future__ import annotations
 
@@ -13,68 +15,135 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import pytest
 
-from qconform.harness.run.signals import SignalGuard
+from qconform.harness.run.signals import Interrupting, SignalGuard
 
 pytestmark = pytest.mark.rules()
 
-#: a process that catches a signal's KeyboardInterrupt raised inside an exec of a string and exits
-#: 130 itself; with ``{deferred}`` the guard defers the signal over the exec
+#: a process that catches a signal's KeyboardInterrupt and exits 130 itself; the signal arrives inside an
+#: exec of a string, under a guard that raises where it lands or (``{at_checkpoints}``) at a checkpoint
 CAUGHT_INSIDE_EXEC = """
-import os, signal, sys
+import sys
 from qconform.harness.run.signals import SignalGuard
-guard = SignalGuard()
+guard = SignalGuard(at_checkpoints={at_checkpoints})
 guard.install()
 try:
-    if {deferred}:
-        with guard.deferred():
-            exec("import os, signal, time\\nos.kill(os.getpid(), signal.SIGINT)\\ntime.sleep(0.2)")
-    else:
-        exec("import os, signal, time\\nos.kill(os.getpid(), signal.SIGINT)\\ntime.sleep(0.2)")
+    exec("import os, signal, time\\nos.kill(os.getpid(), signal.SIGINT)\\ntime.sleep(0.2)")
+    guard.checkpoint()
 except KeyboardInterrupt:
     sys.exit(130)
 sys.exit(0)
 """
 
 
-def test_a_signal_inside_deferred_is_raised_when_the_block_ends():
-    guard = SignalGuard()
-    guard.install()
-    reached = False
+def sent_to_self(signum: int = signal.SIGTERM) -> None:
+    """``signum`` to this process, and time for its handler to run (in the main thread). SIGTERM:
+    pytest's own SIGINT handling stays out of it."""
+    os.kill(os.getpid(), signum)
+    time.sleep(0.05)
+
+
+def landing_quietly(send: Callable[[], object]) -> None:
+    """``send()``, which must not raise the signal's KeyboardInterrupt (a test failure, not the
+    interruption of the whole session that an escaping KeyboardInterrupt would be)."""
     try:
+        send()
+    except KeyboardInterrupt as exc:
+        pytest.fail(f"the signal was raised where it landed: KeyboardInterrupt({exc})")
+
+
+def test_a_guard_at_checkpoints_remembers_a_signal_and_raises_it_at_the_next_checkpoint():
+    guard = SignalGuard(at_checkpoints=True)
+    guard.install()
+    try:
+        landing_quietly(sent_to_self)  # this is where the start-up's own code runs
+        assert guard.name == "SIGTERM"
         with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
-            with guard.deferred():
-                os.kill(os.getpid(), signal.SIGTERM)  # SIGTERM: pytest's own SIGINT handling stays out of it
-                time.sleep(0.05)  # the handler runs here, in the main thread, and must not raise here
-                reached = True
+            guard.checkpoint()
     finally:
         guard.restore()
-    assert reached and guard.name == "SIGTERM"
 
 
-def test_a_deferred_block_without_a_signal_raises_nothing():
-    guard = SignalGuard()
+def test_a_checkpoint_without_a_signal_raises_nothing():
+    guard = SignalGuard(at_checkpoints=True)
     guard.install()
     try:
-        with guard.deferred():
+        guard.checkpoint()
+        with guard.interrupting():
             pass
     finally:
         guard.restore()
     assert guard.signum is None
 
 
-@pytest.mark.parametrize("deferred", [True, False], ids=["deferred", "raised-inside-exec"])
-def test_a_caught_interrupt_keeps_the_status_only_when_deferred_past_an_exec(tmp_path, deferred):
-    """Deferred, the process ends with the status it chose (130); raised inside the ``exec``, CPython
-    3.11 ends it by SIGINT (-2) though it was caught: the behaviour the guard defers around. Run as
-    ``python -m``, as ``qconform`` runs (``-c`` exits at the SystemExit before that check). On a
-    Python that does not do so, the second case is skipped, not passed."""
-    (tmp_path / "caught_inside_exec.py").write_text(CAUGHT_INSIDE_EXEC.format(deferred=deferred))
+def test_inside_interrupting_a_signal_is_raised_where_it_lands_and_after_it_only_remembered():
+    guard = SignalGuard(at_checkpoints=True)
+    guard.install()
+    reached = False
+    try:
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+            with guard.interrupting():
+                sent_to_self()
+                reached = True
+        assert not reached
+        landing_quietly(lambda: sent_to_self(signal.SIGINT))  # a second signal: nothing more to raise
+    finally:
+        guard.restore()
+    assert guard.name == "SIGTERM"
+
+
+def test_a_signal_remembered_before_an_interrupting_block_is_raised_as_it_begins():
+    guard = SignalGuard(at_checkpoints=True)
+    guard.install()
+    entered = False
+    try:
+        landing_quietly(sent_to_self)
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+            with guard.interrupting():
+                entered = True
+    finally:
+        guard.restore()
+    assert not entered
+
+
+def test_a_signal_landing_as_an_interrupting_block_is_left_is_remembered_not_raised():
+    """A signal handled inside :meth:`Interrupting.__exit__` (the block's work is done) is not raised
+    there; anywhere else in the block it is. The frame of a real ``__exit__`` is taken with a profile
+    hook, and the handler is called with it as the signal would call it."""
+    frames = []
+
+    def profile(frame, event, _arg):
+        if event == "call" and frame.f_code is Interrupting.__exit__.__code__:
+            frames.append(frame)
+
+    guard = SignalGuard(at_checkpoints=True)
+    sys.setprofile(profile)
+    try:
+        with guard.interrupting():
+            pass
+    finally:
+        sys.setprofile(None)
+    assert frames
+    leaving, inside = SignalGuard(), SignalGuard()  # raising where the signal lands
+    landing_quietly(lambda: leaving._handle(signal.SIGTERM, frames[0]))
+    assert leaving.name == "SIGTERM"
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+        inside._handle(signal.SIGTERM, sys._getframe())
+
+
+@pytest.mark.parametrize("at_checkpoints", [True, False], ids=["at-checkpoints", "raised-inside-exec"])
+def test_a_caught_interrupt_keeps_the_status_only_when_raised_at_a_checkpoint(tmp_path, at_checkpoints):
+    """At a checkpoint, the process ends with the status it chose (130); raised inside the ``exec``,
+    CPython 3.11 ends it by SIGINT (-2) though it was caught: the behaviour the guard's checkpoints
+    avoid. Run as ``python -m``, as ``qconform`` runs (``-c`` exits at the SystemExit before that
+    check). On a Python that does not do so, the second case is skipped, not passed."""
+    (tmp_path / "caught_inside_exec.py").write_text(CAUGHT_INSIDE_EXEC.format(at_checkpoints=at_checkpoints))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run([sys.executable, "-m", "caught_inside_exec"], cwd=tmp_path, env=env, timeout=60)
-    if deferred:
+    if at_checkpoints:
         assert done.returncode == 130
     elif done.returncode == 130:
         pytest.skip(f"Python {sys.version.split()[0]} keeps the status of a caught KeyboardInterrupt")

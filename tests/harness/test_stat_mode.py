@@ -127,7 +127,7 @@ def test_sequential_stops_a_strong_mutant_at_the_first_look(cases):
 def test_the_stat_command_end_to_end(tmp_path):
     """Through the shim protocol: exit 1, a JSON report, and plot data for each failing case."""
     pytest.importorskip("torch")
-    from qconform.cli import cli
+    from qconform.cli.group import cli
 
     report = tmp_path / "stat.json"
     result = CliRunner().invoke(
@@ -161,14 +161,14 @@ def test_the_stat_command_end_to_end(tmp_path):
 
 
 def test_the_stat_command_exits_5_when_no_case_matches():
-    from qconform.cli import cli
+    from qconform.cli.group import cli
 
     result = CliRunner().invoke(cli, ["stat", "--case", "no/such/case"])
     assert result.exit_code == 5
 
 
 def test_an_adapter_that_samples_nothing_is_a_usage_error():
-    from qconform.cli import cli
+    from qconform.cli.group import cli
 
     result = CliRunner().invoke(cli, ["stat", "--adapter", "reference", "--case", CASES[0]])
     assert result.exit_code == 2 and "samples none of" in result.output

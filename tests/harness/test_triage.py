@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 from harness_stubs import ScriptedAdapter, corpus_cases, small_corpus
 
-from qconform.cli import cli
+from qconform.cli.group import cli
 from qconform.generators.corpus import default_vectors_dir
 from qconform.generators.drift import check
 from qconform.generators.registry import load_family

@@ -19,7 +19,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from qconform.cli import cli
+from qconform.cli.group import cli
 from qconform.harness.run.gate import RunExit
 from robustness.processes import REPO, qconform
 

@@ -16,7 +16,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from qconform.cli import cli
+from qconform.cli.group import cli
 from robustness.processes import qconform, survivors, tree_shim, wait_for_helpers, wait_until_asked
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from qconform.cli import cli
+from qconform.cli.group import cli
 from qconform.generators.corpus import default_vectors_dir
 from qconform.harness.run.gate import RunExit
 from robustness.processes import alive, qconform

@@ -15,7 +15,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from qconform.cli import cli
+from qconform.cli.group import cli
 from qconform.generators.corpus import default_vectors_dir
 from qconform.generators.validation import load_index
 from robustness.processes import REPO, qconform, tree_shim, wait_until_asked

@@ -19,7 +19,7 @@ import textwrap
 import pytest
 from click.testing import CliRunner
 
-from qconform.cli import cli
+from qconform.cli.group import cli
 from robustness.processes import REPO
 
 ONE_CASE = ["run", "--adapter", "reference", "--family", "rng_abi", "--case", "rng_abi/philox_kat/zeros"]
@@ -42,7 +42,7 @@ def test_a_test_process_with_triton_exits_without_nanobind_leak_reports(tmp_path
             os.environ.setdefault("TRITON_INTERPRET", "1")
             import triton  # noqa: F401
             from click.testing import CliRunner
-            from qconform.cli import cli
+            from qconform.cli.group import cli
 
             def test_run_in_process():
                 result = CliRunner().invoke(cli, {ONE_CASE!r})
