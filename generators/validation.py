@@ -18,6 +18,7 @@ from typing import Any, Iterable, Iterator, Sequence
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match, relevance
 
+from qconform.generators.cache import record_validated, validation_key, was_validated
 from qconform.generators.lint import lint_vector_file
 from qconform.generators.schemas import INDEX_SCHEMA, schema_file_name
 
@@ -118,11 +119,19 @@ def load_vector_file(path: Path | str, schema: dict | None = None, data: bytes |
     """Read, parse, schema-validate and lint one vector file.
 
     ``schema`` defaults to the committed schema beside the file; ``data`` may
-    carry the file's bytes when the caller has already read them.
+    carry the file's bytes when the caller has already read them. Bytes that passed
+    against the same schema and checks before are not checked again
+    (:mod:`qconform.generators.cache`).
     """
     path = Path(path)
-    obj = parse_json(path, read_bytes(path) if data is None else data)
-    return check_vector_object(path, obj, load_json_file(schema_path(path)) if schema is None else schema)
+    data = read_bytes(path) if data is None else data
+    obj = parse_json(path, data)
+    against = load_json_file(schema_path(path)) if schema is None else schema
+    key = validation_key(data, against)
+    if not was_validated(key):  # the same bytes against the same schema and checks pass again
+        check_vector_object(path, obj, against)
+        record_validated(key)
+    return obj
 
 
 def load_index(root: Path | str) -> dict:

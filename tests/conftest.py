@@ -9,7 +9,8 @@ import pytest
 
 @pytest.fixture(autouse=True, scope="session")
 def _private_qconform_cache(tmp_path_factory):
-    """``qconform run`` records its failures for ``--lf`` (harness/run/triage.py) in ``$QCONFORM_CACHE``."""
+    """The kit's cache (``$QCONFORM_CACHE``: ``--lf``'s record, the validated vector files; generators/cache.py),
+    one per test session, never the user's."""
     previous = os.environ.get("QCONFORM_CACHE")
     os.environ["QCONFORM_CACHE"] = str(tmp_path_factory.mktemp("qconform-cache"))
     yield

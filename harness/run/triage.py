@@ -5,24 +5,22 @@
   command line that reruns just that case (``--case ID``) against the same
   adapter, device, corpus, expectations file and timeout.
 * :class:`LastFailed`: the cases of each adapter on each corpus that were
-  unexpected when last judged, for ``qconform run --lf``. Kept in ``$QCONFORM_CACHE`` (default
-  ``$XDG_CACHE_HOME/qconform``, else ``~/.cache/qconform``), never in the working
+  unexpected when last judged, for ``qconform run --lf``. Kept in the kit's cache directory
+  (``$QCONFORM_CACHE``, :func:`qconform.generators.cache.cache_dir`), never in the working
   directory.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
 from qconform.generators import atomic_file
+from qconform.generators.cache import cache_dir
 
-#: environment variable naming the cache directory of ``--lf``
-CACHE_ENV = "QCONFORM_CACHE"
 LAST_FAILED_FILE = "last-failed.json"
 
 
@@ -90,13 +88,6 @@ class RerunContext:
         if self.start_timeout is not None:
             args += ["--start-timeout", f"{self.start_timeout:g}"]
         return shlex.join([*args, "--case", case_id])
-
-
-def cache_dir() -> Path:
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "qconform"
 
 
 class LastFailed:
