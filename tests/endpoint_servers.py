@@ -10,8 +10,6 @@ import contextlib
 import threading
 from typing import TYPE_CHECKING, Iterator
 
-import pytest
-
 from qconform import soak_audit
 from qconform.spec.proposal import ProposalResult, SupportPolicy
 from qconform.spec.verification import RoundResult
@@ -49,12 +47,6 @@ def serving(loop: LoopThread, endpoint) -> Iterator[str]:
         yield f"tcp://127.0.0.1:{port}"
     finally:
         loop.run(endpoint.close())
-
-
-def opt_in_slow(request) -> None:
-    """Skip a ``slow`` test unless the run selected slow tests (``-m slow``)."""
-    if "slow" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("a long run; opt in with -m slow")
 
 
 #: FP32 bit patterns of a tensor, as the spec reads weights

@@ -258,9 +258,7 @@ def test_family_filter_skips_mutants_owning_none_of_the_families():
 
 
 @pytest.fixture(scope="module")
-def all_results(request):
-    if "slow" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("runs the corpus against every mutant; opt in with -m slow")
+def all_results():
     jobs, _ = select_jobs(MUTANTS, (), (), False, [], VECTORS, None)
     return {result.name: result for result in run_jobs(jobs, 2)}
 

@@ -248,14 +248,8 @@ def test_registry_is_patched_to_fakes():
     assert isinstance(next(iter(registry.load_family("fake_beta").build())).tests[0], Case)
 
 
-def _opt_in_slow(request) -> None:
-    if "slow" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("runs the real families; opt in with -m slow")
-
-
 @pytest.mark.slow
-def test_real_corpus_is_byte_identical_across_hash_seeds(tmp_path, request):
-    _opt_in_slow(request)
+def test_real_corpus_is_byte_identical_across_hash_seeds(tmp_path):
     runs = []
     for seed in ("0", "12345"):
         out = tmp_path / seed
@@ -273,8 +267,7 @@ def test_real_corpus_is_byte_identical_across_hash_seeds(tmp_path, request):
 
 
 @pytest.mark.slow
-def test_committed_corpus_has_no_drift(request):
-    _opt_in_slow(request)
+def test_committed_corpus_has_no_drift():
     done = subprocess.run(
         [sys.executable, "-m", "qconform", "generate", "--check"], capture_output=True, text=True, timeout=1800
     )

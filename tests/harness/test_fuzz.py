@@ -218,9 +218,7 @@ def test_le_acceptance_is_found_on_the_exact_boundary():
 
 
 @pytest.mark.slow
-def test_le_acceptance_shrinks_to_one_depth_1_request(request):
-    if "slow" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("shrinks a verification finding (seconds to minutes); opt in with -m slow")
+def test_le_acceptance_shrinks_to_one_depth_1_request():
     vector = check_le_finding(fuzzing.fuzz(le_client(), "le", ["verification_round"], 20, 4))
     (body,) = vector["input"]["requests"]
     assert len(body["draft_tokens"]) == 1 and vector["input"]["vocab"] == 3

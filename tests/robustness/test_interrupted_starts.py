@@ -17,7 +17,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from endpoint_servers import opt_in_slow
 
 from robustness.processes import qconform, recorded, survivors, tree_shim
 
@@ -78,8 +77,7 @@ def interrupted_start(folder: Path, command: str, signum: int, delay_s: float) -
     return f"{command}, {name} {delay_s} s after its adapter: {', '.join(problems)}\n{out[-800:]}\n{err[-1500:]}"
 
 
-def test_many_starts_interrupted_at_once_each_end_with_their_status(tmp_path, request):
-    opt_in_slow(request)
+def test_many_starts_interrupted_at_once_each_end_with_their_status(tmp_path):
     draw = random.Random(20261204)
     starts = [
         (

@@ -15,7 +15,6 @@ import sys
 import time
 
 import pytest
-from endpoint_servers import opt_in_slow
 
 from qconform.harness.adapter import AdapterStartError
 from qconform.harness.transport.client import open_adapter
@@ -107,9 +106,7 @@ ENDINGS = [
 
 
 @pytest.mark.parametrize("command, ending", ENDINGS)
-def test_no_helper_outlives_a_command(tmp_path, request, command, ending):
-    if ending in SIGNALS and "run" not in command:
-        opt_in_slow(request)
+def test_no_helper_outlives_a_command(tmp_path, command, ending):
     pids = tmp_path / "pids"
     args = [*COMMANDS[command], "--adapter", tree_shim(pids, "serve" if ending == "normal" else "hang")]
     proc = qconform(*args, cwd=tmp_path)

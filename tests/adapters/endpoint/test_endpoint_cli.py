@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from endpoint_servers import opt_in_slow
 
 from qconform.cli.endpoint import endpoint_group, parse_address
 
@@ -108,8 +107,7 @@ def test_worker_stops_on_sigterm(processes):
 
 
 @pytest.mark.slow
-def test_worker_and_verifier_drive_rounds_then_stop(processes, request):
-    opt_in_slow(request)
+def test_worker_and_verifier_drive_rounds_then_stop(processes):
     pytest.importorskip("torch")
     worker = processes("worker", "--port", "0", "--vocab", "32", "--max-support", "8")
     port = int(worker.wait_for(LISTENING).group(1))

@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from endpoint_servers import LoopThread, opt_in_slow, serving  # noqa: E402
+from endpoint_servers import LoopThread, serving  # noqa: E402
 
 from qconform.adapters.endpoint.deployment import hello_config  # noqa: E402
 from qconform.adapters.endpoint.model import DraftModel, TargetModel  # noqa: E402
@@ -123,8 +123,7 @@ def test_allocation_before_bounds_is_named_in_the_verdict(loop):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
-def test_full_families_kill_every_mutant_by_a_wrong_answer(loop, mutant, request):
-    opt_in_slow(request)
+def test_full_families_kill_every_mutant_by_a_wrong_answer(loop, mutant):
     with serving(loop, VerifierEndpoint(hello_config(), mutant=mutant)) as url:
         results = judged(url, CASES["wire_frames"] + CASES["wire_sessions"])
     classes = {v.cls.value for v in results.values()}

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from endpoint_servers import LoopThread, opt_in_slow, serving  # noqa: E402
+from endpoint_servers import LoopThread, serving  # noqa: E402
 from test_tcp_adapter import family_cases, verdicts  # noqa: E402
 
 from qconform.adapters.endpoint.deployment import hello_config  # noqa: E402
@@ -69,8 +69,7 @@ def test_each_worker_mutant_is_killed_by_the_family_alone(loop, mutant):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mutant", list(WORKER_MUTANTS))
-def test_each_worker_mutant_fails_the_whole_family_only_with_wrong_answers(loop, mutant, request):
-    opt_in_slow(request)
+def test_each_worker_mutant_fails_the_whole_family_only_with_wrong_answers(loop, mutant):
     cases = family_cases(FAMILY)
     results = served_verdicts(loop, mutant, cases)
     killed = {case["id"] for case, v in zip(cases, results) if v.cls.value == "fail"}
