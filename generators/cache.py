@@ -5,7 +5,7 @@
   (harness/run/triage.py).
 * ``validated/<key>``: an empty file for each vector file that passed its schema and its lint
   (:mod:`qconform.generators.validation`), so that the next load of the same bytes skips the
-  checks (docs/vectors.md, "Validated once"). The key is the SHA-256 of everything the
+  checks (docs/vector-format.md, "Validated once"). The key is the SHA-256 of everything the
   verdict depends on: the file's bytes, its schema, the source of every module of
   ``qconform.generators`` and ``qconform.spec`` (the lint and what it reads), and the version of
   jsonschema. A failure is never recorded; a cache that cannot be written costs only the time.

@@ -38,11 +38,9 @@ class SignalGuard:
     - ``SignalGuard()`` raises it where the signal lands. pytest handles it as an interruption:
       the session still finishes, so the partial report is written and the adapter is stopped.
     - ``SignalGuard(at_checkpoints=True)`` raises it only at :meth:`checkpoint`, or inside
-      :meth:`interrupting`. A command's start-up runs so: its steps import modules, and CPython
-      3.11 marks a KeyboardInterrupt that escapes an ``exec`` of a string (``dataclasses`` builds a
-      class's methods so, while a module is imported) as unhandled even when a caller catches it,
-      and then ends the process by SIGINT at exit, whatever status the command chose (-2 in place
-      of 130). Nor can a signal land in the few lines between two handlers.
+      :meth:`interrupting`. A command's start-up runs so: its steps import modules, where a
+      KeyboardInterrupt can escape an ``exec`` of a string (:func:`forget_escaped_interrupt`), and
+      no signal can land in the few lines between two handlers.
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)

@@ -238,10 +238,9 @@ def accumulate_command(
                             )
                     except KeyboardInterrupt:
                         client.abort()  # the batch in flight is abandoned with its child
-                        result = None
             completed = result is not None
         except KeyboardInterrupt:  # before the first case: the adapter was starting (its start is abandoned)
-            result = None
+            pass
         finally:
             finish(ranks, completed)
         if result is None:

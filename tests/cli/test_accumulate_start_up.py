@@ -13,12 +13,11 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from robustness.processes import alive, recorded, recording_shim, survivors, wait_until
+from robustness.processes import alive, recorded, recording_shim, sent_to_self, survivors, wait_until
 
 import qconform.harness.run.accumulate as run_accumulate
 from qconform.cli.group import cli
@@ -66,8 +65,7 @@ def test_a_signal_landing_in_its_start_up_is_raised_only_at_the_next_checkpoint(
     survived: list[bool] = []
 
     def signalled(folder):
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(0.05)  # the handler runs here, in the main thread
+        sent_to_self()
         survived.append(True)
         return load_expected(folder)
 

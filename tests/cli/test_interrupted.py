@@ -9,11 +9,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import click
 import pytest
 from click.testing import CliRunner
+from robustness.processes import sent_to_self
 
 from qconform.cli import main
 from qconform.cli.group import LazyGroup, cli
@@ -46,8 +46,7 @@ def test_a_signal_while_the_kit_starts_is_raised_once_its_imports_are_done(monke
     survived: list[bool] = []
 
     def signalled() -> None:
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(0.05)  # the handler runs here, in the main thread
+        sent_to_self()
         survived.append(True)
 
     monkeypatch.setattr(client, "forks_die_with_parent", signalled)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from robustness.processes import recorded, survivors, tree_shim, wait_until
+from robustness.processes import recorded, sent_to_self, survivors, tree_shim, wait_until
 
 from qconform.cli.arguments import OpeningAdapter
 from qconform.cli.errors import StartLineError, UsageLineError
@@ -40,9 +40,6 @@ def test_a_wait_for_a_start_that_never_ends_stops_at_the_guards_next_checkpoint(
     """The adapter is up but never answers ``get_config``; a signal the guard remembered is raised by
     the wait within a checkpoint's interval, not after the start's timeout. (The child is left to
     the start's timeout here; a command that stops exits, and the child's keeper ends it.)"""
-    import os
-    import signal
-
     from qconform.harness.run.signals import SignalGuard
 
     pids = tmp_path / "pids"
@@ -51,7 +48,7 @@ def test_a_wait_for_a_start_that_never_ends_stops_at_the_guards_next_checkpoint(
     try:
         opening = OpeningAdapter(tree_shim(pids, "mute"), "cpu", 60.0, start_timeout=60.0)
         assert wait_until(lambda: len(recorded(pids)) == 2, 60.0)
-        os.kill(os.getpid(), signal.SIGTERM)  # remembered, not raised: the guard is at checkpoints
+        sent_to_self()  # remembered, not raised: the guard is at checkpoints
         began = time.monotonic()
         with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
             opening.client(guard)

@@ -14,10 +14,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 
 import pytest
+from robustness.processes import sent_to_self
 
 from qconform.harness.run.signals import Interrupting, SignalGuard
 
@@ -37,13 +37,6 @@ except KeyboardInterrupt:
     sys.exit(130)
 sys.exit(0)
 """
-
-
-def sent_to_self(signum: int = signal.SIGTERM) -> None:
-    """``signum`` to this process, and time for its handler to run (in the main thread). SIGTERM:
-    pytest's own SIGINT handling stays out of it."""
-    os.kill(os.getpid(), signum)
-    time.sleep(0.05)
 
 
 def landing_quietly(send: Callable[[], object]) -> None:

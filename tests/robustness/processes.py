@@ -105,3 +105,10 @@ def qconform(*args: str, **popen) -> subprocess.Popen:
         cwd=popen.pop("cwd", REPO),
         **popen,
     )
+
+
+def sent_to_self(signum: int = signal.SIGTERM) -> None:
+    """``signum`` to this process, and time for its handler to run (in the main thread). SIGTERM by
+    default: pytest's own SIGINT handling stays out of it."""
+    os.kill(os.getpid(), signum)
+    time.sleep(0.05)
