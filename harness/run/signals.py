@@ -9,7 +9,14 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+#: how often a wait on a thread (:class:`OnThread`) looks for a signal its guard remembered, in seconds
+CHECKPOINT_S = 0.05
 
 
 def interrupted_exit(signum: int) -> int:
@@ -106,3 +113,43 @@ class Interrupting:
 
 #: the code a signal may land in as an :class:`Interrupting` block is left
 _LEAVING = Interrupting.__exit__.__code__
+
+
+class OnThread(Generic[T]):
+    """``work`` on a daemon thread of its own, begun at once; :meth:`result` waits for it where a
+    signal can stop the wait.
+
+    Why: some waits block in C code that a signal does not interrupt (torch's rendezvous and
+    collectives, docs/distributed.md; an adapter's start, which the command prepares beside). The
+    main thread waits for them in Python instead, a slice at a time, so SIGINT or SIGTERM stops the
+    command where it waits (docs/harness.md, "Stopping cleanly"). A wait that is stopped leaves its
+    thread behind, to end with the process (a daemon thread never holds the process open)."""
+
+    def __init__(self, work: Callable[[], T], name: str) -> None:
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(work,), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, work: Callable[[], T]) -> None:
+        try:
+            self._value = work()
+        except BaseException as exc:  # noqa: BLE001 - handed to the thread that waits, in result()
+            self._error = exc
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def result(self, guard: SignalGuard | None = None) -> T:
+        """``work``'s value, or what it raised, once it has returned. While it runs, a signal that
+        ``guard`` remembered is raised every :data:`CHECKPOINT_S` seconds
+        (:meth:`SignalGuard.checkpoint`); inside :meth:`SignalGuard.interrupting` a signal is raised
+        where it lands, in the wait."""
+        while self._thread.is_alive():
+            self._thread.join(CHECKPOINT_S)
+            if guard is not None:
+                guard.checkpoint()
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value] - work returned: its value, None included

@@ -168,7 +168,7 @@ def accumulate_command(
         except AccumulatedFileError as exc:
             raise UsageLineError(str(exc)) from None
         guard.checkpoint()
-        ranks = command_ranks(prepared)  # forked here for --ranks N: options checked once, above
+        ranks = command_ranks(prepared, guard)  # forked here for --ranks N: options checked once, above
     except BaseException as exc:
         if early is not None:
             early.close()
@@ -242,7 +242,7 @@ def accumulate_command(
         except KeyboardInterrupt:  # before the first case: the adapter was starting (its start is abandoned)
             pass
         finally:
-            finish(ranks, completed)
+            finish(ranks, completed, guard)
         if result is None:
             interrupted(ctx, guard, adapter, family, count, answered[0])
         if ranks.rank != 0:

@@ -18,9 +18,6 @@ from qconform.cli.errors import UsageLineError
 if TYPE_CHECKING:
     from qconform.harness.run.signals import SignalGuard
 
-#: how often a command waiting for its adapter's start looks for a signal (OpeningAdapter.client)
-CHECKPOINT_S = 0.05
-
 #: name of the expectations folder at the root of a checkout
 EXPECTATIONS_DIR = "expectations"
 
@@ -240,38 +237,27 @@ class OpeningAdapter:
     def __init__(self, adapter: str, device: str, timeout: float, start_timeout: float | None = None) -> None:
         import threading
 
+        from qconform.harness.run.signals import OnThread
+
         check_adapter(adapter)  # an unknown adapter is a usage error before anything starts
         self._lock = threading.Lock()
         self._client: Any = None
-        self._error: BaseException | None = None
         self._closed = False
-        self._thread = threading.Thread(
-            target=self._open, args=(adapter, device, timeout, start_timeout), name="adapter-start", daemon=True
-        )
-        self._thread.start()
+        self._start = OnThread(lambda: self._open(adapter, device, timeout, start_timeout), "adapter-start")
 
-    def _open(self, adapter: str, device: str, timeout: float, start_timeout: float | None) -> None:
-        try:
-            client = open_checked(adapter, device, timeout, start_timeout)
-        except BaseException as exc:  # noqa: BLE001 - handed to the thread that waits in client()
-            self._error = exc
-            return
+    def _open(self, adapter: str, device: str, timeout: float, start_timeout: float | None) -> Any:
+        client = open_checked(adapter, device, timeout, start_timeout)
         with self._lock:
             self._client = client
             if self._closed:
                 client.close()
+        return client
 
     def client(self, guard: SignalGuard | None = None) -> Any:
-        """The started client (an ``AdapterClient``). While it waits, a signal that ``guard`` has
-        remembered is raised every :data:`CHECKPOINT_S` seconds (:meth:`SignalGuard.checkpoint`):
-        a start that never ends can still be interrupted, though the guard raises nowhere else."""
-        while self._thread.is_alive():
-            self._thread.join(CHECKPOINT_S)
-            if guard is not None:
-                guard.checkpoint()
-        if self._error is not None:
-            raise self._error
-        return self._client
+        """The started client (an ``AdapterClient``), or what :func:`open_checked` raised. While it
+        waits, a signal that ``guard`` remembered is raised (:meth:`OnThread.result`): a start that
+        never ends can still be interrupted, though the guard raises nowhere else."""
+        return self._start.result(guard)
 
     def close(self) -> None:
         with self._lock:

@@ -4,7 +4,7 @@
 :func:`run_as_rank` runs the rest of the command in a rank,
 where a forked rank ends with the command's status (it never returns into what called the
 command) and a rank that ended before the gather becomes one line on rank 0 with that rank's
-status.
+status; :func:`group_errors` makes torchrun's process group failing a rank one line too.
 """
 
 from __future__ import annotations
@@ -14,13 +14,17 @@ import os
 import sys
 import threading
 import traceback
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from qconform.cli.errors import UsageLineError
-from qconform.harness.run.distributed import Ranks
+from qconform.cli.errors import StartLineError, UsageLineError
+from qconform.harness.run.distributed import GroupFailed, Ranks
+
+if TYPE_CHECKING:
+    from qconform.harness.run.signals import SignalGuard
 
 RANKS_HELP = (
     "Run as N ranks that this command forks, each with its own adapter and a contiguous 1/N of the "
@@ -76,12 +80,27 @@ def prepare_ranks(device: str, ranks: int, adapter: str | None = None) -> Prepar
     return PreparedRanks(device, ranks, started.close if started is not None else lambda: None)
 
 
-def command_ranks(prepared: PreparedRanks) -> Ranks:
-    """This process's ranks: forked ones for ``--ranks`` > 1, else torchrun's (one rank without it)."""
+@contextmanager
+def group_errors() -> Iterator[None]:
+    """torchrun's process group failing this rank (:class:`GroupFailed`) as one line: at the
+    rendezvous, the ranks never met and nothing ran (3, as for an adapter that cannot start); at a
+    collective, the run is incomplete (1). docs/distributed.md, "When a rank is lost"."""
+    try:
+        yield
+    except GroupFailed as exc:
+        if exc.at_start:
+            raise StartLineError(str(exc)) from None
+        raise RankLineError(f"{exc} (the run is incomplete)", 1) from None
+
+
+def command_ranks(prepared: PreparedRanks, guard: SignalGuard | None = None) -> Ranks:
+    """This process's ranks: forked ones for ``--ranks`` > 1, else torchrun's (one rank without it;
+    torchrun's rendezvous stopped by a signal at ``guard``'s checkpoints)."""
     from qconform.harness.run.distributed import torchrun_ranks
 
     if prepared.count == 1:
-        return torchrun_ranks(prepared.device)
+        with group_errors():
+            return torchrun_ranks(prepared.device, guard)
     from qconform.harness.run.forked_ranks import fork_ranks
 
     return fork_ranks(prepared.count, prepared.close)
@@ -109,7 +128,8 @@ def run_as_rank(ranks: Ranks, run: Callable[[], None]) -> None:
 
     if not ranks.forked:
         try:
-            run()
+            with group_errors():
+                run()
         except RankFailed as exc:
             raise RankLineError(f"{exc} (the run is incomplete)", exc.status if 0 < exc.status < 256 else 1) from None
         return

@@ -179,6 +179,7 @@ def stat_command(
 ) -> None:
     """Statistical conformance: sampled rounds against the exact law (for adapters with their own RNG)."""
     from qconform.cli.console import wide_console
+    from qconform.cli.ranks import group_errors
     from qconform.generators.atomic_file import WriteError
     from qconform.generators.corpus import default_vectors_dir
     from qconform.harness.run.distributed import finish, torchrun_ranks
@@ -212,9 +213,13 @@ def stat_command(
 
     guard = command_guard()  # a signal: the partial run is still reported, and 130 or 143
     client = start_adapter(adapter, device, timeout_s, start_timeout, guard, "nothing sampled")
-    ranks = torchrun_ranks(device)  # under torchrun: this rank's share of the cases (docs/distributed.md)
-    try:
+    with group_errors():
         with client:
+            try:
+                # under torchrun: this rank's share of the cases (docs/distributed.md)
+                ranks = torchrun_ranks(device, guard)
+            except KeyboardInterrupt:  # remembered while the ranks met
+                interrupted_line(guard, "while the ranks met; nothing sampled")
             sampled = [family for family in selected if family in client.config.capabilities.sampling]
             if not sampled:
                 raise UsageLineError(
@@ -230,8 +235,7 @@ def stat_command(
                     interrupted_line(guard, "before the first round; nothing sampled")
             if run.interrupted:
                 client.abort()  # the request in flight is abandoned with its child
-    finally:
-        finish(ranks)
+        finish(ranks, not run.interrupted, guard)  # after the adapter's close, as every rank's
     if ranks.rank != 0:
         raise SystemExit(0 if run.ok else 1)
     if plots_dir is None and json_path is not None:

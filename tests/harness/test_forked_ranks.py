@@ -83,7 +83,7 @@ def test_a_rank_closes_its_adapter_while_it_gathers(tmp_path, monkeypatch):
         running_at_gather.append(survivors(pids, wait_s=20.0))  # a close after the gather never comes
         return [obj]
 
-    monkeypatch.setattr("qconform.cli.ranks.command_ranks", lambda _prepared: Ranks(0, 1, gather))
+    monkeypatch.setattr("qconform.cli.ranks.command_ranks", lambda _prepared, _guard: Ranks(0, 1, gather))
     result = CliRunner().invoke(cli, ["accumulate", "--adapter", shim, *SMALL])
     assert result.exit_code == 0, result.output
     assert "PASS" in result.output

@@ -14,12 +14,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 
 import pytest
 from robustness.processes import sent_to_self
 
-from qconform.harness.run.signals import Interrupting, SignalGuard
+from qconform.harness.run.signals import Interrupting, OnThread, SignalGuard
 
 pytestmark = pytest.mark.rules()
 
@@ -142,3 +144,58 @@ def test_a_caught_interrupt_keeps_the_status_only_when_raised_at_a_checkpoint(tm
         pytest.skip(f"Python {sys.version.split()[0]} keeps the status of a caught KeyboardInterrupt")
     else:
         assert done.returncode == -signal.SIGINT
+
+
+def blocked_until(release: threading.Event) -> Callable[[], str]:
+    """Work that blocks without running Python (as torch's rendezvous blocks in C++) until ``release``."""
+
+    def work() -> str:
+        release.wait()
+        return "done"
+
+    return work
+
+
+def test_work_on_a_thread_gives_its_value_or_what_it_raised():
+    assert OnThread(lambda: 7, "seven").result() == 7
+    assert OnThread(lambda: None, "nothing").result() is None
+
+    def broken() -> int:
+        raise RuntimeError("the peer is gone")
+
+    with pytest.raises(RuntimeError, match="the peer is gone"):
+        OnThread(broken, "broken").result()
+
+
+def test_a_wait_on_a_thread_stops_at_the_guards_next_checkpoint_and_leaves_the_work_behind():
+    """A signal remembered while the main thread waits for work that never returns is raised within a
+    checkpoint's interval (a wait that called the work in the main thread would wait for it)."""
+    release = threading.Event()
+    guard = SignalGuard(at_checkpoints=True)
+    guard.install()
+    try:
+        waiting = OnThread(blocked_until(release), "blocked")
+        landing_quietly(sent_to_self)
+        began = time.monotonic()
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+            waiting.result(guard)
+        assert time.monotonic() - began < 2.0
+        assert waiting.running  # left behind, a daemon thread: it never holds the process open
+    finally:
+        guard.restore()
+        release.set()
+
+
+def test_inside_interrupting_a_wait_on_a_thread_is_stopped_where_the_signal_lands():
+    release = threading.Event()
+    guard = SignalGuard(at_checkpoints=True)
+    guard.install()
+    try:
+        waiting = OnThread(blocked_until(release), "blocked")
+        threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+            with guard.interrupting():
+                waiting.result()  # no guard given: the signal raises in the wait itself
+    finally:
+        guard.restore()
+        release.set()
