@@ -16,8 +16,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from functools import cache
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, requires, version
 from pathlib import Path
 
 #: environment variable naming the cache directory
@@ -33,13 +34,36 @@ def cache_dir() -> Path:
     return Path(base) / "qconform"
 
 
+#: a requirement's distribution name, before its version, extras or marker (``rpds-py>=0.25.0``)
+REQUIREMENT_NAME = re.compile(r"^[A-Za-z0-9._-]+")
+
+
+def checker_versions() -> str:
+    """jsonschema's version and those of the distributions it always requires (``referencing``
+    resolves the schemas, ``rpds-py`` and ``attrs`` hold them, ``jsonschema-specifications`` the
+    metaschemas): an upgrade of any of them may change a verdict. Its optional requirements (an
+    ``extra``: format checkers) are left out, since the kit checks no ``format``."""
+    names = ["jsonschema"] + [
+        found.group(0)
+        for requirement in requires("jsonschema") or []
+        if "extra ==" not in requirement and (found := REQUIREMENT_NAME.match(requirement))
+    ]
+    said = []
+    for name in names:
+        try:
+            said.append(f"{name} {version(name)}")
+        except PackageNotFoundError:  # required, but not installed under this name: say so
+            said.append(f"{name} absent")
+    return "\0".join(said)
+
+
 @cache
 def validator_fingerprint() -> bytes:
     """The SHA-256 of what decides a vector file's validity besides its bytes and its schema: the
     source of every module of ``qconform.generators`` and ``qconform.spec`` (the lint, the encodings
-    and patterns it checks against, the spec's error codes), and jsonschema's version."""
+    and patterns it checks against, the spec's error codes), and :func:`checker_versions`."""
     here = Path(__file__).resolve().parent
-    digest = hashlib.sha256(f"jsonschema {version('jsonschema')}\0".encode())
+    digest = hashlib.sha256(f"{checker_versions()}\0".encode())
     for package in (here, here.parent / "spec"):
         for source in sorted(package.rglob("*.py")):
             digest.update(f"{source.relative_to(package.parent)}\0".encode())

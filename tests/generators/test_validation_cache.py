@@ -141,3 +141,20 @@ def test_the_fingerprint_changes_with_any_source_of_the_checks(monkeypatch):
         monkeypatch.undo()
         cache.validator_fingerprint.cache_clear()
     assert cache.validator_fingerprint() == before
+
+
+def test_the_fingerprint_changes_with_the_version_of_anything_jsonschema_validates_with(monkeypatch):
+    """An upgrade of ``referencing`` (which resolves the schemas) may change a verdict, as an upgrade
+    of jsonschema itself may: either checks every file again."""
+    before = cache.validator_fingerprint()
+    real_version = cache.version
+    for upgraded in ("jsonschema", "referencing"):
+        monkeypatch.setattr(cache, "version", lambda name, up=upgraded: "99.0" if name == up else real_version(name))
+        cache.validator_fingerprint.cache_clear()
+        try:
+            assert f"{upgraded} 99.0" in cache.checker_versions()
+            assert cache.validator_fingerprint() != before
+        finally:
+            monkeypatch.undo()
+            cache.validator_fingerprint.cache_clear()
+    assert cache.validator_fingerprint() == before
