@@ -550,8 +550,13 @@ class AdapterClient:
         start_timeout_s: float | None = None,
         block_window: bool = True,
         pipeline: bool = True,
+        spawned: Callable[[Child], None] | None = None,
     ) -> None:
         self.spec = spec
+        #: told of each child as it is spawned, before its ``get_config`` is answered: a caller on
+        #: another thread may kill a start that is under way (:meth:`Child.kill`; the start then
+        #: fails with AdapterStartError), as ``qconform.cli.arguments.OpeningAdapter.close`` does
+        self.spawned = spawned
         #: the corpus's shared arena, offered to every child that takes binary payloads
         self.arena = arena if binary_payload else None
         #: the block window (docs/shim-protocol.md, "Block window"), this client's own, offered to every
@@ -597,6 +602,8 @@ class AdapterClient:
         window = self.window if self.window is not None and self.window.fd >= 0 else None
         child = Child(self.command, tuple(shared.fd for shared in (arena, window) if shared is not None))
         self._child = child
+        if self.spawned is not None:
+            self.spawned(child)
         try:
             offer = list(PAYLOADS) if self.binary_payload else [JSON_PAYLOAD]
             request: dict[str, Any] = {"op": "get_config", "payload": offer}
@@ -979,6 +986,7 @@ def open_adapter(
     start_timeout_s: float | None = None,
     block_window: bool = True,
     pipeline: bool = True,
+    spawned: Callable[[Child], None] | None = None,
 ) -> AdapterClient:
     """Start the adapter ``spec`` and return a client for it.
 
@@ -999,6 +1007,7 @@ def open_adapter(
     declares (vLLM's). ``block_window=False`` offers no block window: blocks cross the pipe as
     sections (docs/shim-protocol.md, "Block window"). ``pipeline=False`` offers no pipelined
     requests: every child is sent one request at a time (docs/shim-protocol.md, "Pipelined requests").
+    ``spawned`` is told of each child as it is spawned (:attr:`AdapterClient.spawned`).
     """
     from qconform.adapters.catalog import shim_adapter, shim_adapter_command, shim_adapter_start_s
 
@@ -1029,4 +1038,5 @@ def open_adapter(
         start_timeout_s,
         block_window,
         pipeline,
+        spawned,
     )

@@ -195,16 +195,19 @@ def check_keyword(keyword: str | None) -> None:
         raise UsageLineError(f"-k {keyword!r} is not a valid expression: {exc}") from None
 
 
-def open_checked(adapter: str, device: str, timeout: float, start_timeout: float | None = None):
+def open_checked(
+    adapter: str, device: str, timeout: float, start_timeout: float | None = None, spawned: Any = None
+) -> Any:
     """The started adapter client of a command that drives it directly (fuzz, batch-invariance);
     an unknown adapter is a usage error (exit 2), one that cannot start a start error (exit 3), as
-    on every command (docs/harness.md, "Exit codes")."""
+    on every command (docs/harness.md, "Exit codes"). ``spawned``: told of each child as it is
+    spawned (``AdapterClient.spawned``)."""
     from qconform.cli.errors import StartLineError
     from qconform.harness.transport.client import AdapterStartError, open_adapter
 
     check_adapter(adapter)
     try:
-        return open_adapter(adapter, device=device, timeout_s=timeout, start_timeout_s=start_timeout)
+        return open_adapter(adapter, device=device, timeout_s=timeout, start_timeout_s=start_timeout, spawned=spawned)
     except AdapterStartError as exc:
         raise StartLineError(str(exc)) from None
 
@@ -215,7 +218,7 @@ def start_adapter(
     """The started adapter client of a command that has nothing to report before its adapter answers
     (stat, fuzz, batch-invariance), ``guard`` raising at checkpoints: a signal while it starts ends
     the command with one line, ``... while the adapter started; {nothing}``, and 128 + its number
-    (docs/harness.md, "Exit codes"); an adapter still starting is closed once it has."""
+    (docs/harness.md, "Exit codes"); an adapter still starting is killed (:meth:`OpeningAdapter.close`)."""
     from qconform.cli.errors import interrupted_line
 
     opening = OpeningAdapter(adapter, device, timeout, start_timeout)
@@ -230,9 +233,9 @@ class OpeningAdapter:
     """:func:`open_checked` on a thread of its own, so that the adapter's child starts (loads its
     engine: torch's import is most of a torch rank's start-up) while the command prepares the rest
     (``qconform accumulate``: the family's spec and comparator). :meth:`client` waits for it and
-    raises what :func:`open_checked` raised; :meth:`close` closes it, at once if it has started,
-    else as soon as it does (a daemon thread: a command that exits meanwhile leaves the child to
-    its keeper, which ends it with the command, harness/transport/subreaper.py)."""
+    raises what :func:`open_checked` raised. :meth:`close` closes it if it has started; if it is
+    still starting, it kills the child at once (its start then fails, and :meth:`client` raises
+    that), so no child waits out its start timeout after the caller has given up on it."""
 
     def __init__(self, adapter: str, device: str, timeout: float, start_timeout: float | None = None) -> None:
         import threading
@@ -242,12 +245,21 @@ class OpeningAdapter:
         check_adapter(adapter)  # an unknown adapter is a usage error before anything starts
         self._lock = threading.Lock()
         self._client: Any = None
+        #: the child whose start is under way (``harness.transport.client.Child``), None before and after
+        self._starting: Any = None
         self._closed = False
         self._start = OnThread(lambda: self._open(adapter, device, timeout, start_timeout), "adapter-start")
 
-    def _open(self, adapter: str, device: str, timeout: float, start_timeout: float | None) -> Any:
-        client = open_checked(adapter, device, timeout, start_timeout)
+    def _spawned(self, child: Any) -> None:
         with self._lock:
+            self._starting = child
+            if self._closed:
+                child.kill()
+
+    def _open(self, adapter: str, device: str, timeout: float, start_timeout: float | None) -> Any:
+        client = open_checked(adapter, device, timeout, start_timeout, self._spawned)
+        with self._lock:
+            self._starting = None
             self._client = client
             if self._closed:
                 client.close()
@@ -262,9 +274,11 @@ class OpeningAdapter:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            client = self._client
+            client, starting = self._client, self._starting
         if client is not None:
             client.close()
+        elif starting is not None:
+            starting.kill()  # the start under way fails; a start not yet spawned is killed as it spawns
 
     def __enter__(self) -> OpeningAdapter:
         return self

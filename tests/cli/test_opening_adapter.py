@@ -12,16 +12,26 @@ from qconform.cli.arguments import OpeningAdapter
 from qconform.cli.errors import StartLineError, UsageLineError
 
 
-def test_an_adapter_closed_before_it_started_ends_once_it_starts(tmp_path):
+def test_an_adapter_closed_while_it_starts_is_ended_at_once(tmp_path):
+    """The child never answers ``get_config`` (a start of 60 s allowed): closed while it starts, it is
+    killed at once, with its helpers, not left to wait out its start timeout; the start fails."""
+    pids = tmp_path / "pids"
+    opening = OpeningAdapter(tree_shim(pids, "mute"), "cpu", 60.0, start_timeout=60.0)
+    assert wait_until(lambda: len(recorded(pids)) == 2, 60.0)
+    began = time.monotonic()
+    opening.close()
+    with pytest.raises(StartLineError, match="did not start"):
+        opening.client()
+    assert survivors(pids) == []
+    assert time.monotonic() - began < 10.0
+
+
+def test_an_adapter_closed_before_its_child_is_spawned_is_killed_as_it_spawns(tmp_path):
     pids = tmp_path / "pids"
     opening = OpeningAdapter(tree_shim(pids), "cpu", 60.0)
-    opening.close()  # at once: the child is still starting
-    client = opening.client()  # the start completes, then the thread closes it
-    assert client.config.capabilities.families
-    deadline = time.monotonic() + 30
-    while len(recorded(pids)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(recorded(pids)) == 2
+    opening.close()  # at once: the child is not spawned yet, or its start is under way
+    with pytest.raises(StartLineError, match="did not start"):
+        opening.client()
     assert survivors(pids) == []
 
 
@@ -38,8 +48,8 @@ def test_the_started_client_and_its_errors_reach_the_caller(tmp_path):
 
 def test_a_wait_for_a_start_that_never_ends_stops_at_the_guards_next_checkpoint(tmp_path):
     """The adapter is up but never answers ``get_config``; a signal the guard remembered is raised by
-    the wait within a checkpoint's interval, not after the start's timeout. (The child is left to
-    the start's timeout here; a command that stops exits, and the child's keeper ends it.)"""
+    the wait within a checkpoint's interval, not after the start's timeout; the close that follows
+    ends the child still starting."""
     from qconform.harness.run.signals import SignalGuard
 
     pids = tmp_path / "pids"
@@ -56,4 +66,4 @@ def test_a_wait_for_a_start_that_never_ends_stops_at_the_guards_next_checkpoint(
     finally:
         guard.restore()
         opening.close()
-        survivors(pids, wait_s=0.0)  # ended here, not left to the start's timeout
+    assert survivors(pids) == []  # ended by the close, not left to the start's timeout
