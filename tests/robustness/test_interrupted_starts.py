@@ -18,25 +18,17 @@ from pathlib import Path
 
 import pytest
 
+from robustness.interruptions import PARTIAL, STARTING, starting_line
 from robustness.processes import qconform, recorded, survivors, tree_shim
 
 pytestmark = [pytest.mark.rules(), pytest.mark.slow]
 
+ACCUMULATE, ACCUMULATED = PARTIAL["accumulate"]
 #: command -> (its arguments, the adapters it starts, what its output says once interrupted)
 COMMANDS = {
-    "accumulate": (
-        ["accumulate", "--family", "rng_abi", "--count", "100000"],
-        1,
-        "INTERRUPTED by {name}: rng_abi: 0 of",
-    ),
-    "accumulate --ranks 2": (
-        ["accumulate", "--family", "rng_abi", "--count", "100000", "--ranks", "2"],
-        2,
-        "INTERRUPTED by {name}: rng_abi: 0 of",
-    ),
-    "stat": (["stat"], 1, "Error: interrupted by {name} while the adapter started; nothing sampled"),
-    "fuzz": (["fuzz", "--family", "rng_abi", "--examples", "100"], 1, "Error: interrupted by {name} while"),
-    "batch-invariance": (["batch-invariance"], 1, "Error: interrupted by {name} while the adapter started"),
+    "accumulate": (ACCUMULATE, 1, ACCUMULATED),
+    "accumulate --ranks 2": ([*ACCUMULATE, "--ranks", "2"], 2, ACCUMULATED),
+    **{command: (args, 1, starting_line(nothing)) for command, (args, nothing) in STARTING.items()},
 }
 #: how long after the adapter is up the signal is sent
 DELAYS_S = (0.0, 0.0, 0.001, 0.01, 0.05, 0.2)

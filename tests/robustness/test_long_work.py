@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from qconform.cli.group import cli
+from robustness.interruptions import PARTIAL, STARTING, starting_line
 from robustness.processes import qconform, survivors, tree_shim, wait_for_helpers, wait_until_asked
 
 
@@ -121,16 +122,6 @@ def test_stat_shows_progress_on_a_terminal_and_nothing_on_a_pipe(tmp_path):
     assert survivors(pids) == []
 
 
-#: the partial report of an interrupted fuzz or accumulate: the summary says how far it got
-PARTIAL = {
-    "fuzz": (["fuzz", "--family", "rng_abi", "--examples", "1000"], "INTERRUPTED by {name} after 1 of 1000 examples"),
-    "accumulate": (
-        ["accumulate", "--family", "rng_abi", "--count", "100000"],
-        "INTERRUPTED by {name}: rng_abi: 0 of 100000 cases answered",
-    ),
-}
-
-
 def signalled(proc: subprocess.Popen, signum: int) -> tuple[str, str]:
     """Send ``signum`` to the command; its output, once it has ended with 128 + the signal's number,
     with neither a traceback nor click's ``Aborted!``."""
@@ -168,14 +159,6 @@ def test_an_accumulate_interrupted_while_its_adapter_starts_says_so(tmp_path, ra
     assert survivors(pids) == []
 
 
-#: commands that stop with one line while their adapter starts: the line's end
-STARTING = {
-    "stat": (["stat"], "nothing sampled"),
-    "fuzz": (["fuzz", "--family", "rng_abi", "--examples", "100"], "nothing fuzzed"),
-    "batch-invariance": (["batch-invariance"], "nothing checked"),
-}
-
-
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 @pytest.mark.parametrize("command", list(STARTING))
 def test_a_command_interrupted_while_its_adapter_starts_says_so(tmp_path, command, signum):
@@ -187,7 +170,7 @@ def test_a_command_interrupted_while_its_adapter_starts_says_so(tmp_path, comman
     wait_for_helpers(pids, 2, proc)
     _out, err = signalled(proc, signum)
     name = signal.Signals(signum).name
-    assert err.strip().splitlines() == [f"Error: interrupted by {name} while the adapter started; {nothing}"], err
+    assert err.strip().splitlines() == [starting_line(nothing).format(name=name)], err
     assert survivors(pids) == []
 
 
