@@ -16,8 +16,8 @@ those before a device does, in two steps:
    a time and then all of a family in one request, each through the adapter's own answer path
    (``triton_adapter.answers``, its ``run_batch``: same-shape groups in one launch, the rest
    by the family's function); then each accumulated stream the adapter
-   declares (``qconform accumulate --adapter triton``), :data:`STREAM_SIZES` cases from case
-   0 in one request each, named ``accumulated/FAMILY/SIZE`` (the tiles of thousands of rows
+   declares (``qconform accumulate --adapter triton``), :func:`stream_sizes` cases from case
+   0 in one request each (every tile a ``--batch`` can make), named ``accumulated/FAMILY/SIZE`` (the tiles of thousands of rows
    of V <= 8 that only a stream fills); all in the interpreter but with the candidate's
    *native* host logic (``launch.interpreting()`` false: native blocks, tiles and shard
    widths); every launch is recorded as Triton's native launcher would specialize it:
@@ -53,11 +53,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 #: cases named per specialization in the report
 SHOWN_CASES = 3
-#: the cases of each accumulated stream recorded, from case 0, in one run_batch each, as `qconform
-#: accumulate --adapter triton` sends them: one case (a count of 1 is specialized as a constant), an
-#: odd count, a multiple of 16 (divisibility is specialized), and a whole request of the default
-#: --batch (16384)
-STREAM_SIZES = (1, 3, 16, 16384)
+#: the default --batch of `qconform accumulate`: a whole request of it
+DEFAULT_BATCH = 16384
+
+
+def stream_sizes(gpu_tile: int) -> tuple[int, ...]:
+    """The requests of each accumulated stream recorded, from case 0, in one run_batch each, as
+    `qconform accumulate --adapter triton --batch B` sends them: one case (a count of 1 is
+    specialized as a constant), an odd count, every power of two up to the most rows a tile holds
+    (``gpu_tile // 2``, rows of two elements), and a whole request of the default --batch. A
+    short-row kernel's ROWS is the request's rows rounded up to a power of two, capped by its tile
+    (``launch.row_tile``), and with ``c`` rows a case, the powers of two of cases reach every power of
+    two of rows from ``c`` up ((x, 2x] holds one), so every ROWS that any --batch can make is compiled."""
+    powers = [1 << k for k in range(1, gpu_tile.bit_length() - 1)]
+    return tuple(sorted({1, 3, *powers, DEFAULT_BATCH}))
 
 
 def record(out: Path, patterns: list[str]) -> None:
@@ -140,7 +149,9 @@ def record(out: Path, patterns: list[str]) -> None:
             ask(case.id, family, [case.input])
         ask(f"batched:{family}", family, [case.input for case in cases])  # same-shape groups in one launch
     for family in sorted(set(ACCUMULATED) & set(FAMILIES)):
-        for size in STREAM_SIZES:  # as `qconform accumulate --adapter triton` asks: one run_batch a request
+        for size in stream_sizes(
+            launch.GPU_TILE
+        ):  # as `qconform accumulate --adapter triton` asks: a run_batch a request
             name = f"accumulated/{family}/{size}"
             if not selected(name):
                 continue
