@@ -147,6 +147,7 @@ class ScriptedAdapter:
         strict_schema: bool = False,
         arena: object = None,
         start_timeout: float | None = None,
+        early: object = None,
     ) -> StubClient:
         self.strict.append(strict_schema)
         self.start_timeouts.append(start_timeout)

@@ -21,6 +21,7 @@ from qconform.harness.verdicts import Verdict, VerdictClass, errored
 
 if TYPE_CHECKING:
     from qconform.harness.transport.arena import BlobArena
+    from qconform.harness.transport.client import EarlyStart
 
 #: cases per ``run_batch`` call
 CHUNK = 64
@@ -60,10 +61,12 @@ def open_client(
     strict_schema: bool = False,
     arena: BlobArena | None = None,
     start_timeout_s: float | None = None,
+    early: EarlyStart | None = None,
 ) -> Client:
     """The default client factory: :func:`qconform.harness.transport.client.open_adapter`, whose
     binary replies' blobs reach :func:`judge` raw (it reads both blob forms); ``arena``, the
-    loaded cases' shared arena, is offered to the child (docs/shim-protocol.md, "Shared arena")."""
+    loaded cases' shared arena, is offered to the child (docs/shim-protocol.md, "Shared arena");
+    ``early``, a child spawned before the cases were collected, is the first start's."""
     from qconform.harness.transport.client import TIMEOUT_S, open_adapter
 
     return open_adapter(
@@ -74,6 +77,7 @@ def open_client(
         raw_blobs=True,
         arena=arena,
         start_timeout_s=start_timeout_s,
+        early=early,
     )
 
 

@@ -40,6 +40,7 @@ from qconform.harness.verdicts import Verdict, VerdictClass
 
 if TYPE_CHECKING:
     from qconform.harness.transport.arena import BlobArena
+    from qconform.harness.transport.client import EarlyStart
 
 #: the user property that carries an item's verdict (JSON text)
 PROPERTY = "qconform"
@@ -283,8 +284,11 @@ class ConformanceRun:
         #: the collected cases' blobs, decoded once (docs/shim-protocol.md, "Shared arena"): built
         #: when collection finishes, on the process that runs the cases
         self.arena: BlobArena | None = None
+        #: the adapter's child, spawned as the session starts so that it loads its engine while the
+        #: corpus is collected (docs/shim-protocol.md, "Starting early"); the first start takes it
+        self.early: EarlyStart | None = None
         self.runner = CaseRunner(
-            lambda: open_client(adapter, device, timeout, strict, self.arena, start_timeout),
+            lambda: open_client(adapter, device, timeout, strict, self.arena, start_timeout, self.early),
             self.expectations,
             timeout,
         )
@@ -388,7 +392,8 @@ class ConformanceRun:
         ):
             from qconform.harness.transport.arena import BlobArena
 
-            self.arena = BlobArena.of_cases(item.case for item in items)  # None: blobs travel inline
+            reserved = self.early.arena_file() if self.early is not None else None  # the child holds it
+            self.arena = BlobArena.of_cases((item.case for item in items), reserved)  # None: blobs travel inline
             # the cases (and everything loaded so far) live for the whole run: the cycle collector
             # need not scan them again at every full collection (unfrozen at pytest_unconfigure)
             gc.freeze()
@@ -491,6 +496,10 @@ class ConformanceRun:
         return header_lines(self.summary.header)
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if not self.config.option.collectonly:  # every process that starts the adapter: this one
+            from qconform.harness.transport.client import spawn_early
+
+            self.early = spawn_early(str(self.adapter), str(self.device))
         if self.is_worker or self.config.pluginmanager.getplugin("terminalreporter") is not None:
             return
         if self.config.option.collectonly:
@@ -554,6 +563,8 @@ class ConformanceRun:
         if self.signals.signum is not None:
             self.runner.abort()  # no grace period for an adapter that may hang
         self.runner.close()
+        if self.early is not None:
+            self.early.close()  # a child no start took (no case ran here, or collection failed)
         if self.arena is not None:
             self.arena.close()
         if self.is_worker:

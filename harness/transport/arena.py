@@ -108,10 +108,12 @@ class BlobArena:
         _LIVE[key] = weakref.ref(self, lambda _gone: _LIVE.pop(key, None))
 
     @classmethod
-    def build(cls, blobs: Iterable[str]) -> BlobArena | None:
+    def build(cls, blobs: Iterable[str], fd: int | None = None) -> BlobArena | None:
         """The arena of ``blobs`` (base64 strings; repeats stored once, one that does not decode
         left out, so that it travels inline and the checks name it), or None when there are no
-        bytes to hold or no shared file can be made."""
+        bytes to hold or no shared file can be made. ``fd``: an empty anonymous file to build it in
+        (one an adapter's child was handed before the cases were known: client.spawn_early), which
+        the arena then owns; it is closed when there is nothing to hold."""
         index: dict[str, tuple[int, int]] = {}
         chunks: list[bytes] = []
         size = 0
@@ -126,8 +128,10 @@ class BlobArena:
             chunks.append(data)
             size += len(data)
         if not size:
+            if fd is not None:
+                os.close(fd)
             return None
-        fd = anonymous_file()
+        fd = anonymous_file() if fd is None else fd
         if fd is None:
             return None
         try:
@@ -139,12 +143,12 @@ class BlobArena:
             return None
 
     @classmethod
-    def of_cases(cls, cases: Iterable[dict]) -> BlobArena | None:
+    def of_cases(cls, cases: Iterable[dict], fd: int | None = None) -> BlobArena | None:
         """The arena of every blob of ``cases`` (case objects with ``input`` and ``expected``), which
         knows their input objects: those are read-only for as long as the arena lives (the runner
-        and the judge only read them), so each is encoded for the wire once."""
+        and the judge only read them), so each is encoded for the wire once. ``fd``: as for :meth:`build`."""
         cases = list(cases)
-        arena = cls.build(case_blobs(cases))
+        arena = cls.build(case_blobs(cases), fd)
         if arena is not None:
             arena.inputs = {id(case["input"]): case["input"] for case in cases if isinstance(case.get("input"), dict)}
         return arena

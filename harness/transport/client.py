@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from qconform.harness.adapter import AdapterConfig, AdapterError, AdapterStartError, Outcome, Unimplemented
-from qconform.harness.transport.arena import BlobArena
+from qconform.harness.transport.arena import BlobArena, anonymous_file
 from qconform.harness.transport.shim_protocol import (
     BINARY_PAYLOAD,
     JSON_PAYLOAD,
@@ -551,6 +551,7 @@ class AdapterClient:
         block_window: bool = True,
         pipeline: bool = True,
         spawned: Callable[[Child], None] | None = None,
+        early: EarlyStart | None = None,
     ) -> None:
         self.spec = spec
         #: told of each child as it is spawned, before its ``get_config`` is answered: a caller on
@@ -561,7 +562,16 @@ class AdapterClient:
         self.arena = arena if binary_payload else None
         #: the block window (docs/shim-protocol.md, "Block window"), this client's own, offered to every
         #: child that takes binary payloads: ``run_block``'s arrays travel through it, not the pipe
-        self.window = BlockWindow.create() if binary_payload and block_window else None
+        #: the child spawned before this client (:func:`spawn_early`) with the arena's descriptor it was
+        #: handed, taken by the first start; its block window is this client's
+        self._early: tuple[Child, int] | None = None
+        taken = early.take() if early is not None and early.command == list(command) else None
+        if taken is not None:
+            child, arena_fd, window = taken
+            self._early = (child, arena_fd)
+            self.window = window if binary_payload and block_window else None
+        else:
+            self.window = BlockWindow.create() if binary_payload and block_window else None
         #: offer binary payloads in ``get_config`` (a child that does not take the offer gets JSON)
         self.binary_payload = binary_payload
         #: hand the blobs of binary replies to the caller in the raw form (docs/adapters.md,
@@ -600,7 +610,14 @@ class AdapterClient:
         """Start a child and run ``get_config``; AdapterStartError on any failure."""
         arena = self.arena if self.arena is not None and self.arena.fd >= 0 else None
         window = self.window if self.window is not None and self.window.fd >= 0 else None
-        child = Child(self.command, tuple(shared.fd for shared in (arena, window) if shared is not None))
+        early, self._early = self._early, None
+        if early is not None:
+            # spawned before the arena was filled, with its descriptor reserved (the same number)
+            child, arena_fd = early
+            if arena is not None and arena.fd != arena_fd:
+                arena = None  # built in a file of its own, which the child was not handed
+        else:
+            child = Child(self.command, tuple(shared.fd for shared in (arena, window) if shared is not None))
         self._child = child
         if self.spawned is not None:
             self.spawned(child)
@@ -987,6 +1004,7 @@ def open_adapter(
     block_window: bool = True,
     pipeline: bool = True,
     spawned: Callable[[Child], None] | None = None,
+    early: EarlyStart | None = None,
 ) -> AdapterClient:
     """Start the adapter ``spec`` and return a client for it.
 
@@ -1007,25 +1025,12 @@ def open_adapter(
     declares (vLLM's). ``block_window=False`` offers no block window: blocks cross the pipe as
     sections (docs/shim-protocol.md, "Block window"). ``pipeline=False`` offers no pipelined
     requests: every child is sent one request at a time (docs/shim-protocol.md, "Pipelined requests").
-    ``spawned`` is told of each child as it is spawned (:attr:`AdapterClient.spawned`).
+    ``spawned`` is told of each child as it is spawned (:attr:`AdapterClient.spawned`); ``early``, a
+    child :func:`spawn_early` started for this adapter, is the first start's child.
     """
-    from qconform.adapters.catalog import shim_adapter, shim_adapter_command, shim_adapter_start_s
-
-    if spec.startswith(SHIM_PREFIX):
-        command = shlex.split(spec[len(SHIM_PREFIX) :])
-        if not command:
-            raise AdapterStartError("shim: needs a command line, e.g. shim:./my_shim --flag")
-    elif shim_adapter(spec) is not None:
-        command = shim_adapter_command(spec, device)
-        if start_timeout_s is None:
-            start_timeout_s = max(timeout_s, START_TIMEOUT_S, shim_adapter_start_s(spec))
-    else:
-        from qconform.adapters.catalog import UnknownAdapter, available_adapters
-
-        names = available_adapters()
-        if spec not in names and not spec.startswith(TCP_PREFIX):
-            raise UnknownAdapter(spec, list(names))
-        command = host_command(spec, device)
+    command, declared_start_s = adapter_command(spec, device)
+    if start_timeout_s is None and declared_start_s is not None:
+        start_timeout_s = max(timeout_s, START_TIMEOUT_S, declared_start_s)
     return AdapterClient(
         spec,
         command,
@@ -1039,4 +1044,90 @@ def open_adapter(
         block_window,
         pipeline,
         spawned,
+        early,
     )
+
+
+def adapter_command(spec: str, device: str) -> tuple[list[str], float | None]:
+    """The command line that starts the adapter ``spec`` (:func:`open_adapter`), and the start a
+    bundled shim adapter declares (None for the others); :class:`AdapterStartError` (``UnknownAdapter``)
+    for a spec that names none."""
+    from qconform.adapters.catalog import shim_adapter, shim_adapter_command, shim_adapter_start_s
+
+    if spec.startswith(SHIM_PREFIX):
+        command = shlex.split(spec[len(SHIM_PREFIX) :])
+        if not command:
+            raise AdapterStartError("shim: needs a command line, e.g. shim:./my_shim --flag")
+        return command, None
+    if shim_adapter(spec) is not None:
+        return shim_adapter_command(spec, device), shim_adapter_start_s(spec)
+    from qconform.adapters.catalog import UnknownAdapter, available_adapters
+
+    names = available_adapters()
+    if spec not in names and not spec.startswith(TCP_PREFIX):
+        raise UnknownAdapter(spec, list(names))
+    return host_command(spec, device), None
+
+
+@dataclass
+class EarlyStart:
+    """An adapter's child spawned before its client exists (:func:`spawn_early`): the command, the
+    block window and the reserved descriptor of the arena it was handed, and the child, which loads
+    its engine (torch's import) while the caller goes on. The first start of a client given it
+    (``open_adapter(..., early=...)``) asks this child for ``get_config`` instead of spawning one."""
+
+    command: list[str]
+    window: BlockWindow | None
+    #: an empty anonymous file whose descriptor the child holds: build the arena into it
+    #: (:meth:`arena_file`) and the child maps it once it is told its size
+    arena_fd: int
+    child: Child | None
+    #: the arena's descriptor is still this start's (no arena was built in it)
+    owns_arena_fd: bool = True
+
+    def arena_file(self) -> int:
+        """The reserved arena file's descriptor, from now on the caller's (``BlobArena.of_cases(...,
+        fd=...)`` takes it: the arena built in it closes it, or the build does when it holds nothing)."""
+        self.owns_arena_fd = False
+        return self.arena_fd
+
+    def take(self) -> tuple[Child, int, BlockWindow | None] | None:
+        """The child, the arena's descriptor and the window, now the taker's (None once taken or closed)."""
+        child, window, self.child, self.window = self.child, self.window, None, None
+        return None if child is None else (child, self.arena_fd, window)
+
+    def close(self) -> None:
+        """Kill the child if no client took it, release its window, and close the arena's descriptor
+        unless :meth:`arena_file` handed it over (idempotent)."""
+        taken = self.take()
+        if taken is not None:
+            child, _fd, window = taken
+            child.kill()
+            if window is not None:
+                window.close()
+        if self.owns_arena_fd:
+            self.owns_arena_fd = False
+            os.close(self.arena_fd)
+
+
+def spawn_early(spec: str, device: str = "cpu", block_window: bool = True) -> EarlyStart | None:
+    """Spawn the adapter ``spec``'s child now, before the cases that fill its arena are known
+    (``qconform run`` collects while the child imports its engine: docs/shim-protocol.md, "Starting
+    early"); None where it cannot be (no anonymous file, or the command does not start): the
+    client's own start then says why, as ever."""
+    try:
+        command, _declared = adapter_command(spec, device)
+    except AdapterStartError:
+        return None
+    arena_fd = anonymous_file()
+    if arena_fd is None:
+        return None
+    window = BlockWindow.create() if block_window else None
+    try:
+        child = Child(command, tuple(fd for fd in (arena_fd, window.fd if window else -1) if fd >= 0))
+    except (AdapterStartError, OSError):  # a program that cannot run: the start after the collection says so
+        os.close(arena_fd)
+        if window is not None:
+            window.close()
+        return None
+    return EarlyStart(command, window, arena_fd, child)
