@@ -76,6 +76,12 @@ def backend_for(device: str, world: int) -> str:
     return "gloo"
 
 
+#: the names of the waits of :func:`collective`, as its lines say them
+RENDEZVOUS, GATHER, BARRIER = "rendezvous", "gather", "barrier"
+#: the place in torch's source that its C++ errors begin with (``[.../pair.cc:553] Connection closed...``)
+SOURCE_PLACE = re.compile(r"^\[[^\]]*:\d+\]\s*")
+
+
 class GroupFailed(Exception):
     """torchrun's process group failed this rank: its rendezvous or a collective raised in torch's
     C++, because a peer rank is gone (its connection closed: it crashed, or torchrun stopped it) or
@@ -85,12 +91,6 @@ class GroupFailed(Exception):
         #: the rendezvous failed: the ranks never met, so nothing was run
         self.at_start = what == RENDEZVOUS
         super().__init__(f"torchrun's process group failed at the {what}: {why}")
-
-
-#: the names of the waits of :func:`collective`, as its lines say them
-RENDEZVOUS, GATHER, BARRIER = "rendezvous", "gather", "barrier"
-#: the place in torch's source that its C++ errors begin with (``[.../pair.cc:553] Connection closed...``)
-SOURCE_PLACE = re.compile(r"^\[[^\]]*:\d+\]\s*")
 
 
 def torch_said(exc: BaseException) -> str:

@@ -560,18 +560,21 @@ class AdapterClient:
         self.spawned = spawned
         #: the corpus's shared arena, offered to every child that takes binary payloads
         self.arena = arena if binary_payload else None
-        #: the block window (docs/shim-protocol.md, "Block window"), this client's own, offered to every
-        #: child that takes binary payloads: ``run_block``'s arrays travel through it, not the pipe
         #: the child spawned before this client (:func:`spawn_early`) with the arena's descriptor it was
-        #: handed, taken by the first start; its block window is this client's
+        #: handed, taken by the first start; the window it was handed is this client's
         self._early: tuple[Child, int] | None = None
         taken = early.take() if early is not None and early.command == list(command) else None
+        offers_window = binary_payload and block_window
+        window = None
         if taken is not None:
             child, arena_fd, window = taken
             self._early = (child, arena_fd)
-            self.window = window if binary_payload and block_window else None
-        else:
-            self.window = BlockWindow.create() if binary_payload and block_window else None
+            if window is not None and not offers_window:
+                window.close()
+                window = None
+        #: the block window (docs/shim-protocol.md, "Block window"), this client's own, offered to every
+        #: child that takes binary payloads: ``run_block``'s arrays travel through it, not the pipe
+        self.window = BlockWindow.create() if window is None and offers_window else window
         #: offer binary payloads in ``get_config`` (a child that does not take the offer gets JSON)
         self.binary_payload = binary_payload
         #: hand the blobs of binary replies to the caller in the raw form (docs/adapters.md,
@@ -1110,7 +1113,7 @@ class EarlyStart:
             os.close(self.arena_fd)
 
 
-def spawn_early(spec: str, device: str = "cpu", block_window: bool = True) -> EarlyStart | None:
+def spawn_early(spec: str, device: str = "cpu") -> EarlyStart | None:
     """Spawn the adapter ``spec``'s child now, before the cases that fill its arena are known
     (``qconform run`` collects while the child imports its engine: docs/shim-protocol.md, "Starting
     early"); None where it cannot be (no anonymous file, or the command does not start): the
@@ -1122,7 +1125,7 @@ def spawn_early(spec: str, device: str = "cpu", block_window: bool = True) -> Ea
     arena_fd = anonymous_file()
     if arena_fd is None:
         return None
-    window = BlockWindow.create() if block_window else None
+    window = BlockWindow.create()  # a client that offers none closes it
     try:
         child = Child(command, tuple(fd for fd in (arena_fd, window.fd if window else -1) if fd >= 0))
     except (AdapterStartError, OSError):  # a program that cannot run: the start after the collection says so

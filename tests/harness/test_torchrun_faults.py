@@ -7,6 +7,7 @@ of its own; the other rank is absent, or is a process that joins the group and e
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -35,8 +36,6 @@ def free_port() -> int:
 
 
 def rank_environment(rank: int, port: int) -> dict[str, str]:
-    import os
-
     return {
         **os.environ,
         "WORLD_SIZE": "2",
